@@ -1,0 +1,119 @@
+"""The Model interface every estimator, simulator and combinator works with.
+
+A model is a continuous-time system
+
+    dx/dt = f(t, x, u; params),      y = h(t, x, u; params),
+
+held as an ``equinox.Module``. ``params`` is a pytree: a flat ``dict`` from a parameter group name to a
+scalar or a 1-D array (``{"k": [k1, ..., kn]}``), so any leaf can be estimated, learned or fixed. Scalar
+parameter names are derived from it (``k4`` is ``params["k"][3]``, see :mod:`twinfer.models._params`).
+
+Discrete states and events (the FMI-shaped hybrid class of the model-combination paper) are declared
+here and default to "none"; the hybrid-model work implements them.
+"""
+
+from __future__ import annotations
+
+import abc
+from typing import Any
+
+import equinox as eqx
+import jax.numpy as jnp
+from jaxtyping import Array, Float
+
+from twinfer.models._params import param_names as _param_names
+
+Params = dict[str, Any]
+State = Float[Array, " n_state"]
+Input = Float[Array, " n_input"]
+Output = Float[Array, " n_output"]
+
+
+class AbstractModel(eqx.Module):
+    """A continuous-time dynamical system with named states, inputs, outputs and parameters.
+
+    Subclasses implement :meth:`vector_field` and :meth:`output` and set the name tuples. ``params`` is
+    passed explicitly to both so that estimators can substitute estimated values (joint state-parameter
+    estimation) without rebuilding the model.
+    """
+
+    params: eqx.AbstractVar[Params]
+
+    @abc.abstractmethod
+    def vector_field(self, t: Any, x: State, u: Input, params: Params) -> State:
+        """Time derivative dx/dt of the continuous state."""
+
+    @abc.abstractmethod
+    def output(self, t: Any, x: State, u: Input, params: Params) -> Output:
+        """Measured output y at time t (noise-free)."""
+
+    @property
+    @abc.abstractmethod
+    def state_names(self) -> tuple[str, ...]:
+        """Names of the continuous state components, in order."""
+
+    @property
+    @abc.abstractmethod
+    def input_names(self) -> tuple[str, ...]:
+        """Names of the exogenous inputs, in order (empty tuple for autonomous models)."""
+
+    @property
+    @abc.abstractmethod
+    def output_names(self) -> tuple[str, ...]:
+        """Names of the outputs, in order."""
+
+    @property
+    def param_names(self) -> tuple[str, ...]:
+        """Scalar parameter names derived from ``params`` (``k1``, ``k2``, ... for a vector group)."""
+        return _param_names(self.params)
+
+    @property
+    def n_state(self) -> int:
+        return len(self.state_names)
+
+    @property
+    def n_input(self) -> int:
+        return len(self.input_names)
+
+    @property
+    def n_output(self) -> int:
+        return len(self.output_names)
+
+    # -- linear structure (optional) -------------------------------------------------------------
+    def linear_matrices(self, params: Params) -> tuple[Array, Array, Array, Array] | None:
+        """``(A, B, C, D)`` with dx/dt = A x + B u, y = C x + D u, or ``None`` if the model is nonlinear.
+
+        Used by ``sim.discretise(..., method="exact")`` (matrix exponential) and by linear filters.
+        """
+        return None
+
+    @property
+    def is_linear(self) -> bool:
+        return self.linear_matrices(self.params) is not None
+
+    # -- hybrid structure (declared here, implemented by event-capable models) -------------------
+    @property
+    def discrete_state_names(self) -> tuple[str, ...]:
+        """Names of discrete states (none for purely continuous models)."""
+        return ()
+
+    @property
+    def n_events(self) -> int:
+        """Number of state-event indicators; zero means the model has no events."""
+        return 0
+
+    def event_indicators(self, t: Any, x: State, z: Array, u: Input, params: Params) -> Array:
+        """State-event indicator functions; an event fires when one crosses zero."""
+        return jnp.zeros((0,), dtype=x.dtype)
+
+    def event_update(
+        self, t: Any, x: State, z: Array, u: Input, params: Params, which: Array
+    ) -> tuple[State, Array]:
+        """New ``(x, z)`` right after the events flagged in ``which`` (super-dense time)."""
+        return x, z
+
+    def with_params(self, **updates: Any) -> AbstractModel:
+        """A copy of this model with some named scalar parameters replaced (``k4=3e4``)."""
+        from twinfer.models._params import set_params
+
+        return eqx.tree_at(lambda m: m.params, self, set_params(self.params, updates))

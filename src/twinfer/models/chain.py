@@ -1,0 +1,194 @@
+"""N-degree-of-freedom mass-spring-damper chain, optionally with Duffing springs and Van der Pol dampers.
+
+Masses m_1..m_n in series; connection i joins mass i-1 to mass i, connection 1 joins the wall to mass 1,
+mass n is free. With relative displacement r_i = x_i - x_{i-1} (x_0 = 0) the force carried by
+connection i is
+
+    F_i = k_i r_i + c_i dr_i + kappa_i r_i^3 + mu_i (r_i^2 - 1) dr_i,
+
+and mass i feels f_i - F_i + F_{i+1} (F_{n+1} = 0). This is M x'' + C x' + K x + K_n g_k + C_n g_c = f of
+the PINN paper (specs/pinn.md 1.2, Eq 2-3) and, without nonlinear terms, eq. (S20-S21) of the
+compositional-inference paper (specs/compositional-inference.md 3.1).
+
+References:
+    Ghorbani & Hackl, "Subsystem structure as an inferential resource", SI eq. (S20-S21).
+    Haywood-Alexander et al., PINNs for MDOF oscillators, Eq. 1-7 and App. A.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import Any
+
+import equinox as eqx
+import jax.numpy as jnp
+import numpy as np
+from jaxtyping import Array
+
+from twinfer.models._base import AbstractModel, Input, Output, Params, State
+
+_OUTPUT = re.compile(r"^(?P<kind>[xva])(?P<dof>[0-9]+)$")
+
+
+def _vector(name: str, value: Any, n: int) -> Array:
+    arr = np.asarray(value, dtype=np.float64)
+    if arr.ndim == 0:
+        arr = np.full(n, float(arr))
+    if arr.shape != (n,):
+        raise ValueError(f"Chain {name}: expected {n} values (one per DOF); received shape {arr.shape}.")
+    if not np.all(np.isfinite(arr)):
+        raise ValueError(f"Chain {name}: expected finite values; received {arr.tolist()}.")
+    return jnp.asarray(arr)
+
+
+class Chain(AbstractModel):
+    """Mass-spring-damper chain with forcing at chosen DOFs and acceleration/velocity/displacement outputs.
+
+    State ``[x_1..x_n, v_1..v_n]``; inputs the forces at ``forced_dofs``; outputs named ``a4`` (acceleration
+    of mass 4), ``v2``, ``x1`` and so on. Accelerations are evaluated from the state and the current
+    input through the equation of motion (specs/compositional-inference.md 3.1, [REPO] measurement).
+
+    Args:
+        mass, stiffness, damping: one value per DOF (a scalar is broadcast).
+        cubic_stiffness: Duffing coefficients kappa_i of each connection, or None for linear springs.
+        vdp_damping: Van der Pol coefficients mu_i of each connection, or None.
+        forced_dofs: 1-based DOFs where an external force acts (default: every DOF).
+        outputs: measured quantities, e.g. ``("a1", "a4")`` (default: every acceleration).
+    """
+
+    params: Params
+    forced_dofs: tuple[int, ...] = eqx.field(static=True)
+    outputs: tuple[str, ...] = eqx.field(static=True)
+    n_dof: int = eqx.field(static=True)
+
+    def __init__(
+        self,
+        mass: Sequence[float] | float,
+        stiffness: Sequence[float] | float,
+        damping: Sequence[float] | float,
+        *,
+        cubic_stiffness: Sequence[float] | float | None = None,
+        vdp_damping: Sequence[float] | float | None = None,
+        forced_dofs: Sequence[int] | None = None,
+        outputs: Sequence[str] | None = None,
+        n_dof: int | None = None,
+    ):
+        if n_dof is None:
+            n_dof = next((len(v) for v in (mass, stiffness, damping) if np.ndim(v) == 1), None)  # type: ignore[arg-type]
+        if n_dof is None or n_dof < 1:
+            raise ValueError("Chain: give n_dof or at least one of mass/stiffness/damping as a list.")
+        self.n_dof = int(n_dof)
+        params: Params = {
+            "m": _vector("mass", mass, n_dof),
+            "k": _vector("stiffness", stiffness, n_dof),
+            "c": _vector("damping", damping, n_dof),
+        }
+        if cubic_stiffness is not None:
+            params["kappa"] = _vector("cubic_stiffness", cubic_stiffness, n_dof)
+        if vdp_damping is not None:
+            params["mu"] = _vector("vdp_damping", vdp_damping, n_dof)
+        if np.any(np.asarray(params["m"]) <= 0):
+            raise ValueError(f"Chain mass: expected positive values; received {params['m'].tolist()}.")
+        self.params = params
+        dofs = tuple(range(1, n_dof + 1)) if forced_dofs is None else tuple(int(d) for d in forced_dofs)
+        for d in dofs:
+            if not 1 <= d <= n_dof:
+                raise ValueError(f"Chain forced_dofs: expected DOFs in 1..{n_dof}; received {d}.")
+        self.forced_dofs = dofs
+        outs = tuple(f"a{i}" for i in range(1, n_dof + 1)) if outputs is None else tuple(outputs)
+        for name in outs:
+            match = _OUTPUT.match(name)
+            if not match or not 1 <= int(match["dof"]) <= n_dof:
+                raise ValueError(
+                    f"Chain outputs: expected names like 'a1', 'v2', 'x3' with DOF in 1..{n_dof}; "
+                    f"received {name!r}."
+                )
+        self.outputs = outs
+
+    @property
+    def state_names(self) -> tuple[str, ...]:
+        n = self.n_dof
+        return tuple(f"x{i}" for i in range(1, n + 1)) + tuple(f"v{i}" for i in range(1, n + 1))
+
+    @property
+    def input_names(self) -> tuple[str, ...]:
+        return tuple(f"f{d}" for d in self.forced_dofs)
+
+    @property
+    def output_names(self) -> tuple[str, ...]:
+        return self.outputs
+
+    def external_force(self, u: Input) -> Array:
+        """Force on every DOF from the input vector (zero at unforced DOFs)."""
+        idx = jnp.asarray([d - 1 for d in self.forced_dofs], dtype=int)
+        return jnp.zeros(self.n_dof, dtype=jnp.result_type(u, float)).at[idx].set(u)
+
+    def connection_forces(self, x: State, params: Params) -> Array:
+        """Force F_i carried by each connection (positive in tension), eq. (S20) / PINN Eq. 1."""
+        n = self.n_dof
+        q, v = x[:n], x[n:]
+        r = q - jnp.concatenate([jnp.zeros(1, q.dtype), q[:-1]])
+        dr = v - jnp.concatenate([jnp.zeros(1, v.dtype), v[:-1]])
+        force = params["k"] * r + params["c"] * dr
+        if "kappa" in params:
+            force = force + params["kappa"] * r**3
+        if "mu" in params:
+            force = force + params["mu"] * (r**2 - 1.0) * dr
+        return force
+
+    def acceleration(self, x: State, u: Input, params: Params) -> Array:
+        """Accelerations of all masses: M^{-1} (f - F_i + F_{i+1})."""
+        f_conn = self.connection_forces(x, params)
+        net = -f_conn + jnp.concatenate([f_conn[1:], jnp.zeros(1, f_conn.dtype)])
+        return (self.external_force(u) + net) / params["m"]
+
+    def vector_field(self, t: Any, x: State, u: Input, params: Params) -> State:
+        return jnp.concatenate([x[self.n_dof :], self.acceleration(x, u, params)])
+
+    def output(self, t: Any, x: State, u: Input, params: Params) -> Output:
+        n = self.n_dof
+        acc = self.acceleration(x, u, params)
+        parts = []
+        for name in self.outputs:
+            dof = int(name[1:]) - 1
+            parts.append({"x": x[dof], "v": x[n + dof], "a": acc[dof]}[name[0]])
+        return jnp.stack(parts)
+
+    def stiffness_matrix(self, params: Params) -> Array:
+        """Tridiagonal K of (S21) from per-connection stiffnesses."""
+        return _tridiagonal(params["k"])
+
+    def damping_matrix(self, params: Params) -> Array:
+        """Tridiagonal C of (S21) from per-connection damping coefficients."""
+        return _tridiagonal(params["c"])
+
+    def linear_matrices(self, params: Params) -> tuple[Array, Array, Array, Array] | None:
+        if "kappa" in params or "mu" in params:
+            return None
+        n = self.n_dof
+        m_inv = jnp.diag(1.0 / params["m"])
+        stiff, damp = self.stiffness_matrix(params), self.damping_matrix(params)
+        a_mat = jnp.block([[jnp.zeros((n, n)), jnp.eye(n)], [-m_inv @ stiff, -m_inv @ damp]])
+        force_sel = jnp.zeros((n, len(self.forced_dofs))).at[
+            jnp.asarray([d - 1 for d in self.forced_dofs]), jnp.arange(len(self.forced_dofs))
+        ].set(1.0)
+        b_mat = jnp.concatenate([jnp.zeros((n, len(self.forced_dofs))), m_inv @ force_sel])
+        c_rows, d_rows = [], []
+        for name in self.outputs:
+            dof = int(name[1:]) - 1
+            if name[0] == "a":
+                c_rows.append(a_mat[n + dof])
+                d_rows.append(b_mat[n + dof])
+            else:
+                c_rows.append(jnp.zeros(2 * n).at[dof + (n if name[0] == "v" else 0)].set(1.0))
+                d_rows.append(jnp.zeros(len(self.forced_dofs)))
+        return a_mat, b_mat, jnp.stack(c_rows), jnp.stack(d_rows)
+
+
+def _tridiagonal(per_connection: Array) -> Array:
+    """K_ii = k_i + k_{i+1}, K_nn = k_n, K_{i,i+1} = K_{i+1,i} = -k_{i+1} (specs/pinn.md 1.2)."""
+    k_next = jnp.concatenate([per_connection[1:], jnp.zeros(1, per_connection.dtype)])
+    diag = per_connection + k_next
+    off = -per_connection[1:]
+    return jnp.diag(diag) + jnp.diag(off, 1) + jnp.diag(off, -1)
