@@ -1,0 +1,14 @@
+"""Test configuration: float64 everywhere, headless matplotlib, hypothesis profile for CI."""
+
+import os
+
+os.environ.setdefault("MPLBACKEND", "Agg")
+
+import jax  # noqa: E402
+
+jax.config.update("jax_enable_x64", True)
+
+from hypothesis import settings  # noqa: E402
+
+settings.register_profile("twinfer", deadline=None, max_examples=25, derandomize=True)
+settings.load_profile("twinfer")

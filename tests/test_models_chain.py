@@ -1,0 +1,68 @@
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from twinfer.models import Chain, get_param, set_params
+
+
+def chain4() -> Chain:
+    return Chain([500.0] * 4, [5e4] * 4, [300.0] * 4)
+
+
+def test_chain4_matrices_match_s21():
+    """K and C of the 4-DOF chain have the pattern of eq. (S21)."""
+    c = Chain([500.0] * 4, [1.0, 2.0, 3.0, 4.0], [300.0] * 4)
+    expected = np.array([[3, -2, 0, 0], [-2, 5, -3, 0], [0, -3, 7, -4], [0, 0, -4, 4]], float)
+    np.testing.assert_allclose(c.stiffness_matrix(c.params), expected)
+
+
+def test_linear_matrices_agree_with_vector_field_and_output():
+    """The (A, B, C, D) form reproduces vector_field and output for a linear chain."""
+    c = Chain([500.0] * 4, [5e4] * 4, [300.0] * 4, forced_dofs=[1, 3], outputs=["a1", "x2", "v4"])
+    a, b, cm, d = c.linear_matrices(c.params)
+    x = jnp.linspace(-0.1, 0.2, 8)
+    u = jnp.array([3.0, -1.0])
+    np.testing.assert_allclose(a @ x + b @ u, c.vector_field(0.0, x, u, c.params), rtol=1e-12, atol=1e-9)
+    np.testing.assert_allclose(cm @ x + d @ u, c.output(0.0, x, u, c.params), rtol=1e-12, atol=1e-9)
+
+
+def test_duffing_and_vdp_forces():
+    """Connection forces include kappa r^3 and mu (r^2 - 1) r' (specs/pinn.md 1.1)."""
+    c = Chain(10.0, 15.0, 1.0, cubic_stiffness=100.0, vdp_damping=0.75, n_dof=2)
+    assert c.linear_matrices(c.params) is None and not c.is_linear
+    x = jnp.array([0.1, 0.3, 0.2, -0.1])
+    r = np.array([0.1, 0.2])
+    dr = np.array([0.2, -0.3])
+    f = 15 * r + 1 * dr + 100 * r**3 + 0.75 * (r**2 - 1) * dr
+    np.testing.assert_allclose(c.connection_forces(x, c.params), f, rtol=1e-12)
+    acc = np.array([-f[0] + f[1], -f[1]]) / 10.0
+    np.testing.assert_allclose(c.acceleration(x, jnp.zeros(2), c.params), acc, rtol=1e-12)
+
+
+def test_param_names_and_access():
+    c = chain4()
+    assert c.param_names[:5] == ("m1", "m2", "m3", "m4", "k1")
+    p = set_params(c.params, {"k4": 3e4})
+    assert float(get_param(p, "k4")) == 3e4 and float(get_param(c.params, "k4")) == 5e4
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"outputs": ["a5"]}, "outputs: expected names like 'a1'.*received 'a5'"),
+        ({"outputs": ["q1"]}, "received 'q1'"),
+        ({"forced_dofs": [0]}, "forced_dofs: expected DOFs in 1..4; received 0"),
+    ],
+)
+def test_chain_rejects_bad_configuration(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        Chain([500.0] * 4, [5e4] * 4, [300.0] * 4, **kwargs)
+
+
+def test_chain_rejects_bad_values():
+    with pytest.raises(ValueError, match="stiffness: expected 4 values"):
+        Chain([500.0] * 4, [5e4] * 3, [300.0] * 4)
+    with pytest.raises(ValueError, match="mass: expected positive"):
+        Chain([500.0, -1.0, 500.0, 500.0], 5e4, 300.0)
+    with pytest.raises(KeyError, match="Unknown parameter 'k9'"):
+        get_param(chain4().params, "k9")
