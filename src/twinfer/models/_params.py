@@ -47,6 +47,7 @@ def locate(params: Mapping[str, Any], name: str) -> tuple[str, int | None]:
 
     Raises:
         KeyError: naming the parameter and the allowed names.
+
     """
     sizes = _group_sizes(params)
     if name in sizes and sizes[name] is None:
@@ -57,9 +58,7 @@ def locate(params: Mapping[str, Any], name: str) -> tuple[str, int | None]:
         index = int(match["index"]) - 1
         if size is not None and 0 <= index < size:
             return match["group"], index
-    raise KeyError(
-        f"Unknown parameter {name!r}; expected one of {', '.join(param_names(params))}."
-    )
+    raise KeyError(f"Unknown parameter {name!r}; expected one of {', '.join(param_names(params))}.")
 
 
 def get_param(params: Mapping[str, Any], name: str) -> Any:

@@ -13,6 +13,7 @@ compositional-inference paper (specs/compositional-inference.md 3.1).
 References:
     Ghorbani & Hackl, "Subsystem structure as an inferential resource", SI eq. (S20-S21).
     Haywood-Alexander et al., PINNs for MDOF oscillators, Eq. 1-7 and App. A.
+
 """
 
 from __future__ import annotations
@@ -55,6 +56,7 @@ class Chain(AbstractModel):
         vdp_damping: Van der Pol coefficients mu_i of each connection, or None.
         forced_dofs: 1-based DOFs where an external force acts (default: every DOF).
         outputs: measured quantities, e.g. ``("a1", "a4")`` (default: every acceleration).
+
     """
 
     params: Params
@@ -170,9 +172,11 @@ class Chain(AbstractModel):
         m_inv = jnp.diag(1.0 / params["m"])
         stiff, damp = self.stiffness_matrix(params), self.damping_matrix(params)
         a_mat = jnp.block([[jnp.zeros((n, n)), jnp.eye(n)], [-m_inv @ stiff, -m_inv @ damp]])
-        force_sel = jnp.zeros((n, len(self.forced_dofs))).at[
-            jnp.asarray([d - 1 for d in self.forced_dofs]), jnp.arange(len(self.forced_dofs))
-        ].set(1.0)
+        force_sel = (
+            jnp.zeros((n, len(self.forced_dofs)))
+            .at[jnp.asarray([d - 1 for d in self.forced_dofs]), jnp.arange(len(self.forced_dofs))]
+            .set(1.0)
+        )
         b_mat = jnp.concatenate([jnp.zeros((n, len(self.forced_dofs))), m_inv @ force_sel])
         c_rows, d_rows = [], []
         for name in self.outputs:

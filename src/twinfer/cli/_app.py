@@ -1,0 +1,191 @@
+"""The ``twinfer`` command: list, run, report, bench. The only place in twinfer that prints."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+app = typer.Typer(
+    name="twinfer",
+    help="Uncertainty-aware inverse inference on engineered dynamical systems.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+console = Console(stderr=True)
+out = Console()
+
+
+def _fail(message: str, code: int = 2) -> None:
+    console.print(f"[bold red]error:[/] {message}", highlight=False)
+    raise typer.Exit(code)
+
+
+class _Bar:
+    """Turns ``progress(stage, completed, total)`` callbacks into rich progress bars."""
+
+    def __init__(self, progress: Progress):
+        self.progress = progress
+        self.tasks: dict[str, object] = {}
+
+    def __call__(self, stage: str, completed: float, total: float) -> None:
+        if stage not in self.tasks:
+            self.tasks[stage] = self.progress.add_task(stage, total=total)
+        self.progress.update(self.tasks[stage], completed=completed, total=total)  # type: ignore[arg-type]
+
+
+def _progress() -> Progress:
+    return Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        TextColumn("{task.percentage:>3.0f}%"),
+        TimeElapsedColumn(),
+        console=console,
+        transient=False,
+        disable=not console.is_terminal,
+    )
+
+
+@app.command("list")
+def list_cases() -> None:
+    """List the runnable case studies."""
+    from twinfer.experiments import REGISTRY
+
+    table = Table(title="twinfer cases", show_lines=False)
+    table.add_column("case", style="bold")
+    table.add_column("description")
+    for name in sorted(REGISTRY):
+        table.add_row(name, REGISTRY[name].description)
+    out.print(table)
+
+
+@app.command()
+def run(
+    case: Annotated[str, typer.Argument(help="Case name (see `twinfer list`).")],
+    config: Annotated[Path | None, typer.Option("--config", help="TOML file of settings.")] = None,
+    set_: Annotated[
+        list[str] | None,
+        typer.Option("--set", help="Override one setting: key=value (repeatable)."),
+    ] = None,
+    seed: Annotated[int | None, typer.Option(help="Seed of every random draw.")] = None,
+    out_dir: Annotated[Path, typer.Option("--out", help="Parent folder of run folders.")] = Path("runs"),
+    quick: Annotated[bool, typer.Option("--quick", help="Small sizes for a smoke run.")] = False,
+) -> None:
+    """Run a case study and write its run folder (config, metrics, arrays, figures, report)."""
+    from twinfer.experiments import ConfigError, get_case, parse_set, resolve_config
+    from twinfer.report import new_run_dir, write_run
+
+    try:
+        the_case = get_case(case)
+        cfg = resolve_config(the_case, config, parse_set(set_ or []), seed, quick)
+    except (KeyError, ConfigError) as exc:
+        _fail(str(exc.args[0]) if isinstance(exc, KeyError) else str(exc))
+        return
+    start = time.perf_counter()
+    with _progress() as progress:
+        artifacts = the_case.run(cfg, _Bar(progress))
+    figs = the_case.figures(artifacts.arrays, cfg)
+    run_dir = new_run_dir(out_dir, the_case.name)
+    write_run(
+        run_dir,
+        the_case.name,
+        the_case.description,
+        cfg.model_dump(),
+        artifacts,
+        figs,
+        the_case.paper,
+    )
+    _print_metrics(the_case.name, dict(artifacts.metrics), the_case.paper)
+    out.print(f"run folder: [bold]{run_dir}[/] ({time.perf_counter() - start:.1f} s)")
+
+
+def _print_metrics(case: str, metrics: dict[str, float], paper: dict | object) -> None:
+    table = Table(title=f"{case}: metrics")
+    table.add_column("metric")
+    table.add_column("twinfer", justify="right")
+    table.add_column("paper", justify="right")
+    for name in sorted(metrics):
+        ref = paper.get(name) if isinstance(paper, dict) else None  # type: ignore[union-attr]
+        table.add_row(name, f"{metrics[name]:.4g}", f"{ref.value:.4g}" if ref else "")
+    out.print(table)
+
+
+@app.command()
+def report(run_dir: Annotated[Path, typer.Argument(help="A run folder written by `twinfer run`.")]):
+    """Re-render report.md and the figures of an existing run folder from its saved arrays."""
+    import numpy as np
+
+    from twinfer.experiments import get_case
+    from twinfer.report import RunArtifacts, read_run, write_figure, write_text
+    from twinfer.report._files import to_toml
+    from twinfer.report._report import render_report
+
+    try:
+        case_name, config, metrics, meta = read_run(run_dir)
+        the_case = get_case(case_name)
+        cfg = the_case.config_type.model_validate(config)
+    except (FileNotFoundError, KeyError) as exc:
+        _fail(str(exc))
+        return
+    with np.load(run_dir / "arrays.npz") as npz:
+        arrays = {k: npz[k] for k in npz.files}
+    names = []
+    for name, fig in the_case.figures(arrays, cfg).items():
+        write_figure(run_dir / "figures" / f"{name}.png", fig)
+        names.append(f"{name}.png")
+    artifacts = RunArtifacts(metrics=metrics, arrays=arrays, notes=meta.get("notes", []))
+    text = render_report(
+        case_name,
+        the_case.description,
+        metrics,
+        the_case.paper,
+        to_toml(config),
+        artifacts.notes,
+        names,
+    )
+    write_text(run_dir / "report.md", text)
+    out.print(f"re-rendered {run_dir / 'report.md'} and {len(names)} figure(s)")
+
+
+@app.command()
+def bench(
+    name: Annotated[str, typer.Argument(help="Benchmark name (`twinfer bench --list`).")] = "",
+    output: Annotated[Path, typer.Option("--output", help="Where to write bench.json.")] = Path("bench.json"),
+    quick: Annotated[bool, typer.Option("--quick", help="Small sizes for a smoke run.")] = False,
+    list_: Annotated[bool, typer.Option("--list", help="List the benchmarks.")] = False,
+) -> None:
+    """Run a benchmark: compile and run timed apart, medians of repeats, written to bench.json."""
+    from twinfer.bench import REGISTRY, write_bench_json
+    from twinfer.bench import filters as _filters  # noqa: F401  (registers 'filters')
+
+    if list_ or not name:
+        for key in sorted(REGISTRY):
+            out.print(f"{key}: {REGISTRY[key][0]}")
+        return
+    if name not in REGISTRY:
+        _fail(f"Unknown benchmark {name!r}; expected one of: {', '.join(sorted(REGISTRY))}.")
+    _, fn = REGISTRY[name]
+    figures = fn(quick, lambda msg: console.print(f"[dim]{msg}[/]"))
+    write_bench_json(output, name, figures)
+    out.print(json.dumps(figures, indent=2, sort_keys=True))
+    out.print(f"wrote {output}")
+
+
+def main() -> None:
+    """Console-script entry point."""
+    import jax
+
+    jax.config.update("jax_enable_x64", True)
+    try:
+        app()
+    except KeyboardInterrupt:
+        console.print("interrupted")
+        sys.exit(130)

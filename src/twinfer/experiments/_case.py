@@ -1,0 +1,119 @@
+"""Case studies: a frozen validated config, a run function producing artefacts, and figures.
+
+A case is a thin module over library calls (STYLE.md, "monolithic experiment scripts"): it builds a model
+and data from its config, calls estimators, and returns metrics and arrays. Figures are made from the
+saved arrays alone, so ``twinfer report RUN_DIR`` can re-render them.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pydantic
+
+from twinfer.report import PaperValue, RunArtifacts
+
+Progress = Callable[[str, float, float], None]
+"""``progress(stage, completed, total)``: the CLI turns it into a progress bar."""
+
+
+def no_progress(stage: str, completed: float, total: float) -> None:
+    """A progress callback that does nothing."""
+
+
+class CaseConfig(pydantic.BaseModel):
+    """Base of every case configuration: frozen, unknown keys forbidden, values validated."""
+
+    model_config = pydantic.ConfigDict(frozen=True, extra="forbid", validate_default=True)
+
+    seed: int = pydantic.Field(0, ge=0, description="Seed of every random draw in the run.")
+
+
+class ConfigError(ValueError):
+    """A configuration that does not validate; the message names each offending key."""
+
+
+@dataclass(frozen=True)
+class Case:
+    """One runnable case study."""
+
+    name: str
+    description: str
+    config_type: type[CaseConfig]
+    run: Callable[[Any, Progress], RunArtifacts]
+    figures: Callable[[Mapping[str, Any], Any], dict[str, Any]]
+    quick: Mapping[str, Any] = field(default_factory=dict)
+    paper: Mapping[str, PaperValue] = field(default_factory=dict)
+
+
+REGISTRY: dict[str, Case] = {}
+
+
+def register(case: Case) -> Case:
+    """Add a case to :data:`REGISTRY` (names are unique)."""
+    if case.name in REGISTRY:
+        raise ValueError(f"Case {case.name!r} is registered twice.")
+    REGISTRY[case.name] = case
+    return case
+
+
+def get_case(name: str) -> Case:
+    """The registered case of that name, or a KeyError listing the known cases."""
+    if name not in REGISTRY:
+        raise KeyError(f"Unknown case {name!r}; expected one of: {', '.join(sorted(REGISTRY))}.")
+    return REGISTRY[name]
+
+
+def parse_set(items: Iterable[str]) -> dict[str, Any]:
+    """Parse ``key=value`` overrides; values are read as TOML literals, else kept as strings."""
+    out: dict[str, Any] = {}
+    for item in items:
+        key, sep, raw = item.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise ConfigError(f"--set {item!r}: expected key=value (for example horizon=2.0).")
+        try:
+            value = tomllib.loads(f"v = {raw.strip()}")["v"]
+        except tomllib.TOMLDecodeError:
+            value = raw.strip()
+        out[key] = value
+    return out
+
+
+def _format_errors(case: Case, error: pydantic.ValidationError) -> str:
+    allowed = ", ".join(case.config_type.model_fields)
+    lines = []
+    for item in error.errors():
+        key = ".".join(str(p) for p in item["loc"]) or "(config)"
+        if item["type"] == "extra_forbidden":
+            lines.append(f"unknown key {key!r}; allowed keys: {allowed}")
+        else:
+            lines.append(f"{key!r}: {item['msg']}; received {item.get('input')!r}")
+    return f"Invalid configuration for case {case.name!r}:\n  " + "\n  ".join(lines)
+
+
+def resolve_config(
+    case: Case,
+    config_file: Path | None = None,
+    sets: Mapping[str, Any] | None = None,
+    seed: int | None = None,
+    quick: bool = False,
+) -> CaseConfig:
+    """Defaults, then ``--quick`` sizes, then the TOML file, then ``--set`` values, then ``--seed``."""
+    values: dict[str, Any] = dict(case.quick) if quick else {}
+    if config_file is not None:
+        try:
+            values.update(tomllib.loads(Path(config_file).read_text()))
+        except (OSError, tomllib.TOMLDecodeError) as exc:
+            raise ConfigError(f"--config {config_file}: could not read a TOML table ({exc}).") from exc
+    values.update(sets or {})
+    if seed is not None:
+        values["seed"] = seed
+    try:
+        return case.config_type.model_validate(values)
+    except pydantic.ValidationError as exc:
+        raise ConfigError(_format_errors(case, exc)) from None

@@ -1,0 +1,19 @@
+"""Run folders, reports against the papers' values, and atomic artefact writing."""
+
+from twinfer.report._files import to_toml, write_figure, write_json, write_npz, write_text
+from twinfer.report._report import PaperValue, render_report
+from twinfer.report._run import RunArtifacts, new_run_dir, read_run, write_run
+
+__all__ = [
+    "PaperValue",
+    "RunArtifacts",
+    "new_run_dir",
+    "read_run",
+    "render_report",
+    "to_toml",
+    "write_figure",
+    "write_json",
+    "write_npz",
+    "write_run",
+    "write_text",
+]

@@ -1,0 +1,87 @@
+"""Atomic file writing for run folders: a crash never leaves a half-written artefact."""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+import os
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+
+def _atomic_bytes(path: Path, payload: bytes) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(payload)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def write_text(path: Path, text: str) -> Path:
+    """Write a text file atomically (temporary file in the same folder, then rename)."""
+    return _atomic_bytes(path, text.encode())
+
+
+def write_json(path: Path, payload: Any) -> Path:
+    """Write JSON atomically; NaN and infinity are refused (JSON has no such numbers)."""
+    return write_text(path, json.dumps(payload, indent=2, sort_keys=True, allow_nan=False) + "\n")
+
+
+def write_npz(path: Path, arrays: Mapping[str, Any]) -> Path:
+    """Write a compressed ``.npz`` atomically."""
+    buffer = io.BytesIO()
+    payload: dict[str, Any] = {k: np.asarray(v) for k, v in arrays.items()}
+    np.savez_compressed(buffer, allow_pickle=False, **payload)
+    return _atomic_bytes(path, buffer.getvalue())
+
+
+def write_figure(path: Path, figure: Any, dpi: int = 120) -> Path:
+    """Save a matplotlib figure as PNG atomically and close it."""
+    import matplotlib.pyplot as plt
+
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png", dpi=dpi, bbox_inches="tight")
+    plt.close(figure)
+    return _atomic_bytes(path, buffer.getvalue())
+
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
+        return repr(value)
+    if isinstance(value, str):
+        return json.dumps(value)
+    if isinstance(value, list | tuple):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    raise TypeError(f"config value {value!r}: expected bool, int, float, str or list; got {type(value)}")
+
+
+def to_toml(table: Mapping[str, Any]) -> str:
+    """Render a flat mapping (one level of sub-tables allowed) as TOML."""
+    lines = []
+    nested = {k: v for k, v in table.items() if isinstance(v, Mapping)}
+    for key, value in table.items():
+        if key not in nested and value is not None:
+            lines.append(f"{key} = {_toml_value(value)}")
+    for key, sub in nested.items():
+        lines.append(f"\n[{key}]")
+        lines.extend(f"{k} = {_toml_value(v)}" for k, v in sub.items() if v is not None)
+    return "\n".join(lines) + "\n"
