@@ -1,0 +1,124 @@
+"""Validation helpers for :class:`twinfer.data.Dataset`: every failure names field, expected, received."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import numpy as np
+
+
+def fail(field: str, expected: str, received: Any) -> ValueError:
+    """A ``ValueError`` in the house format: ``Dataset.<field>: expected ...; received ....``."""
+    return ValueError(f"Dataset.{field}: expected {expected}; received {received}.")
+
+
+def float64_array(value: Any, field: str, ndim: int) -> np.ndarray:
+    """A read-only float64 copy of ``value`` with ``ndim`` dimensions.
+
+    Integer arrays are converted (exactly, below 2**53). Float16/float32 arrays are refused rather
+    than widened: their lost digits cannot be recovered, and DESIGN.md forbids silently computing
+    from them as if they were float64. Booleans, complex numbers and objects are refused.
+    """
+    array = np.asarray(value)
+    kind = array.dtype.kind
+    if kind == "f" and array.dtype != np.float64:
+        raise fail(
+            field,
+            "a float64 array",
+            f"dtype {array.dtype}; convert with np.asarray(x, dtype=np.float64) if the loss of "
+            "precision is acceptable, or better, produce the data in float64",
+        )
+    if kind not in "fiu":
+        raise fail(field, "a real float64 array", f"dtype {array.dtype}")
+    if array.ndim != ndim:
+        hint = " (reshape a single channel with x.reshape(-1, 1))" if ndim == 2 and array.ndim == 1 else ""
+        raise fail(field, f"a {ndim}-D array{hint}", f"shape {array.shape}")
+    out = np.array(array, dtype=np.float64, copy=True)
+    out.flags.writeable = False
+    return out
+
+
+def check_finite(array: np.ndarray, field: str, where: np.ndarray | None = None) -> None:
+    """Raise naming the first non-finite entry of ``array`` (restricted to ``where`` if given)."""
+    bad = ~np.isfinite(array)
+    if where is not None:
+        bad &= where
+    if bad.any():
+        index = tuple(int(i) for i in np.argwhere(bad)[0])
+        if array.ndim == 2:
+            row, col = index
+            at = f"{field}[{row}, {col}] (row {row}, column {col})"
+        else:
+            at = f"{field}[{index[0]}]"
+        raise fail(
+            field,
+            "finite values" + (" where observed" if where is not None else ""),
+            f"{array[index]} at {at}",
+        )
+
+
+def check_rows(array: np.ndarray, field: str, n_steps: int) -> None:
+    """Raise unless ``array`` has one row per time step."""
+    if array.shape[0] != n_steps:
+        tail = ", ".join(["n"] + [str(s) for s in array.shape[2:]]) if array.ndim > 1 else ""
+        expected = f"shape ({n_steps}{', ' + tail if tail else ''}) to match times ({n_steps},)"
+        raise fail(field, expected, str(array.shape))
+
+
+def names(value: Iterable[str] | None, field: str, width: int, prefix: str) -> tuple[str, ...]:
+    """Validated channel names: ``width`` unique non-empty strings, default ``prefix1..``."""
+    if value is None:
+        return tuple(f"{prefix}{i + 1}" for i in range(width))
+    if isinstance(value, str):
+        raise fail(field, "a sequence of names, not one string", repr(value))
+    result = tuple(value)
+    if len(result) != width:
+        raise fail(field, f"{width} names (one per column)", f"{len(result)}: {result}")
+    for name in result:
+        if not isinstance(name, str) or not name:
+            raise fail(field, "non-empty strings", repr(name))
+    duplicates = sorted({n for n in result if result.count(n) > 1})
+    if duplicates:
+        raise fail(field, "unique names", f"duplicates {duplicates}")
+    return result
+
+
+def truth_params(value: Mapping[str, Any] | None) -> dict[str, float]:
+    """Validated ``{name: finite float}``."""
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise fail("truth_params", "a mapping from parameter name to float", type(value).__name__)
+    out: dict[str, float] = {}
+    for key, raw in value.items():
+        if not isinstance(key, str) or not key:
+            raise fail("truth_params", "non-empty string keys", repr(key))
+        if np.ndim(raw) != 0 or isinstance(raw, bool | str):
+            raise fail("truth_params", f"a scalar number for {key!r}", repr(raw))
+        number = float(raw)
+        if not math.isfinite(number):
+            raise fail("truth_params", f"a finite value for {key!r}", number)
+        out[key] = number
+    return out
+
+
+def metadata_json(value: Mapping[str, Any] | None) -> str:
+    """``value`` as canonical JSON text; raises if it is not a JSON-serialisable mapping."""
+    if value is None:
+        return "{}"
+    if not isinstance(value, Mapping):
+        raise fail("metadata", "a JSON-serialisable dict", type(value).__name__)
+    try:
+        text = json.dumps(dict(value), sort_keys=True, allow_nan=False)
+    except (TypeError, ValueError) as error:
+        raise fail("metadata", "a JSON-serialisable dict (str keys; no NaN/inf)", str(error)) from None
+    if json.loads(text) != dict(value):
+        raise fail(
+            "metadata",
+            "a dict that survives a JSON round trip (str keys, lists not tuples)",
+            repr(dict(value)),
+        )
+    return text

@@ -1,0 +1,299 @@
+"""The Dataset: times, inputs, observations with a missing-value mask, and optional truth."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any, final
+
+import numpy as np
+
+from twinfer.data import _checks as ck
+
+_DT_RTOL = 1e-9
+
+
+@final
+class Dataset:
+    """An immutable, validated record of one experiment, held as NumPy float64 arrays.
+
+    Observations carry a boolean ``mask`` (True = observed). Masked-out entries are stored as NaN,
+    so filters can consume ``observations`` directly with static shapes (STYLE.md, item 5); every
+    observed entry must be finite. Arrays are copied on construction and are read-only.
+
+    Float16/float32 ``times``, ``inputs``, ``observations`` or ``truth_states`` are refused, not
+    widened: the digits they lost cannot be recovered, and estimators run in float64 (DESIGN.md,
+    Conventions). Pass ``np.asarray(x, dtype=np.float64)`` if that loss is acceptable to you.
+    Integer arrays are converted exactly.
+
+    Args:
+        times: ``(T,)`` strictly increasing, finite sample times.
+        observations: ``(T, n_y)`` measured outputs. Entries where ``mask`` is False are ignored
+            (they may be NaN or anything else) and stored as NaN.
+        inputs: ``(T, n_u)`` finite exogenous inputs, or None for an autonomous system.
+        mask: ``(T, n_y)`` boolean, True where observed. Default: everything observed.
+        truth_states: ``(T, n_x)`` finite true states (simulated data), or None.
+        truth_params: ``{scalar parameter name: true value}`` (names as ``Model.param_names``).
+        input_names: ``n_u`` unique names; default ``("u1", "u2", ...)``.
+        output_names: ``n_y`` unique names; default ``("y1", "y2", ...)``.
+        state_names: ``n_x`` unique names; default ``("x1", ...)``. Only with ``truth_states``.
+        metadata: JSON-serialisable dict (source, units, seed, ...).
+
+    Raises:
+        ValueError: naming the field, what was expected and what was received.
+
+    """
+
+    __slots__ = (
+        "_times", "_inputs", "_observations", "_mask", "_truth_states", "_truth_params",
+        "_input_names", "_output_names", "_state_names", "_metadata",
+    )  # fmt: skip
+
+    def __init__(
+        self,
+        times: Any,
+        observations: Any,
+        *,
+        inputs: Any = None,
+        mask: Any = None,
+        truth_states: Any = None,
+        truth_params: Mapping[str, float] | None = None,
+        input_names: Iterable[str] | None = None,
+        output_names: Iterable[str] | None = None,
+        state_names: Iterable[str] | None = None,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> None:
+        t = ck.float64_array(times, "times", 1)
+        ck.check_finite(t, "times")
+        if t.size == 0:
+            raise ck.fail("times", "at least one time step", "an empty array")
+        steps = np.diff(t)
+        if (steps <= 0).any():
+            k = int(np.argmax(steps <= 0)) + 1
+            raise ck.fail(
+                "times",
+                "strictly increasing",
+                f"times[{k}]={float(t[k])!r} <= times[{k - 1}]={float(t[k - 1])!r}",
+            )
+        n = t.shape[0]
+
+        y = ck.float64_array(observations, "observations", 2)
+        ck.check_rows(y, "observations", n)
+        if mask is None:
+            m = np.ones(y.shape, dtype=bool)
+        else:
+            m = np.array(mask, copy=True)
+            if m.dtype != np.bool_:
+                raise ck.fail("mask", "a boolean array (True = observed)", f"dtype {m.dtype}")
+            if m.shape != y.shape:
+                raise ck.fail("mask", f"shape {y.shape} to match observations", str(m.shape))
+        ck.check_finite(y, "observations", where=m)
+        y = np.where(m, y, np.nan)
+        y.flags.writeable = False
+        m.flags.writeable = False
+
+        u = None
+        if inputs is not None:
+            u = ck.float64_array(inputs, "inputs", 2)
+            ck.check_rows(u, "inputs", n)
+            ck.check_finite(u, "inputs")
+
+        x = None
+        if truth_states is not None:
+            x = ck.float64_array(truth_states, "truth_states", 2)
+            ck.check_rows(x, "truth_states", n)
+            ck.check_finite(x, "truth_states")
+        elif state_names is not None and tuple(state_names):
+            raise ck.fail("state_names", "no names when truth_states is None", tuple(state_names))
+
+        put = object.__setattr__
+        put(self, "_times", t)
+        put(self, "_observations", y)
+        put(self, "_mask", m)
+        put(self, "_inputs", u)
+        put(self, "_truth_states", x)
+        put(self, "_truth_params", ck.truth_params(truth_params))
+        put(self, "_input_names", ck.names(input_names, "input_names", 0 if u is None else u.shape[1], "u"))
+        put(self, "_output_names", ck.names(output_names, "output_names", y.shape[1], "y"))
+        put(self, "_state_names", ck.names(state_names, "state_names", 0 if x is None else x.shape[1], "x"))
+        put(self, "_metadata", ck.metadata_json(metadata))
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError(f"Dataset is immutable; use a method that returns a new one (set {name!r}).")
+
+    def __reduce__(self) -> tuple[Any, tuple[dict[str, Any]]]:
+        return _from_dict, (self.to_dict(),)  # pickle / copy go through validation too
+
+    def __repr__(self) -> str:
+        observed = int(self._mask.sum())
+        return (
+            f"Dataset(n_steps={self.n_steps}, t=[{self._times[0]:g}, {self._times[-1]:g}], "
+            f"inputs={self._input_names}, outputs={self._output_names}, "
+            f"observed={observed}/{self._mask.size}, truth_states={self._truth_states is not None}, "
+            f"truth_params={sorted(self._truth_params)})"
+        )
+
+    # -- fields ----------------------------------------------------------------------------------
+    @property
+    def times(self) -> np.ndarray:
+        """``(T,)`` sample times, strictly increasing."""
+        return self._times
+
+    @property
+    def inputs(self) -> np.ndarray | None:
+        """``(T, n_u)`` inputs, or None."""
+        return self._inputs
+
+    @property
+    def observations(self) -> np.ndarray:
+        """``(T, n_y)`` observations, NaN where ``mask`` is False."""
+        return self._observations
+
+    @property
+    def mask(self) -> np.ndarray:
+        """``(T, n_y)`` boolean, True where observed."""
+        return self._mask
+
+    @property
+    def truth_states(self) -> np.ndarray | None:
+        """``(T, n_x)`` true states, or None."""
+        return self._truth_states
+
+    @property
+    def truth_params(self) -> dict[str, float]:
+        """``{parameter name: true value}`` (a copy)."""
+        return dict(self._truth_params)
+
+    @property
+    def input_names(self) -> tuple[str, ...]:
+        return self._input_names
+
+    @property
+    def output_names(self) -> tuple[str, ...]:
+        return self._output_names
+
+    @property
+    def state_names(self) -> tuple[str, ...]:
+        return self._state_names
+
+    @property
+    def metadata(self) -> dict[str, Any]:
+        """The metadata dict (a fresh copy on each access)."""
+        return json.loads(self._metadata)
+
+    # -- derived ---------------------------------------------------------------------------------
+    @property
+    def n_steps(self) -> int:
+        return int(self._times.shape[0])
+
+    @property
+    def dt(self) -> float:
+        """The uniform time step ``(t[-1] - t[0]) / (T - 1)``.
+
+        Raises:
+            ValueError: if there is only one time step, or if any time deviates from the uniform
+                grid ``t[0] + k dt`` by more than ``1e-9 dt`` (plus the rounding of the stored times).
+
+        """
+        t = self._times
+        if t.shape[0] < 2:
+            raise ck.fail("dt", "at least two time steps for a step size", f"{t.shape[0]} step")
+        dt = float((t[-1] - t[0]) / (t.shape[0] - 1))
+        grid = t[0] + dt * np.arange(t.shape[0])
+        deviation = np.abs(t - grid)
+        tol = _DT_RTOL * dt + 8 * np.finfo(np.float64).eps * np.abs(t).max()
+        if deviation.max() > tol:
+            k = int(np.argmax(deviation))
+            raise ck.fail(
+                "dt",
+                f"uniform steps (relative deviation <= {_DT_RTOL:g})",
+                f"times[{k}]={float(t[k])!r} vs uniform grid {float(grid[k])!r} (dt={dt!r}); "
+                "the sampling is non-uniform",
+            )
+        return dt
+
+    # -- new datasets ----------------------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        """The constructor arguments as a dict of copies, so ``Dataset(**ds.to_dict())`` equals ``ds``."""
+
+        def copy(a: np.ndarray | None) -> np.ndarray | None:
+            return None if a is None else a.copy()
+
+        return {
+            "times": copy(self._times),
+            "observations": copy(self._observations),
+            "inputs": copy(self._inputs),
+            "mask": copy(self._mask),
+            "truth_states": copy(self._truth_states),
+            "truth_params": self.truth_params,
+            "input_names": self._input_names,
+            "output_names": self._output_names,
+            "state_names": self._state_names,
+            "metadata": self.metadata,
+        }
+
+    def _replace(self, **changes: Any) -> Dataset:
+        return Dataset(**{**self.to_dict(), **changes})
+
+    def window(self, t_start: float | None = None, t_end: float | None = None) -> Dataset:
+        """The steps with ``t_start <= t <= t_end`` (both ends inclusive; None means unbounded)."""
+        lo = -np.inf if t_start is None else float(t_start)
+        hi = np.inf if t_end is None else float(t_end)
+        if lo > hi:
+            raise ck.fail("window", "t_start <= t_end", f"t_start={lo!r}, t_end={hi!r}")
+        keep = (self._times >= lo) & (self._times <= hi)
+        if not keep.any():
+            raise ck.fail(
+                "window",
+                f"at least one time in [{lo!r}, {hi!r}]",
+                f"none; the data span [{float(self._times[0])!r}, {float(self._times[-1])!r}]",
+            )
+
+        def cut(a: np.ndarray | None) -> np.ndarray | None:
+            return None if a is None else a[keep]
+
+        return self._replace(
+            times=cut(self._times),
+            observations=cut(self._observations),
+            inputs=cut(self._inputs),
+            mask=cut(self._mask),
+            truth_states=cut(self._truth_states),
+        )
+
+    def with_mask(self, mask: Any) -> Dataset:
+        """A copy with ``mask`` replacing the current one (not combined with it).
+
+        Entries already masked out hold NaN, so unmasking one raises (observed values must be finite).
+        """
+        return self._replace(mask=mask)
+
+    def select_outputs(self, names: Sequence[str]) -> Dataset:
+        """A copy keeping only the named outputs, in the order given."""
+        if isinstance(names, str):
+            names = [names]
+        unknown = [n for n in names if n not in self._output_names]
+        if unknown or not names:
+            raise ck.fail("output_names", f"one or more of {self._output_names}", list(names))
+        cols = [self._output_names.index(n) for n in names]
+        return self._replace(
+            observations=self._observations[:, cols], mask=self._mask[:, cols], output_names=tuple(names)
+        )
+
+    # -- files -----------------------------------------------------------------------------------
+    def save(self, path: str | Path) -> Path:
+        """Write to ``path`` as ``.npz`` atomically (temporary file, then ``os.replace``)."""
+        from twinfer.data._io import save_npz
+
+        return save_npz(self, path)
+
+    @staticmethod
+    def load(path: str | Path) -> Dataset:
+        """Read a Dataset written by :meth:`save`."""
+        from twinfer.data._io import load_npz
+
+        return load_npz(path)
+
+
+def _from_dict(fields: dict[str, Any]) -> Dataset:
+    return Dataset(**fields)

@@ -1,0 +1,168 @@
+"""Reading and writing Datasets: ``.npz`` files (atomic) and CSV tables."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import tempfile
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from twinfer.data._dataset import Dataset
+
+_FORMAT = "twinfer.Dataset/1"
+_MISSING = frozenset({"", "nan", "na", "n/a", "null", "none"})
+
+
+def save_npz(dataset: Dataset, path: str | Path) -> Path:
+    """Write ``dataset`` to ``path`` (exactly that name) as a compressed ``.npz``, atomically.
+
+    Arrays are stored as entries; names, truth parameters and metadata as one JSON string entry
+    ``header``, so the file loads with ``allow_pickle=False``. The file is written to a temporary
+    name in the same folder and renamed over ``path``, so a crash never leaves a half-written file.
+    """
+    path = Path(path)
+    header = {
+        "format": _FORMAT,
+        "input_names": list(dataset.input_names),
+        "output_names": list(dataset.output_names),
+        "state_names": list(dataset.state_names),
+        "truth_params": dataset.truth_params,
+        "metadata": dataset.metadata,
+    }
+    arrays: dict[str, Any] = {
+        "times": dataset.times,
+        "observations": dataset.observations,
+        "mask": dataset.mask,
+        "header": np.array(json.dumps(header, allow_nan=False)),
+    }
+    if dataset.inputs is not None:
+        arrays["inputs"] = dataset.inputs
+    if dataset.truth_states is not None:
+        arrays["truth_states"] = dataset.truth_states
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            np.savez_compressed(handle, allow_pickle=False, **arrays)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def load_npz(path: str | Path) -> Dataset:
+    """Read a Dataset written by :func:`save_npz` (re-validated on construction)."""
+    with np.load(Path(path), allow_pickle=False) as archive:
+        if "header" not in archive.files:
+            raise ValueError(
+                f"Dataset.load: expected a file written by Dataset.save (with a 'header' entry); "
+                f"received entries {sorted(archive.files)} in {path}."
+            )
+        header = json.loads(str(archive["header"][()]))
+        if header.get("format") != _FORMAT:
+            raise ValueError(
+                f"Dataset.load: expected format {_FORMAT!r}; received {header.get('format')!r} in {path}."
+            )
+        arrays = {k: archive[k] for k in archive.files if k != "header"}
+    return Dataset(
+        arrays["times"],
+        arrays["observations"],
+        mask=arrays["mask"],
+        inputs=arrays.get("inputs"),
+        truth_states=arrays.get("truth_states"),
+        truth_params=header["truth_params"],
+        input_names=header["input_names"],
+        output_names=header["output_names"],
+        state_names=header["state_names"] or None,
+        metadata=header["metadata"],
+    )
+
+
+def from_csv(
+    path: str | Path,
+    time: str,
+    inputs: Sequence[str] | None = None,
+    outputs: Sequence[str] = (),
+    *,
+    states: Sequence[str] | None = None,
+    delimiter: str = ",",
+    metadata: Mapping[str, Any] | None = None,
+) -> Dataset:
+    """A Dataset from a CSV table with a header row.
+
+    Args:
+        path: the CSV file.
+        time: name of the time column.
+        inputs: names of input columns (None or empty: no inputs).
+        outputs: names of observed output columns; empty cells (or ``nan``, ``NA``, ``null``)
+            become masked-out observations.
+        states: optional names of true-state columns (simulated data).
+        delimiter: the field separator.
+        metadata: extra metadata; ``source`` (the path) is added.
+
+    Returns:
+        A validated Dataset whose column names become the channel names.
+
+    Raises:
+        ValueError: for an unknown column, a cell that is not a number, or a missing cell in the
+            time, input or state columns (only outputs may be missing), naming the line and column.
+
+    """
+    path = Path(path)
+    inputs = list(inputs or [])
+    outputs = list(outputs)
+    states = list(states or [])
+    if not outputs:
+        raise ValueError("from_csv: expected at least one output column; received outputs=[].")
+    with path.open(newline="") as handle:
+        reader = csv.reader(handle, delimiter=delimiter)
+        header = [h.strip() for h in next(reader, [])]
+        rows = list(reader)
+    wanted = [time, *inputs, *outputs, *states]
+    unknown = [c for c in wanted if c not in header]
+    if unknown:
+        raise ValueError(f"from_csv: expected columns {unknown} in {path}; received header {header}.")
+    numbered = [(i + 2, r) for i, r in enumerate(rows) if any(cell.strip() for cell in r)]
+
+    def column(name: str, may_miss: bool) -> np.ndarray:
+        j = header.index(name)
+        values = np.empty(len(numbered))
+        for i, (line, row) in enumerate(numbered):
+            cell = row[j].strip() if j < len(row) else ""
+            if cell.lower() in _MISSING:
+                if not may_miss:
+                    raise ValueError(
+                        f"from_csv: expected a number in column {name!r}, line {line} of {path}; "
+                        f"received a missing cell {cell!r} (only output columns may have gaps)."
+                    )
+                values[i] = np.nan
+                continue
+            try:
+                values[i] = float(cell)
+            except ValueError:
+                raise ValueError(
+                    f"from_csv: expected a number in column {name!r}, line {line} of {path}; "
+                    f"received {cell!r}."
+                ) from None
+        return values
+
+    y = np.stack([column(c, True) for c in outputs], axis=1)
+    return Dataset(
+        column(time, False),
+        y,
+        mask=~np.isnan(y),  # an 'inf' cell stays observed, and is refused
+        inputs=np.stack([column(c, False) for c in inputs], axis=1) if inputs else None,
+        truth_states=np.stack([column(c, False) for c in states], axis=1) if states else None,
+        input_names=inputs,
+        output_names=outputs,
+        state_names=states or None,
+        metadata={"source": str(path), **(metadata or {})},
+    )

@@ -1,0 +1,382 @@
+"""Error and calibration metrics: RMSE, NRMSE, coverage, Gaussian NLL, fitness, CRPS.
+
+Every function accepts array-likes (NumPy or JAX arrays, lists), computes in float64 NumPy and
+returns a Python ``float`` (or a NumPy array for per-variable results). Inputs must have identical
+shapes (no broadcasting) and be finite; anything else raises ``ValueError`` naming the argument,
+what was expected and what was received, rather than returning NaN.
+
+References:
+    specs/compositional-inference.md, section 5 (RMSE, NRMSE, coverage, predictive NLL).
+    specs/pinn.md, section 6 (fitness, eq. 25 and the published RMSE/range version).
+
+"""
+
+from __future__ import annotations
+
+import math
+from statistics import NormalDist
+from typing import Any, Literal
+
+import numpy as np
+from scipy.special import ndtr
+
+_LOG_2PI = math.log(2.0 * math.pi)
+
+
+# -- validation ----------------------------------------------------------------------------------
+def _array(value: Any, name: str, fn: str) -> np.ndarray:
+    array = np.asarray(value, dtype=np.float64)
+    bad = ~np.isfinite(array)
+    if bad.any():
+        index = tuple(int(i) for i in np.argwhere(bad)[0]) if array.ndim else ()
+        raise ValueError(f"{fn}: expected finite {name}; received {array[index]} at index {index}.")
+    return array
+
+
+def _same_shape(fn: str, **arrays: np.ndarray) -> None:
+    (first, a), *rest = arrays.items()
+    for name, b in rest:
+        if a.shape != b.shape:
+            raise ValueError(
+                f"{fn}: expected {first} and {name} to have the same shape; "
+                f"received {first} {a.shape} and {name} {b.shape}."
+            )
+
+
+def _positive(std: np.ndarray, fn: str) -> None:
+    if (std <= 0).any():
+        index = tuple(int(i) for i in np.argwhere(std <= 0)[0])
+        raise ValueError(f"{fn}: expected std > 0; received {std[index]} at index {index}.")
+
+
+def _out(value: np.ndarray) -> float | np.ndarray:
+    return float(value) if np.ndim(value) == 0 else np.asarray(value)
+
+
+def _range(truth: np.ndarray, axis: int) -> np.ndarray:
+    spread = np.max(truth, axis=axis) - np.min(truth, axis=axis)
+    return np.where(spread == 0, 1.0, spread)  # [REPO] rule: a zero range becomes 1.0
+
+
+# -- point-error metrics -------------------------------------------------------------------------
+def rmse(estimate: Any, truth: Any, axis: int | tuple[int, ...] | None = None) -> float | np.ndarray:
+    """Root-mean-square error ``sqrt(mean((estimate - truth)**2))``.
+
+    Args:
+        estimate: estimated values, any shape.
+        truth: true values, the same shape.
+        axis: axes to average over; None (default) pools all variables and steps before the
+            square root (the "aggregated RMSE").
+
+    Returns:
+        A float when ``axis`` is None, else an array over the remaining axes.
+
+    References:
+        specs/compositional-inference.md, section 5 "RMSE".
+
+    """
+    e, t = _array(estimate, "estimate", "rmse"), _array(truth, "truth", "rmse")
+    _same_shape("rmse", estimate=e, truth=t)
+    return _out(np.sqrt(np.mean((e - t) ** 2, axis=axis)))
+
+
+def nrmse(estimate: Any, truth: Any, *, per_variable: bool = False) -> float | np.ndarray:
+    """Mean over variables of ``RMSE_j / (max_t truth_j - min_t truth_j)``.
+
+    Time is axis 0; every other index is a variable. A variable whose true signal is constant over
+    the window gets the denominator 1.0 (the [REPO] rule).
+
+    Args:
+        estimate: ``(T,)`` or ``(T, n)`` estimated trajectories.
+        truth: true trajectories, the same shape, over the same window.
+        per_variable: return the per-variable NRMSEs instead of their mean.
+
+    Returns:
+        The mean NRMSE (float), or an array of per-variable NRMSEs.
+
+    References:
+        specs/compositional-inference.md, section 5 "NRMSE" ("Mean NRMSE").
+
+    """
+    e, t = _array(estimate, "estimate", "nrmse"), _array(truth, "truth", "nrmse")
+    _same_shape("nrmse", estimate=e, truth=t)
+    if e.ndim == 0 or e.shape[0] == 0:
+        raise ValueError(f"nrmse: expected at least one time step on axis 0; received shape {e.shape}.")
+    values = np.sqrt(np.mean((e - t) ** 2, axis=0)) / _range(t, 0)
+    return _out(values) if per_variable else float(np.mean(values))
+
+
+def nrmse_constant(estimate_trajectory: Any, true_value: Any) -> float | np.ndarray:
+    """``RMSE(estimate_trajectory - true_value) / |true_value|`` for a constant parameter.
+
+    The RMSE runs over axis 0 (time) of the trajectory, so it includes the initial bias and the
+    transient of the reported window. A true value of 0 gets the denominator 1.0 (the [REPO] rule).
+
+    Args:
+        estimate_trajectory: ``(T,)`` estimates of one parameter, or ``(T, p)`` for ``p`` parameters.
+        true_value: a scalar, or ``(p,)`` true values.
+
+    Returns:
+        A float for one parameter, an array of ``p`` values otherwise.
+
+    References:
+        specs/compositional-inference.md, section 5 "NRMSE" and "Trajectory NRMSE for parameters".
+
+    """
+    fn = "nrmse_constant"
+    e, v = _array(estimate_trajectory, "estimate_trajectory", fn), _array(true_value, "true_value", fn)
+    if e.ndim == 0 or e.shape[1:] != v.shape:
+        raise ValueError(
+            f"{fn}: expected true_value of shape estimate_trajectory.shape[1:]; received "
+            f"estimate_trajectory {e.shape} and true_value {v.shape}."
+        )
+    denominator = np.where(v == 0, 1.0, np.abs(v))
+    return _out(np.sqrt(np.mean((e - v) ** 2, axis=0)) / denominator)
+
+
+def fitness(
+    estimate: Any, truth: Any, axis: int = 0, kind: Literal["range", "eq25"] = "range"
+) -> float | np.ndarray:
+    """Per-channel fitness in percent.
+
+    * ``kind="range"`` (the formula behind the published tables):
+      ``(1 - RMSE_j / (max_t x_j - min_t x_j)) * 100``.
+    * ``kind="eq25"`` (the printed eq. 25): ``(1 - ||x_j - x~_j|| / ||x_j - mean(x_j)||) * 100``.
+
+    Args:
+        estimate: predictions ``x~``.
+        truth: the clean true signal ``x``, the same shape.
+        axis: the time axis; every other index is a channel.
+        kind: ``"range"`` or ``"eq25"``.
+
+    Returns:
+        A float for a single channel, else an array of per-channel fitness values.
+
+    Raises:
+        ValueError: for an unknown ``kind`` or a constant true channel (fitness undefined).
+
+    References:
+        specs/pinn.md, section 6 (eq. 25 and the RMSE/range version used for Tab. 2 and Tab. 5).
+
+    """
+    if kind not in ("range", "eq25"):
+        raise ValueError(f"fitness: expected kind 'range' or 'eq25'; received {kind!r}.")
+    e, t = _array(estimate, "estimate", "fitness"), _array(truth, "truth", "fitness")
+    _same_shape("fitness", estimate=e, truth=t)
+    if kind == "range":
+        error = np.sqrt(np.mean((e - t) ** 2, axis=axis))
+        scale = np.max(t, axis=axis) - np.min(t, axis=axis)
+    else:
+        error = np.sqrt(np.sum((e - t) ** 2, axis=axis))
+        scale = np.sqrt(np.sum((t - np.mean(t, axis=axis, keepdims=True)) ** 2, axis=axis))
+    if (scale == 0).any():
+        where = tuple(int(i) for i in np.argwhere(np.atleast_1d(scale == 0))[0])
+        raise ValueError(
+            f"fitness: expected a non-constant true signal in every channel; received a constant "
+            f"channel at index {where} (exclude it, e.g. an unforced DOF's zero force)."
+        )
+    return _out((1.0 - error / scale) * 100.0)
+
+
+# -- calibration metrics -------------------------------------------------------------------------
+def coverage(mean: Any, std: Any, truth: Any, level: float | None = None, *, z: float | None = None) -> float:
+    """Fraction of entries with ``|mean - truth| <= z * std``.
+
+    ``z = Phi^{-1}((1 + level) / 2)``: 1.959964 for ``level=0.95`` (the default). Pass ``z``
+    directly instead of ``level`` for a fixed multiplier; the papers' "68 %" band is ``z=1.0``.
+
+    Args:
+        mean: posterior means, any shape.
+        std: posterior marginal standard deviations (> 0), the same shape.
+        truth: true values, the same shape.
+        level: nominal coverage in (0, 1); default 0.95.
+        z: the band half-width in standard deviations (> 0); excludes ``level``.
+
+    Returns:
+        The empirical coverage, pooled over all entries.
+
+    References:
+        specs/compositional-inference.md, section 5 "Empirical coverage".
+
+    """
+    fn = "coverage"
+    if level is not None and z is not None:
+        raise ValueError(f"{fn}: expected level or z, not both; received level={level}, z={z}.")
+    if z is None:
+        level = 0.95 if level is None else float(level)
+        if not 0.0 < level < 1.0:
+            raise ValueError(f"{fn}: expected level in (0, 1); received {level}.")
+        z = NormalDist().inv_cdf((1.0 + level) / 2.0)
+    elif not (math.isfinite(z) and z > 0):
+        raise ValueError(f"{fn}: expected z > 0; received {z}.")
+    m, s, t = _array(mean, "mean", fn), _array(std, "std", fn), _array(truth, "truth", fn)
+    _same_shape(fn, mean=m, std=s, truth=t)
+    _positive(s, fn)
+    return float(np.mean(np.abs(m - t) <= z * s))
+
+
+def gaussian_nll_diag(mean: Any, std: Any, truth: Any) -> float:
+    """Time-averaged Gaussian NLL with diagonal covariance ``diag(std**2)``.
+
+    ``NLL_k = 0.5 * sum_i [((x_i - mu_i) / std_i)**2 + 2 log std_i + log 2 pi]``, the last axis
+    being the state dimension ``d``, averaged over all leading axes (time).
+
+    Args:
+        mean: ``(..., d)`` predictive means.
+        std: ``(..., d)`` predictive standard deviations (> 0).
+        truth: ``(..., d)`` true states.
+
+    Returns:
+        The average NLL per step.
+
+    References:
+        specs/compositional-inference.md, section 5 "Predictive NLL (time-averaged)".
+
+    """
+    fn = "gaussian_nll_diag"
+    m, s, t = _array(mean, "mean", fn), _array(std, "std", fn), _array(truth, "truth", fn)
+    _same_shape(fn, mean=m, std=s, truth=t)
+    _positive(s, fn)
+    per_entry = ((t - m) / s) ** 2 + 2.0 * np.log(s) + _LOG_2PI
+    return float(np.mean(0.5 * np.sum(np.atleast_1d(per_entry), axis=-1)))
+
+
+def _cholesky(cov: np.ndarray, k: int, jitter: bool) -> np.ndarray:
+    """Cholesky factor of one covariance; with ``jitter``, add 1e-12 I, 1e-11 I, ... (12 tries)."""
+    eye = np.eye(cov.shape[-1])
+    tries = [0.0] + ([1e-12 * 10.0**i for i in range(12)] if jitter else [])
+    for amount in tries:
+        try:
+            return np.linalg.cholesky(cov + amount * eye)
+        except np.linalg.LinAlgError:
+            continue
+    how = "even with jitter up to 1e-1" if jitter else "(pass jitter=True for the jittered fallback)"
+    raise ValueError(
+        f"gaussian_nll: expected positive-definite covariances; received a non-PD covariance at "
+        f"time index {k} {how}; eigenvalues {np.linalg.eigvalsh(cov)}."
+    )
+
+
+def gaussian_nll(
+    mean: Any, cov_or_chol: Any, truth: Any, *, chol: bool = False, jitter: bool = False
+) -> float:
+    """Time-averaged Gaussian NLL ``mean_k NLL_k`` of the truth under ``N(mu_k, Sigma_k)``.
+
+    ``NLL_k = 0.5 [(x - mu)^T Sigma^{-1} (x - mu) + log det Sigma + d log 2 pi]``.
+
+    Args:
+        mean: ``(T, d)`` means (or ``(d,)`` for one step).
+        cov_or_chol: ``(T, d, d)`` covariances, or their lower Cholesky factors if ``chol``.
+        truth: ``(T, d)`` true states.
+        chol: ``cov_or_chol`` holds lower-triangular factors with positive diagonals.
+        jitter: if a covariance is not positive definite, retry its Cholesky factorisation with
+            ``1e-12 I``, multiplying by 10 up to 12 tries (the [REPO] rule). A covariance that
+            factorises as given is never jittered.
+
+    Returns:
+        The average NLL per step.
+
+    Raises:
+        ValueError: for mismatched shapes, an asymmetric covariance, or a covariance that is not
+            positive definite (naming the time index).
+
+    References:
+        specs/compositional-inference.md, section 5 "Predictive NLL (time-averaged)".
+
+    """
+    fn = "gaussian_nll"
+    m, c, t = _array(mean, "mean", fn), _array(cov_or_chol, "cov_or_chol", fn), _array(truth, "truth", fn)
+    _same_shape(fn, mean=m, truth=t)
+    if m.ndim == 0 or c.shape != (*m.shape, m.shape[-1]):
+        raise ValueError(
+            f"{fn}: expected cov_or_chol of shape mean.shape + (d,) with mean (T, d) or (d,); "
+            f"received mean {m.shape} and cov_or_chol {c.shape}."
+        )
+    d = m.shape[-1]
+    r, c = (t - m).reshape(-1, d), c.reshape(-1, d, d)
+    if chol:
+        diag = np.diagonal(c, axis1=-2, axis2=-1)
+        if (np.triu(c, 1) != 0).any() or (diag <= 0).any():
+            k = int(np.argmax((np.triu(c, 1) != 0).any(axis=(1, 2)) | (diag <= 0).any(axis=1)))
+            raise ValueError(
+                f"{fn}: expected lower-triangular Cholesky factors with positive diagonals "
+                f"(chol=True); received {c[k].tolist()} at time index {k}."
+            )
+        factors = c
+    else:
+        asym = np.abs(c - np.swapaxes(c, -1, -2)).max(axis=(1, 2))
+        scale = np.abs(c).max(axis=(1, 2))
+        if (asym > 1e-8 * scale).any():
+            k = int(np.argmax(asym > 1e-8 * scale))
+            raise ValueError(
+                f"{fn}: expected symmetric covariances; received max |S - S^T| = {asym[k]:.3g} "
+                f"at time index {k} (did you pass a Cholesky factor? use chol=True)."
+            )
+        c = 0.5 * (c + np.swapaxes(c, -1, -2))
+        try:
+            factors = np.linalg.cholesky(c)
+        except np.linalg.LinAlgError:
+            factors = np.stack([_cholesky(c[k], k, jitter) for k in range(c.shape[0])])
+    whitened = np.linalg.solve(factors, r[..., None])[..., 0]
+    log_det = 2.0 * np.sum(np.log(np.diagonal(factors, axis1=-2, axis2=-1)), axis=-1)
+    return float(np.mean(0.5 * (np.sum(whitened**2, axis=-1) + log_det + d * _LOG_2PI)))
+
+
+def crps_gaussian(mean: Any, std: Any, truth: Any) -> float:
+    """Mean closed-form CRPS of ``N(mean, std**2)`` at ``truth``.
+
+    ``CRPS = std * [w (2 Phi(w) - 1) + 2 phi(w) - 1/sqrt(pi)]`` with ``w = (truth - mean) / std``
+    (Gneiting and Raftery 2007, eq. 21), averaged over all entries. Lower is better; same units
+    as the data.
+
+    Args:
+        mean: predictive means, any shape.
+        std: predictive standard deviations (> 0), the same shape.
+        truth: observed values, the same shape.
+
+    Returns:
+        The mean CRPS.
+
+    References:
+        T. Gneiting and A. E. Raftery, "Strictly proper scoring rules, prediction, and
+        estimation", JASA 102 (2007), eq. 21.
+
+    """
+    fn = "crps_gaussian"
+    m, s, t = _array(mean, "mean", fn), _array(std, "std", fn), _array(truth, "truth", fn)
+    _same_shape(fn, mean=m, std=s, truth=t)
+    _positive(s, fn)
+    w = (t - m) / s
+    pdf = np.exp(-0.5 * w**2) / math.sqrt(2.0 * math.pi)
+    return float(np.mean(s * (w * (2.0 * ndtr(w) - 1.0) + 2.0 * pdf - 1.0 / math.sqrt(math.pi))))
+
+
+def crps_samples(samples: Any, truth: Any) -> float:
+    """Mean CRPS of the empirical distribution of ``samples`` at ``truth``.
+
+    Energy form ``CRPS = E|X - y| - 0.5 E|X - X'|`` with both expectations over the ``n`` samples
+    (``1/n^2`` normalisation, i.e. the exact CRPS of the empirical CDF). ``E|X - X'|`` uses the
+    sorted-sample identity ``(2 / n^2) sum_i (2 i - n - 1) x_(i)``, ``O(n log n)``.
+
+    Args:
+        samples: ``(n, ...)`` samples on axis 0.
+        truth: ``(...)`` observed values (``samples.shape[1:]``).
+
+    Returns:
+        The CRPS averaged over all entries of ``truth``.
+
+    References:
+        T. Gneiting and A. E. Raftery, JASA 102 (2007), eq. 20.
+
+    """
+    fn = "crps_samples"
+    x, y = _array(samples, "samples", fn), _array(truth, "truth", fn)
+    if x.ndim == 0 or x.shape[0] == 0 or x.shape[1:] != y.shape:
+        raise ValueError(
+            f"{fn}: expected samples of shape (n,) + truth.shape with n >= 1; received samples "
+            f"{x.shape} and truth {y.shape}."
+        )
+    n = x.shape[0]
+    spread_weights = (2.0 * np.arange(1, n + 1) - n - 1).reshape((n,) + (1,) * y.ndim)
+    mean_pair_diff = 2.0 / n**2 * np.sum(spread_weights * np.sort(x, axis=0), axis=0)
+    return float(np.mean(np.mean(np.abs(x - y), axis=0) - 0.5 * mean_pair_diff))
