@@ -8,8 +8,8 @@ import jax
 
 jax.config.update("jax_enable_x64", True)
 
-from twinfer import models  # noqa: E402
+from twinfer import data, metrics, models, sim  # noqa: E402
 
 __version__ = "0.1.0"
 
-__all__ = ["models", "__version__"]
+__all__ = ["data", "metrics", "models", "sim", "__version__"]

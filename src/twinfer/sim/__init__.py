@@ -1,0 +1,31 @@
+"""Simulation: discretisation, fixed-step and adaptive solves, excitation signals, measurement noise."""
+
+from twinfer.sim._discretise import METHODS, DiscreteModel, discretise, exact_matrices
+from twinfer.sim._noise import add_noise, add_noise_numpy_legacy, noise_std_for_snr
+from twinfer.sim._signals import (
+    bandlimited_noise,
+    bandlimited_noise_dynasim,
+    multisine,
+    sine_sweep,
+    white_noise,
+)
+from twinfer.sim._simulate import simulate, simulate_discrete
+from twinfer.sim._trajectory import Trajectory
+
+__all__ = [
+    "METHODS",
+    "DiscreteModel",
+    "Trajectory",
+    "add_noise",
+    "add_noise_numpy_legacy",
+    "bandlimited_noise",
+    "bandlimited_noise_dynasim",
+    "discretise",
+    "exact_matrices",
+    "multisine",
+    "noise_std_for_snr",
+    "simulate",
+    "simulate_discrete",
+    "sine_sweep",
+    "white_noise",
+]

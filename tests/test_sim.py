@@ -1,0 +1,137 @@
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import scipy.linalg
+import scipy.signal
+
+from twinfer.models import Chain
+from twinfer.sim import (
+    add_noise,
+    add_noise_numpy_legacy,
+    bandlimited_noise,
+    bandlimited_noise_dynasim,
+    discretise,
+    multisine,
+    simulate,
+    simulate_discrete,
+    sine_sweep,
+)
+
+CHAIN = Chain([500.0] * 4, [5e4] * 4, [300.0] * 4)
+
+
+def _final_state(method, dt, horizon=0.4):
+    n = int(round(horizon / dt))
+    x0 = jnp.array([0.01, 0.0, -0.01, 0.02, 0.0, 0.1, 0.0, -0.1])
+    traj = simulate_discrete(discretise(CHAIN, dt, method), x0, jnp.zeros((n, 4)))
+    return np.asarray(traj.states[-1])
+
+
+@pytest.mark.parametrize(("method", "order"), [("euler", 1), ("heun", 2), ("rk4", 4)])
+def test_convergence_order_against_exact(method, order):
+    """Global error of each scheme on the linear 4-DOF chain falls as dt^order against the exact map."""
+    dts = [4e-3, 2e-3, 1e-3] if method != "euler" else [4e-4, 2e-4, 1e-4]
+    errors = [np.linalg.norm(_final_state(method, dt) - _final_state("exact", dt)) for dt in dts]
+    observed = np.log2(np.array(errors[:-1]) / np.array(errors[1:]))
+    assert np.all(np.abs(observed - order) < 0.3), observed
+
+
+def test_exact_matches_scipy_cont2discrete():
+    """ZOH-exact discretisation equals scipy.signal.cont2discrete to 1e-12."""
+    a, b, c, d = (np.asarray(m) for m in CHAIN.linear_matrices(CHAIN.params))
+    ad, bd, *_ = scipy.signal.cont2discrete((a, b, c, d), 1e-2, method="zoh")
+    x, u = np.linspace(-1, 1, 8), np.array([1.0, -2.0, 3.0, 0.5])
+    step = discretise(CHAIN, 1e-2, "exact").transition(0.0, jnp.asarray(x), jnp.asarray(u), CHAIN.params)
+    np.testing.assert_allclose(step, ad @ x + bd @ u, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(ad, scipy.linalg.expm(a * 1e-2), rtol=1e-12, atol=1e-14)
+
+
+def test_adaptive_matches_exact_with_zoh_inputs():
+    """diffrax with held inputs agrees with the exact discretisation on the linear chain."""
+    dt, n = 0.01, 100
+    us = np.asarray(jax.random.normal(jax.random.key(0), (n + 1, 4))) * 100.0
+    ts = dt * np.arange(n + 1)
+    x0 = np.zeros(8)
+    exact = simulate_discrete(discretise(CHAIN, dt, "exact"), x0, us[:-1])
+    adaptive = simulate(CHAIN, ts, x0, us)
+    np.testing.assert_allclose(adaptive.states, exact.states, atol=1e-9, rtol=1e-7)
+
+
+def test_adaptive_duffing_matches_fine_rk4():
+    """On a Duffing chain the adaptive solve agrees with fine-step RK4."""
+    duff = Chain(10.0, 15.0, 1.0, cubic_stiffness=100.0, n_dof=2)
+    x0 = jnp.array([0.3, -0.2, 0.0, 0.5])
+    ts = np.linspace(0.0, 2.0, 21)
+    adaptive = simulate(duff, ts, x0)
+    fine = simulate_discrete(discretise(duff, 1e-3, "rk4"), x0, None, n_steps=2000)
+    np.testing.assert_allclose(adaptive.states[-1], fine.states[-1], atol=1e-9)
+
+
+def test_discretise_and_simulate_errors():
+    duff = Chain(10.0, 15.0, 1.0, cubic_stiffness=100.0, n_dof=2)
+    with pytest.raises(ValueError, match="method 'exact': expected a linear model"):
+        discretise(duff, 0.1, "exact")
+    with pytest.raises(ValueError, match="expected one of euler, heun, rk4, exact; received 'rk5'"):
+        discretise(CHAIN, 0.1, "rk5")
+    with pytest.raises(ValueError, match="dt: expected a finite number > 0; received -0.1"):
+        discretise(CHAIN, -0.1)
+    with pytest.raises(ValueError, match=r"inputs: expected shape \(11, 4\) \(len\(ts\), n_input\)"):
+        simulate(CHAIN, np.linspace(0, 1, 11), np.zeros(8), np.zeros((10, 4)))
+    with pytest.raises(ValueError, match=r"x0: expected shape \(8,\); received \(7,\)"):
+        simulate_discrete(discretise(CHAIN, 0.1), np.zeros(7), np.zeros((3, 4)))
+    with pytest.raises(ValueError, match="x0: expected finite values"):
+        simulate_discrete(discretise(CHAIN, 0.1), np.full(8, np.nan), np.zeros((3, 4)))
+    with pytest.raises(ValueError, match="ts: expected an increasing"):
+        simulate(CHAIN, np.array([0.0, 0.0, 1.0]), np.zeros(8))
+
+
+def test_bandlimited_noise_spectrum_and_rms():
+    """Band-limited noise has its power inside the band and the requested RMS."""
+    ts = np.arange(4096) * 0.01
+    sig = np.asarray(bandlimited_noise(jax.random.key(1), ts, 1.0, 5.0, rms=2.0))
+    assert np.isclose(np.sqrt(np.mean(sig**2)), 2.0)
+    power = np.abs(np.fft.rfft(sig)) ** 2
+    freqs = np.fft.rfftfreq(ts.size, 0.01)
+    inband = (freqs >= 1.0) & (freqs <= 5.0)
+    assert power[~inband].sum() < 1e-20 * power.sum()
+    with pytest.raises(ValueError, match="band: expected 0 <= f_low < f_high <= Nyquist"):
+        bandlimited_noise(jax.random.key(1), ts, 5.0, 1.0, rms=1.0)
+
+
+def test_dynasim_recipe_sanity_values():
+    """specs/pinn.md 1.4 (60 s, 4096 samples, seed 43810): 114 bins, RMS 1.303, max 3.42 at amplitude 500."""
+    ts = np.linspace(0.0, 60.0, 4096)
+    sig = bandlimited_noise_dynasim(ts, (0.05, 1.0), amplitude=500.0, seed=43810)
+    freqs = np.abs(np.fft.fftfreq(4096, ts[1] - ts[0]))
+    assert np.sum((freqs >= 0.05) & (freqs <= 1.0)) == 114
+    assert np.isclose(np.sqrt(np.mean(sig**2)), 1.303, atol=1e-3)
+    assert np.isclose(np.max(np.abs(sig)), 3.42, atol=1e-2)
+
+
+def test_multisine_and_sweep():
+    ts = np.linspace(0.0, 10.0, 2001)
+    ms = np.asarray(multisine(jax.random.key(2), ts, [1.0, 2.0, 3.0], rms=1.5))
+    assert np.isclose(np.sqrt(np.mean(ms**2)), 1.5)
+    sweep = np.asarray(sine_sweep(ts, 0.5, 5.0, 2.0))
+    assert np.max(np.abs(sweep)) <= 2.0 + 1e-12 and sweep[0] == 0.0
+    with pytest.raises(ValueError, match="freqs: expected positive"):
+        multisine(jax.random.key(2), ts, [0.0], rms=1.0)
+
+
+def test_noise_by_snr_and_std():
+    """The achieved SNR matches the request; a zero channel stays zero."""
+    ts = np.linspace(0, 100, 200_001)
+    y = np.stack([np.sin(ts), np.zeros_like(ts)], axis=1)
+    noisy = np.asarray(add_noise(jax.random.key(3), y, snr_db=20.0))
+    snr = 10 * np.log10(np.mean(y[:, 0] ** 2) / np.mean((noisy[:, 0] - y[:, 0]) ** 2))
+    assert abs(snr - 20.0) < 0.05
+    assert np.all(noisy[:, 1] == 0.0)
+    noisy = np.asarray(add_noise(jax.random.key(4), y, std=0.1))
+    assert abs(np.std(noisy[:, 1]) - 0.1) < 1e-3
+    legacy = add_noise_numpy_legacy(y[:1000], 10.0, seed=2024)
+    assert np.all(legacy[:, 1] == 0.0) and not np.allclose(legacy[:, 0], y[:1000, 0])
+    with pytest.raises(ValueError, match="exactly one of std= or snr_db="):
+        add_noise(jax.random.key(3), y)
+    with pytest.raises(ValueError, match=r"y: expected shape \(T, n_channels\)"):
+        add_noise(jax.random.key(3), np.zeros(5), std=1.0)
