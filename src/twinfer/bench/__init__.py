@@ -3,6 +3,34 @@
 Benchmarks register themselves in :data:`REGISTRY` by name; ``twinfer bench NAME`` runs one.
 """
 
-from twinfer.bench._harness import REGISTRY, BenchResult, register, time_jitted, write_bench_json
+import importlib
 
-__all__ = ["REGISTRY", "BenchResult", "register", "time_jitted", "write_bench_json"]
+from twinfer.bench._harness import (
+    REGISTRY,
+    BenchResult,
+    register,
+    time_jitted,
+    time_python,
+    write_bench_json,
+)
+
+BENCHMARK_MODULES: tuple[str, ...] = ()
+"""Modules under ``twinfer.bench`` whose import registers benchmarks."""
+
+
+def load_benchmarks() -> None:
+    """Import every benchmark module so that :data:`REGISTRY` is complete."""
+    for module in BENCHMARK_MODULES:
+        importlib.import_module(f"twinfer.bench.{module}")
+
+
+__all__ = [
+    "BENCHMARK_MODULES",
+    "REGISTRY",
+    "BenchResult",
+    "load_benchmarks",
+    "register",
+    "time_jitted",
+    "time_python",
+    "write_bench_json",
+]

@@ -163,8 +163,9 @@ def bench(
     list_: Annotated[bool, typer.Option("--list", help="List the benchmarks.")] = False,
 ) -> None:
     """Run a benchmark: compile and run timed apart, medians of repeats, written to bench.json."""
-    from twinfer.bench import REGISTRY, write_bench_json
-    from twinfer.bench import filters as _filters  # noqa: F401  (registers 'filters')
+    from twinfer.bench import REGISTRY, load_benchmarks, write_bench_json
+
+    load_benchmarks()
 
     if list_ or not name:
         for key in sorted(REGISTRY):
