@@ -2,6 +2,7 @@ import json
 import re
 from pathlib import Path
 
+import numpy as np
 import pytest
 from typer.testing import CliRunner
 
@@ -78,6 +79,11 @@ def test_run_chain4_quick_writes_run_folder(tmp_path):
     metrics = json.loads((run_dir / "metrics.json").read_text())
     assert metrics["sim.steps"] == 2000 and metrics["timing.run_s"] > 0
     assert (run_dir / "figures" / "simulation.png").stat().st_size > 10_000
+    for fig in ("ukf_states.png", "ukf_k4.png"):
+        assert (run_dir / "figures" / fig).is_file()
+    for key in ("ukf.state_rmse", "ukf.k4_nrmse", "ukf.coverage95", "ukf.coverage68", "ukf.nll"):
+        assert np.isfinite(metrics[key])
+    assert metrics["ukf.coverage95"] >= 0.9
     for name in ("config.toml", "arrays.npz", "report.md", "meta.json"):
         assert (run_dir / name).is_file()
     assert "Table S1" in (run_dir / "report.md").read_text()

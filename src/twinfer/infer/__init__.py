@@ -1,0 +1,5 @@
+"""Estimators."""
+
+from twinfer.infer import filters
+
+__all__ = ["filters"]

@@ -1,0 +1,199 @@
+"""Unscented Kalman filter over one time scan (Alg. 6, S13-S15 of the compositional-inference paper)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+
+
+class UnscentedWeights(eqx.Module):
+    """Sigma-point spread and weights.
+
+    ``merwe(alpha, beta, kappa)``: lambda = alpha^2 (L + kappa) - L, spread sqrt(L + lambda),
+    W0m = lambda/(L+lambda), W0c = W0m + 1 - alpha^2 + beta, Wi = 1/(2(L + lambda)) (S13-S15).
+    ``paper_code(gamma)``: the authors' convention c = L + gamma, W0 = gamma / c, Wi = 1/(2c), equal
+    mean and covariance weights (specs/compositional-inference.md 2.3 [REPO], section 7 item 1).
+    """
+
+    alpha: float = eqx.field(static=True)
+    beta: float = eqx.field(static=True)
+    kappa: float = eqx.field(static=True)
+
+    @classmethod
+    def merwe(cls, alpha: float = 1.0, beta: float = 2.0, kappa: float = 0.0) -> UnscentedWeights:
+        if not alpha > 0:
+            raise ValueError(f"UnscentedWeights alpha: expected > 0; received {alpha}.")
+        return cls(alpha=float(alpha), beta=float(beta), kappa=float(kappa))
+
+    @classmethod
+    def paper_code(cls, gamma: float = 0.0) -> UnscentedWeights:
+        return cls(alpha=1.0, beta=0.0, kappa=float(gamma))
+
+    def weights(self, n: int) -> tuple[Any, Any, float]:
+        """``(w_mean, w_cov, c)`` for 2n+1 points with spread sqrt(c)."""
+        lam = self.alpha**2 * (n + self.kappa) - n
+        c = n + lam
+        if c <= 0:
+            raise ValueError(f"UnscentedWeights: n + lambda = {c} must be > 0 (n={n}, kappa={self.kappa}).")
+        wm = jnp.full(2 * n + 1, 0.5 / c).at[0].set(lam / c)
+        wc = wm.at[0].add(1.0 - self.alpha**2 + self.beta)
+        return wm, wc, c
+
+    def sigma_points(self, mean: Any, cov: Any) -> tuple[Any, Any, Any]:
+        n = mean.shape[0]
+        wm, wc, c = self.weights(n)
+        chol = jnp.linalg.cholesky(c * 0.5 * (cov + cov.T))
+        pts = jnp.concatenate([mean[None], mean[None] + chol.T, mean[None] - chol.T])
+        return pts, wm, wc
+
+
+class FilterOutput(NamedTuple):
+    """Filtered and one-step predictive moments over t_1..t_T, the log-likelihood, the first bad step."""
+
+    means: Any
+    covs: Any
+    pred_means: Any
+    pred_covs: Any
+    loglik: Any
+    first_bad_step: Any
+
+
+def _masked_gaussian_loglik(innov: Any, s_cov: Any, mask: Any) -> Any:
+    """Log N(innov; 0, S) over the observed components only (static shapes)."""
+    m = mask.astype(innov.dtype)
+    s_eff = s_cov * jnp.outer(m, m) + jnp.diag(1.0 - m)
+    chol = jnp.linalg.cholesky(s_eff)
+    z = jax.scipy.linalg.solve_triangular(chol, innov * m, lower=True)
+    return -0.5 * (z @ z) - jnp.sum(jnp.log(jnp.diag(chol))) - 0.5 * jnp.sum(m) * jnp.log(2 * jnp.pi)
+
+
+def ukf_scan(
+    f: Callable[[Any, Any], Any],
+    h: Callable[[Any, Any], Any],
+    x0: Any,
+    cov0: Any,
+    q: Any,
+    r: Any,
+    us: Any,
+    ys: Any,
+    masks: Any = None,
+    *,
+    weights: UnscentedWeights | None = None,
+    redraw: bool = False,
+) -> FilterOutput:
+    """Run the UKF over T steps (pure, jit- and vmap-able).
+
+    Step k predicts x_{k+1} from x_k with ``f(x, u_k)`` and updates with ``ys[k] ~ h(x_{k+1}, u_k)``.
+    Without ``redraw`` the measurement sigma points are the propagated ones (Alg. 6, filterpy); with it
+    they are redrawn from the predicted Gaussian (equals the KF on linear models).
+
+    Args:
+        f: transition ``(x, u) -> x_next``.
+        h: measurement ``(x, u) -> y``.
+        x0: initial mean (n,).
+        cov0: initial covariance (n, n).
+        q: process-noise covariance (n, n).
+        r: measurement-noise covariance (m, m).
+        us: inputs (T, n_u).
+        ys: measurements (T, m); entries with ``masks`` False are ignored.
+        masks: boolean (T, m), default all observed.
+        weights: sigma-point weights (default ``UnscentedWeights.merwe()``).
+        redraw: redraw sigma points for the measurement.
+
+    Returns:
+        :class:`FilterOutput`.
+
+    """
+    weights = UnscentedWeights.merwe() if weights is None else weights
+    masks = jnp.ones(ys.shape, dtype=bool) if masks is None else masks
+    ys_clean = jnp.where(masks, ys, 0.0)
+
+    def step(carry, inp):
+        mean, cov, loglik, bad, k = carry
+        u, y, mask = inp
+        pts, wm, wc = weights.sigma_points(mean, cov)
+        xp = jax.vmap(lambda p: f(p, u))(pts)
+        x_pred = wm @ xp
+        dx = xp - x_pred
+        p_pred = (dx.T * wc) @ dx + q
+        if redraw:
+            pts_y, _, _ = weights.sigma_points(x_pred, p_pred)
+            dx = pts_y - x_pred
+        else:
+            pts_y = xp
+        yp = jax.vmap(lambda p: h(p, u))(pts_y)
+        y_pred = wm @ yp
+        dy = yp - y_pred
+        m = mask.astype(mean.dtype)
+        s_cov = (dy.T * wc) @ dy + r
+        p_xy = ((dx.T * wc) @ dy) * m[None, :]
+        s_eff = s_cov * jnp.outer(m, m) + jnp.diag(1.0 - m)
+        chol_s = jnp.linalg.cholesky(s_eff)
+        gain = jax.scipy.linalg.cho_solve((chol_s, True), p_xy.T).T
+        innov = (y - y_pred) * m
+        new_mean = x_pred + gain @ innov
+        new_cov = p_pred - gain @ s_eff @ gain.T
+        new_cov = 0.5 * (new_cov + new_cov.T)
+        ll = _masked_gaussian_loglik(innov, s_cov, mask)
+        ok = jnp.all(jnp.isfinite(new_mean)) & jnp.all(jnp.diag(new_cov) > 0) & jnp.isfinite(ll)
+        bad = jnp.where((bad < 0) & ~ok, k, bad)
+        return (new_mean, new_cov, loglik + ll, bad, k + 1), (new_mean, new_cov, x_pred, p_pred)
+
+    init = (x0, cov0, jnp.zeros((), x0.dtype), jnp.array(-1), jnp.array(0))
+    (_, _, loglik, bad, _), (means, covs, pm, pc) = jax.lax.scan(step, init, (us, ys_clean, masks))
+    return FilterOutput(means, covs, pm, pc, loglik, bad)
+
+
+_JITTED_SCAN = eqx.filter_jit(ukf_scan)
+
+
+def run_ukf(
+    f: Callable[[Any, Any], Any],
+    h: Callable[[Any, Any], Any],
+    x0: Any,
+    cov0: Any,
+    q: Any,
+    r: Any,
+    us: Any,
+    ys: Any,
+    masks: Any = None,
+    *,
+    weights: UnscentedWeights | None = None,
+    redraw: bool = False,
+    times: Any = None,
+) -> FilterOutput:
+    """:func:`ukf_scan` with boundary checks, jitted, raising if the filter diverges.
+
+    Raises:
+        ValueError: on wrong shapes, non-finite inputs or float32 arrays, and when the covariance stops
+            being positive-definite or the state becomes non-finite, naming the first such step (and its
+            time when ``times`` (T,) is given).
+
+    """
+    x0, cov0, q, r, us, ys = (jnp.asarray(a) for a in (x0, cov0, q, r, us, ys))
+    n, m, steps = x0.shape[0], ys.shape[-1], ys.shape[0]
+    n_u = us.shape[-1] if us.ndim == 2 else -1
+    expected = {"cov0": (n, n), "q": (n, n), "r": (m, m), "us": (steps, n_u)}
+    for name, arr in {"cov0": cov0, "q": q, "r": r, "us": us}.items():
+        if arr.shape != expected[name]:
+            raise ValueError(f"run_ukf {name}: expected shape {expected[name]}; received {arr.shape}.")
+    for name, arr in {"x0": x0, "cov0": cov0, "q": q, "r": r, "us": us}.items():
+        if arr.dtype != jnp.float64:
+            raise ValueError(
+                f"run_ukf {name}: expected float64; received {arr.dtype}. Enable jax_enable_x64."
+            )
+        if not bool(jnp.all(jnp.isfinite(arr))):
+            raise ValueError(f"run_ukf {name}: expected finite values.")
+    out = _JITTED_SCAN(f, h, x0, cov0, q, r, us, ys, masks, weights=weights, redraw=redraw)
+    bad = int(out.first_bad_step)
+    if bad >= 0:
+        when = f" (t = {float(times[bad]):g})" if times is not None else ""
+        raise ValueError(
+            f"UKF diverged at step {bad}{when}: the covariance is no longer positive-definite or the "
+            "state is non-finite. Check the model, Q and R, or the initial covariance."
+        )
+    return out

@@ -1,0 +1,240 @@
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from filterpy.kalman import MerweScaledSigmaPoints, UnscentedKalmanFilter
+from scipy.stats import multivariate_normal
+
+from twinfer.infer.filters import UnscentedWeights, augment, run_ukf, ukf_scan
+from twinfer.models import Chain
+from twinfer.sim import discretise, simulate_discrete
+
+F_LIN = np.array([[1.0, 0.1], [-0.2, 0.95]])
+H_LIN = np.array([[1.0, 0.0], [0.5, 1.0], [0.0, 2.0]])
+Q_LIN, R_LIN = 0.01 * np.eye(2), 0.05 * np.eye(3)
+
+
+def _nonlinear():
+    f = lambda x, u: jnp.array([x[0] + 0.1 * x[1], x[1] - 0.1 * jnp.sin(x[0]) + 0.1 * u[0]])
+    h = lambda x, u: jnp.array([x[0] ** 2, x[1]])
+    fx = lambda x, dt, u: np.array([x[0] + 0.1 * x[1], x[1] - 0.1 * np.sin(x[0]) + 0.1 * u])
+    hx = lambda x, u: np.array([x[0] ** 2, x[1]])
+    return f, h, fx, hx
+
+
+def test_ukf_matches_filterpy():
+    """With Merwe weights and redrawn sigma points the UKF equals filterpy's UnscentedKalmanFilter."""
+    f, h, fx, hx = _nonlinear()
+    rng = np.random.default_rng(0)
+    us, ys = rng.normal(size=30), 0.3 + 0.1 * rng.normal(size=(30, 2))
+    ref = UnscentedKalmanFilter(2, 2, 0.1, hx, fx, MerweScaledSigmaPoints(2, 0.5, 2.0, 1.0))
+    ref.x, ref.P, ref.Q, ref.R = np.array([0.3, 0.1]), 0.1 * np.eye(2), 1e-3 * np.eye(2), 1e-2 * np.eye(2)
+    means, covs, loglik = [], [], 0.0
+    for k in range(30):
+        ref.predict(u=us[k])
+        ref.update(ys[k], u=us[k])
+        means.append(ref.x.copy())
+        covs.append(ref.P.copy())
+        loglik += ref.log_likelihood
+    out = run_ukf(
+        f,
+        h,
+        np.array([0.3, 0.1]),
+        0.1 * np.eye(2),
+        1e-3 * np.eye(2),
+        1e-2 * np.eye(2),
+        us[:, None],
+        ys,
+        weights=UnscentedWeights.merwe(0.5, 2.0, 1.0),
+        redraw=True,
+    )
+    np.testing.assert_allclose(out.means, np.array(means), atol=1e-10)
+    np.testing.assert_allclose(out.covs, np.array(covs), atol=1e-10)
+    np.testing.assert_allclose(out.loglik, loglik, rtol=1e-10)
+
+
+def _linear_data(seed, steps=25):
+    rng = np.random.default_rng(seed)
+    x = np.array([1.0, -0.5])
+    ys = []
+    for _ in range(steps):
+        x = F_LIN @ x + rng.multivariate_normal(np.zeros(2), Q_LIN)
+        ys.append(H_LIN @ x + rng.multivariate_normal(np.zeros(3), R_LIN))
+    return np.array(ys)
+
+
+def _dense_loglik(ys, x0, p0):
+    """log p(y_1..y_T) of the joint Gaussian built by hand."""
+    steps = len(ys)
+    means, blocks = [], {}
+    trans = [np.linalg.matrix_power(F_LIN, k) for k in range(steps + 1)]
+    for i in range(steps):
+        means.append(H_LIN @ trans[i + 1] @ x0)
+    cov_x = {}
+    for i in range(1, steps + 1):
+        for j in range(1, steps + 1):
+            lo = min(i, j)
+            c = trans[i] @ p0 @ trans[j].T
+            for k in range(1, lo + 1):
+                c = c + trans[i - k] @ Q_LIN @ trans[j - k].T
+            cov_x[i, j] = c
+    big = np.zeros((3 * steps, 3 * steps))
+    for i in range(steps):
+        for j in range(steps):
+            blocks = H_LIN @ cov_x[i + 1, j + 1] @ H_LIN.T + (R_LIN if i == j else 0.0)
+            big[3 * i : 3 * i + 3, 3 * j : 3 * j + 3] = blocks
+    return multivariate_normal(np.concatenate(means), big).logpdf(ys.reshape(-1))
+
+
+def test_ukf_on_linear_model_equals_dense_gaussian_likelihood():
+    """On a linear-Gaussian model the redraw UKF is the KF: its log-likelihood is the dense joint density."""
+    ys = _linear_data(1)
+    x0, p0 = np.array([0.5, 0.0]), 0.3 * np.eye(2)
+    out = run_ukf(
+        lambda x, u: jnp.asarray(F_LIN) @ x,
+        lambda x, u: jnp.asarray(H_LIN) @ x,
+        x0,
+        p0,
+        Q_LIN,
+        R_LIN,
+        np.zeros((len(ys), 1)),
+        ys,
+        weights=UnscentedWeights.merwe(0.3, 2.0, 0.0),
+        redraw=True,
+    )
+    np.testing.assert_allclose(out.loglik, _dense_loglik(ys, x0, p0), rtol=1e-10)
+
+
+def test_masked_component_equals_reduced_model():
+    """A masked measurement component is the same as filtering without that sensor."""
+    ys = _linear_data(2)
+    masks = np.ones(ys.shape, bool)
+    masks[::3, 1] = False
+    f = lambda x, u: jnp.asarray(F_LIN) @ x
+    args = (np.zeros(2), np.eye(2), Q_LIN)
+    full = ukf_scan(
+        f,
+        lambda x, u: jnp.asarray(H_LIN) @ x,
+        *args,
+        R_LIN,
+        jnp.zeros((25, 1)),
+        jnp.where(masks, ys, jnp.nan),
+        jnp.asarray(masks),
+        redraw=True,
+    )
+    reduced = ukf_scan(
+        f,
+        lambda x, u: jnp.asarray(H_LIN[[0, 2]]) @ x,
+        *args,
+        R_LIN[:2, :2],
+        jnp.zeros((25, 1)),
+        jnp.asarray(ys[:, [0, 2]]),
+        redraw=True,
+    )
+    np.testing.assert_allclose(full.means[0], reduced.means[0], atol=1e-12)
+    assert np.all(np.isfinite(np.asarray(full.means)))
+
+
+def test_calibration_of_filtered_states():
+    """Over many seeds of a linear model, 95% intervals of the filtered states cover 93-97% of the truth."""
+    f = lambda x, u: jnp.asarray(F_LIN) @ x
+    h = lambda x, u: jnp.asarray(H_LIN) @ x
+
+    def one(key):
+        k0, kq, kr = jax.random.split(key, 3)
+        x0 = jax.random.normal(k0, (2,))
+        wq = jax.random.multivariate_normal(kq, jnp.zeros(2), jnp.asarray(Q_LIN), (40,))
+        wr = jax.random.multivariate_normal(kr, jnp.zeros(3), jnp.asarray(R_LIN), (40,))
+        xs = jax.lax.scan(lambda x, w: (f(x, 0) + w, f(x, 0) + w), x0, wq)[1]
+        ys = xs @ jnp.asarray(H_LIN).T + wr
+        out = ukf_scan(
+            f,
+            h,
+            jnp.zeros(2),
+            jnp.eye(2),
+            jnp.asarray(Q_LIN),
+            jnp.asarray(R_LIN),
+            jnp.zeros((40, 1)),
+            ys,
+            redraw=True,
+        )
+        sd = jnp.sqrt(jnp.diagonal(out.covs, axis1=1, axis2=2))
+        return jnp.abs(out.means - xs) <= 1.959964 * sd
+
+    inside = jax.vmap(one)(jax.random.split(jax.random.key(0), 400))
+    assert 0.93 <= float(jnp.mean(inside)) <= 0.97
+
+
+def test_joint_estimation_recovers_stiffness():
+    """Augmenting k2 as a random walk recovers a 2-DOF oscillator stiffness from noisy accelerations."""
+    truth = Chain([1.0, 1.0], [40.0, 25.0], [0.4, 0.4], forced_dofs=[1])
+    dt, steps = 0.01, 1500
+    forces = 5.0 * jax.random.normal(jax.random.key(3), (steps, 1))
+    traj = simulate_discrete(discretise(truth, dt, "exact"), jnp.zeros(4), forces)
+    acc = jax.vmap(lambda x, u: truth.output(0.0, x, u, truth.params))(traj.states[1:], forces)
+    ys = acc + 0.05 * jax.random.normal(jax.random.key(4), acc.shape)
+    model = augment(truth.with_params(k2=15.0), ["k2"])
+    step = discretise(model, dt, "rk4")
+    out = run_ukf(
+        lambda x, u: step.transition(0.0, x, u, model.params),
+        lambda x, u: model.output(0.0, x, u, model.params),
+        model.initial_state(jnp.zeros(4)),
+        jnp.diag(jnp.array([1e-4] * 4 + [100.0])),
+        jnp.diag(jnp.array([1e-8] * 4 + [1e-6])),
+        0.05**2 * jnp.eye(2),
+        forces,
+        ys,
+    )
+    k2, sd = model.named_params(out.means, jnp.sqrt(jnp.diagonal(out.covs, axis1=1, axis2=2)))["k2"]
+    assert abs(float(k2[-1]) - 25.0) < 0.5 and abs(float(k2[-1]) - 25.0) < 4 * float(sd[-1])
+
+
+def test_divergence_names_the_step():
+    """A model that blows up raises an error naming the step instead of returning NaN."""
+    f = lambda x, u: x * jnp.where(x[0] > 1e150, jnp.inf, 1e30)
+    with pytest.raises(ValueError, match=r"UKF diverged at step \d+ \(t = "):
+        run_ukf(
+            f,
+            lambda x, u: x,
+            np.ones(2),
+            np.eye(2),
+            np.eye(2),
+            np.eye(2),
+            np.zeros((20, 1)),
+            np.zeros((20, 2)),
+            times=np.arange(20) * 0.1,
+        )
+
+
+def test_boundary_errors_and_trace_once():
+    f = eqx.debug.assert_max_traces(lambda x, u: 0.9 * x, max_traces=1)
+    h = lambda x, u: x
+    for seed in range(2):  # the second call must reuse the compiled scan
+        run_ukf(
+            f,
+            h,
+            np.zeros(2),
+            np.eye(2),
+            np.eye(2),
+            np.eye(2),
+            np.zeros((5, 1)),
+            np.random.default_rng(seed).normal(size=(5, 2)),
+        )
+    with pytest.raises(ValueError, match=r"run_ukf q: expected shape \(2, 2\); received \(3, 3\)"):
+        run_ukf(f, h, np.zeros(2), np.eye(2), np.eye(3), np.eye(2), np.zeros((5, 1)), np.zeros((5, 2)))
+    with pytest.raises(ValueError, match="run_ukf cov0: expected float64; received float32"):
+        run_ukf(
+            f,
+            h,
+            np.zeros(2),
+            np.eye(2, dtype=np.float32),
+            np.eye(2),
+            np.eye(2),
+            np.zeros((5, 1)),
+            np.zeros((5, 2)),
+        )
+    with pytest.raises(ValueError, match="alpha: expected > 0"):
+        UnscentedWeights.merwe(alpha=0.0)
+    with pytest.raises(KeyError, match="Unknown parameter 'k9'"):
+        augment(Chain([1.0, 1.0], 1.0, 1.0), ["k9"])
