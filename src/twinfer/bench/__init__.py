@@ -14,7 +14,7 @@ from twinfer.bench._harness import (
     write_bench_json,
 )
 
-BENCHMARK_MODULES: tuple[str, ...] = ()
+BENCHMARK_MODULES: tuple[str, ...] = ("filters",)
 """Modules under ``twinfer.bench`` whose import registers benchmarks."""
 
 

@@ -45,10 +45,10 @@ def simulate_discrete(
             raise ValueError(f"simulate_discrete n_steps: expected >= 1 without inputs; received {n_steps}.")
         us = jnp.zeros((n_steps, dmodel.n_input))
     else:
-        arr = np.asarray(inputs, dtype=np.float64)
-        steps = arr.shape[0] if arr.ndim == 2 else -1
+        shape = jnp.shape(inputs)
+        steps = shape[0] if len(shape) == 2 else -1
         us = jnp.asarray(
-            check_array("simulate_discrete inputs", arr, (steps, dmodel.n_input), " (T, n_input)")
+            check_array("simulate_discrete inputs", inputs, (steps, dmodel.n_input), " (T, n_input)")
         )
     ts = t0 + dmodel.dt * jnp.arange(us.shape[0] + 1)
 

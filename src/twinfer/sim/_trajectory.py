@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
+import jax
 import numpy as np
 
 
@@ -15,8 +16,16 @@ class Trajectory(NamedTuple):
     outputs: Any
 
 
-def check_array(name: str, value: Any, shape: tuple[int, ...], hint: str = "") -> np.ndarray:
-    """A finite float64 array of the expected shape, or a ValueError naming ``name``."""
+def check_array(name: str, value: Any, shape: tuple[int, ...], hint: str = "") -> Any:
+    """A finite float64 array of the expected shape, or a ValueError naming ``name``.
+
+    Traced values (under ``jit`` or ``vmap``) have only their shape checked; the caller is then itself
+    inside a transformation that validated its concrete inputs.
+    """
+    if isinstance(value, jax.core.Tracer):
+        if value.shape != shape:
+            raise ValueError(f"{name}: expected shape {shape}{hint}; received {value.shape}.")
+        return value
     arr = np.asarray(value, dtype=np.float64)
     if arr.shape != shape:
         raise ValueError(f"{name}: expected shape {shape}{hint}; received {arr.shape}.")

@@ -62,13 +62,15 @@ class FilterOutput(NamedTuple):
     first_bad_step: Any
 
 
-def _masked_gaussian_loglik(innov: Any, s_cov: Any, mask: Any) -> Any:
-    """Log N(innov; 0, S) over the observed components only (static shapes)."""
-    m = mask.astype(innov.dtype)
-    s_eff = s_cov * jnp.outer(m, m) + jnp.diag(1.0 - m)
-    chol = jnp.linalg.cholesky(s_eff)
-    z = jax.scipy.linalg.solve_triangular(chol, innov * m, lower=True)
-    return -0.5 * (z @ z) - jnp.sum(jnp.log(jnp.diag(chol))) - 0.5 * jnp.sum(m) * jnp.log(2 * jnp.pi)
+def _masked_gaussian_loglik(innov: Any, chol_s: Any, mask: Any) -> Any:
+    """log N(innov; 0, S) over the observed components only.
+
+    ``chol_s`` is the Cholesky factor of S with masked rows and columns replaced by the identity and
+    ``innov`` is zero there, so masked components add nothing (static shapes, no recompilation).
+    """
+    z = jax.scipy.linalg.solve_triangular(chol_s, innov, lower=True)
+    n_obs = jnp.sum(mask.astype(innov.dtype))
+    return -0.5 * (z @ z) - jnp.sum(jnp.log(jnp.diag(chol_s))) - 0.5 * n_obs * jnp.log(2 * jnp.pi)
 
 
 def ukf_scan(
@@ -138,7 +140,7 @@ def ukf_scan(
         new_mean = x_pred + gain @ innov
         new_cov = p_pred - gain @ s_eff @ gain.T
         new_cov = 0.5 * (new_cov + new_cov.T)
-        ll = _masked_gaussian_loglik(innov, s_cov, mask)
+        ll = _masked_gaussian_loglik(innov, chol_s, mask)
         ok = jnp.all(jnp.isfinite(new_mean)) & jnp.all(jnp.diag(new_cov) > 0) & jnp.isfinite(ll)
         bad = jnp.where((bad < 0) & ~ok, k, bad)
         return (new_mean, new_cov, loglik + ll, bad, k + 1), (new_mean, new_cov, x_pred, p_pred)
