@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
-import jax
 import numpy as np
 
 
@@ -22,7 +21,7 @@ def check_array(name: str, value: Any, shape: tuple[int, ...], hint: str = "") -
     Traced values (under ``jit`` or ``vmap``) have only their shape checked; the caller is then itself
     inside a transformation that validated its concrete inputs.
     """
-    if isinstance(value, jax.core.Tracer):
+    if _is_traced(value):
         if value.shape != shape:
             raise ValueError(f"{name}: expected shape {shape}{hint}; received {value.shape}.")
         return value
@@ -33,3 +32,10 @@ def check_array(name: str, value: Any, shape: tuple[int, ...], hint: str = "") -
         bad = np.argwhere(~np.isfinite(arr))[0].tolist()
         raise ValueError(f"{name}: expected finite values; non-finite entry at index {bad}.")
     return arr
+
+
+def _is_traced(value: Any) -> bool:
+    """True for abstract values inside ``jit``/``vmap`` (no concrete data to check)."""
+    from jax.core import Tracer  # pyright: ignore[reportAttributeAccessIssue]
+
+    return isinstance(value, Tracer)

@@ -63,7 +63,7 @@ class FilterOutput(NamedTuple):
 
 
 def _masked_gaussian_loglik(innov: Any, chol_s: Any, mask: Any) -> Any:
-    """log N(innov; 0, S) over the observed components only.
+    """Log N(innov; 0, S) over the observed components only.
 
     ``chol_s`` is the Cholesky factor of S with masked rows and columns replaced by the identity and
     ``innov`` is zero there, so masked components add nothing (static shapes, no recompilation).
