@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import csv
 import json
-import os
-import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from twinfer._atomic import write_npz
 from twinfer.data._dataset import Dataset
 
 _FORMAT = "twinfer.Dataset/1"
@@ -44,17 +43,7 @@ def save_npz(dataset: Dataset, path: str | Path) -> Path:
         arrays["inputs"] = dataset.inputs
     if dataset.truth_states is not None:
         arrays["truth_states"] = dataset.truth_states
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            np.savez_compressed(handle, allow_pickle=False, **arrays)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_npz(path, arrays)
     return path
 
 

@@ -5,47 +5,23 @@ from __future__ import annotations
 import io
 import json
 import math
-import os
-import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import numpy as np
+from twinfer._atomic import write_bytes, write_npz
 
-
-def _atomic_bytes(path: Path, payload: bytes) -> Path:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(payload)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
+__all__ = ["to_toml", "write_figure", "write_json", "write_npz", "write_text"]
 
 
 def write_text(path: Path, text: str) -> Path:
     """Write a text file atomically (temporary file in the same folder, then rename)."""
-    return _atomic_bytes(path, text.encode())
+    return write_bytes(path, text.encode())
 
 
 def write_json(path: Path, payload: Any) -> Path:
     """Write JSON atomically; NaN and infinity are refused (JSON has no such numbers)."""
     return write_text(path, json.dumps(payload, indent=2, sort_keys=True, allow_nan=False) + "\n")
-
-
-def write_npz(path: Path, arrays: Mapping[str, Any]) -> Path:
-    """Write a compressed ``.npz`` atomically."""
-    buffer = io.BytesIO()
-    payload: dict[str, Any] = {k: np.asarray(v) for k, v in arrays.items()}
-    np.savez_compressed(buffer, allow_pickle=False, **payload)
-    return _atomic_bytes(path, buffer.getvalue())
 
 
 def write_figure(path: Path, figure: Any, dpi: int = 120) -> Path:
@@ -55,7 +31,7 @@ def write_figure(path: Path, figure: Any, dpi: int = 120) -> Path:
     buffer = io.BytesIO()
     figure.savefig(buffer, format="png", dpi=dpi, bbox_inches="tight")
     plt.close(figure)
-    return _atomic_bytes(path, buffer.getvalue())
+    return write_bytes(path, buffer.getvalue())
 
 
 def _toml_value(value: Any) -> str:
