@@ -6,7 +6,7 @@ import pytest
 from filterpy.kalman import MerweScaledSigmaPoints, UnscentedKalmanFilter
 from scipy.stats import multivariate_normal
 
-from twinfer.infer.filters import UnscentedWeights, augment, run_ukf, ukf_scan
+from twinfer.infer.filters import UnscentedWeights, augment, rts_smooth, run_ukf, ukf_scan
 from twinfer.models import Chain
 from twinfer.sim import discretise, simulate_discrete
 
@@ -238,3 +238,42 @@ def test_boundary_errors_and_trace_once():
         UnscentedWeights.merwe(alpha=0.0)
     with pytest.raises(KeyError, match="Unknown parameter 'k9'"):
         augment(Chain([1.0, 1.0], 1.0, 1.0), ["k9"])
+
+
+def test_smoother_equals_dense_gaussian_posterior():
+    """RTS smoothing of the (linear) UKF equals conditioning the joint Gaussian of states and data."""
+    steps = 8
+    ys = _linear_data(5, steps)
+    x0, p0 = np.array([0.5, 0.0]), 0.3 * np.eye(2)
+    out = run_ukf(
+        lambda x, u: jnp.asarray(F_LIN) @ x,
+        lambda x, u: jnp.asarray(H_LIN) @ x,
+        x0,
+        p0,
+        Q_LIN,
+        R_LIN,
+        np.zeros((steps, 1)),
+        ys,
+        redraw=True,
+    )
+    smooth = rts_smooth(out, x0, p0)
+    # dense prior over x_0..x_T and y_1..y_T
+    trans = [np.linalg.matrix_power(F_LIN, k) for k in range(steps + 1)]
+    mean_x = np.concatenate([trans[i] @ x0 for i in range(steps + 1)])
+    cov_x = np.zeros((2 * (steps + 1), 2 * (steps + 1)))
+    for i in range(steps + 1):
+        for j in range(steps + 1):
+            c = trans[i] @ p0 @ trans[j].T
+            for k in range(1, min(i, j) + 1):
+                c = c + trans[i - k] @ Q_LIN @ trans[j - k].T
+            cov_x[2 * i : 2 * i + 2, 2 * j : 2 * j + 2] = c
+    obs = np.zeros((3 * steps, 2 * (steps + 1)))
+    for i in range(steps):
+        obs[3 * i : 3 * i + 3, 2 * (i + 1) : 2 * (i + 2)] = H_LIN
+    s_cov = obs @ cov_x @ obs.T + np.kron(np.eye(steps), R_LIN)
+    gain = cov_x @ obs.T @ np.linalg.inv(s_cov)
+    post_mean = mean_x + gain @ (ys.reshape(-1) - obs @ mean_x)
+    post_cov = cov_x - gain @ obs @ cov_x
+    np.testing.assert_allclose(np.asarray(smooth.means).reshape(-1), post_mean, atol=1e-10)
+    for i in range(steps + 1):
+        np.testing.assert_allclose(smooth.covs[i], post_cov[2 * i : 2 * i + 2, 2 * i : 2 * i + 2], atol=1e-10)

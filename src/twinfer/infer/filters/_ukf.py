@@ -52,12 +52,16 @@ class UnscentedWeights(eqx.Module):
 
 
 class FilterOutput(NamedTuple):
-    """Filtered and one-step predictive moments over t_1..t_T, the log-likelihood, the first bad step."""
+    """Filtered and one-step predictive moments over t_1..t_T, the log-likelihood, the first bad step.
+
+    ``cross_covs[k]`` is cov(x_k, x_{k+1} | y_1..y_k), the input of the RTS smoother.
+    """
 
     means: Any
     covs: Any
     pred_means: Any
     pred_covs: Any
+    cross_covs: Any
     loglik: Any
     first_bad_step: Any
 
@@ -122,6 +126,7 @@ def ukf_scan(
         x_pred = wm @ xp
         dx = xp - x_pred
         p_pred = (dx.T * wc) @ dx + q
+        cross = ((pts - mean).T * wc) @ dx
         if redraw:
             pts_y, _, _ = weights.sigma_points(x_pred, p_pred)
             dx = pts_y - x_pred
@@ -143,11 +148,11 @@ def ukf_scan(
         ll = _masked_gaussian_loglik(innov, chol_s, mask)
         ok = jnp.all(jnp.isfinite(new_mean)) & jnp.all(jnp.diag(new_cov) > 0) & jnp.isfinite(ll)
         bad = jnp.where((bad < 0) & ~ok, k, bad)
-        return (new_mean, new_cov, loglik + ll, bad, k + 1), (new_mean, new_cov, x_pred, p_pred)
+        return (new_mean, new_cov, loglik + ll, bad, k + 1), (new_mean, new_cov, x_pred, p_pred, cross)
 
     init = (x0, cov0, jnp.zeros((), x0.dtype), jnp.array(-1), jnp.array(0))
-    (_, _, loglik, bad, _), (means, covs, pm, pc) = jax.lax.scan(step, init, (us, ys_clean, masks))
-    return FilterOutput(means, covs, pm, pc, loglik, bad)
+    (_, _, loglik, bad, _), (means, covs, pm, pc, cc) = jax.lax.scan(step, init, (us, ys_clean, masks))
+    return FilterOutput(means, covs, pm, pc, cc, loglik, bad)
 
 
 _JITTED_SCAN = eqx.filter_jit(ukf_scan)

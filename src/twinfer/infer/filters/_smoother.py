@@ -1,0 +1,52 @@
+"""Rauch-Tung-Striebel smoothing of a filter pass (Särkkä, Bayesian Filtering and Smoothing, Alg. 9.3)."""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from twinfer.infer.filters._ukf import FilterOutput
+
+
+class SmootherOutput(NamedTuple):
+    """Smoothed means (T+1, n) and covariances (T+1, n, n) over t_0..t_T (row 0 is the initial time)."""
+
+    means: Any
+    covs: Any
+
+
+def rts_smooth(filtered: FilterOutput, x0: Any, cov0: Any) -> SmootherOutput:
+    """Backward pass over a UKF (or KF) output: the smoothed marginals given all measurements.
+
+    With the filter's cross-covariance C_k = cov(x_k, x_{k+1}) and predicted covariance P^-_{k+1},
+    G_k = C_k (P^-_{k+1})^{-1}, m^s_k = m_k + G_k (m^s_{k+1} - m^-_{k+1}) and
+    P^s_k = P_k + G_k (P^s_{k+1} - P^-_{k+1}) G_k^T. On linear-Gaussian models this is exact; for the UKF
+    it is the unscented RTS smoother (the sigma-point cross-covariance replaces F P).
+
+    Args:
+        filtered: output of :func:`ukf_scan` / :func:`run_ukf`.
+        x0: the filter's initial mean (time t_0).
+        cov0: the filter's initial covariance.
+
+    Returns:
+        :class:`SmootherOutput` over t_0..t_T.
+
+    """
+    means = jnp.concatenate([jnp.asarray(x0)[None], filtered.means])
+    covs = jnp.concatenate([jnp.asarray(cov0)[None], filtered.covs])
+
+    def back(carry, inp):
+        m_next, p_next = carry
+        m, p, m_pred, p_pred, cross = inp
+        chol = jnp.linalg.cholesky(p_pred)
+        gain = jax.scipy.linalg.cho_solve((chol, True), cross.T).T
+        m_s = m + gain @ (m_next - m_pred)
+        p_s = p + gain @ (p_next - p_pred) @ gain.T
+        p_s = 0.5 * (p_s + p_s.T)
+        return (m_s, p_s), (m_s, p_s)
+
+    inputs = (means[:-1], covs[:-1], filtered.pred_means, filtered.pred_covs, filtered.cross_covs)
+    _, (ms, ps) = jax.lax.scan(back, (means[-1], covs[-1]), inputs, reverse=True)
+    return SmootherOutput(means=jnp.concatenate([ms, means[-1:]]), covs=jnp.concatenate([ps, covs[-1:]]))
