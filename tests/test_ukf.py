@@ -6,7 +6,15 @@ import pytest
 from filterpy.kalman import MerweScaledSigmaPoints, UnscentedKalmanFilter
 from scipy.stats import multivariate_normal
 
-from twinfer.infer.filters import UnscentedWeights, augment, rts_smooth, run_ukf, ukf_scan
+from twinfer.infer.filters import (
+    UnscentedWeights,
+    augment,
+    particle_filter,
+    rts_smooth,
+    run_ukf,
+    systematic_resample,
+    ukf_scan,
+)
 from twinfer.models import Chain
 from twinfer.sim import discretise, simulate_discrete
 
@@ -277,3 +285,42 @@ def test_smoother_equals_dense_gaussian_posterior():
     np.testing.assert_allclose(np.asarray(smooth.means).reshape(-1), post_mean, atol=1e-10)
     for i in range(steps + 1):
         np.testing.assert_allclose(smooth.covs[i], post_cov[2 * i : 2 * i + 2, 2 * i : 2 * i + 2], atol=1e-10)
+
+
+def test_particle_filter_loglik_converges_to_kalman():
+    """The bootstrap PF log-likelihood approaches the exact (KF) value as the particle count grows."""
+    ys = _linear_data(6, 20)
+    x0, p0 = np.array([0.5, 0.0]), 0.3 * np.eye(2)
+    f = lambda x, u: jnp.asarray(F_LIN) @ x
+    h = lambda x, u: jnp.asarray(H_LIN) @ x
+    exact = float(_dense_loglik(ys, x0, p0))
+
+    def estimates(n):
+        one = lambda k: (
+            particle_filter(
+                k,
+                f,
+                h,
+                jnp.asarray(x0),
+                jnp.asarray(p0),
+                jnp.asarray(Q_LIN),
+                jnp.asarray(R_LIN),
+                jnp.zeros((20, 1)),
+                jnp.asarray(ys),
+                n_particles=n,
+            ).loglik
+        )
+        return np.asarray(jax.vmap(one)(jax.random.split(jax.random.key(n), 8)))
+
+    runs = {n: estimates(n) for n in (100, 1000, 10000)}
+    errors = [np.mean(np.abs(runs[n] - exact)) for n in (100, 1000, 10000)]
+    assert errors[2] < errors[1] < errors[0]
+    big = runs[10000]
+    assert abs(big.mean() - exact) < 3.0 * big.std() / np.sqrt(len(big)) + 0.02
+
+
+def test_systematic_resample_and_errors():
+    idx = systematic_resample(jax.random.key(0), jnp.log(jnp.array([0.0, 0.5, 0.5, 0.0]) + 1e-300))
+    assert set(np.asarray(idx).tolist()) <= {1, 2} and np.sum(np.asarray(idx) == 1) == 2
+    with pytest.raises(ValueError, match="ess_threshold: expected in \\(0, 1\\]; received 1.5"):
+        particle_filter(jax.random.key(0), None, None, None, None, None, None, None, None, ess_threshold=1.5)
