@@ -324,3 +324,47 @@ def test_systematic_resample_and_errors():
     assert set(np.asarray(idx).tolist()) <= {1, 2} and np.sum(np.asarray(idx) == 1) == 2
     with pytest.raises(ValueError, match="ess_threshold: expected in \\(0, 1\\]; received 1.5"):
         particle_filter(jax.random.key(0), None, None, None, None, None, None, None, None, ess_threshold=1.5)
+
+
+def test_filter_and_smooth_entry_points_on_a_dataset():
+    """filter()/smooth() on a Dataset: named k2 estimate, smoothing reduces the state error, masks work."""
+    from twinfer.data import Dataset
+    from twinfer.infer.filters import filter as run_filter
+    from twinfer.infer.filters import smooth
+
+    truth = Chain([1.0, 1.0], [40.0, 25.0], [0.4, 0.4], forced_dofs=[1])
+    dt, steps = 0.01, 800
+    forces = 5.0 * jax.random.normal(jax.random.key(7), (steps, 1))
+    traj = simulate_discrete(discretise(truth, dt, "exact"), jnp.zeros(4), forces)
+    inputs = np.concatenate([np.asarray(forces), np.zeros((1, 1))])
+    acc = jax.vmap(lambda x, u: truth.output(0.0, x, u, truth.params))(
+        traj.states, jnp.concatenate([forces[:1], forces])
+    )
+    obs = np.asarray(acc + 0.05 * jax.random.normal(jax.random.key(8), acc.shape))
+    mask = np.ones(obs.shape, bool)
+    mask[100:200, 1] = False
+    data = Dataset(
+        times=dt * np.arange(steps + 1),
+        observations=obs,
+        mask=mask,
+        inputs=inputs,
+        truth_states=np.asarray(traj.states),
+        output_names=truth.output_names,
+    )
+    kwargs = dict(
+        state_sd=1e-2,
+        process_sd=1e-4,
+        noise_sd=0.05,
+        unknown={"k2": (20.0, 10.0, 1e-3)},
+    )
+    filt = run_filter(truth.with_params(k2=20.0), data, **kwargs)
+    smoo = smooth(truth.with_params(k2=20.0), data, **kwargs)
+    assert filt.means.shape == (steps + 1, 5) and filt.state_names[-1] == "k2"
+    k2, sd = filt.params["k2"]
+    assert abs(float(k2[-1]) - 25.0) < 4 * float(sd[-1]) and abs(float(k2[-1]) - 25.0) < 1.0
+    err = lambda r: float(np.sqrt(np.mean((np.asarray(r.means[:, :4]) - data.truth_states) ** 2)))
+    assert err(smoo) < err(filt)
+    with pytest.raises(ValueError, match="method: expected one of ukf; received 'ekf2'"):
+        run_filter(truth, data, method="ekf2")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="dataset outputs: expected"):
+        run_filter(Chain([1.0, 1.0], 1.0, 1.0, outputs=["a1"]), data)
