@@ -1,7 +1,15 @@
-"""Filters: UKF, RTS smoother, bootstrap particle filter, joint state-parameter augmentation."""
+"""Filters: square-root KF/EKF/UKF, paper-code UKF, RTS smoother, particle filter, augmentation."""
 
 from twinfer.infer.filters._api import EstimateResult, filter, smooth
+from twinfer.infer.filters._atoms import UpdateInfo, predict, tria, update
 from twinfer.infer.filters._augment import Augmented, augment
+from twinfer.infer.filters._gaussian_filter import (
+    GaussianFilterOutput,
+    gaussian_filter,
+    linear,
+    taylor,
+    unscented,
+)
 from twinfer.infer.filters._particle import ParticleOutput, particle_filter, systematic_resample
 from twinfer.infer.filters._smoother import SmootherOutput, rts_smooth
 from twinfer.infer.filters._ukf import FilterOutput, UnscentedWeights, run_ukf, ukf_scan
@@ -10,15 +18,24 @@ __all__ = [
     "Augmented",
     "EstimateResult",
     "FilterOutput",
+    "GaussianFilterOutput",
     "ParticleOutput",
     "SmootherOutput",
     "UnscentedWeights",
+    "UpdateInfo",
     "augment",
     "filter",
+    "gaussian_filter",
+    "linear",
     "particle_filter",
+    "predict",
     "rts_smooth",
     "smooth",
     "run_ukf",
     "systematic_resample",
+    "taylor",
+    "tria",
     "ukf_scan",
+    "unscented",
+    "update",
 ]

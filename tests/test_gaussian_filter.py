@@ -1,0 +1,135 @@
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from twinfer.infer.filters import UnscentedWeights, ukf_scan
+from twinfer.infer.filters._atoms import tria
+from twinfer.infer.filters._gaussian_filter import gaussian_filter, linear, taylor, unscented
+
+
+def _random_system(seed, n=3, m=2, steps=15):
+    rng = np.random.default_rng(seed)
+    F = 0.9 * np.linalg.qr(rng.normal(size=(n, n)))[0]
+    H = rng.normal(size=(m, n))
+    lq, lr = rng.normal(size=(n, n)) * 0.1, rng.normal(size=(m, m)) * 0.2 + np.eye(m) * 0.3
+    Q, R = lq @ lq.T + 1e-3 * np.eye(n), lr @ lr.T
+    ys = rng.normal(size=(steps, m))
+    return F, H, Q, R, ys
+
+
+def _covariance_kf(F, H, Q, R, x0, P0, ys, masks):
+    """Textbook covariance-form KF (Alg. 4, S12) with masked components dropped: the reference."""
+    x, P, ll, means, covs = x0.copy(), P0.copy(), 0.0, [], []
+    for y, mask in zip(ys, masks, strict=True):
+        x, P = F @ x, F @ P @ F.T + Q
+        Ho, yo, Ro = H[mask], y[mask], R[np.ix_(mask, mask)]
+        S = Ho @ P @ Ho.T + Ro
+        K = P @ Ho.T @ np.linalg.inv(S)
+        innov = yo - Ho @ x
+        ll += -0.5 * (innov @ np.linalg.solve(S, innov) + np.linalg.slogdet(2 * np.pi * S)[1])
+        x, P = x + K @ innov, P - K @ S @ K.T
+        means.append(x)
+        covs.append(P)
+    return np.array(means), np.array(covs), ll
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_square_root_kf_equals_covariance_form(seed):
+    """Square-root atoms reproduce the covariance-form KF to 1e-10, with correlated R and missing data."""
+    F, H, Q, R, ys = _random_system(seed)
+    masks = np.random.default_rng(seed + 10).random(ys.shape) > 0.3
+    x0, P0 = np.ones(3), np.eye(3)
+    ref_m, ref_c, ref_ll = _covariance_kf(F, H, Q, R, x0, P0, ys, masks)
+    out = gaussian_filter(
+        lambda x, u: jnp.asarray(F) @ x,
+        lambda x, u: jnp.asarray(H) @ x,
+        jnp.asarray(x0),
+        jnp.eye(3),
+        jnp.linalg.cholesky(Q),
+        jnp.linalg.cholesky(R),
+        jnp.zeros((15, 1)),
+        jnp.where(masks, ys, jnp.nan),
+        linearisation=linear,
+    )
+    np.testing.assert_allclose(out.means, ref_m, atol=1e-10)
+    np.testing.assert_allclose(np.einsum("tij,tkj->tik", out.chols, out.chols), ref_c, atol=1e-10)
+    np.testing.assert_allclose(out.loglik, ref_ll, rtol=1e-10)
+
+
+@pytest.mark.parametrize("lin", ["taylor", "unscented"])
+def test_ekf_and_sqrt_ukf_equal_kf_on_linear_model(lin):
+    """EKF and the square-root (SLR) UKF equal the KF when the model is linear-Gaussian."""
+    F, H, Q, R, ys = _random_system(7)
+    args = (
+        lambda x, u: jnp.asarray(F) @ x,
+        lambda x, u: jnp.asarray(H) @ x,
+        jnp.ones(3),
+        jnp.eye(3),
+        jnp.linalg.cholesky(Q),
+        jnp.linalg.cholesky(R),
+        jnp.zeros((15, 1)),
+        jnp.asarray(ys),
+    )
+    ref = gaussian_filter(*args, linearisation=linear)
+    other = gaussian_filter(
+        *args, linearisation=taylor if lin == "taylor" else unscented(UnscentedWeights.merwe(1.0, 2.0, 0.0))
+    )
+    np.testing.assert_allclose(other.means, ref.means, atol=1e-10)
+    np.testing.assert_allclose(other.loglik, ref.loglik, rtol=1e-10)
+
+
+def test_sqrt_ukf_matches_covariance_ukf_on_nonlinear_model():
+    """The square-root SLR UKF and the covariance-form sigma-point UKF (redraw) agree on a nonlinear model."""
+    f = lambda x, u: jnp.array([x[0] + 0.1 * x[1], x[1] - 0.1 * jnp.sin(x[0]) + 0.1 * u[0]])
+    h = lambda x, u: jnp.array([x[0] ** 2, x[1]])
+    rng = np.random.default_rng(0)
+    us, ys = jnp.asarray(rng.normal(size=(30, 1))), jnp.asarray(0.3 + 0.1 * rng.normal(size=(30, 2)))
+    w = UnscentedWeights.merwe(1.0, 2.0, 0.5)
+    x0, P0, Q, R = jnp.array([0.3, 0.1]), 0.1 * jnp.eye(2), 1e-3 * jnp.eye(2), 1e-2 * jnp.eye(2)
+    cov_form = ukf_scan(f, h, x0, P0, Q, R, us, ys, weights=w, redraw=True)
+    sqrt_form = gaussian_filter(
+        f,
+        h,
+        x0,
+        jnp.linalg.cholesky(P0),
+        jnp.linalg.cholesky(Q),
+        jnp.linalg.cholesky(R),
+        us,
+        ys,
+        linearisation=unscented(w),
+    )
+    np.testing.assert_allclose(sqrt_form.means, cov_form.means, atol=1e-10)
+    np.testing.assert_allclose(sqrt_form.loglik, cov_form.loglik, rtol=1e-10)
+
+
+def test_tria_and_extra_process_noise():
+    """tria gives a lower factor of A A^T; injected extra process noise adds to Q exactly."""
+    a = jax.random.normal(jax.random.key(0), (3, 5))
+    low = tria(a)
+    np.testing.assert_allclose(low @ low.T, a @ a.T, atol=1e-12)
+    assert np.allclose(np.triu(np.asarray(low), 1), 0.0) and np.all(np.diag(np.asarray(low)) >= 0)
+    F, H, Q, R, ys = _random_system(3)
+    base = dict(us=jnp.zeros((15, 1)), ys=jnp.asarray(ys), linearisation=linear)
+    f, h = (lambda x, u: jnp.asarray(F) @ x), (lambda x, u: jnp.asarray(H) @ x)
+    extra = jnp.broadcast_to(0.2 * jnp.eye(3), (15, 3, 3))
+    injected = gaussian_filter(
+        f,
+        h,
+        jnp.ones(3),
+        jnp.eye(3),
+        jnp.linalg.cholesky(Q),
+        jnp.linalg.cholesky(R),
+        extra_chol_Q=extra,
+        **base,
+    )
+    merged = gaussian_filter(
+        f,
+        h,
+        jnp.ones(3),
+        jnp.eye(3),
+        jnp.linalg.cholesky(Q + 0.04 * np.eye(3)),
+        jnp.linalg.cholesky(R),
+        **base,
+    )
+    np.testing.assert_allclose(injected.means, merged.means, atol=1e-10)
