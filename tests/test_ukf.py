@@ -326,7 +326,8 @@ def test_systematic_resample_and_errors():
         particle_filter(jax.random.key(0), None, None, None, None, None, None, None, None, ess_threshold=1.5)
 
 
-def test_filter_and_smooth_entry_points_on_a_dataset():
+@pytest.mark.parametrize("method", ["ukf", "ukf-sqrt", "ekf"])
+def test_filter_and_smooth_entry_points_on_a_dataset(method):
     """filter()/smooth() on a Dataset: named k2 estimate, smoothing reduces the state error, masks work."""
     from twinfer.data import Dataset
     from twinfer.infer.filters import filter as run_filter
@@ -364,7 +365,29 @@ def test_filter_and_smooth_entry_points_on_a_dataset():
     assert abs(float(k2[-1]) - 25.0) < 4 * float(sd[-1]) and abs(float(k2[-1]) - 25.0) < 1.0
     err = lambda r: float(np.sqrt(np.mean((np.asarray(r.means[:, :4]) - data.truth_states) ** 2)))
     assert err(smoo) < err(filt)
-    with pytest.raises(ValueError, match="method: expected one of ukf; received 'ekf2'"):
+    with pytest.raises(ValueError, match="method: expected one of ukf, ukf-sqrt, ekf; received 'ekf2'"):
         run_filter(truth, data, method="ekf2")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="dataset outputs: expected"):
         run_filter(Chain([1.0, 1.0], 1.0, 1.0, outputs=["a1"]), data)
+
+
+def test_divergence_raises_inside_jit():
+    """With check=True the jitted scan itself raises (eqx.error_if) instead of returning NaN."""
+    f = lambda x, u: x * jnp.where(x[0] > 1e150, jnp.inf, 1e30)
+    run = jax.jit(
+        lambda ys: (
+            ukf_scan(
+                f,
+                lambda x, u: x,
+                jnp.ones(2),
+                jnp.eye(2),
+                jnp.eye(2),
+                jnp.eye(2),
+                jnp.zeros((20, 1)),
+                ys,
+                check=True,
+            ).loglik
+        )
+    )
+    with pytest.raises(Exception, match="filter diverged"):
+        jax.block_until_ready(run(jnp.zeros((20, 2))))

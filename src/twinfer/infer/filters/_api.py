@@ -10,17 +10,19 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Literal, NamedTuple
 
+import equinox as eqx
 import jax.numpy as jnp
 import numpy as np
 
 from twinfer.data import Dataset
 from twinfer.infer.filters._augment import augment
+from twinfer.infer.filters._gaussian_filter import gaussian_filter, taylor, unscented
 from twinfer.infer.filters._smoother import rts_smooth
-from twinfer.infer.filters._ukf import UnscentedWeights, run_ukf
+from twinfer.infer.filters._ukf import FilterOutput, UnscentedWeights, run_ukf
 from twinfer.models import AbstractModel
 from twinfer.sim import discretise
 
-METHODS = ("ukf",)
+METHODS = ("ukf", "ukf-sqrt", "ekf")
 
 
 class EstimateResult(NamedTuple):
@@ -44,6 +46,9 @@ class EstimateResult(NamedTuple):
     state_names: tuple[str, ...]
     params: dict[str, tuple[Any, Any]]
     loglik: float
+
+
+_JIT_GAUSSIAN = eqx.filter_jit(gaussian_filter)
 
 
 def _vector(name: str, value: Any, n: int) -> Any:
@@ -90,19 +95,52 @@ def _run(
     step = discretise(aug, data.dt, discretisation)
     params = aug.params
     us = data.inputs[:-1] if data.inputs is not None else np.zeros((data.n_steps - 1, 0))
-    out = run_ukf(
-        lambda x, u: step.transition(0.0, x, u, params),
-        lambda x, u: aug.output(0.0, x, u, params),
-        x_init,
-        jnp.diag(sd0**2),
-        jnp.diag(sdq**2),
-        jnp.diag(sdr**2),
-        jnp.asarray(us),
-        jnp.asarray(np.nan_to_num(data.observations[1:])),
-        jnp.asarray(data.mask[1:]),
-        weights=weights,
-        times=data.times[1:],
-    )
+    f = lambda x, u: step.transition(0.0, x, u, params)
+    h = lambda x, u: aug.output(0.0, x, u, params)
+    ys, masks = jnp.asarray(np.nan_to_num(data.observations[1:])), jnp.asarray(data.mask[1:])
+    if method == "ukf":
+        out = run_ukf(
+            f,
+            h,
+            x_init,
+            jnp.diag(sd0**2),
+            jnp.diag(sdq**2),
+            jnp.diag(sdr**2),
+            jnp.asarray(us),
+            ys,
+            masks,
+            weights=weights,
+            times=data.times[1:],
+        )
+    else:
+        lin = taylor if method == "ekf" else unscented(weights or UnscentedWeights.merwe())
+        sq = _JIT_GAUSSIAN(
+            f,
+            h,
+            x_init,
+            jnp.diag(sd0),
+            jnp.diag(sdq),
+            jnp.diag(sdr),
+            jnp.asarray(us),
+            ys,
+            masks,
+            linearisation=lin,
+        )
+        if int(sq.first_bad_step) >= 0:
+            raise ValueError(
+                f"{method} diverged at step {int(sq.first_bad_step)} "
+                f"(t = {float(data.times[1 + int(sq.first_bad_step)]):g}): non-finite state or covariance."
+            )
+        gram = lambda c: jnp.einsum("tij,tkj->tik", c, c)
+        out = FilterOutput(
+            sq.means,
+            gram(sq.chols),
+            sq.pred_means,
+            gram(sq.pred_chols),
+            sq.cross_covs,
+            sq.loglik,
+            sq.first_bad_step,
+        )
     cov0 = jnp.diag(sd0**2)
     if smooth:
         sm = rts_smooth(out, x_init, cov0)
@@ -132,7 +170,7 @@ def filter(  # noqa: A001  (the name users look for)
     process_sd: Any = 1e-6,
     noise_sd: Any = 1.0,
     unknown: Mapping[str, tuple[float, float, float]] | None = None,
-    method: Literal["ukf"] = "ukf",
+    method: Literal["ukf", "ukf-sqrt", "ekf"] = "ukf",
     discretisation: str = "rk4",
     weights: UnscentedWeights | None = None,
 ) -> EstimateResult:
@@ -151,7 +189,8 @@ def filter(  # noqa: A001  (the name users look for)
         process_sd: per-step process-noise standard deviation of each state.
         noise_sd: measurement-noise standard deviation of each output.
         unknown: ``{name: (initial value, prior sd, random-walk sd per step)}`` of parameters to estimate.
-        method: ``"ukf"``.
+        method: ``"ukf"`` (sigma points, covariance form), ``"ukf-sqrt"`` (square-root statistical linear
+            regression) or ``"ekf"`` (square-root, Taylor).
         discretisation: ``"euler"``, ``"heun"``, ``"rk4"`` or ``"exact"`` (:func:`twinfer.sim.discretise`).
         weights: sigma-point weights (default Merwe alpha=1, beta=2, kappa=0).
 
@@ -183,7 +222,7 @@ def smooth(
     process_sd: Any = 1e-6,
     noise_sd: Any = 1.0,
     unknown: Mapping[str, tuple[float, float, float]] | None = None,
-    method: Literal["ukf"] = "ukf",
+    method: Literal["ukf", "ukf-sqrt", "ekf"] = "ukf",
     discretisation: str = "rk4",
     weights: UnscentedWeights | None = None,
 ) -> EstimateResult:

@@ -20,11 +20,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 
 from twinfer.infer.filters._atoms import predict, tria, update
-from twinfer.infer.filters._ukf import UnscentedWeights
+from twinfer.infer.filters._ukf import _DIVERGED, UnscentedWeights
 
 Linearisation = Callable[[Callable[[Any], Any], Any, Any], tuple[Any, Any, Any]]
 
@@ -60,12 +61,16 @@ def unscented(weights: UnscentedWeights) -> Linearisation:
 
 
 class GaussianFilterOutput(NamedTuple):
-    """Filtered means/factors over t_1..t_T, predicted means/factors, the log-likelihood, first bad step."""
+    """Filtered means/factors over t_1..t_T, predicted means/factors, the log-likelihood, first bad step.
+
+    ``cross_covs[k]`` = cov(x_k, x_{k+1}) under the linearisation (P_k A_k^T), for the RTS smoother.
+    """
 
     means: Any
     chols: Any
     pred_means: Any
     pred_chols: Any
+    cross_covs: Any
     loglik: Any
     first_bad_step: Any
 
@@ -83,6 +88,7 @@ def gaussian_filter(
     *,
     linearisation: Linearisation = taylor,
     extra_chol_Q: Any = None,
+    check: bool = False,
 ) -> GaussianFilterOutput:
     """Scan the square-root predict/update atoms over time with one linearisation.
 
@@ -101,6 +107,7 @@ def gaussian_filter(
         linearisation: :func:`linear` (KF), :func:`taylor` (EKF) or :func:`unscented` (UKF).
         extra_chol_Q: optional (T, n, k) extra process-noise factors injected at each predict (the hook of
             the compositional graph's probabilistic interface messages).
+        check: raise inside ``jit`` (``eqx.error_if``) if any step produced a non-finite state.
 
     Returns:
         :class:`GaussianFilterOutput`.
@@ -121,8 +128,11 @@ def gaussian_filter(
         m_new, c_new, info = update(m_pred, c_pred, H, d, chol_R_k, y, mask)
         ok = jnp.all(jnp.isfinite(m_new)) & jnp.all(jnp.isfinite(c_new)) & jnp.isfinite(info.loglik)
         bad = jnp.where((bad < 0) & ~ok, k, bad)
-        return (m_new, c_new, loglik + info.loglik, bad, k + 1), (m_new, c_new, m_pred, c_pred)
+        cross = chol @ (chol.T @ A.T)
+        return (m_new, c_new, loglik + info.loglik, bad, k + 1), (m_new, c_new, m_pred, c_pred, cross)
 
     init = (x0, chol_P0, jnp.zeros((), x0.dtype), jnp.array(-1), jnp.array(0))
-    (_, _, loglik, bad, _), (ms, cs, pm, pc) = jax.lax.scan(step, init, (us, ys, masks, extra))
-    return GaussianFilterOutput(ms, cs, pm, pc, loglik, bad)
+    (_, _, loglik, bad, _), (ms, cs, pm, pc, cc) = jax.lax.scan(step, init, (us, ys, masks, extra))
+    if check:
+        loglik = eqx.error_if(loglik, bad >= 0, _DIVERGED)
+    return GaussianFilterOutput(ms, cs, pm, pc, cc, loglik, bad)

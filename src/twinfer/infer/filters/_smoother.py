@@ -26,7 +26,8 @@ def rts_smooth(filtered: FilterOutput, x0: Any, cov0: Any) -> SmootherOutput:
     it is the unscented RTS smoother (the sigma-point cross-covariance replaces F P).
 
     Args:
-        filtered: output of :func:`ukf_scan` / :func:`run_ukf`.
+        filtered: output of :func:`ukf_scan` / :func:`run_ukf` (or any tuple with ``means``, ``covs``,
+            ``pred_means``, ``pred_covs`` and ``cross_covs``).
         x0: the filter's initial mean (time t_0).
         cov0: the filter's initial covariance.
 

@@ -51,6 +51,12 @@ class UnscentedWeights(eqx.Module):
         return pts, wm, wc
 
 
+_DIVERGED = (
+    "filter diverged: a covariance stopped being positive-definite or the state became non-finite "
+    "(first_bad_step in the output names the step; run_ukf reports it)."
+)
+
+
 class FilterOutput(NamedTuple):
     """Filtered and one-step predictive moments over t_1..t_T, the log-likelihood, the first bad step.
 
@@ -90,6 +96,7 @@ def ukf_scan(
     *,
     weights: UnscentedWeights | None = None,
     redraw: bool = False,
+    check: bool = False,
 ) -> FilterOutput:
     """Run the UKF over T steps (pure, jit- and vmap-able).
 
@@ -109,6 +116,8 @@ def ukf_scan(
         masks: boolean (T, m), default all observed.
         weights: sigma-point weights (default ``UnscentedWeights.merwe()``).
         redraw: redraw sigma points for the measurement.
+        check: raise inside ``jit`` (``eqx.error_if``) if any step diverged; :func:`run_ukf` instead
+            raises outside with the step's index and time.
 
     Returns:
         :class:`FilterOutput`.
@@ -152,6 +161,8 @@ def ukf_scan(
 
     init = (x0, cov0, jnp.zeros((), x0.dtype), jnp.array(-1), jnp.array(0))
     (_, _, loglik, bad, _), (means, covs, pm, pc, cc) = jax.lax.scan(step, init, (us, ys_clean, masks))
+    if check:
+        loglik = eqx.error_if(loglik, bad >= 0, _DIVERGED)
     return FilterOutput(means, covs, pm, pc, cc, loglik, bad)
 
 
