@@ -80,6 +80,7 @@ def machine() -> dict[str, Any]:
         "backend": jax.default_backend(),
         "devices": len(jax.devices()),
         "cpu_count": os.cpu_count(),
+        "cpus_usable": len(os.sched_getaffinity(0)),
         "platform": platform.platform(),
     }
 
