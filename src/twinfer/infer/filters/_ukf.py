@@ -9,6 +9,8 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 
+from twinfer.infer.filters import _small
+
 
 class UnscentedWeights(eqx.Module):
     """Sigma-point spread and weights.
@@ -46,7 +48,7 @@ class UnscentedWeights(eqx.Module):
     def sigma_points(self, mean: Any, cov: Any) -> tuple[Any, Any, Any]:
         n = mean.shape[0]
         wm, wc, c = self.weights(n)
-        chol = jnp.linalg.cholesky(c * 0.5 * (cov + cov.T))
+        chol = _small.cholesky(c * 0.5 * (cov + cov.T))
         pts = jnp.concatenate([mean[None], mean[None] + chol.T, mean[None] - chol.T])
         return pts, wm, wc
 
@@ -78,7 +80,7 @@ def _masked_gaussian_loglik(innov: Any, chol_s: Any, mask: Any) -> Any:
     ``chol_s`` is the Cholesky factor of S with masked rows and columns replaced by the identity and
     ``innov`` is zero there, so masked components add nothing (static shapes, no recompilation).
     """
-    z = jax.scipy.linalg.solve_triangular(chol_s, innov, lower=True)
+    z = _small.solve_lower(chol_s, innov)
     n_obs = jnp.sum(mask.astype(innov.dtype))
     return -0.5 * (z @ z) - jnp.sum(jnp.log(jnp.diag(chol_s))) - 0.5 * n_obs * jnp.log(2 * jnp.pi)
 
@@ -134,9 +136,9 @@ def ukf_scan(
         xp = jax.vmap(lambda p: f(p, u))(pts)
         x_pred = wm @ xp
         dx = xp - x_pred
-        p_pred = (dx.T * wc) @ dx + q
         cross = ((pts - mean).T * wc) @ dx
         if redraw:
+            p_pred = (dx.T * wc) @ dx + q
             pts_y, _, _ = weights.sigma_points(x_pred, p_pred)
             dx = pts_y - x_pred
         else:
@@ -144,12 +146,18 @@ def ukf_scan(
         yp = jax.vmap(lambda p: h(p, u))(pts_y)
         y_pred = wm @ yp
         dy = yp - y_pred
+        # One weighted product gives cov(x), cov(x, y) and cov(y) together (one batched dot under vmap).
+        dz = jnp.concatenate([dx, dy], axis=1)
+        joint = (dz.T * wc) @ dz
+        n_x = dx.shape[1]
+        if not redraw:
+            p_pred = joint[:n_x, :n_x] + q
         m = mask.astype(mean.dtype)
-        s_cov = (dy.T * wc) @ dy + r
-        p_xy = ((dx.T * wc) @ dy) * m[None, :]
+        s_cov = joint[n_x:, n_x:] + r
+        p_xy = joint[:n_x, n_x:] * m[None, :]
         s_eff = s_cov * jnp.outer(m, m) + jnp.diag(1.0 - m)
-        chol_s = jnp.linalg.cholesky(s_eff)
-        gain = jax.scipy.linalg.cho_solve((chol_s, True), p_xy.T).T
+        chol_s = _small.cholesky(s_eff)
+        gain = _small.cho_solve(chol_s, p_xy.T).T
         innov = (y - y_pred) * m
         new_mean = x_pred + gain @ innov
         new_cov = p_pred - gain @ s_eff @ gain.T
