@@ -3,5 +3,16 @@
 from twinfer.models._base import AbstractModel, Params
 from twinfer.models._params import get_param, locate, param_names, set_params
 from twinfer.models.chain import Chain
+from twinfer.models.kuramoto import KuramotoNetwork, wrap_angle
 
-__all__ = ["AbstractModel", "Chain", "Params", "get_param", "locate", "param_names", "set_params"]
+__all__ = [
+    "AbstractModel",
+    "Chain",
+    "KuramotoNetwork",
+    "Params",
+    "get_param",
+    "locate",
+    "param_names",
+    "set_params",
+    "wrap_angle",
+]

@@ -1,0 +1,164 @@
+"""Power-grid cases from pandapower's bundled networks: coupling strengths and generator buses.
+
+The compositional-inference paper (specs/compositional-inference.md section 3.5) couples a second-order
+Kuramoto network with ``K_ij = |Y_ij|`` (S71), the magnitude of the off-diagonal entries of the bus
+admittance matrix built by the standard nodal (MATPOWER/PYPOWER ``makeYbus``) formulation. pandapower
+ships the IEEE cases the paper used and the large European networks (PEGASE, RTE) as files inside the
+package, so nothing is downloaded. Buses are numbered 0..N-1 in bus-table order; generator buses are the
+unique generator-table buses in table order (the authors' code, [REPO]).
+
+References:
+    compositional-inference paper, SI (S71)-(S77); Zimmerman et al., MATPOWER manual, section 3.2
+    (branch model: y_s = 1/(r + jx), tap t = tau e^{j theta_shift}, Y_ft = -y_s / conj(t),
+    Y_tf = -y_s / t).
+
+"""
+
+from __future__ import annotations
+
+import logging
+import warnings
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+
+GRID_CASES: dict[str, str] = {
+    "ieee9": "case9",
+    "ieee14": "case14",
+    "ieee30": "case30",
+    "ieee39": "case39",
+    "ieee57": "case57",
+    "ieee118": "case118",
+    "ieee300": "case300",
+    "pegase1354": "case1354pegase",
+    "pegase2869": "case2869pegase",
+    "rte6470": "case6470rte",
+    "pegase9241": "case9241pegase",
+}
+"""twinfer case name -> pandapower network function."""
+
+# Column indices of the MATPOWER/PYPOWER branch table.
+_F_BUS, _T_BUS, _BR_R, _BR_X, _TAP, _SHIFT, _BR_STATUS = 0, 1, 2, 3, 8, 9, 10
+
+
+def branch_coupling(n_bus: int, branch: np.ndarray) -> sp.csr_matrix:
+    """``K_ij = |Y_ij|`` (i != j) of the nodal admittance matrix, from a MATPOWER branch table.
+
+    Args:
+        n_bus: number of buses (0-based consecutive numbering in ``branch``).
+        branch: MATPOWER branch table (at least 11 columns); out-of-service branches are skipped.
+
+    Returns:
+        Symmetric-pattern sparse matrix with zero diagonal. Parallel branches add as complex
+        admittances before the magnitude is taken, as in Y_bus.
+
+    """
+    branch = np.real(np.asarray(branch))
+    live = branch[:, _BR_STATUS] > 0
+    br = branch[live]
+    f = br[:, _F_BUS].astype(int)
+    t = br[:, _T_BUS].astype(int)
+    if f.size and (min(f.min(), t.min()) < 0 or max(f.max(), t.max()) >= n_bus):
+        raise ValueError(f"branch table: bus numbers must lie in 0..{n_bus - 1}.")
+    z = br[:, _BR_R] + 1j * br[:, _BR_X]
+    if np.any(z == 0):
+        raise ValueError("branch table: a branch with r = x = 0 has no finite admittance.")
+    ys = 1.0 / z
+    ratio = np.where(br[:, _TAP] == 0, 1.0, br[:, _TAP])
+    tap = ratio * np.exp(1j * np.pi / 180.0 * br[:, _SHIFT])
+    y_ft, y_tf = -ys / np.conj(tap), -ys / tap
+    keep = f != t
+    rows = np.concatenate([f[keep], t[keep]])
+    cols = np.concatenate([t[keep], f[keep]])
+    vals = np.concatenate([y_ft[keep], y_tf[keep]])
+    y_off = sp.coo_matrix((vals, (rows, cols)), shape=(n_bus, n_bus)).tocsr()  # sums parallel branches
+    y_off.sum_duplicates()
+    coupling = sp.csr_matrix((np.abs(y_off.data), y_off.indices, y_off.indptr), shape=(n_bus, n_bus))
+    coupling.eliminate_zeros()
+    return coupling
+
+
+@dataclass(frozen=True, eq=False)
+class GridNetwork:
+    """A power network reduced to what the Kuramoto model needs.
+
+    Attributes:
+        name: twinfer case name (``ieee300``, ``pegase9241``, ...).
+        coupling: sparse ``K`` (N, N), ``K_ij = |Y_ij|``, zero diagonal.
+        gen_buses: unique generator buses in generator-table order (0-based).
+        bus_ids: the case's own bus numbers, in twinfer's 0..N-1 order (for labels).
+
+    """
+
+    name: str
+    coupling: sp.csr_matrix
+    gen_buses: np.ndarray
+    bus_ids: np.ndarray
+
+    @property
+    def n_bus(self) -> int:
+        return len(self.coupling.indptr) - 1
+
+    @cached_property
+    def neighbours(self) -> tuple[np.ndarray, np.ndarray]:
+        """Padded neighbour lists ``(index (N, D), weight (N, D))``.
+
+        Padding points at the bus itself with weight 0, so a gather-and-sum over the last axis needs no
+        mask.
+        """
+        k = self.coupling
+        degree = np.diff(k.indptr)
+        width = max(int(degree.max(initial=0)), 1)
+        index = np.repeat(np.arange(self.n_bus)[:, None], width, axis=1)
+        weight = np.zeros((self.n_bus, width))
+        for i in range(self.n_bus):
+            lo, hi = k.indptr[i], k.indptr[i + 1]
+            index[i, : hi - lo] = k.indices[lo:hi]
+            weight[i, : hi - lo] = k.data[lo:hi]
+        return index, weight
+
+
+def load_grid(case: str) -> GridNetwork:
+    """Load a bundled pandapower case as a :class:`GridNetwork`.
+
+    Args:
+        case: one of :data:`GRID_CASES` (``ieee9`` ... ``ieee300``, ``pegase1354``, ``pegase2869``,
+            ``rte6470``, ``pegase9241``).
+
+    Raises:
+        ValueError: for an unknown case name, listing the known ones.
+
+    """
+    if case not in GRID_CASES:
+        raise ValueError(f"grid case: expected one of {', '.join(GRID_CASES)}; received {case!r}.")
+    import pandapower.networks as pn
+    from pandapower.converter.pypower.to_ppc import to_ppc
+
+    logger = logging.getLogger("pandapower")
+    level = logger.level
+    logger.setLevel(logging.ERROR)  # notes on generator voltage limits, irrelevant to |Y|
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # deprecation notes from pandapower's own dependencies
+            net = getattr(pn, GRID_CASES[case])()
+            ppc: dict[str, Any] = to_ppc(net, init="flat", calculate_voltage_angles=True, trafo_model="pi")
+    finally:
+        logger.setLevel(level)
+    bus = np.real(np.asarray(ppc["bus"]))
+    n_bus = bus.shape[0]
+    if not np.array_equal(bus[:, 0].astype(int), np.arange(n_bus)):
+        raise ValueError(
+            f"grid case {case!r}: expected buses numbered 0..{n_bus - 1} in the converted table."
+        )
+    gen_bus = np.real(np.asarray(ppc["gen"]))[:, 0].astype(int)
+    _, first = np.unique(gen_bus, return_index=True)
+    gens = gen_bus[np.sort(first)]
+    return GridNetwork(
+        name=case,
+        coupling=branch_coupling(n_bus, np.asarray(ppc["branch"])),
+        gen_buses=gens,
+        bus_ids=np.asarray(net.bus.name.values if "name" in net.bus else np.arange(n_bus)),
+    )

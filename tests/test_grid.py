@@ -1,0 +1,140 @@
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+from twinfer.data._grid import GRID_CASES, branch_coupling, load_grid
+from twinfer.data._partition import partition_greedy
+from twinfer.models.kuramoto import KuramotoNetwork, coupling_sum, wrap_angle
+
+# MATPOWER/PYPOWER case9 branch table (1-based from, to, r, x, b), the data the paper used.
+CASE9_BRANCHES = [
+    (1, 4, 0.0, 0.0576, 0.0),
+    (4, 5, 0.017, 0.092, 0.158),
+    (5, 6, 0.039, 0.17, 0.358),
+    (3, 6, 0.0, 0.0586, 0.0),
+    (6, 7, 0.0119, 0.1008, 0.209),
+    (7, 8, 0.0085, 0.072, 0.149),
+    (8, 2, 0.0, 0.0625, 0.0),
+    (8, 9, 0.032, 0.161, 0.306),
+    (9, 4, 0.01, 0.085, 0.176),
+]
+
+
+def _dense_ybus_offdiag_abs(n, rows):
+    """Textbook nodal admittance (MATPOWER manual 3.2), built entry by entry: |Y_ij|, i != j."""
+    y = np.zeros((n, n), complex)
+    for f, t, r, x, b, ratio, shift in rows:
+        ys = 1.0 / complex(r, x)
+        tap = (ratio or 1.0) * np.exp(1j * np.deg2rad(shift))
+        y[f, f] += (ys + 0.5j * b) / abs(tap) ** 2
+        y[t, t] += ys + 0.5j * b
+        y[f, t] += -ys / np.conj(tap)
+        y[t, f] += -ys / tap
+    k = np.abs(y)
+    np.fill_diagonal(k, 0.0)
+    return k
+
+
+def _branch_table(rows):
+    table = np.zeros((len(rows), 13))
+    for i, (f, t, r, x, b, ratio, shift) in enumerate(rows):
+        table[i, [0, 1, 2, 3, 4, 8, 9, 10]] = [f, t, r, x, b, ratio, shift, 1.0]
+    return table
+
+
+def test_case9_coupling_equals_pypower_case_data():
+    """pandapower's bundled case9 gives the |Y_ij| of the PYPOWER case9 table the paper used."""
+    rows = [(f - 1, t - 1, r, x, b, 0.0, 0.0) for f, t, r, x, b in CASE9_BRANCHES]
+    net = load_grid("ieee9")
+    np.testing.assert_allclose(net.coupling.toarray(), _dense_ybus_offdiag_abs(9, rows), rtol=1e-9)
+    assert net.gen_buses.tolist() == [0, 1, 2]
+
+
+def test_branch_coupling_with_taps_shifts_parallel_and_outages():
+    """Taps, phase shifts and parallel branches follow the nodal formulation; outaged branches vanish."""
+    rows = [
+        (0, 1, 0.01, 0.1, 0.02, 0.0, 0.0),
+        (1, 2, 0.0, 0.2, 0.0, 0.95, 5.0),
+        (1, 2, 0.02, 0.3, 0.0, 0.0, 0.0),
+    ]
+    table = _branch_table(rows + [(0, 2, 0.1, 0.1, 0.0, 0.0, 0.0)])
+    table[-1, 10] = 0.0  # out of service
+    np.testing.assert_allclose(
+        branch_coupling(3, table).toarray(), _dense_ybus_offdiag_abs(3, rows), rtol=1e-12
+    )
+    with pytest.raises(ValueError, match="bus numbers must lie in 0..1"):
+        branch_coupling(2, table)
+
+
+@pytest.mark.slow
+def test_partition_counts_equal_table_s2():
+    """Cluster counts and mean sizes of Table S2 (case300 needs S_max = 3; S_max = 5 gives 69)."""
+    expected = {
+        "ieee9": (5, 3, 3.0),
+        "ieee14": (5, 5, 2.8),
+        "ieee30": (5, 6, 5.0),
+        "ieee39": (5, 10, 3.9),
+        "ieee57": (5, 12, 4.75),
+        "ieee118": (5, 54, 2.185),
+        "ieee300": (3, 100, 3.0),
+    }
+    for case, (s_max, count, mean) in expected.items():
+        net = load_grid(case)
+        part = partition_greedy(net.coupling, net.gen_buses, s_max)
+        assert part.n_clusters == count, case
+        assert part.mean_size == pytest.approx(mean, abs=5e-3), case
+        assert part.max_size <= s_max
+        assert sorted(np.concatenate(part.clusters).tolist()) == list(range(net.n_bus))
+    net = load_grid("ieee300")
+    assert partition_greedy(net.coupling, net.gen_buses, 5).n_clusters == 69
+
+
+def test_partition_greedy_hand_example_and_errors():
+    """One node per cluster per sweep, clusters in seed order; full clusters force a singleton."""
+    k = sp.csr_matrix(np.diag([1.0, 3.0, 2.0, 1.0], 1) + np.diag([1.0, 3.0, 2.0, 1.0], -1))  # path 0-1-2-3-4
+    two = partition_greedy(k, [0, 4], s_max=2)
+    assert [c.tolist() for c in two.clusters] == [[0, 1], [3, 4], [2]]
+    three = partition_greedy(k, [0, 4], s_max=3)
+    assert [c.tolist() for c in three.clusters] == [[0, 1, 2], [3, 4]]
+    assert three.labels.tolist() == [0, 0, 0, 1, 1]
+    with pytest.raises(ValueError, match="s_max: expected >= 1; received 0"):
+        partition_greedy(k, [0], s_max=0)
+    with pytest.raises(ValueError, match="seeds: expected nodes in 0..4"):
+        partition_greedy(k, [7])
+    with pytest.raises(ValueError, match="unique"):
+        partition_greedy(k, [1, 1])
+    with pytest.raises(ValueError, match="grid case: expected one of ieee9"):
+        load_grid("ieee10")
+    assert "pegase9241" in GRID_CASES
+
+
+def test_kuramoto_vector_field_matches_dense_formula():
+    """The padded-neighbour swing equation equals the dense S73-S74 sum; phases are output wrapped."""
+    rng = np.random.default_rng(0)
+    n = 6
+    dense = np.triu(rng.uniform(0, 2, (n, n)) * (rng.uniform(size=(n, n)) < 0.5), 1)
+    dense = dense + dense.T
+    net = sp.csr_matrix(dense)
+    deg = np.diff(net.indptr).max()
+    index = np.repeat(np.arange(n)[:, None], deg, 1)
+    weight = np.zeros((n, deg))
+    for i in range(n):
+        nb = net.indices[net.indptr[i] : net.indptr[i + 1]]
+        index[i, : len(nb)], weight[i, : len(nb)] = nb, net.data[net.indptr[i] : net.indptr[i + 1]]
+    d, omega_nat = rng.uniform(0.1, 0.3, n), rng.uniform(-1, 1, n)
+    model = KuramotoNetwork(index, weight, d, omega_nat)
+    x = rng.normal(size=2 * n) * 3.0
+    theta, omega = x[:n], x[n:]
+    expected = -d * omega + omega_nat + (dense * np.sin(theta[None, :] - theta[:, None])).sum(1)
+    out = np.asarray(model.vector_field(0.0, x, np.zeros(0), model.params))
+    np.testing.assert_allclose(out, np.concatenate([omega, expected]), rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(
+        coupling_sum(theta, index, weight), expected + d * omega - omega_nat, atol=1e-12
+    )
+    y = np.asarray(model.output(0.0, x, np.zeros(0), model.params))
+    np.testing.assert_allclose(np.exp(1j * y[:n]), np.exp(1j * theta), atol=1e-12)
+    assert np.all(np.abs(y[:n]) <= np.pi)
+    assert float(wrap_angle(np.pi)) == pytest.approx(-np.pi)
+    assert model.param_names[-1] == f"Omega{n}"
+    with pytest.raises(ValueError, match=r"damping: expected shape \(6,\); received \(5,\)"):
+        KuramotoNetwork(index, weight, d[:5], omega_nat)
