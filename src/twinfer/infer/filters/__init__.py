@@ -12,7 +12,7 @@ from twinfer.infer.filters._gaussian_filter import (
 )
 from twinfer.infer.filters._particle import ParticleOutput, particle_filter, systematic_resample
 from twinfer.infer.filters._smoother import SmootherOutput, rts_smooth
-from twinfer.infer.filters._ukf import FilterOutput, UnscentedWeights, run_ukf, ukf_scan
+from twinfer.infer.filters._ukf import FilterOutput, UkfStep, UnscentedWeights, run_ukf, ukf_scan, ukf_step
 
 __all__ = [
     "Augmented",
@@ -21,6 +21,7 @@ __all__ = [
     "GaussianFilterOutput",
     "ParticleOutput",
     "SmootherOutput",
+    "UkfStep",
     "UnscentedWeights",
     "UpdateInfo",
     "augment",
@@ -36,6 +37,7 @@ __all__ = [
     "taylor",
     "tria",
     "ukf_scan",
+    "ukf_step",
     "unscented",
     "update",
 ]

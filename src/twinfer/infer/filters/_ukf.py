@@ -85,6 +85,90 @@ def _masked_gaussian_loglik(innov: Any, chol_s: Any, mask: Any) -> Any:
     return -0.5 * (z @ z) - jnp.sum(jnp.log(jnp.diag(chol_s))) - 0.5 * n_obs * jnp.log(2 * jnp.pi)
 
 
+class UkfStep(NamedTuple):
+    """One UKF step's result: the posterior, the log-likelihood increment, and the smoother's inputs."""
+
+    mean: Any
+    cov: Any
+    loglik: Any
+    ok: Any
+    pred_mean: Any
+    pred_cov: Any
+    cross_cov: Any
+
+
+def ukf_step(
+    f: Callable[[Any, Any], Any],
+    h: Callable[[Any, Any], Any],
+    mean: Any,
+    cov: Any,
+    q: Any,
+    r: Any,
+    u: Any,
+    y: Any,
+    mask: Any,
+    *,
+    weights: UnscentedWeights,
+    redraw: bool = False,
+    innovation: Callable[[Any, Any], Any] | None = None,
+) -> UkfStep:
+    """One predict-update step of the UKF (Alg. 6, S13-S15); pure, so it vmaps over subsystems.
+
+    Args:
+        f: transition ``(x, u) -> x_next``.
+        h: measurement ``(x, u) -> y``.
+        mean: filtered mean at the previous step (n,).
+        cov: its covariance (n, n).
+        q: process-noise covariance (n, n).
+        r: measurement-noise covariance (m, m).
+        u: input of this step.
+        y: measurement (m,); entries with ``mask`` False are ignored (their value is never read).
+        mask: boolean (m,).
+        weights: sigma-point weights.
+        redraw: redraw sigma points from the predicted Gaussian for the measurement.
+        innovation: ``(y, y_pred) -> residual``, default ``y - y_pred``; angles pass a wrapped difference
+            so that a measured phase near -pi and a prediction near pi differ by a small angle.
+
+    Returns:
+        :class:`UkfStep`; ``ok`` is False when the posterior is non-finite or not positive-definite.
+
+    """
+    pts, wm, wc = weights.sigma_points(mean, cov)
+    xp = jax.vmap(lambda p: f(p, u))(pts)
+    x_pred = wm @ xp
+    dx = xp - x_pred
+    cross = ((pts - mean).T * wc) @ dx
+    if redraw:
+        p_pred = (dx.T * wc) @ dx + q
+        pts_y, _, _ = weights.sigma_points(x_pred, p_pred)
+        dx = pts_y - x_pred
+    else:
+        pts_y = xp
+    yp = jax.vmap(lambda p: h(p, u))(pts_y)
+    y_pred = wm @ yp
+    dy = yp - y_pred
+    # One weighted product gives cov(x), cov(x, y) and cov(y) together (one batched dot under vmap).
+    dz = jnp.concatenate([dx, dy], axis=1)
+    joint = (dz.T * wc) @ dz
+    n_x = dx.shape[1]
+    if not redraw:
+        p_pred = joint[:n_x, :n_x] + q
+    m = mask.astype(mean.dtype)
+    s_cov = joint[n_x:, n_x:] + r
+    p_xy = joint[:n_x, n_x:] * m[None, :]
+    s_eff = s_cov * jnp.outer(m, m) + jnp.diag(1.0 - m)
+    chol_s = _small.cholesky(s_eff)
+    gain = _small.cho_solve(chol_s, p_xy.T).T
+    y = jnp.where(mask, y, y_pred)
+    innov = (y - y_pred if innovation is None else innovation(y, y_pred)) * m
+    new_mean = x_pred + gain @ innov
+    new_cov = p_pred - gain @ s_eff @ gain.T
+    new_cov = 0.5 * (new_cov + new_cov.T)
+    ll = _masked_gaussian_loglik(innov, chol_s, mask)
+    ok = jnp.all(jnp.isfinite(new_mean)) & jnp.all(jnp.diag(new_cov) > 0) & jnp.isfinite(ll)
+    return UkfStep(new_mean, new_cov, ll, ok, x_pred, p_pred, cross)
+
+
 def ukf_scan(
     f: Callable[[Any, Any], Any],
     h: Callable[[Any, Any], Any],
@@ -98,9 +182,10 @@ def ukf_scan(
     *,
     weights: UnscentedWeights | None = None,
     redraw: bool = False,
+    innovation: Callable[[Any, Any], Any] | None = None,
     check: bool = False,
 ) -> FilterOutput:
-    """Run the UKF over T steps (pure, jit- and vmap-able).
+    """Run the UKF over T steps (pure, jit- and vmap-able): :func:`ukf_step` scanned over time.
 
     Step k predicts x_{k+1} from x_k with ``f(x, u_k)`` and updates with ``ys[k] ~ h(x_{k+1}, u_k)``.
     Without ``redraw`` the measurement sigma points are the propagated ones (Alg. 6, filterpy); with it
@@ -118,6 +203,7 @@ def ukf_scan(
         masks: boolean (T, m), default all observed.
         weights: sigma-point weights (default ``UnscentedWeights.merwe()``).
         redraw: redraw sigma points for the measurement.
+        innovation: residual function (see :func:`ukf_step`).
         check: raise inside ``jit`` (``eqx.error_if``) if any step diverged; :func:`run_ukf` instead
             raises outside with the step's index and time.
 
@@ -132,40 +218,12 @@ def ukf_scan(
     def step(carry, inp):
         mean, cov, loglik, bad, k = carry
         u, y, mask = inp
-        pts, wm, wc = weights.sigma_points(mean, cov)
-        xp = jax.vmap(lambda p: f(p, u))(pts)
-        x_pred = wm @ xp
-        dx = xp - x_pred
-        cross = ((pts - mean).T * wc) @ dx
-        if redraw:
-            p_pred = (dx.T * wc) @ dx + q
-            pts_y, _, _ = weights.sigma_points(x_pred, p_pred)
-            dx = pts_y - x_pred
-        else:
-            pts_y = xp
-        yp = jax.vmap(lambda p: h(p, u))(pts_y)
-        y_pred = wm @ yp
-        dy = yp - y_pred
-        # One weighted product gives cov(x), cov(x, y) and cov(y) together (one batched dot under vmap).
-        dz = jnp.concatenate([dx, dy], axis=1)
-        joint = (dz.T * wc) @ dz
-        n_x = dx.shape[1]
-        if not redraw:
-            p_pred = joint[:n_x, :n_x] + q
-        m = mask.astype(mean.dtype)
-        s_cov = joint[n_x:, n_x:] + r
-        p_xy = joint[:n_x, n_x:] * m[None, :]
-        s_eff = s_cov * jnp.outer(m, m) + jnp.diag(1.0 - m)
-        chol_s = _small.cholesky(s_eff)
-        gain = _small.cho_solve(chol_s, p_xy.T).T
-        innov = (y - y_pred) * m
-        new_mean = x_pred + gain @ innov
-        new_cov = p_pred - gain @ s_eff @ gain.T
-        new_cov = 0.5 * (new_cov + new_cov.T)
-        ll = _masked_gaussian_loglik(innov, chol_s, mask)
-        ok = jnp.all(jnp.isfinite(new_mean)) & jnp.all(jnp.diag(new_cov) > 0) & jnp.isfinite(ll)
-        bad = jnp.where((bad < 0) & ~ok, k, bad)
-        return (new_mean, new_cov, loglik + ll, bad, k + 1), (new_mean, new_cov, x_pred, p_pred, cross)
+        out = ukf_step(
+            f, h, mean, cov, q, r, u, y, mask, weights=weights, redraw=redraw, innovation=innovation
+        )
+        bad = jnp.where((bad < 0) & ~out.ok, k, bad)
+        carry = (out.mean, out.cov, loglik + out.loglik, bad, k + 1)
+        return carry, (out.mean, out.cov, out.pred_mean, out.pred_cov, out.cross_cov)
 
     init = (x0, cov0, jnp.zeros((), x0.dtype), jnp.array(-1), jnp.array(0))
     (_, _, loglik, bad, _), (means, covs, pm, pc, cc) = jax.lax.scan(step, init, (us, ys_clean, masks))
@@ -190,6 +248,7 @@ def run_ukf(
     *,
     weights: UnscentedWeights | None = None,
     redraw: bool = False,
+    innovation: Callable[[Any, Any], Any] | None = None,
     times: Any = None,
 ) -> FilterOutput:
     """:func:`ukf_scan` with boundary checks, jitted, raising if the filter diverges.
@@ -214,7 +273,9 @@ def run_ukf(
             )
         if not bool(jnp.all(jnp.isfinite(arr))):
             raise ValueError(f"run_ukf {name}: expected finite values.")
-    out = _JITTED_SCAN(f, h, x0, cov0, q, r, us, ys, masks, weights=weights, redraw=redraw)
+    out = _JITTED_SCAN(
+        f, h, x0, cov0, q, r, us, ys, masks, weights=weights, redraw=redraw, innovation=innovation
+    )
     bad = int(out.first_bad_step)
     if bad >= 0:
         when = f" (t = {float(times[bad]):g})" if times is not None else ""
