@@ -1,0 +1,11 @@
+"""Padded cluster batches: one vmapped local estimator step for every cluster of a large network."""
+
+from twinfer.infer.clusters._kuramoto import (
+    ClusterLayout,
+    GridFilterOutput,
+    cluster_layout,
+    heun_transition,
+    run_clusters,
+)
+
+__all__ = ["ClusterLayout", "GridFilterOutput", "cluster_layout", "heun_transition", "run_clusters"]
