@@ -1,0 +1,124 @@
+"""Benchmark ``grid``: run time of the centralised and distributed UKFs against the number of buses.
+
+Each network is partitioned (S_max = 5; 3 for IEEE 300 as Table S2 used), simulated for 300 Heun steps,
+and filtered; compile time is kept apart and the run time is the median of repeated calls. The centralised
+UKF runs up to 300 buses (its cost grows as N^3), the distributed one on every network up to PEGASE 9241.
+The log-log slopes of run time against buses are fitted by least squares and written with the times, and
+a figure sets both series beside the paper's Table S2 (sequential Python) times.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from twinfer.bench._harness import Progress, register, time_jitted
+from twinfer.data import Partition, load_grid, partition_greedy
+from twinfer.experiments.grid import GridConfig, draw_parameters, simulate
+from twinfer.infer.clusters import cluster_layout, run_clusters
+from twinfer.models import KuramotoNetwork
+
+IEEE = ("ieee9", "ieee14", "ieee30", "ieee39", "ieee57", "ieee118", "ieee300")
+LARGE = ("pegase1354", "pegase2869", "rte6470", "pegase9241")
+PAPER_S2 = {  # Table S2 (UKF central, UKF distributed) seconds, sequential Python, one core
+    "ieee9": (0.79, 0.43, 9),
+    "ieee14": (1.72, 0.82, 14),
+    "ieee30": (7.5, 2.4, 30),
+    "ieee39": (14.3, 3.0, 39),
+    "ieee57": (45.5, 5.8, 57),
+    "ieee118": (215.1, 12.0, 118),
+    "ieee300": (2836.8, 145.6, 300),
+}
+
+
+def _timed(config: GridConfig, model: KuramotoNetwork, partition: Partition, ys, x0, q_big: float):
+    layout = cluster_layout(partition, np.asarray(model.index), np.asarray(model.weight))
+    fn = jax.jit(
+        lambda y: run_clusters(
+            layout, jnp.asarray(model.params["d"]), y, jnp.asarray(x0), (0.25, 0.25, 1.0),
+            (config.q_theta, config.q_omega, q_big), config.sigma**2, config.dt, config.ukf_gamma,
+        ).means
+    )  # fmt: skip
+    return time_jitted(fn, ys, repeats=3)
+
+
+def _slope(buses: list[float], times: list[float]) -> float:
+    return float(np.polyfit(np.log(buses), np.log(times), 1)[0])
+
+
+@register("grid", "Kuramoto grids: centralised vs distributed UKF run time against buses, log-log slopes")
+def bench_grid(quick: bool, progress: Progress) -> dict[str, float]:
+    """Times per network and the fitted scaling exponents."""
+    cases = IEEE[:4] if quick else IEEE + LARGE
+    central_max = 39 if quick else 300
+    out: dict[str, float] = {}
+    rows = []
+    for case in cases:
+        config = GridConfig.model_validate(
+            {"case": case, "s_max": 3 if case == "ieee300" else 5, "steps": 60 if quick else 300}
+        )
+        net = load_grid(case)
+        index, weight = net.neighbours
+        key_params, key_sim = jax.random.split(jax.random.key(config.seed))
+        d, big_omega = draw_parameters(net.n_bus, key_params)
+        model = KuramotoNetwork(index, weight, d, big_omega)
+        sim = simulate(config, model, key_sim)
+        n = net.n_bus
+        x0 = np.stack([sim["init"][:n], sim["init"][n:], np.zeros(n)], axis=1)
+        ys = jnp.asarray(sim["observations"])
+        partition = partition_greedy(net.coupling, net.gen_buses, config.s_max)
+        progress(f"{case}: distributed ({partition.n_clusters} clusters)")
+        dist = _timed(config, model, partition, ys, x0, config.q_Omega_distributed)
+        out[f"{case}.distributed.run_s"] = dist.median_s
+        out[f"{case}.distributed.compile_s"] = dist.compile_s
+        central_s = float("nan")
+        if n <= central_max:
+            progress(f"{case}: central ({3 * n} states)")
+            whole = Partition(labels=np.zeros(n, int), clusters=(np.arange(n),))
+            cen = _timed(config, model, whole, ys, x0, config.q_Omega_central)
+            central_s = cen.median_s
+            out[f"{case}.central.run_s"] = central_s
+            out[f"{case}.central.compile_s"] = cen.compile_s
+            out[f"{case}.speedup_distributed_vs_central"] = central_s / dist.median_s
+        rows.append((case, n, central_s, dist.median_s))
+    buses = [float(r[1]) for r in rows]
+    dist_times = [r[3] for r in rows]
+    central = [(b, r[2]) for b, r in zip(buses, rows, strict=True) if np.isfinite(r[2])]
+    if len(central) >= 2:
+        out["central.loglog_slope"] = _slope([b for b, _ in central], [t for _, t in central])
+    out["distributed.loglog_slope"] = _slope(buses, dist_times)
+    big = [(b, t) for b, t in zip(buses, dist_times, strict=True) if b >= 300]
+    if len(big) >= 2:
+        out["distributed.loglog_slope_300_to_9241"] = _slope([b for b, _ in big], [t for _, t in big])
+    _figure(rows)
+    return out
+
+
+def _figure(rows: list[tuple[str, int, float, float]]) -> None:
+    """``bench_grid.png`` beside ``bench.json``: run time against buses, log-log."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.5, 4.5))
+    buses = np.array([r[1] for r in rows], float)
+    central = np.array([r[2] for r in rows])
+    ok = np.isfinite(central)
+    ax.loglog(buses[ok], central[ok], "o-", label="twinfer central UKF")
+    ax.loglog(buses, [r[3] for r in rows], "s-", label="twinfer distributed UKF")
+    paper = [(v[2], v[0], v[1]) for v in PAPER_S2.values()]
+    ax.loglog(
+        [p[0] for p in paper], [p[1] for p in paper], "o:", color="0.5", label="paper central (Table S2)"
+    )
+    ax.loglog([p[0] for p in paper], [p[2] for p in paper], "s:", color="0.7", label="paper distributed")
+    ax.set_xlabel("buses")
+    ax.set_ylabel("run time for 300 steps [s]")
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(fontsize=8, frameon=False)
+    fig.tight_layout()
+    fig.savefig(Path("bench_grid.png"), dpi=120)
+    plt.close(fig)
