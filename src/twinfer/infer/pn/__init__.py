@@ -9,12 +9,14 @@ from twinfer.infer.pn._filter import (
     condition_exact,
     pn_solve,
 )
+from twinfer.infer.pn._likelihood import PNLikelihood
 from twinfer.infer.pn._prior import iwp_chol_q_1d, iwp_transition, iwp_transition_1d, projection
 
 __all__ = [
     "METHODS",
     "PNFilter",
     "PNInfo",
+    "PNLikelihood",
     "PNSolution",
     "PNState",
     "condition_exact",
