@@ -47,7 +47,8 @@ class IncrementalLikelihood(Protocol):
     holding their data.
     """
 
-    n_steps: int
+    @property
+    def n_steps(self) -> int: ...
 
     def init(self, theta: Any) -> Any: ...
 
