@@ -2,6 +2,8 @@
 
 from twinfer.experiments import boucwen as _boucwen  # noqa: F401  (registers the case)
 from twinfer.experiments import chain4 as _chain4  # noqa: F401  (registers the case)
+from twinfer.experiments import emps as _emps  # noqa: F401  (registers the case)
+from twinfer.experiments import silverbox as _silverbox  # noqa: F401  (registers the case)
 from twinfer.experiments._case import (
     REGISTRY,
     Case,

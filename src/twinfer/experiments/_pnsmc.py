@@ -141,3 +141,42 @@ def ibis_arrays(res: IBISResult, prior: TransformedNormalPrior) -> dict[str, Any
 def make_pn(model: AbstractModel, q: int, method: str, measure: Any = None) -> PNFilter:
     """The PN filter of a case."""
     return PNFilter(model, q=q, method=method, measure=measure)
+
+
+def equal_weight_particles(res: IBISResult, n: int, seed: int) -> np.ndarray:
+    """``n`` particles (0: all) drawn by the final weights, so each scored particle has equal weight."""
+    w = np.exp(res.log_w - res.log_w.max())
+    rng = np.random.default_rng(seed + 3)
+    idx = rng.choice(len(w), size=n or len(w), p=w / w.sum())
+    return res.theta[idx]
+
+
+def band_arrays(name: str, truth: np.ndarray, sims: np.ndarray) -> dict[str, np.ndarray]:
+    """Measured test output and the 5/50/95 % particle band, for the test-fit figure."""
+    return {
+        f"{name}_truth": truth,
+        f"{name}_sim_q05": np.quantile(sims, 0.05, axis=0),
+        f"{name}_sim_q95": np.quantile(sims, 0.95, axis=0),
+        f"{name}_sim_mean": sims.mean(axis=0),
+    }
+
+
+def band_figure(arrays: Mapping[str, Any], name: str, fs: float, ylabel: str) -> dict[str, Any]:
+    """Test output with the particle band (empty if the arrays hold no such test)."""
+    import matplotlib.pyplot as plt
+
+    if f"{name}_truth" not in arrays:
+        return {}
+    y = np.asarray(arrays[f"{name}_truth"])
+    t = np.arange(y.size) / fs
+    fig, ax = plt.subplots(figsize=(9, 3.5))
+    ax.fill_between(
+        t, arrays[f"{name}_sim_q05"], arrays[f"{name}_sim_q95"], alpha=0.4, label="particles 5-95%"
+    )
+    ax.plot(t, y, "k", lw=0.5, label="measured")
+    ax.plot(t, arrays[f"{name}_sim_mean"], "C1--", lw=0.5, label="particle mean")
+    ax.set_xlabel("time in test window [s]")
+    ax.set_ylabel(ylabel)
+    ax.legend(fontsize=7, frameon=False, loc="upper right")
+    fig.tight_layout()
+    return {"test_fit": fig}

@@ -8,3 +8,6 @@ __all__ = ["AbstractModel", "Chain", "Params", "get_param", "locate", "param_nam
 from twinfer.models.boucwen import BoucWen  # noqa: E402
 
 __all__ += ["BoucWen"]
+from twinfer.models.emps import EMPS  # noqa: E402
+
+__all__ += ["EMPS"]
