@@ -14,7 +14,7 @@ from twinfer.bench._harness import (
     write_bench_json,
 )
 
-BENCHMARK_MODULES: tuple[str, ...] = ("filters",)
+BENCHMARK_MODULES: tuple[str, ...] = ("filters", "pn")
 """Modules under ``twinfer.bench`` whose import registers benchmarks."""
 
 
