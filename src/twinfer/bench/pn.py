@@ -48,9 +48,8 @@ def bench_pn(quick: bool, progress: Progress) -> dict[str, float]:
         ode = pdx.ode(vf)
         tcoeffs, _ = pdx.jetexpand_ode_via_jvp(num=2)(ode, [x0], t=0.0)
         solver = pdx.solver(constraint=ssm.constraint_ode_ts0(ode), strategy=pdx.strategy_filter())
-        return ivpsolve.solve_fixed_grid(solver=solver)(
-            ssm.prior_wiener_integrated(tcoeffs), grid=grid
-        ).u.mean[0]
+        solve = ivpsolve.solve_fixed_grid(solver=solver)  # pyright: ignore[reportArgumentType]
+        return solve(ssm.prior_wiener_integrated(tcoeffs), grid=grid).u.mean[0]
 
     progress(f"twinfer PN filter: {n_particles} particles x {n_steps} steps")
     t_ours = time_jitted(jax.jit(jax.vmap(ours)), ks, repeats=5)
