@@ -14,7 +14,11 @@ from twinfer.bench._harness import (
     write_bench_json,
 )
 
+<<<<<<< HEAD
 BENCHMARK_MODULES: tuple[str, ...] = ("filters", "grid")
+=======
+BENCHMARK_MODULES: tuple[str, ...] = ("filters", "pn")
+>>>>>>> pnsmc
 """Modules under ``twinfer.bench`` whose import registers benchmarks."""
 
 

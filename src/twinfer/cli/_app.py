@@ -103,6 +103,9 @@ def run(
         figs,
         the_case.paper,
     )
+    from twinfer.report import write_posterior
+
+    write_posterior(run_dir, artifacts.arrays)  # posterior.nc + summary when the case sampled a posterior
     _print_metrics(the_case.name, dict(artifacts.metrics), the_case.paper)
     out.print(f"run folder: [bold]{run_dir}[/] ({time.perf_counter() - start:.1f} s)")
 

@@ -17,3 +17,12 @@ __all__ = [
     "write_run",
     "write_text",
 ]
+from twinfer.report._posterior import (  # noqa: E402
+    has_posterior,
+    posterior_figures,
+    summary_table,
+    to_inference_data,
+    write_posterior,
+)
+
+__all__ += ["has_posterior", "posterior_figures", "summary_table", "to_inference_data", "write_posterior"]

@@ -1,0 +1,182 @@
+"""Shared pieces of the PN-SMC cases (boucwen, silverbox, emps): run IBIS, simulate particles, score.
+
+References:
+    Longbottom, Champneys & Rogers, Sec. 3-4 and Table 2 (specs/pn-smc.md 2, 4, 5).
+
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from twinfer.experiments._case import Progress
+from twinfer.infer.pn import PNFilter, PNLikelihood
+from twinfer.infer.smc import IBISResult, TransformedNormalPrior, ibis
+from twinfer.models import AbstractModel, set_params
+from twinfer.sim import discretise
+
+
+def run_ibis(
+    seed: int,
+    lik: PNLikelihood,
+    prior: TransformedNormalPrior,
+    n_particles: int,
+    checkpoint: str,
+    checkpoint_every: int,
+    progress: Progress,
+) -> tuple[IBISResult, float]:
+    """IBIS with the case's checkpoint file (empty string: none); returns the result and its wall time."""
+    start = time.perf_counter()
+    res = ibis(
+        jax.random.key(seed),
+        lik,
+        prior,
+        n_particles,
+        checkpoint=Path(checkpoint) if checkpoint else None,
+        checkpoint_every=checkpoint_every,
+        progress=progress,
+    )
+    return res, time.perf_counter() - start
+
+
+def simulate_particles(
+    model: AbstractModel,
+    base_params: Mapping[str, Any],
+    names: tuple[str, ...],
+    thetas: np.ndarray,
+    x0: Any,
+    us: Any,
+    dt: float,
+    substeps: int,
+    output_index: int,
+    chunk: int = 256,
+) -> np.ndarray:
+    """Open-loop RK4 simulation of every particle, output sampled every ``substeps`` steps.
+
+    Args:
+        model: the model.
+        base_params: its parameters.
+        names: the parameters each particle sets.
+        thetas: ``(N, p)`` natural-scale parameters.
+        x0: initial state.
+        us: inputs at the fine step ``(T * substeps, n_u)`` (held over each step).
+        dt: fine step.
+        substeps: fine steps per output sample.
+        output_index: which model output to return.
+        chunk: particles simulated at once (bounds memory).
+
+    Returns:
+        ``(N, T)`` outputs at the coarse samples ``t = k * substeps * dt``, k = 0..T-1.
+
+    """
+    step = discretise(model, dt, "rk4")
+    us = jnp.asarray(us, jnp.float64).reshape(-1, substeps, model.n_input)
+
+    def one(theta):
+        params = set_params(dict(base_params), {n: theta[i] for i, n in enumerate(names)})
+
+        def outer(x, u_block):
+            y = model.output(0.0, x, u_block[0], params)[output_index]
+            x = jax.lax.fori_loop(0, substeps, lambda j, xx: step.transition(0.0, xx, u_block[j], params), x)
+            return x, y
+
+        return jax.lax.scan(outer, jnp.asarray(x0, jnp.float64), us)[1]
+
+    run = jax.jit(jax.vmap(one))
+    out = [np.asarray(run(jnp.asarray(thetas[i : i + chunk]))) for i in range(0, len(thetas), chunk)]
+    return np.concatenate(out, axis=0)
+
+
+def rmse_per_particle(sims: np.ndarray, truth: np.ndarray) -> np.ndarray:
+    """``sqrt(mean_k (y_k - yhat_k(theta_n))^2)`` for each particle (specs 5)."""
+    return np.sqrt(np.mean((sims - truth[None, :]) ** 2, axis=1))
+
+
+def posterior_metrics(res: IBISResult, names: tuple[str, ...]) -> dict[str, float]:
+    """Posterior mean and sd of each parameter (final weights), resampling count, mean acceptance."""
+    w = np.exp(res.log_w - res.log_w.max())
+    w /= w.sum()
+    out: dict[str, float] = {}
+    for i, name in enumerate(names):
+        mean = float(np.sum(w * res.theta[:, i]))
+        out[f"posterior.{name}.mean"] = mean
+        out[f"posterior.{name}.sd"] = float(np.sqrt(np.sum(w * (res.theta[:, i] - mean) ** 2)))
+    out["smc.resample_count"] = float(len(res.resample_times))
+    out["smc.mean_acceptance"] = float(np.mean(res.acceptance)) if len(res.acceptance) else 0.0
+    out["smc.final_ess"] = float(res.ess[-1])
+    return out
+
+
+def rmse_metrics(prefix: str, rmse: np.ndarray) -> dict[str, float]:
+    """``{prefix}rmse_min/max/mean`` over particles (unweighted; specs 6.25)."""
+    return {
+        f"{prefix}rmse_min": float(np.min(rmse)),
+        f"{prefix}rmse_max": float(np.max(rmse)),
+        f"{prefix}rmse_mean": float(np.mean(rmse)),
+    }
+
+
+def ibis_arrays(res: IBISResult, prior: TransformedNormalPrior) -> dict[str, Any]:
+    """Arrays saved in the run folder (posterior, prior, diagnostics) for figures and the netCDF."""
+    return {
+        "posterior_theta": res.theta,
+        "posterior_log_w": res.log_w,
+        "posterior_names": np.array(list(prior.names)),
+        "prior_loc": np.asarray(prior.loc),
+        "prior_scale": np.asarray(prior.scale),
+        "prior_log": np.asarray(prior.log),
+        "smc_ess": res.ess,
+        "smc_resample_times": res.resample_times,
+        "smc_acceptance": res.acceptance,
+    }
+
+
+def make_pn(model: AbstractModel, q: int, method: str, measure: Any = None) -> PNFilter:
+    """The PN filter of a case."""
+    return PNFilter(model, q=q, method=method, measure=measure)
+
+
+def equal_weight_particles(res: IBISResult, n: int, seed: int) -> np.ndarray:
+    """``n`` particles (0: all) drawn by the final weights, so each scored particle has equal weight."""
+    w = np.exp(res.log_w - res.log_w.max())
+    rng = np.random.default_rng(seed + 3)
+    idx = rng.choice(len(w), size=n or len(w), p=w / w.sum())
+    return res.theta[idx]
+
+
+def band_arrays(name: str, truth: np.ndarray, sims: np.ndarray) -> dict[str, np.ndarray]:
+    """Measured test output and the 5/50/95 % particle band, for the test-fit figure."""
+    return {
+        f"{name}_truth": truth,
+        f"{name}_sim_q05": np.quantile(sims, 0.05, axis=0),
+        f"{name}_sim_q95": np.quantile(sims, 0.95, axis=0),
+        f"{name}_sim_mean": sims.mean(axis=0),
+    }
+
+
+def band_figure(arrays: Mapping[str, Any], name: str, fs: float, ylabel: str) -> dict[str, Any]:
+    """Test output with the particle band (empty if the arrays hold no such test)."""
+    import matplotlib.pyplot as plt
+
+    if f"{name}_truth" not in arrays:
+        return {}
+    y = np.asarray(arrays[f"{name}_truth"])
+    t = np.arange(y.size) / fs
+    fig, ax = plt.subplots(figsize=(9, 3.5))
+    ax.fill_between(
+        t, arrays[f"{name}_sim_q05"], arrays[f"{name}_sim_q95"], alpha=0.4, label="particles 5-95%"
+    )
+    ax.plot(t, y, "k", lw=0.5, label="measured")
+    ax.plot(t, arrays[f"{name}_sim_mean"], "C1--", lw=0.5, label="particle mean")
+    ax.set_xlabel("time in test window [s]")
+    ax.set_ylabel(ylabel)
+    ax.legend(fontsize=7, frameon=False, loc="upper right")
+    fig.tight_layout()
+    return {"test_fit": fig}

@@ -1,0 +1,28 @@
+"""Probabilistic-numeric ODE solver: IWP prior, EK0/EK1 Gaussian ODE filter with a data update."""
+
+from twinfer.infer.pn._filter import (
+    METHODS,
+    PNFilter,
+    PNInfo,
+    PNSolution,
+    PNState,
+    condition_exact,
+    pn_solve,
+)
+from twinfer.infer.pn._likelihood import PNLikelihood
+from twinfer.infer.pn._prior import iwp_chol_q_1d, iwp_transition, iwp_transition_1d, projection
+
+__all__ = [
+    "METHODS",
+    "PNFilter",
+    "PNInfo",
+    "PNLikelihood",
+    "PNSolution",
+    "PNState",
+    "condition_exact",
+    "iwp_chol_q_1d",
+    "iwp_transition",
+    "iwp_transition_1d",
+    "pn_solve",
+    "projection",
+]

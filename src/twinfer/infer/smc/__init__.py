@@ -1,0 +1,6 @@
+"""Sequential Monte Carlo over static parameters: IBIS with independent MH rejuvenation."""
+
+from twinfer.infer.smc._ibis import IBISResult, IBISState, IncrementalLikelihood, ess, ibis
+from twinfer.infer.smc._prior import TransformedNormalPrior
+
+__all__ = ["IBISResult", "IBISState", "IncrementalLikelihood", "TransformedNormalPrior", "ess", "ibis"]
