@@ -14,11 +14,7 @@ from twinfer.bench._harness import (
     write_bench_json,
 )
 
-<<<<<<< HEAD
-BENCHMARK_MODULES: tuple[str, ...] = ("filters", "grid")
-=======
-BENCHMARK_MODULES: tuple[str, ...] = ("filters", "pn")
->>>>>>> pnsmc
+BENCHMARK_MODULES: tuple[str, ...] = ("filters", "grid", "pn")
 """Modules under ``twinfer.bench`` whose import registers benchmarks."""
 
 
