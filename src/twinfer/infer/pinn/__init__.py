@@ -1,0 +1,36 @@
+"""Physics-informed neural networks for MDOF oscillators: network, physics losses, trainer.
+
+References:
+    Haywood-Alexander, Arcieri, Kamariotis, Chatzi, "Response estimation and system identification of
+    dynamical systems via physics-informed neural networks", arXiv:2410.01340 (2024).
+
+"""
+
+from twinfer.infer.pinn._loss import LossWeights, SensorProblem, sensor_losses, sensor_problem
+from twinfer.infer.pinn._network import ACTIVATIONS, StateNetwork
+from twinfer.infer.pinn._physics import (
+    PositiveParameters,
+    chain_residuals,
+    check_parameter_names,
+    observed_dofs,
+    predicted_force,
+)
+from twinfer.infer.pinn._trainer import TrainResult, TrainSettings, loss_parts, train
+
+__all__ = [
+    "ACTIVATIONS",
+    "LossWeights",
+    "PositiveParameters",
+    "SensorProblem",
+    "StateNetwork",
+    "TrainResult",
+    "TrainSettings",
+    "chain_residuals",
+    "check_parameter_names",
+    "loss_parts",
+    "observed_dofs",
+    "predicted_force",
+    "sensor_losses",
+    "sensor_problem",
+    "train",
+]
