@@ -66,6 +66,7 @@ class TrainResult(NamedTuple):
     stopped_early: bool
     resumed_from: int
     train_s: float
+    """Seconds of training, summed over the interrupted and the resumed parts."""
 
 
 def _check(settings: TrainSettings) -> None:
@@ -154,6 +155,7 @@ def train(
         return dyn, opt, losses, parts
 
     epoch, best, stall, history = 0, np.inf, 0, {"epoch": [], "loss": []}
+    previous_s = 0.0
     path = None if checkpoint is None else Path(checkpoint)
     if path is not None and path.is_file():
         meta, (dynamic, opt_state) = _deserialise(path.read_bytes(), (dynamic, opt_state))
@@ -163,6 +165,7 @@ def train(
                 "Delete it or give another checkpoint path."
             )
         epoch, best, stall, history = meta["epoch"], meta["best"], meta["stall"], meta["history"]
+        previous_s = meta.get("train_s", 0.0)
     resumed_from, stopped = epoch, False
     start = time.perf_counter()
     n_chunks = 0
@@ -188,7 +191,8 @@ def train(
             stall += 1
         stopped = stall >= settings.patience
         if path is not None and (n_chunks % settings.checkpoint_every == 0 or stopped):
-            meta = {"fingerprint": fingerprint, "epoch": epoch, "best": best, "stall": stall}
+            meta = {"fingerprint": fingerprint, "epoch": epoch, "best": best, "stall": stall,
+                    "train_s": previous_s + time.perf_counter() - start}  # fmt: skip
             write_bytes(path, _serialise({**meta, "history": history}, (dynamic, opt_state)))
         if progress is not None:
             progress(stage, min(epoch, settings.epochs), settings.epochs)
@@ -200,7 +204,7 @@ def train(
         epochs=epoch,
         stopped_early=stopped,
         resumed_from=resumed_from,
-        train_s=time.perf_counter() - start,
+        train_s=previous_s + time.perf_counter() - start,
     )
 
 
