@@ -6,7 +6,16 @@ References:
 
 """
 
-from twinfer.infer.pinn._loss import LossWeights, SensorProblem, sensor_losses, sensor_problem
+from twinfer.infer.pinn._bayes import force_log_posterior, gamma_logpdf
+from twinfer.infer.pinn._loss import (
+    LossWeights,
+    SensorProblem,
+    StateProblem,
+    sensor_losses,
+    sensor_problem,
+    state_losses,
+    state_problem,
+)
 from twinfer.infer.pinn._network import ACTIVATIONS, StateNetwork
 from twinfer.infer.pinn._physics import (
     PositiveParameters,
@@ -23,14 +32,19 @@ __all__ = [
     "PositiveParameters",
     "SensorProblem",
     "StateNetwork",
+    "StateProblem",
     "TrainResult",
     "TrainSettings",
     "chain_residuals",
+    "force_log_posterior",
+    "gamma_logpdf",
     "check_parameter_names",
     "loss_parts",
     "observed_dofs",
     "predicted_force",
     "sensor_losses",
     "sensor_problem",
+    "state_losses",
+    "state_problem",
     "train",
 ]

@@ -181,3 +181,80 @@ def sensor_losses(
     w = problem.weights
     total = w.obs * l_obs + w.cc * l_cc + w.ode * l_ode + w.ic * l_ic
     return total, {"obs": l_obs, "cc": l_cc, "ode": l_ode, "ic": l_ic}
+
+
+class StateProblem(eqx.Module):
+    """Data of the Bayesian scheme's first stage: states and force observed at every DOF (section 4.3).
+
+    Attributes:
+        chain: the model (its parameter values are replaced by the trainable ones where given).
+        t_obs: (T,) observation and collocation times.
+        z_obs: (T, 2n) measured ``[u, v]`` (mean of the repeats: with a common noise scale the squared
+            error summed over repeats differs from the mean's by a constant).
+        force_obs: (T, n_in) measured forces (mean of the repeats).
+        disp_scale, vel_scale, acc_scale: residual scales.
+        weights: ``obs`` (states), ``cc``, ``ode``.
+
+    """
+
+    chain: Chain
+    t_obs: Float[Array, " T"]
+    z_obs: Float[Array, "T 2n"]
+    force_obs: Float[Array, "T n_in"]
+    disp_scale: float = eqx.field(static=True)
+    vel_scale: float = eqx.field(static=True)
+    acc_scale: float = eqx.field(static=True)
+    weights: LossWeights = eqx.field(static=True)
+
+
+def state_problem(
+    chain: Chain,
+    t_obs: Any,
+    z_obs: Any,
+    force_obs: Any,
+    *,
+    disp_scale: float,
+    vel_scale: float,
+    acc_scale: float,
+    weights: LossWeights | None = None,
+) -> StateProblem:
+    """Validated :class:`StateProblem` (shapes and finiteness checked, errors name the field)."""
+    t = _finite("t_obs", t_obs, 1)
+    z, f = _finite("z_obs", z_obs, 2), _finite("force_obs", force_obs, 2)
+    if z.shape != (t.size, chain.n_state):
+        raise ValueError(f"z_obs: expected shape {(t.size, chain.n_state)}; received {z.shape}.")
+    if f.shape != (t.size, len(chain.forced_dofs)):
+        raise ValueError(f"force_obs: expected shape {(t.size, len(chain.forced_dofs))}; received {f.shape}.")
+    for name, value in (("disp_scale", disp_scale), ("vel_scale", vel_scale), ("acc_scale", acc_scale)):
+        if not (np.isfinite(value) and value > 0):
+            raise ValueError(f"{name}: expected a finite value > 0; received {value!r}.")
+    return StateProblem(
+        chain=chain,
+        t_obs=jnp.asarray(t),
+        z_obs=jnp.asarray(z),
+        force_obs=jnp.asarray(f),
+        disp_scale=float(disp_scale),
+        vel_scale=float(vel_scale),
+        acc_scale=float(acc_scale),
+        weights=weights or LossWeights(),
+    )
+
+
+def state_losses(
+    net: StateNetwork, theta: PositiveParameters | None, problem: StateProblem
+) -> tuple[Float[Array, ""], dict[str, Float[Array, ""]]]:
+    """Eq 17 with state observations (Eq 23 with fixed noise scales): ``obs`` on u and v, ``cc``, ``ode``.
+
+    With ``theta`` the system parameters are learned from the same loss, never given (specs D13).
+    """
+    chain = problem.chain
+    params = chain.params if theta is None else theta.apply(chain.params)
+    n = chain.n_dof
+    z, dz = net.batch(problem.t_obs)
+    r_z = problem.z_obs - z
+    l_obs = _mean_sq(r_z[:, :n] / problem.disp_scale) + _mean_sq(r_z[:, n:] / problem.vel_scale)
+    r_cc, r_ode, _ = chain_residuals(chain, params, z, dz, problem.force_obs)
+    l_cc = _mean_sq(r_cc / problem.vel_scale)
+    l_ode = _mean_sq(r_ode / problem.acc_scale)
+    w = problem.weights
+    return w.obs * l_obs + w.cc * l_cc + w.ode * l_ode, {"obs": l_obs, "cc": l_cc, "ode": l_ode}
