@@ -1,8 +1,8 @@
 """Case studies of the four papers, runnable as ``twinfer run CASE``."""
 
 from twinfer.experiments import chain4 as _chain4  # noqa: F401  (registers the case)
-from twinfer.experiments import pinn_joint as _pinn_joint  # noqa: F401  (registers the case)
 from twinfer.experiments import pinn_bayes as _pinn_bayes  # noqa: F401  (registers the case)
+from twinfer.experiments import pinn_joint as _pinn_joint  # noqa: F401  (registers the case)
 from twinfer.experiments import pinn_sparse as _pinn_sparse  # noqa: F401  (registers the case)
 from twinfer.experiments._case import (
     REGISTRY,

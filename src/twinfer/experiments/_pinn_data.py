@@ -165,8 +165,8 @@ class PinnTrainConfig(CaseConfig):
     activation: Literal["tanh", "silu", "elu", "sin"] = pydantic.Field("tanh", description="Activation.")
     n_fourier: int = pydantic.Field(64, ge=0, description="Fourier input features (0: plain time).")
     max_cycles: float = pydantic.Field(60.0, gt=0, description="Highest feature frequency, cycles/window.")
-    epochs: int = pydantic.Field(6000, ge=1, description="Maximum epochs.")
-    learning_rate: float = pydantic.Field(2e-3, gt=0, description="Adam step of the network.")
+    epochs: int = pydantic.Field(4000, ge=1, description="Maximum epochs.")
+    learning_rate: float = pydantic.Field(1e-3, gt=0, description="Adam step of the network.")
     param_learning_rate: float = pydantic.Field(1e-2, gt=0, description="Adam step of system parameters.")
     decay: float = pydantic.Field(0.9995, gt=0, le=1, description="Network learning-rate decay per epoch.")
     chunk: int = pydantic.Field(250, ge=1, description="Epochs per jitted chunk.")
@@ -175,9 +175,10 @@ class PinnTrainConfig(CaseConfig):
         1e-3, ge=0, description="Relative improvement resetting patience."
     )
     lambda_obs: float = pydantic.Field(1.0, ge=0, description="Weight of L_o (Eq 17).")
-    lambda_cc: float = pydantic.Field(1.0, ge=0, description="Weight of L_cc (Eq 17).")
-    lambda_ode: float = pydantic.Field(1.0, ge=0, description="Weight of L_p (Eq 17).")
-    lambda_ic: float = pydantic.Field(100.0, ge=0, description="Weight of the rest condition (0: paper).")
+    lambda_cc: float = pydantic.Field(10.0, ge=0, description="Weight of L_cc (Eq 17).")
+    lambda_ode: float = pydantic.Field(10.0, ge=0, description="Weight of L_p (Eq 17).")
+    lambda_ic: float = pydantic.Field(0.0, ge=0, description="Weight of a soft rest condition (0: paper).")
+    anchor_rest: bool = pydantic.Field(True, description="Hard rest initial condition (False: paper).")
     obs_stride: int = pydantic.Field(8, ge=1, description="Observation every n-th sample (repository: 8).")
     col_stride: int = pydantic.Field(8, ge=1, description="Collocation every n-th sample (repository: 8).")
     compare_ukf: bool = pydantic.Field(True, description="Also run the UKF + RTS smoother on the same data.")
@@ -201,6 +202,12 @@ def scales(acc_noisy: np.ndarray) -> tuple[float, float, float]:
     acc = float(np.ptp(acc_noisy))
     omega = 2 * np.pi * 0.2
     return acc, acc / omega, acc / omega**2
+
+
+def train_settings(config: PinnTrainConfig) -> TrainSettings:
+    """Trainer settings from a case configuration."""
+    keys = ("epochs", "learning_rate", "param_learning_rate", "decay", "chunk", "patience", "min_improvement")
+    return TrainSettings(**{k: getattr(config, k) for k in keys})
 
 
 def train_sensor_pinn(
@@ -242,16 +249,9 @@ def train_sensor_pinn(
         out_scale=[disp_s] * model.n_dof + [vel_s] * model.n_dof,
         n_fourier=config.n_fourier,
         max_cycles=config.max_cycles,
+        initial_state=np.zeros(model.n_state) if config.anchor_rest else None,
     )
-    settings = TrainSettings(
-        epochs=config.epochs,
-        learning_rate=config.learning_rate,
-        param_learning_rate=config.param_learning_rate,
-        decay=config.decay,
-        chunk=config.chunk,
-        patience=config.patience,
-        min_improvement=config.min_improvement,
-    )
+    settings = train_settings(config)
     path, fingerprint = checkpoint_path(case, config)
     trainable = (net,) if theta is None else (net, theta)
 

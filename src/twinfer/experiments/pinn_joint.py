@@ -142,6 +142,15 @@ def figures(arrays: Mapping[str, Any], config: PinnJointConfig) -> dict[str, Any
     return {"parameters": fig_p, "states_unobserved": fig_s}
 
 
+QUICK = {
+    "epochs": 100,
+    "chunk": 50,
+    "width": 16,
+    "n_fourier": 8,
+    "n_samples": 512,
+    "horizon": 10.0,
+    "max_cycles": 10.0,
+}
 _TAB3, _TAB5 = "Table 3, Duffing SNR 50", "Table 5, Duffing no error SNR 50"
 CASE = register(
     Case(
@@ -150,15 +159,7 @@ CASE = register(
         config_type=PinnJointConfig,
         run=run,
         figures=figures,
-        quick={
-            "epochs": 300,
-            "chunk": 100,
-            "width": 32,
-            "n_fourier": 16,
-            "n_samples": 1024,
-            "horizon": 15.0,
-            "max_cycles": 15.0,
-        },  # fmt: skip
+        quick=QUICK,  # fmt: skip
         paper={
             "param.k2": PaperValue(14.91, _TAB3),
             "param.k4": PaperValue(14.95, _TAB3),

@@ -25,8 +25,10 @@ from twinfer.models import Chain, set_params
 
 
 def gamma_logpdf(x: Any, concentration: Any, rate: Any) -> Any:
-    """log Gamma(x | concentration, rate) (rate parametrisation, as Pyro)."""
-    return concentration * jnp.log(rate) - gammaln(concentration) + (concentration - 1) * jnp.log(x) - rate * x
+    """Log Gamma(x | concentration, rate) (rate parametrisation, as Pyro)."""
+    return (
+        concentration * jnp.log(rate) - gammaln(concentration) + (concentration - 1) * jnp.log(x) - rate * x
+    )
 
 
 def force_log_posterior(
@@ -54,10 +56,9 @@ def force_log_posterior(
 
     """
     reps = np.asarray(force_repeats, dtype=np.float64)
-    if reps.ndim != 3 or reps.shape[1:] != (np.shape(z)[0], len(chain.forced_dofs)):
-        raise ValueError(
-            f"force_repeats: expected shape (R, {np.shape(z)[0]}, {len(chain.forced_dofs)}); received {reps.shape}."
-        )
+    want = (np.shape(z)[0], len(chain.forced_dofs))
+    if reps.ndim != 3 or reps.shape[1:] != want:
+        raise ValueError(f"force_repeats: expected shape (R, {want[0]}, {want[1]}); received {reps.shape}.")
     missing = [n for n in names if n not in priors]
     if missing:
         raise ValueError(f"priors: expected a Gamma prior for every sampled name; missing {missing}.")
