@@ -98,6 +98,21 @@ def test_network_rate_is_time_derivative():
     np.testing.assert_allclose(dz, fd, rtol=1e-7, atol=1e-9)
 
 
+def test_anchored_network_starts_at_the_initial_state():
+    """With initial_state the output equals it at t0 exactly, and batch agrees with single calls."""
+    z0 = np.array([0.1, -0.2, 0.0, 0.3])
+    net = StateNetwork(jax.random.key(2), 4, 1.0, 5.0, width=8, depth=2, initial_state=z0)
+    np.testing.assert_allclose(net(jnp.asarray(1.0)), z0, atol=1e-15)
+    ts = jnp.array([1.0, 2.5, 6.0])
+    zs, dzs = net.batch(ts)
+    z1, dz1 = net.state_and_rate(ts[1])
+    np.testing.assert_allclose(zs[0], z0, atol=1e-15)
+    np.testing.assert_allclose(zs[1], z1, rtol=1e-14)
+    np.testing.assert_allclose(dzs[1], dz1, rtol=1e-14)
+    with pytest.raises(ValueError, match="initial_state: expected 4 finite values"):
+        StateNetwork(jax.random.key(2), 4, 1.0, 5.0, initial_state=[0.0, 1.0])
+
+
 def _small_problem(n_obs=12):
     chain = Chain(10.0, 15.0, 1.0, cubic_stiffness=100.0, n_dof=3, forced_dofs=[1])
     ts = np.linspace(0.0, 6.0, n_obs)

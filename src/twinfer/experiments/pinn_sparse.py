@@ -98,8 +98,8 @@ def run(config: PinnSparseConfig, progress: Progress) -> RunArtifacts:
         + (f", resumed from epoch {result.resumed_from}" if result.resumed_from else "")
         + "; on a machine shared with other jobs, so times are upper bounds.",
         "Decisions (specs 7): Fourier time features and the hard rest initial condition (anchor_rest, "
-        "D17) are beyond the paper; residuals in acceleration units divided by data-derived scales (D2); collocation at the "
-        "observation times (D5); the noisy measured force in L_o and L_p (D4, D7).",
+        "D17) are beyond the paper; residuals in acceleration units divided by data-derived scales "
+        "(D2); collocation at the observation times (D5); the noisy measured force in L_o and L_p (D4, D7).",
     ]
     if config.compare_ukf:
         progress("UKF + RTS smoother (same sensors)", 0, 1)

@@ -2,11 +2,11 @@
 
 ``z(t) = scale * MLP(features(t_hat))`` with ``t_hat = (t - t0) / span`` in [0, 1] (specs/pinn.md 2.2,
 Eq 13). With a known initial state (the simulations start at rest, specs D17) the output can be anchored,
-``z(t) = z0 + N(t) - N(t0)``, a hard initial condition beyond the paper: the free response of modes that the
-sensors barely see is otherwise left undetermined. The optional features are deterministic sines and cosines of ``t_hat`` (a Fourier embedding), added
-beyond the paper to overcome the spectral bias of a plain MLP on long windows; with ``n_fourier = 0`` the
-input is ``t_hat`` alone, as in the paper. The time derivative comes from forward-mode autodiff and the
-chain rule ``dz/dt = (1 / span) dz/dt_hat`` (specs 2.2).
+``z(t) = z0 + N(t) - N(t0)``, a hard initial condition beyond the paper. The optional features are
+deterministic sines and cosines of ``t_hat`` (a Fourier embedding), added beyond the paper to overcome the
+spectral bias of a plain MLP on long windows; with ``n_fourier = 0`` the input is ``t_hat`` alone, as in the
+paper. The time derivative comes from forward-mode autodiff and the chain rule
+``dz/dt = (1 / span) dz/dt_hat`` (specs 2.2).
 
 References:
     Haywood-Alexander et al., "Response estimation and system identification of dynamical systems via
@@ -123,7 +123,7 @@ class StateNetwork(eqx.Module):
         """State ``z(t)`` at one time ``t`` [s]."""
         return self._raw(t) + self._offset()
 
-    def state_and_rate(self, t: Float[Array, ""]) -> tuple[Float[Array, " n_state"], Float[Array, " n_state"]]:
+    def state_and_rate(self, t: Float[Array, ""]) -> tuple[Float[Array, " n"], Float[Array, " n"]]:
         """``(z(t), dz/dt(t))`` by one forward-mode derivative (specs 2.2, chain rule)."""
         t = jnp.asarray(t, dtype=jnp.float64)
         z, dz = jax.jvp(self._raw, (t,), (jnp.ones_like(t),))
