@@ -174,7 +174,7 @@ def run(config: PinnBayesConfig, progress: Progress) -> RunArtifacts:
         f"{config.repeats} repeats; stage 1 learned {names} jointly with the network from initial guesses "
         f"{INITIAL} against the noisy force (specs D13 fairness fix: no true parameters, no clean force).",
         f"NUTS: {config.chains} chains, {config.num_warmup} warm-up + {config.num_draws} draws each, "
-        f"{fit.divergences} divergences, sampling {fit.sample_s:.1f} s (compilation included). All "
+        f"{fit.divergences} divergences, sampling {fit.sample_s:.1f} s (compilation excluded). All "
         f"{config.repeats} force repeats enter the likelihood at every {config.obs_stride}-th sample (D14).",
         "Posterior saved as posterior.nc (ArviZ InferenceData, netCDF).",
     ]
