@@ -8,10 +8,11 @@ import math
 import platform
 import tomllib
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from twinfer._atomic import write_bytes
 from twinfer.report._files import to_toml, write_figure, write_json, write_npz, write_text
 from twinfer.report._report import PaperValue, render_report
 
@@ -67,6 +68,8 @@ class RunArtifacts:
     metrics: Mapping[str, float]
     arrays: Mapping[str, Any]
     notes: Sequence[str] = ()
+    files: Mapping[str, bytes] = field(default_factory=dict)
+    """Extra files by name relative to the run folder (for example an ArviZ ``posterior.nc``)."""
 
 
 def write_run(
@@ -83,6 +86,8 @@ def write_run(
     config_toml = to_toml(config)
     write_text(run_dir / "config.toml", config_toml)
     write_npz(run_dir / "arrays.npz", artifacts.arrays)
+    for name, payload in artifacts.files.items():
+        write_bytes(run_dir / name, payload)
     names = []
     for name, fig in figures.items():
         write_figure(run_dir / "figures" / f"{name}.png", fig)

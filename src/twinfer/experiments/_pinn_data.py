@@ -1,0 +1,309 @@
+"""Data of the PINN paper's case studies: chains, band-limited forcing, RK4 truth, noise, scenarios.
+
+Shared by ``pinn-sparse``, ``pinn-joint`` and ``pinn-bayes`` (specs/pinn.md 1.4-1.6 and 4.1): dynasim-0.1.6
+banded noise (amplitude 500, 0.05-1.0 Hz, seed 43810 + DOF index), fixed-step RK4 from rest with the force
+held over each step, accelerations from the equation of motion with the clean force, and the repository's
+per-channel SNR noise with its seeds. Every number comes from the library (models, sim, metrics).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import tempfile
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pydantic
+
+from twinfer import metrics
+from twinfer.data import Dataset
+from twinfer.experiments._case import CaseConfig, Progress
+from twinfer.infer.filters import smooth
+from twinfer.infer.pinn import (
+    LossWeights,
+    PositiveParameters,
+    StateNetwork,
+    TrainResult,
+    TrainSettings,
+    observed_dofs,
+    predicted_force,
+    sensor_losses,
+    sensor_problem,
+    train,
+)
+from twinfer.models import Chain
+from twinfer.sim import (
+    add_noise_numpy_legacy,
+    bandlimited_noise_dynasim,
+    discretise,
+    noise_std_for_snr,
+    simulate_discrete,
+)
+
+NOMINAL = {"m": 10.0, "c": 1.0, "k": 15.0, "kappa": 100.0, "mu": 0.75}
+
+
+def perturbation_factors(n_dof: int, seed_of_dof: Any) -> np.ndarray:
+    """Value-error factors ``1 + sign r`` per DOF, the repository recipe of specs 4.1 (one per DOF)."""
+    factors = []
+    for i in range(n_dof):
+        state = np.random.RandomState(int(seed_of_dof(i)))
+        r = state.uniform(0.05, 0.10)
+        sign = [-1.0, 1.0][state.randint(0, 2)]
+        factors.append(1.0 + sign * r)
+    return np.asarray(factors)
+
+
+def chain_of(
+    n_dof: int,
+    nonlinearity: str,
+    forced_dofs: Sequence[int],
+    factors: Any = None,
+    values: Mapping | None = None,
+) -> Chain:
+    """A nominal chain (``nonlinearity`` in duffing/vdp/linear), optionally perturbed.
+
+    Every c, k, kappa, mu is multiplied by per-DOF ``factors`` (the value-error truth, with the
+    nonlinear ones perturbed too, specs D11).
+    """
+    vals = {**NOMINAL, **(values or {})}
+    fac = np.ones(n_dof) if factors is None else np.asarray(factors)
+    extra: dict[str, Any] = {}
+    if nonlinearity == "duffing":
+        extra["cubic_stiffness"] = vals["kappa"] * fac
+    elif nonlinearity == "vdp":
+        extra["vdp_damping"] = vals["mu"] * fac
+    elif nonlinearity != "linear":
+        raise ValueError(f"nonlinearity: expected 'duffing', 'vdp' or 'linear'; received {nonlinearity!r}.")
+    return Chain(
+        [vals["m"]] * n_dof,
+        vals["k"] * fac,
+        vals["c"] * fac,
+        forced_dofs=list(forced_dofs),
+        n_dof=n_dof,
+        **extra,
+    )
+
+
+@dataclass(frozen=True)
+class ChainData:
+    """Clean truth and noisy measurements on one time grid."""
+
+    times: np.ndarray
+    states: np.ndarray  # (T, 2n) clean u, v
+    acc: np.ndarray  # (T, n) clean accelerations
+    force: np.ndarray  # (T, n_forced) clean forces
+    acc_noisy: np.ndarray
+    force_noisy: np.ndarray
+
+
+def simulate_chain(
+    chain: Chain, horizon: float, n_samples: int, snr_db: float, seeds: Mapping[str, int]
+) -> ChainData:
+    """RK4 truth from rest under dynasim banded noise at the forced DOFs, plus SNR noise (specs 1.4-1.6)."""
+    ts = np.linspace(0.0, horizon, n_samples)
+    force = np.stack(
+        [bandlimited_noise_dynasim(ts, (0.05, 1.0), 500.0, seed=43810 + d - 1) for d in chain.forced_dofs],
+        axis=1,
+    )
+    traj = simulate_discrete(
+        discretise(chain, float(ts[1] - ts[0]), "rk4"), np.zeros(chain.n_state), force[:-1]
+    )
+    states = np.asarray(traj.states)
+    acc = np.asarray(
+        jax.vmap(lambda x, f: chain.acceleration(x, f, chain.params))(jnp.asarray(states), jnp.asarray(force))
+    )
+    return ChainData(
+        times=ts,
+        states=states,
+        acc=acc,
+        force=force,
+        acc_noisy=add_noise_numpy_legacy(acc, snr_db, seeds["acc"]),
+        force_noisy=add_noise_numpy_legacy(force, snr_db, seeds["force"]),
+    )
+
+
+def fitness_table(
+    n_dof: int,
+    truth: Mapping[str, np.ndarray],
+    estimate: Mapping[str, np.ndarray],
+    observed: Sequence[int],
+    prefix: str = "fitness",
+) -> dict[str, float]:
+    """Tables 2 and 5: per-quantity RMSE/range fitness (specs 6).
+
+    Averaged over all / observed / unobserved DOFs, and at the first and last DOF (specs 6). Keys:
+    ``{prefix}.all_u``, ``.unobs_udot``, ``.first_uddot``, ...
+    """
+    out: dict[str, float] = {}
+    obs = [d - 1 for d in observed]
+    unobs = [i for i in range(n_dof) if i not in obs]
+    for q in ("u", "udot", "uddot"):
+        per_dof = np.asarray(metrics.fitness(estimate[q], truth[q]))
+        out[f"{prefix}.all_{q}"] = float(per_dof.mean())
+        out[f"{prefix}.obs_{q}"] = float(per_dof[obs].mean())
+        if unobs:
+            out[f"{prefix}.unobs_{q}"] = float(per_dof[unobs].mean())
+        out[f"{prefix}.first_{q}"] = float(per_dof[0])
+        out[f"{prefix}.last_{q}"] = float(per_dof[-1])
+    return out
+
+
+# -- shared PINN driver of pinn-sparse and pinn-joint ---------------------------------------------------
+class PinnTrainConfig(CaseConfig):
+    """Network, loss and trainer settings shared by the PINN cases (specs D1: the paper gives none)."""
+
+    width: int = pydantic.Field(128, ge=1, description="Hidden width (repository: 256).")
+    depth: int = pydantic.Field(4, ge=1, description="Hidden layers (repository: 4).")
+    activation: Literal["tanh", "silu", "elu", "sin"] = pydantic.Field("tanh", description="Activation.")
+    n_fourier: int = pydantic.Field(64, ge=0, description="Fourier input features (0: plain time).")
+    max_cycles: float = pydantic.Field(60.0, gt=0, description="Highest feature frequency, cycles/window.")
+    epochs: int = pydantic.Field(4000, ge=1, description="Maximum epochs.")
+    learning_rate: float = pydantic.Field(1e-3, gt=0, description="Adam step of the network.")
+    param_learning_rate: float = pydantic.Field(1e-2, gt=0, description="Adam step of system parameters.")
+    decay: float = pydantic.Field(0.9995, gt=0, le=1, description="Network learning-rate decay per epoch.")
+    chunk: int = pydantic.Field(250, ge=1, description="Epochs per jitted chunk.")
+    patience: int = pydantic.Field(6, ge=1, description="Chunks without improvement before stopping.")
+    min_improvement: float = pydantic.Field(
+        1e-3, ge=0, description="Relative improvement resetting patience."
+    )
+    lambda_obs: float = pydantic.Field(1.0, ge=0, description="Weight of L_o (Eq 17).")
+    lambda_cc: float = pydantic.Field(10.0, ge=0, description="Weight of L_cc (Eq 17).")
+    lambda_ode: float = pydantic.Field(10.0, ge=0, description="Weight of L_p (Eq 17).")
+    lambda_ic: float = pydantic.Field(0.0, ge=0, description="Weight of a soft rest condition (0: paper).")
+    anchor_rest: bool = pydantic.Field(True, description="Hard rest initial condition (False: paper).")
+    obs_stride: int = pydantic.Field(8, ge=1, description="Observation every n-th sample (repository: 8).")
+    col_stride: int = pydantic.Field(8, ge=1, description="Collocation every n-th sample (repository: 8).")
+    compare_ukf: bool = pydantic.Field(True, description="Also run the UKF + RTS smoother on the same data.")
+    checkpoint_dir: str = pydantic.Field("", description="Checkpoint folder ('' = system temp folder).")
+
+
+def checkpoint_path(case: str, config: PinnTrainConfig) -> tuple[Path, str]:
+    """A checkpoint file named by the hash of the resolved config, and that hash as the fingerprint."""
+    payload = json.dumps(config.model_dump(exclude={"checkpoint_dir"}), sort_keys=True)
+    digest = hashlib.sha1(f"{case}:{payload}".encode()).hexdigest()[:16]
+    root = Path(config.checkpoint_dir or Path(tempfile.gettempdir()) / "twinfer-checkpoints")
+    return root / f"{case}-{digest}.ckpt", digest
+
+
+def scales(acc_noisy: np.ndarray) -> tuple[float, float, float]:
+    """Residual scales from the measured accelerations: (acceleration range, velocity, displacement).
+
+    Velocity and displacement scales divide by omega = 2 pi 0.2 rad/s, mid-band of the chains' natural
+    frequencies (specs 1.7), so only measured data and the forcing band set them.
+    """
+    acc = float(np.ptp(acc_noisy))
+    omega = 2 * np.pi * 0.2
+    return acc, acc / omega, acc / omega**2
+
+
+def train_settings(config: PinnTrainConfig) -> TrainSettings:
+    """Trainer settings from a case configuration."""
+    keys = ("epochs", "learning_rate", "param_learning_rate", "decay", "chunk", "patience", "min_improvement")
+    return TrainSettings(**{k: getattr(config, k) for k in keys})
+
+
+def train_sensor_pinn(
+    case: str,
+    config: PinnTrainConfig,
+    model: Chain,
+    data: ChainData,
+    unobserved: Sequence[int],
+    theta: PositiveParameters | None,
+    progress: Progress,
+) -> tuple[Any, PositiveParameters | None, TrainResult, tuple[int, ...]]:
+    """Build the Eq 17 problem from ``data`` and train the network (and ``theta``)."""
+    observed = observed_dofs(model.n_dof, list(unobserved))
+    sensed = [d - 1 for d in observed]
+    io = np.arange(0, data.times.size, config.obs_stride)
+    ic = np.arange(0, data.times.size, config.col_stride)
+    acc_s, vel_s, disp_s = scales(data.acc_noisy[:, sensed])
+    problem = sensor_problem(
+        model,
+        list(unobserved),
+        data.times[io],
+        data.acc_noisy[io][:, sensed],
+        data.force_noisy[io],
+        data.times[ic],
+        data.force_noisy[ic],
+        acc_scale=acc_s,
+        vel_scale=vel_s,
+        weights=LossWeights(config.lambda_obs, config.lambda_cc, config.lambda_ode, config.lambda_ic),
+    )
+    span = float(data.times[-1] - data.times[0])
+    net = StateNetwork(
+        jax.random.key(config.seed),
+        model.n_state,
+        float(data.times[0]),
+        span,
+        width=config.width,
+        depth=config.depth,
+        activation=config.activation,
+        out_scale=[disp_s] * model.n_dof + [vel_s] * model.n_dof,
+        n_fourier=config.n_fourier,
+        max_cycles=config.max_cycles,
+        initial_state=np.zeros(model.n_state) if config.anchor_rest else None,
+    )
+    settings = train_settings(config)
+    path, fingerprint = checkpoint_path(case, config)
+    trainable = (net,) if theta is None else (net, theta)
+
+    def loss_fn(tr: tuple[Any, ...]) -> tuple[Any, dict[str, Any]]:
+        total, parts = sensor_losses(tr[0], tr[1] if len(tr) > 1 else None, problem)
+        if len(tr) > 1:  # parameter trajectories for the convergence figure
+            parts = {**parts, **{f"param.{k}": v for k, v in tr[1].as_dict().items()}}
+        return total, parts
+
+    result = train(trainable, loss_fn, settings, progress=progress, checkpoint=path, fingerprint=fingerprint)
+    trained = result.trainable
+    return trained[0], (trained[1] if theta is not None else None), result, observed
+
+
+def evaluate_states(net: Any, model: Chain, params: Any, times: np.ndarray) -> dict[str, np.ndarray]:
+    """Network u, v, dv/dt and the Eq 15 force at every time of the clean grid (specs 2.3, predict())."""
+    z, dz = eqx.filter_jit(lambda nt, ts: nt.batch(ts))(net, jnp.asarray(times))
+    force = predicted_force(model, params, z, dz)
+    n = model.n_dof
+    return {"u": np.asarray(z[:, :n]), "udot": np.asarray(z[:, n:]), "uddot": np.asarray(dz[:, n:]),
+            "force": np.asarray(force)}  # fmt: skip
+
+
+def ukf_rts_states(
+    model: Chain, data: ChainData, observed: Sequence[int], stride: int, snr_db: float
+) -> dict[str, np.ndarray]:
+    """UKF + RTS smoother on the PINN's data.
+
+    Accelerations at the same DOFs and instants (every ``stride``-th sample, the others masked), the
+    noisy measured force as input, start at rest.
+    """
+    sensed = [d - 1 for d in observed]
+    names = tuple(f"a{d}" for d in observed)
+    p = model.params
+    chain = Chain(
+        p["m"], p["k"], p["c"], cubic_stiffness=p.get("kappa"), vdp_damping=p.get("mu"),
+        forced_dofs=model.forced_dofs, outputs=names,
+    )  # fmt: skip
+    mask = np.zeros((data.times.size, len(sensed)), dtype=bool)
+    mask[::stride] = True
+    obs = np.where(mask, data.acc_noisy[:, sensed], np.nan)
+    dataset = Dataset(
+        data.times, obs, inputs=data.force_noisy, mask=mask, output_names=names, input_names=chain.input_names
+    )
+    noise_sd = np.asarray(noise_std_for_snr(data.acc_noisy[:, sensed], snr_db))
+    n = chain.n_dof
+    force_sd = float(np.asarray(noise_std_for_snr(data.force_noisy, snr_db)).max())
+    dt = float(data.times[1] - data.times[0])
+    process = [1e-9] * n + [max(force_sd / 10.0 * dt, 1e-9)] * n
+    est = smooth(chain, dataset, x0=0.0, state_sd=1e-6, process_sd=process, noise_sd=noise_sd, method="ukf")
+    means = np.asarray(est.means)
+    acc = np.asarray(
+        jax.vmap(lambda x, f: chain.acceleration(x, f, chain.params))(jnp.asarray(means), data.force_noisy)
+    )
+    return {"u": means[:, :n], "udot": means[:, n:], "uddot": acc, "u_sd": np.asarray(est.stds)[:, :n]}

@@ -1,0 +1,50 @@
+"""Physics-informed neural networks for MDOF oscillators: network, physics losses, trainer.
+
+References:
+    Haywood-Alexander, Arcieri, Kamariotis, Chatzi, "Response estimation and system identification of
+    dynamical systems via physics-informed neural networks", arXiv:2410.01340 (2024).
+
+"""
+
+from twinfer.infer.pinn._bayes import force_log_posterior, gamma_logpdf
+from twinfer.infer.pinn._loss import (
+    LossWeights,
+    SensorProblem,
+    StateProblem,
+    sensor_losses,
+    sensor_problem,
+    state_losses,
+    state_problem,
+)
+from twinfer.infer.pinn._network import ACTIVATIONS, StateNetwork
+from twinfer.infer.pinn._physics import (
+    PositiveParameters,
+    chain_residuals,
+    check_parameter_names,
+    observed_dofs,
+    predicted_force,
+)
+from twinfer.infer.pinn._trainer import TrainResult, TrainSettings, loss_parts, train
+
+__all__ = [
+    "ACTIVATIONS",
+    "LossWeights",
+    "PositiveParameters",
+    "SensorProblem",
+    "StateNetwork",
+    "StateProblem",
+    "TrainResult",
+    "TrainSettings",
+    "chain_residuals",
+    "force_log_posterior",
+    "gamma_logpdf",
+    "check_parameter_names",
+    "loss_parts",
+    "observed_dofs",
+    "predicted_force",
+    "sensor_losses",
+    "sensor_problem",
+    "state_losses",
+    "state_problem",
+    "train",
+]

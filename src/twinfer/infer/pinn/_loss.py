@@ -1,0 +1,260 @@
+"""The PINN losses of Eq 17 with normalisation, for sparse recovery and joint state-parameter estimation.
+
+``L = lambda_o L_o + lambda_cc L_cc + lambda_p L_p`` with ``<r> = mean_t ||r_t||^2`` (Eq 8-12):
+
+* ``L_o``: measured minus predicted acceleration at the sensed DOFs, at the observation times (Eq 14);
+* ``L_cc``: continuity ``du/dt - v`` at all DOFs, at the collocation times;
+* ``L_p``: force balance at all DOFs, at the collocation times, in acceleration units
+  ``dv/dt - a(z, f*)`` (the repository's form, specs D2; the paper's force form multiplies by M).
+
+Each residual is divided by a fixed scale before squaring (``acc_scale`` for ``L_o`` and ``L_p``,
+``vel_scale`` for ``L_cc``), so the three terms are O(1) and the weights are unit-free (specs 2.2, "data
+scaling"; the repository divides by data ranges).
+
+References:
+    Haywood-Alexander et al., arXiv:2410.01340, Eq 8-17 and Algorithm 1.
+
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import equinox as eqx
+import jax.numpy as jnp
+import numpy as np
+from jaxtyping import Array, Float
+
+from twinfer.infer.pinn._network import StateNetwork
+from twinfer.infer.pinn._physics import PositiveParameters, chain_residuals, observed_dofs
+from twinfer.models import Chain
+
+
+class LossWeights(NamedTuple):
+    """``lambda_o``, ``lambda_cc``, ``lambda_p`` of Eq 17, and ``lambda_ic`` of the optional rest condition.
+
+    ``ic > 0`` adds ``lambda_ic <z(t_0) / scale>`` with the known initial state (the simulations start at
+    rest, specs D17). The paper has no initial-condition loss; without it the lightly damped free response
+    of the lowest modes is only weakly fixed by accelerations (its acceleration is omega^2 times smaller).
+    """
+
+    obs: float = 1.0
+    cc: float = 1.0
+    ode: float = 1.0
+    ic: float = 0.0
+
+
+def _finite(name: str, value: Any, ndim: int) -> np.ndarray:
+    arr = np.asarray(value, dtype=np.float64)
+    if arr.ndim != ndim:
+        raise ValueError(f"{name}: expected a {ndim}-D array; received shape {arr.shape}.")
+    if not np.all(np.isfinite(arr)):
+        raise ValueError(f"{name}: expected finite values; found non-finite entries.")
+    return arr
+
+
+class SensorProblem(eqx.Module):
+    """Everything the Eq 17 losses need besides the trainable pieces.
+
+    Attributes:
+        chain: the model the PINN prescribes (form and fixed parameter values).
+        sensed: 0-based indices of the DOFs with accelerometers.
+        t_obs, acc_obs, force_obs: observation times, measured accelerations at the sensed DOFs, measured
+            forces at the chain's forced DOFs.
+        t_col, force_col: collocation times and the measured force there.
+        acc_scale, vel_scale: residual scales.
+        weights: the lambdas.
+
+    """
+
+    chain: Chain
+    sensed: tuple[int, ...] = eqx.field(static=True)
+    t_obs: Float[Array, " To"]
+    acc_obs: Float[Array, "To s"]
+    force_obs: Float[Array, "To n_in"]
+    t_col: Float[Array, " Tc"]
+    force_col: Float[Array, "Tc n_in"]
+    acc_scale: float = eqx.field(static=True)
+    vel_scale: float = eqx.field(static=True)
+    weights: LossWeights = eqx.field(static=True)
+    initial_state: Float[Array, " 2n"]
+
+
+def sensor_problem(
+    chain: Chain,
+    unobserved_dofs: tuple[int, ...] | list[int],
+    t_obs: Any,
+    acc_obs: Any,
+    force_obs: Any,
+    t_col: Any,
+    force_col: Any,
+    *,
+    acc_scale: float,
+    vel_scale: float,
+    weights: LossWeights | None = None,
+    initial_state: Any = None,
+) -> SensorProblem:
+    """Validated :class:`SensorProblem`.
+
+    Args:
+        chain: the PINN's model; its forced DOFs say which force columns are measured.
+        unobserved_dofs: 1-based DOFs without sensors; the rest are sensed.
+        t_obs: (To,) observation times.
+        acc_obs: (To, n_sensed) measured accelerations at the sensed DOFs in increasing DOF order.
+        force_obs: (To, n_forced) measured forces.
+        t_col: (Tc,) collocation times.
+        force_col: (Tc, n_forced) measured forces at the collocation times.
+        acc_scale: residual scale of accelerations [m/s^2].
+        vel_scale: residual scale of the continuity residual [m/s].
+        weights: lambda_o, lambda_cc, lambda_p, lambda_ic.
+        initial_state: known state at ``t_col[0]`` for the ``ic`` term (default: rest).
+
+    """
+    sensed = observed_dofs(chain.n_dof, list(unobserved_dofs))
+    t_o, t_c = _finite("t_obs", t_obs, 1), _finite("t_col", t_col, 1)
+    acc = _finite("acc_obs", acc_obs, 2)
+    f_o, f_c = _finite("force_obs", force_obs, 2), _finite("force_col", force_col, 2)
+    n_in = len(chain.forced_dofs)
+    expected = {
+        "acc_obs": ((t_o.size, len(sensed)), acc.shape),
+        "force_obs": ((t_o.size, n_in), f_o.shape),
+        "force_col": ((t_c.size, n_in), f_c.shape),
+    }
+    for name, (want, got) in expected.items():
+        if want != got:
+            raise ValueError(f"{name}: expected shape {want}; received {got}.")
+    for name, value in (("acc_scale", acc_scale), ("vel_scale", vel_scale)):
+        if not (np.isfinite(value) and value > 0):
+            raise ValueError(f"{name}: expected a finite value > 0; received {value!r}.")
+    z0 = np.zeros(2 * chain.n_dof) if initial_state is None else _finite("initial_state", initial_state, 1)
+    if z0.shape != (2 * chain.n_dof,):
+        raise ValueError(f"initial_state: expected shape ({2 * chain.n_dof},); received {z0.shape}.")
+    return SensorProblem(
+        chain=chain,
+        initial_state=jnp.asarray(z0),
+        sensed=tuple(d - 1 for d in sensed),
+        t_obs=jnp.asarray(t_o),
+        acc_obs=jnp.asarray(acc),
+        force_obs=jnp.asarray(f_o),
+        t_col=jnp.asarray(t_c),
+        force_col=jnp.asarray(f_c),
+        acc_scale=float(acc_scale),
+        vel_scale=float(vel_scale),
+        weights=weights or LossWeights(),
+    )
+
+
+def _mean_sq(r: Float[Array, "T k"]) -> Float[Array, ""]:
+    """``<r> = (1/N) sum_t ||r_t||^2`` (Eq 8)."""
+    return jnp.mean(jnp.sum(r**2, axis=-1))
+
+
+def sensor_losses(
+    net: StateNetwork, theta: PositiveParameters | None, problem: SensorProblem
+) -> tuple[Float[Array, ""], dict[str, Float[Array, ""]]]:
+    """Total loss and its parts ``obs``, ``cc``, ``ode`` (Eq 17, normalised).
+
+    Args:
+        net: the state network.
+        theta: trainable system parameters substituted into the chain, or None (sparse recovery).
+        problem: data, collocation and weights.
+
+    Returns:
+        ``(L, {"obs": L_o, "cc": L_cc, "ode": L_p})``.
+
+    """
+    chain = problem.chain
+    params = chain.params if theta is None else theta.apply(chain.params)
+    z_o, dz_o = net.batch(problem.t_obs)
+    _, _, acc_o = chain_residuals(chain, params, z_o, dz_o, problem.force_obs)
+    sensed = jnp.asarray(problem.sensed)
+    l_obs = _mean_sq((problem.acc_obs - acc_o[:, sensed]) / problem.acc_scale)
+    z_c, dz_c = net.batch(problem.t_col)
+    r_cc, r_ode, _ = chain_residuals(chain, params, z_c, dz_c, problem.force_col)
+    l_cc = _mean_sq(r_cc / problem.vel_scale)
+    l_ode = _mean_sq(r_ode / problem.acc_scale)
+    n = chain.n_dof
+    z0 = net(problem.t_col[0])
+    l_ic = jnp.sum(((z0 - problem.initial_state)[:n] / problem.vel_scale) ** 2) + jnp.sum(
+        ((z0 - problem.initial_state)[n:] / problem.vel_scale) ** 2
+    )
+    w = problem.weights
+    total = w.obs * l_obs + w.cc * l_cc + w.ode * l_ode + w.ic * l_ic
+    return total, {"obs": l_obs, "cc": l_cc, "ode": l_ode, "ic": l_ic}
+
+
+class StateProblem(eqx.Module):
+    """Data of the Bayesian scheme's first stage: states and force observed at every DOF (section 4.3).
+
+    Attributes:
+        chain: the model (its parameter values are replaced by the trainable ones where given).
+        t_obs: (T,) observation and collocation times.
+        z_obs: (T, 2n) measured ``[u, v]`` (mean of the repeats: with a common noise scale the squared
+            error summed over repeats differs from the mean's by a constant).
+        force_obs: (T, n_in) measured forces (mean of the repeats).
+        disp_scale, vel_scale, acc_scale: residual scales.
+        weights: ``obs`` (states), ``cc``, ``ode``.
+
+    """
+
+    chain: Chain
+    t_obs: Float[Array, " T"]
+    z_obs: Float[Array, "T 2n"]
+    force_obs: Float[Array, "T n_in"]
+    disp_scale: float = eqx.field(static=True)
+    vel_scale: float = eqx.field(static=True)
+    acc_scale: float = eqx.field(static=True)
+    weights: LossWeights = eqx.field(static=True)
+
+
+def state_problem(
+    chain: Chain,
+    t_obs: Any,
+    z_obs: Any,
+    force_obs: Any,
+    *,
+    disp_scale: float,
+    vel_scale: float,
+    acc_scale: float,
+    weights: LossWeights | None = None,
+) -> StateProblem:
+    """Validated :class:`StateProblem` (shapes and finiteness checked, errors name the field)."""
+    t = _finite("t_obs", t_obs, 1)
+    z, f = _finite("z_obs", z_obs, 2), _finite("force_obs", force_obs, 2)
+    if z.shape != (t.size, chain.n_state):
+        raise ValueError(f"z_obs: expected shape {(t.size, chain.n_state)}; received {z.shape}.")
+    if f.shape != (t.size, len(chain.forced_dofs)):
+        raise ValueError(f"force_obs: expected shape {(t.size, len(chain.forced_dofs))}; received {f.shape}.")
+    for name, value in (("disp_scale", disp_scale), ("vel_scale", vel_scale), ("acc_scale", acc_scale)):
+        if not (np.isfinite(value) and value > 0):
+            raise ValueError(f"{name}: expected a finite value > 0; received {value!r}.")
+    return StateProblem(
+        chain=chain,
+        t_obs=jnp.asarray(t),
+        z_obs=jnp.asarray(z),
+        force_obs=jnp.asarray(f),
+        disp_scale=float(disp_scale),
+        vel_scale=float(vel_scale),
+        acc_scale=float(acc_scale),
+        weights=weights or LossWeights(),
+    )
+
+
+def state_losses(
+    net: StateNetwork, theta: PositiveParameters | None, problem: StateProblem
+) -> tuple[Float[Array, ""], dict[str, Float[Array, ""]]]:
+    """Eq 17 with state observations (Eq 23 with fixed noise scales): ``obs`` on u and v, ``cc``, ``ode``.
+
+    With ``theta`` the system parameters are learned from the same loss, never given (specs D13).
+    """
+    chain = problem.chain
+    params = chain.params if theta is None else theta.apply(chain.params)
+    n = chain.n_dof
+    z, dz = net.batch(problem.t_obs)
+    r_z = problem.z_obs - z
+    l_obs = _mean_sq(r_z[:, :n] / problem.disp_scale) + _mean_sq(r_z[:, n:] / problem.vel_scale)
+    r_cc, r_ode, _ = chain_residuals(chain, params, z, dz, problem.force_obs)
+    l_cc = _mean_sq(r_cc / problem.vel_scale)
+    l_ode = _mean_sq(r_ode / problem.acc_scale)
+    w = problem.weights
+    return w.obs * l_obs + w.cc * l_cc + w.ode * l_ode, {"obs": l_obs, "cc": l_cc, "ode": l_ode}

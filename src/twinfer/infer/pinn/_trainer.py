@@ -1,0 +1,214 @@
+"""One jitted trainer for PINNs: Adam (optax), epochs scanned in chunks, plateau stopping, checkpoints.
+
+The trainable object is a tuple ``(network, *extras)``; the network is updated with Adam at
+``learning_rate`` (optionally decaying exponentially), every extra (trainable system parameters, learned
+noise scales) with its own Adam at ``param_learning_rate`` (specs 2.5: the repository uses two
+optimisers). Epochs run ``chunk`` at a time inside one ``jax.lax.scan``; between chunks the trainer reports
+progress, checks for a plateau and writes a checkpoint. Training is full-batch and deterministic, so a run
+resumed from a checkpoint reaches exactly the parameters of an uninterrupted run.
+
+References:
+    Haywood-Alexander et al., arXiv:2410.01340, Algorithm 1; specs/pinn.md 2.6 (training settings).
+
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import equinox as eqx
+import jax
+import numpy as np
+import optax
+
+from twinfer._atomic import write_bytes
+
+Progress = Callable[[str, float, float], None]
+LossFn = Callable[[Any], tuple[Any, dict[str, Any]]]
+
+
+class TrainSettings(NamedTuple):
+    """Trainer settings.
+
+    Attributes:
+        epochs: maximum number of full-batch epochs.
+        learning_rate: Adam step of the network.
+        param_learning_rate: Adam step of every extra trainable (system parameters, noise scales).
+        decay: multiplicative learning-rate decay per epoch of the network (1.0: constant).
+        chunk: epochs per jitted scan (progress, plateau check and checkpoint between chunks).
+        patience: chunks without a relative improvement of ``min_improvement`` before stopping.
+        min_improvement: relative improvement of the best chunk-mean loss that resets the patience.
+        checkpoint_every: chunks between checkpoints.
+
+    """
+
+    epochs: int = 10_000
+    learning_rate: float = 1e-3
+    param_learning_rate: float = 1e-2
+    decay: float = 1.0
+    chunk: int = 250
+    patience: int = 8
+    min_improvement: float = 1e-3
+    checkpoint_every: int = 1
+
+
+class TrainResult(NamedTuple):
+    """Trained objects and the loss history (one row per chunk: epoch, total, then the parts)."""
+
+    trainable: Any
+    history: dict[str, list[float]]
+    epochs: int
+    stopped_early: bool
+    resumed_from: int
+    train_s: float
+    """Seconds of training, summed over the interrupted and the resumed parts."""
+
+
+def _check(settings: TrainSettings) -> None:
+    positive = ("epochs", "learning_rate", "param_learning_rate", "decay", "chunk", "patience")
+    for name in positive:
+        value = getattr(settings, name)
+        if not (np.isfinite(value) and value > 0):
+            raise ValueError(f"TrainSettings.{name}: expected a finite value > 0; received {value!r}.")
+    if settings.decay > 1.0:
+        raise ValueError(f"TrainSettings.decay: expected a value in (0, 1]; received {settings.decay}.")
+
+
+def _optimiser(trainable: tuple[Any, ...], settings: TrainSettings) -> optax.GradientTransformation:
+    lr = settings.learning_rate
+    schedule = optax.exponential_decay(lr, 1, settings.decay) if settings.decay < 1.0 else lr
+    labels = tuple(
+        jax.tree.map(lambda _, i=i: "net" if i == 0 else "param", part) for i, part in enumerate(trainable)
+    )
+    return optax.multi_transform(
+        {"net": optax.adam(schedule), "param": optax.adam(settings.param_learning_rate)}, labels
+    )
+
+
+def _serialise(meta: dict[str, Any], state: Any) -> bytes:
+    header = json.dumps(meta).encode()
+    buffer = io.BytesIO()
+    eqx.tree_serialise_leaves(buffer, state)
+    return len(header).to_bytes(8, "little") + header + buffer.getvalue()
+
+
+def _deserialise(payload: bytes, like: Any) -> tuple[dict[str, Any], Any]:
+    size = int.from_bytes(payload[:8], "little")
+    meta = json.loads(payload[8 : 8 + size].decode())
+    state = eqx.tree_deserialise_leaves(io.BytesIO(payload[8 + size :]), like)
+    return meta, state
+
+
+def train(
+    trainable: tuple[Any, ...],
+    loss_fn: LossFn,
+    settings: TrainSettings,
+    *,
+    progress: Progress | None = None,
+    checkpoint: str | Path | None = None,
+    fingerprint: str = "",
+    stage: str = "train PINN",
+) -> TrainResult:
+    """Minimise ``loss_fn(trainable)`` with Adam, in jitted chunks of epochs.
+
+    Args:
+        trainable: ``(network, *extras)``; inexact arrays are trained, everything else is static.
+        loss_fn: ``trainable -> (loss, {part: value})``, pure and traceable.
+        settings: :class:`TrainSettings`.
+        progress: ``progress(stage, epoch, epochs)`` callback.
+        checkpoint: file to resume from (if present) and to write between chunks; None for no checkpoint.
+        fingerprint: a string identifying the problem; a checkpoint written for another fingerprint is
+            refused rather than silently resumed.
+        stage: progress label.
+
+    Returns:
+        :class:`TrainResult` with the final trainables.
+
+    Raises:
+        ValueError: for bad settings, a checkpoint of another problem, or a non-finite loss (named with
+            the epoch where it appeared).
+
+    """
+    _check(settings)
+    trainable = tuple(trainable)
+    dynamic, static = eqx.partition(trainable, eqx.is_inexact_array)
+    optimiser = _optimiser(dynamic, settings)
+    opt_state = optimiser.init(dynamic)
+
+    def loss_of(dyn: Any) -> tuple[Any, dict[str, Any]]:
+        return loss_fn(eqx.combine(dyn, static))
+
+    @eqx.filter_jit
+    def run_chunk(dyn: Any, opt: Any) -> tuple[Any, Any, Any, Any]:
+        def step(carry: Any, _: Any) -> tuple[Any, Any]:
+            d, o = carry
+            (loss, parts), grads = jax.value_and_grad(loss_of, has_aux=True)(d)
+            updates, o = optimiser.update(grads, o, d)
+            return (optax.apply_updates(d, updates), o), (loss, parts)
+
+        (dyn, opt), (losses, parts) = jax.lax.scan(step, (dyn, opt), None, length=settings.chunk)
+        return dyn, opt, losses, parts
+
+    epoch, best, stall, history = 0, np.inf, 0, {"epoch": [], "loss": []}
+    previous_s = 0.0
+    path = None if checkpoint is None else Path(checkpoint)
+    if path is not None and path.is_file():
+        meta, (dynamic, opt_state) = _deserialise(path.read_bytes(), (dynamic, opt_state))
+        if meta["fingerprint"] != fingerprint:
+            raise ValueError(
+                f"checkpoint {path}: written for problem {meta['fingerprint']!r}, expected {fingerprint!r}. "
+                "Delete it or give another checkpoint path."
+            )
+        epoch, best, stall, history = meta["epoch"], meta["best"], meta["stall"], meta["history"]
+        previous_s = meta.get("train_s", 0.0)
+    resumed_from, stopped = epoch, False
+    start = time.perf_counter()
+    n_chunks = 0
+    while epoch < settings.epochs and not stopped:
+        dynamic, opt_state, losses, parts = run_chunk(dynamic, opt_state)
+        losses = np.asarray(losses)
+        if not np.all(np.isfinite(losses)):
+            bad = int(np.argmax(~np.isfinite(losses)))
+            raise ValueError(
+                f"train: the loss became non-finite at epoch {epoch + bad + 1} (received {losses[bad]}); "
+                "lower learning_rate or check the data scales."
+            )
+        epoch += settings.chunk
+        n_chunks += 1
+        mean_loss = float(np.mean(losses))
+        history["epoch"].append(epoch)
+        history["loss"].append(mean_loss)
+        for key, value in parts.items():
+            history.setdefault(key, []).append(float(np.mean(np.asarray(value))))
+        if mean_loss < best * (1.0 - settings.min_improvement):
+            best, stall = mean_loss, 0
+        else:
+            stall += 1
+        stopped = stall >= settings.patience
+        if path is not None and (n_chunks % settings.checkpoint_every == 0 or stopped):
+            meta = {"fingerprint": fingerprint, "epoch": epoch, "best": best, "stall": stall,
+                    "train_s": previous_s + time.perf_counter() - start}  # fmt: skip
+            write_bytes(path, _serialise({**meta, "history": history}, (dynamic, opt_state)))
+        if progress is not None:
+            progress(stage, min(epoch, settings.epochs), settings.epochs)
+    if progress is not None:
+        progress(stage, settings.epochs, settings.epochs)
+    return TrainResult(
+        trainable=eqx.combine(dynamic, static),
+        history=history,
+        epochs=epoch,
+        stopped_early=stopped,
+        resumed_from=resumed_from,
+        train_s=previous_s + time.perf_counter() - start,
+    )
+
+
+def loss_parts(loss_fn: LossFn, trainable: tuple[Any, ...]) -> dict[str, float]:
+    """The loss parts of ``trainable`` as floats (with ``total``)."""
+    total, parts = eqx.filter_jit(loss_fn)(trainable)
+    return {"total": float(total), **{k: float(v) for k, v in parts.items()}}

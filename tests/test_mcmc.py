@@ -1,0 +1,49 @@
+"""NUTS with window adaptation and ArviZ diagnostics against a closed-form Gaussian target."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from twinfer.infer.mcmc import nuts, summarise, to_inference_data, write_netcdf
+
+MEAN = np.array([1.0, -2.0, 0.5])
+COV = np.array([[1.0, 0.8, 0.0], [0.8, 1.0, 0.0], [0.0, 0.0, 0.01]])
+
+
+def _logdensity(x):
+    prec = jnp.linalg.inv(jnp.asarray(COV))
+    d = x - jnp.asarray(MEAN)
+    return -0.5 * d @ prec @ d
+
+
+def test_nuts_recovers_gaussian_moments_and_diagnostics(tmp_path):
+    """4 chains on a correlated, badly scaled Gaussian: means within 4 Monte-Carlo SEs, covariance within
+    10 %, R-hat <= 1.01 and a bulk ESS that is a sizeable fraction of the draws; same key, same draws."""
+    init = jnp.zeros((4, 3)) + jnp.arange(4.0)[:, None]
+    res = nuts(jax.random.key(0), _logdensity, init, num_warmup=400, num_samples=1000, chunk=500)
+    assert res.samples.shape == (4, 1000, 3) and res.divergences == 0
+    names = ["a", "b", "c"]
+    idata = to_inference_data(res.samples, names, {"sampler": "nuts"})
+    summary = summarise(idata, names)
+    draws = res.samples.reshape(-1, 3)
+    for i, name in enumerate(names):
+        mc_se = np.sqrt(COV[i, i] / summary[name]["ess"])
+        assert abs(summary[name]["mean"] - MEAN[i]) < 4 * mc_se
+        assert summary[name]["rhat"] <= 1.01
+        assert summary[name]["ess"] > 400
+    np.testing.assert_allclose(np.cov(draws.T), COV, rtol=0.1, atol=0.02)
+    assert 0.75 < float(np.mean(res.acceptance)) < 0.99
+    again = nuts(jax.random.key(0), _logdensity, init, num_warmup=400, num_samples=1000, chunk=500)
+    np.testing.assert_array_equal(again.samples, res.samples)
+    payload = write_netcdf(idata, tmp_path / "posterior.nc")
+    assert payload[:3] in (b"CDF", b"\x89HD")
+
+
+def test_nuts_errors():
+    with pytest.raises(ValueError, match=r"initial: expected shape \(chains, dim\)"):
+        nuts(jax.random.key(0), _logdensity, jnp.zeros(3))
+    with pytest.raises(ValueError, match="log-density is not finite at chain"):
+        nuts(jax.random.key(0), lambda x: jnp.log(x[0]) + 0 * _logdensity(x), -jnp.ones((2, 3)))
+    with pytest.raises(ValueError, match=r"samples: expected shape \(chains, draws, 2\)"):
+        to_inference_data(np.zeros((2, 10, 3)), ["a", "b"])

@@ -1,0 +1,257 @@
+"""PINN network, physics operator, losses and trainer (specs/pinn.md 2.2-2.6)."""
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from twinfer.infer.pinn import (
+    LossWeights,
+    PositiveParameters,
+    StateNetwork,
+    TrainSettings,
+    chain_residuals,
+    observed_dofs,
+    predicted_force,
+    sensor_losses,
+    sensor_problem,
+    train,
+)
+from twinfer.models import Chain
+
+
+def test_residual_zero_on_closed_form_free_vibration():
+    """A damped free vibration u = exp(-zeta w t) cos(w_d t) of a 1-DOF chain has zero residuals."""
+    m, k, c = 10.0, 15.0, 1.0
+    chain = Chain(m, k, c, n_dof=1)
+    w = np.sqrt(k / m)
+    zeta = c / (2 * np.sqrt(k * m))
+    wd = w * np.sqrt(1 - zeta**2)
+
+    def u(t):
+        return jnp.exp(-zeta * w * t) * jnp.cos(wd * t)
+
+    def z(t):
+        return jnp.stack([u(t), jax.grad(u)(t)])
+
+    ts = jnp.linspace(0.0, 20.0, 201)
+    zs, dzs = jax.vmap(lambda t: jax.jvp(z, (t,), (1.0,)))(ts)
+    r_cc, r_ode, _ = chain_residuals(chain, chain.params, zs, dzs, jnp.zeros((201, 1)))
+    np.testing.assert_allclose(r_cc, 0.0, atol=1e-13)
+    np.testing.assert_allclose(r_ode, 0.0, atol=1e-13)
+
+
+def _duffing_matrices(chain):
+    """K, C, K_n of specs 1.2 written out independently of the Chain model."""
+    n = chain.n_dof
+    k, c, kap = (np.asarray(chain.params[g]) for g in ("k", "c", "kappa"))
+    big_k, big_c, k_n = np.zeros((n, n)), np.zeros((n, n)), np.zeros((n, n))
+    for i in range(n):
+        big_k[i, i] = k[i] + (k[i + 1] if i + 1 < n else 0.0)
+        big_c[i, i] = c[i] + (c[i + 1] if i + 1 < n else 0.0)
+        k_n[i, i] = kap[i]
+        if i + 1 < n:
+            big_k[i, i + 1] = big_k[i + 1, i] = -k[i + 1]
+            big_c[i, i + 1] = big_c[i + 1, i] = -c[i + 1]
+            k_n[i, i + 1] = -kap[i + 1]
+    return big_k, big_c, k_n
+
+
+def test_predicted_force_matches_eq15_on_manufactured_solution():
+    """For any smooth u(t), Eq 15 rows n:2n equal M u'' + C u' + K u + K_n g_k(u), and with that force
+    as the measured input the force-balance residual vanishes (manufactured exact solution)."""
+    chain = Chain(
+        [10.0, 12.0, 9.0], [15.0, 14.0, 16.0], [1.0, 0.8, 1.2], cubic_stiffness=[100.0, 90.0, 110.0]
+    )
+    freqs = jnp.array([0.3, 0.5, 0.7])
+
+    def u(t):
+        return 0.2 * jnp.sin(2 * jnp.pi * freqs * t + jnp.arange(3.0))
+
+    def z(t):
+        return jnp.concatenate([u(t), jax.jacfwd(u)(t)])
+
+    ts = jnp.linspace(0.0, 5.0, 51)
+    zs, dzs = jax.vmap(lambda t: jax.jvp(z, (t,), (1.0,)))(ts)
+    big_k, big_c, k_n = _duffing_matrices(chain)
+    x = np.asarray(zs[:, :3])
+    rel = x - np.concatenate([np.zeros((51, 1)), x[:, :-1]], axis=1)
+    expected = (
+        np.asarray(dzs[:, 3:]) * np.asarray(chain.params["m"])
+        + np.asarray(zs[:, 3:]) @ big_c.T
+        + x @ big_k.T
+        + rel**3 @ k_n.T
+    )
+    f_pred = predicted_force(chain, chain.params, zs, dzs)
+    np.testing.assert_allclose(f_pred, expected, rtol=1e-11, atol=1e-11)
+    _, r_ode, _ = chain_residuals(chain, chain.params, zs, dzs, f_pred)
+    np.testing.assert_allclose(r_ode, 0.0, atol=1e-12)
+
+
+def test_network_rate_is_time_derivative():
+    """state_and_rate returns dz/dt (chain rule through the normalised time) to finite-difference accuracy."""
+    net = StateNetwork(jax.random.key(0), 4, 2.0, 10.0, width=16, depth=2, n_fourier=4, max_cycles=5.0)
+    t, h = 4.3, 1e-5
+    _, dz = net.state_and_rate(jnp.asarray(t))
+    fd = (net(jnp.asarray(t + h)) - net(jnp.asarray(t - h))) / (2 * h)
+    np.testing.assert_allclose(dz, fd, rtol=1e-7, atol=1e-9)
+
+
+def test_anchored_network_starts_at_the_initial_state():
+    """With initial_state the output equals it at t0 exactly, and batch agrees with single calls."""
+    z0 = np.array([0.1, -0.2, 0.0, 0.3])
+    net = StateNetwork(jax.random.key(2), 4, 1.0, 5.0, width=8, depth=2, initial_state=z0)
+    np.testing.assert_allclose(net(jnp.asarray(1.0)), z0, atol=1e-15)
+    ts = jnp.array([1.0, 2.5, 6.0])
+    zs, dzs = net.batch(ts)
+    z1, dz1 = net.state_and_rate(ts[1])
+    np.testing.assert_allclose(zs[0], z0, atol=1e-15)
+    np.testing.assert_allclose(zs[1], z1, rtol=1e-12, atol=1e-15)
+    np.testing.assert_allclose(dzs[1], dz1, rtol=1e-12, atol=1e-15)
+    with pytest.raises(ValueError, match="initial_state: expected 4 finite values"):
+        StateNetwork(jax.random.key(2), 4, 1.0, 5.0, initial_state=[0.0, 1.0])
+
+
+def _small_problem(n_obs=12):
+    chain = Chain(10.0, 15.0, 1.0, cubic_stiffness=100.0, n_dof=3, forced_dofs=[1])
+    ts = np.linspace(0.0, 6.0, n_obs)
+    acc = 0.3 * np.stack([np.sin(ts), np.cos(1.3 * ts)], axis=1)
+    force = np.sin(0.7 * ts)[:, None]
+    problem = sensor_problem(
+        chain,
+        [3],
+        ts,
+        acc,
+        force,
+        ts,
+        force,
+        acc_scale=0.6,
+        vel_scale=0.5,
+        weights=LossWeights(1.0, 2.0, 3.0, 0.5),
+    )
+    net = StateNetwork(jax.random.key(1), 6, 0.0, 6.0, width=8, depth=2, out_scale=0.3)
+    theta = PositiveParameters({"k3": 10.0, "kappa3": 75.0}, {"k3": 10.0, "kappa3": 75.0})
+    return problem, net, theta
+
+
+def test_loss_gradients_match_finite_differences():
+    """d L / d(system parameters) and d L / d(network weights) agree with central differences."""
+    problem, net, theta = _small_problem()
+
+    def loss(raw, bias):
+        th = eqx.tree_at(lambda p: p.raw, theta, raw)
+        nt = eqx.tree_at(lambda n: n.mlp.layers[-1].bias, net, bias)
+        return sensor_losses(nt, th, problem)[0]
+
+    raw0, bias0 = theta.raw + jnp.array([0.3, -0.2]), net.mlp.layers[-1].bias
+    g_raw, g_bias = jax.grad(loss, argnums=(0, 1))(raw0, bias0)
+    h = 1e-6
+    fd_raw = [(loss(raw0.at[i].add(h), bias0) - loss(raw0.at[i].add(-h), bias0)) / (2 * h) for i in range(2)]
+    fd_bias = [(loss(raw0, bias0.at[i].add(h)) - loss(raw0, bias0.at[i].add(-h))) / (2 * h) for i in range(6)]
+    np.testing.assert_allclose(g_raw, fd_raw, rtol=1e-6, atol=1e-9)
+    np.testing.assert_allclose(g_bias, fd_bias, rtol=1e-6, atol=1e-9)
+    assert np.all(np.abs(np.asarray(g_raw)) > 1e-6)
+
+
+def test_positive_parameters_start_at_guess_and_stay_positive():
+    theta = PositiveParameters({"k2": 10.0, "kappa2": 75.0}, {"k2": 10.0})
+    np.testing.assert_allclose(theta.values(), [10.0, 75.0])
+    moved = eqx.tree_at(lambda p: p.raw, theta, jnp.array([-50.0, 3.0]))
+    assert np.all(np.asarray(moved.values()) > 0)
+    with pytest.raises(ValueError, match="expected finite initial values and scales > 0"):
+        PositiveParameters({"k2": -1.0})
+
+
+def test_unobserved_dof_outside_system_raises():
+    """A request for an unobserved DOF that the chain does not have names the field and the range."""
+    with pytest.raises(ValueError, match=r"unobserved_dofs: expected 1-based DOF indices in 1..6.*\[7\]"):
+        observed_dofs(6, [3, 4, 7])
+    with pytest.raises(ValueError, match="in 1..6"):
+        observed_dofs(6, [0])
+    with pytest.raises(ValueError, match="at least one DOF must be observed"):
+        observed_dofs(2, [1, 2])
+    assert observed_dofs(6, [3, 4, 5, 6]) == (1, 2)
+    problem, *_ = _small_problem()
+    with pytest.raises(ValueError, match=r"unobserved_dofs: expected 1-based DOF indices in 1..3"):
+        sensor_problem(
+            problem.chain, [4], problem.t_obs, problem.acc_obs, problem.force_obs, problem.t_col,
+            problem.force_col, acc_scale=1.0, vel_scale=1.0,
+        )  # fmt: skip
+    with pytest.raises(ValueError, match=r"acc_obs: expected shape \(12, 1\); received \(12, 2\)"):
+        sensor_problem(
+            problem.chain, [2, 3], problem.t_obs, problem.acc_obs, problem.force_obs, problem.t_col,
+            problem.force_col, acc_scale=1.0, vel_scale=1.0,
+        )  # fmt: skip
+
+
+def _trainer_case(tmp_path=None, epochs=40):
+    problem, net, theta = _small_problem()
+    settings = TrainSettings(
+        epochs=epochs, learning_rate=1e-2, param_learning_rate=5e-2, chunk=10, patience=50
+    )
+    return (net, theta), lambda tr: sensor_losses(tr[0], tr[1], problem), settings
+
+
+def test_checkpoint_resume_gives_the_same_parameters(tmp_path):
+    """Stopping after 2 chunks and resuming from the checkpoint reaches the uninterrupted run's parameters."""
+    trainable, loss_fn, settings = _trainer_case()
+    full = train(trainable, loss_fn, settings)
+    ckpt = tmp_path / "pinn.ckpt"
+    part = train(trainable, loss_fn, settings._replace(epochs=20), checkpoint=ckpt, fingerprint="t")
+    assert part.epochs == 20 and ckpt.is_file()
+    resumed = train(trainable, loss_fn, settings, checkpoint=ckpt, fingerprint="t")
+    assert resumed.resumed_from == 20 and resumed.epochs == 40
+    leaves_full = jax.tree.leaves(eqx.filter(full.trainable, eqx.is_inexact_array))
+    leaves_res = jax.tree.leaves(eqx.filter(resumed.trainable, eqx.is_inexact_array))
+    for a, b in zip(leaves_full, leaves_res, strict=True):
+        np.testing.assert_array_equal(a, b)
+    assert resumed.history["loss"] == full.history["loss"]
+    assert full.history["loss"][-1] < full.history["loss"][0]
+    with pytest.raises(ValueError, match="written for problem 't', expected 'other'"):
+        train(trainable, loss_fn, settings, checkpoint=ckpt, fingerprint="other")
+
+
+def test_trainer_stops_on_plateau_and_refuses_nan():
+    net = StateNetwork(jax.random.key(0), 2, 0.0, 1.0, width=4, depth=1)
+    flat = train((net,), lambda tr: (jnp.asarray(1.0) + 0.0 * tr[0](0.5)[0], {}), TrainSettings(
+        epochs=1000, chunk=5, patience=3))  # fmt: skip
+    assert flat.stopped_early and flat.epochs == 20
+    with pytest.raises(ValueError, match="non-finite at epoch 1"):
+        train((net,), lambda tr: (jnp.log(-1.0 + 0.0 * tr[0](0.5)[0]), {}), TrainSettings(epochs=5, chunk=5))
+    with pytest.raises(ValueError, match=r"TrainSettings.learning_rate: expected a finite value > 0"):
+        train((net,), lambda tr: (tr[0](0.5)[0], {}), TrainSettings(learning_rate=-1.0))
+    with pytest.raises(ValueError, match="activation: expected one of"):
+        StateNetwork(jax.random.key(0), 2, 0.0, 1.0, activation="relu6")
+
+
+def test_force_posterior_equals_direct_gaussian_likelihood():
+    """The sufficient-statistic posterior equals the Eq 22b likelihood summed over repeats, evaluated
+    directly, plus the Gamma priors and the log-Jacobian, at arbitrary parameters (Duffing and VdP)."""
+    from jax.scipy.stats import gamma
+
+    from twinfer.infer.pinn import force_log_posterior
+
+    for extra in ({"cubic_stiffness": 100.0}, {"vdp_damping": 0.75}):
+        chain = Chain(10.0, 15.0, 1.0, n_dof=2, **extra)
+        nl = "kappa" if "cubic_stiffness" in extra else "mu"
+        names = ["c1", "c2", "k1", "k2", f"{nl}1", f"{nl}2"]
+        key = jax.random.key(3)
+        z, dz = jax.random.normal(key, (2, 40, 4)) * 0.3
+        reps = jax.random.normal(jax.random.key(4), (3, 40, 2))
+        priors = {n: (2.0, 0.5) for n in names}
+        logp = force_log_posterior(chain, z, dz, reps, names, priors, (3.0, 0.5))
+        scale = jnp.array([1, 1, 1, 1, 100, 100.0]) if nl == "kappa" else 1.0
+        theta = jnp.array([0.9, 1.2, 14.0, 16.0, 0.8, 1.1]) * scale
+        sigma = 0.7
+        from twinfer.models import set_params
+
+        params = set_params(chain.params, dict(zip(names, theta, strict=True)))
+        mu = predicted_force(chain, params, z, dz)
+        direct = jnp.sum(jax.scipy.stats.norm.logpdf(reps, mu[None], sigma)) + 0.5 * reps.size * jnp.log(
+            2 * jnp.pi
+        )
+        values = jnp.concatenate([theta, jnp.array([sigma])])
+        direct = direct + jnp.sum(gamma.logpdf(values, jnp.array([2.0] * 6 + [3.0]), scale=2.0))
+        direct = direct + jnp.sum(jnp.log(values))
+        np.testing.assert_allclose(logp(jnp.log(values)), direct, rtol=1e-10)

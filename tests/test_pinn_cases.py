@@ -1,0 +1,55 @@
+"""The three PINN cases end to end at --quick size, through the same path as ``twinfer run``."""
+
+import json
+
+import numpy as np
+import pytest
+import xarray
+
+from twinfer.experiments import get_case, no_progress, resolve_config
+from twinfer.experiments.pinn_sparse import unobserved_of
+from twinfer.report import new_run_dir, write_run
+
+
+def _run(name, tmp_path, **sets):
+    case = get_case(name)
+    config = resolve_config(case, sets={"checkpoint_dir": str(tmp_path / "ckpt"), **sets}, quick=True)
+    artifacts = case.run(config, no_progress)
+    run_dir = new_run_dir(tmp_path / "runs", name)
+    write_run(run_dir, name, case.description, config.model_dump(), artifacts, case.figures(artifacts.arrays,
+              config), case.paper)  # fmt: skip
+    return artifacts, run_dir
+
+
+def test_unobserved_sets_of_specs():
+    """Specs 4.2: 6 DOFs observe {1, 2}; 20 DOFs observe {1..7}."""
+    assert unobserved_of(6) == [3, 4, 5, 6]
+    assert unobserved_of(20) == list(range(8, 21))
+
+
+@pytest.mark.slow
+def test_pinn_sparse_and_joint_quick(tmp_path):
+    """pinn-sparse writes Table 2 metrics with the UKF/RTS comparison; a second run resumes from the
+    checkpoint; pinn-joint reports parameters with their errors."""
+    art, run_dir = _run("pinn-sparse", tmp_path)
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    for key in ("fitness.all_u", "fitness.unobs_u", "fitness.f1", "ukf_rts.all_u", "timing.train_s"):
+        assert np.isfinite(metrics[key])
+    assert metrics["train.epochs"] == 100 and metrics["ukf_rts.all_u"] > 90.0
+    again, _ = _run("pinn-sparse", tmp_path)
+    assert again.metrics["train.resumed_from"] == 100
+    assert again.metrics["fitness.all_u"] == art.metrics["fitness.all_u"]
+    joint, _ = _run("pinn-joint", tmp_path, compare_ukf=False)
+    for name in ("k2", "k4", "kappa2", "kappa4"):
+        assert joint.metrics[f"param.{name}"] > 0
+        assert joint.metrics[f"param.{name}_err_pct"] >= 0
+
+
+@pytest.mark.slow
+def test_pinn_bayes_quick_writes_posterior(tmp_path):
+    """pinn-bayes: posterior summaries, R-hat from 4 chains and posterior.nc readable as netCDF."""
+    art, run_dir = _run("pinn-bayes", tmp_path)
+    assert art.metrics["posterior.rhat_max"] > 0.9
+    assert -1.0 <= art.metrics["posterior.corr_k1_kappa1"] <= 1.0
+    ds = xarray.open_dataset(run_dir / "posterior.nc", group="posterior")
+    assert ds["k1"].shape == (4, 100)
