@@ -14,6 +14,7 @@ from twinfer.infer.graph._compile import (
     Schedule,
     compile,
     run,
+    unpack,
     with_numbers,
 )
 from twinfer.infer.graph._graph import Graph
@@ -32,5 +33,6 @@ __all__ = [
     "compile",
     "run",
     "two_way",
+    "unpack",
     "with_numbers",
 ]

@@ -486,8 +486,12 @@ def run(
                     f"run: subsystem {compiled.names[i]!r} outputs: expected columns < {ys.shape[1]}; "
                     f"received {a.tolist()}."
                 )
-    masks = jnp.isfinite(ys)
-    means, covs, pm, pc, ll = compiled.scan(numbers, us, ys, masks)
+    return unpack(compiled, numbers, compiled.scan(numbers, us, ys, jnp.isfinite(ys)))
+
+
+def unpack(compiled: Compiled, numbers: Numbers, outs: Any) -> dict[str, GraphResult]:
+    """Split the stacked outputs of ``compiled.scan`` into one :class:`GraphResult` per subsystem."""
+    means, covs, pm, pc, ll = outs
     out: dict[str, GraphResult] = {}
     for gi, g in enumerate(compiled.groups):
         x0, P0 = numbers.groups[gi]["x0"], numbers.groups[gi]["P0"]
