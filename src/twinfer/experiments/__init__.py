@@ -1,6 +1,7 @@
 """Case studies of the four papers, runnable as ``twinfer run CASE``."""
 
 from twinfer.experiments import chain4 as _chain4  # noqa: F401  (registers the case)
+from twinfer.experiments import schedules as _schedules  # noqa: F401  (registers the case)
 from twinfer.experiments._case import (
     REGISTRY,
     Case,

@@ -225,8 +225,10 @@ _KIN = np.array(
 
 
 def build_graph(config: Chain4Config, kind: str, xi: Any = None) -> Graph:
-    """S1 = masses {1, 2} (state [x1, x2, v1, v2]), S2 = masses {3, 4} with k4 augmented ([x3, x4, v3,
-    v4, k4]), joined by the (k3, c3) interface in both directions (specs section 3.1, [REPO] settings).
+    """The two-subsystem graph of the chain (specs section 3.1, [REPO] settings).
+
+    S1 = masses {1, 2} (state [x1, x2, v1, v2]), S2 = masses {3, 4} with k4 augmented ([x3, x4, v3, v4,
+    k4]), joined by the (k3, c3) interface in both directions.
 
     Args:
         config: the case configuration.
