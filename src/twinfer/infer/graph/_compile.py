@@ -124,16 +124,18 @@ class Compiled:
     """A graph compiled for a schedule: ``step`` (jitted, pure) and ``scan`` over a whole record."""
 
     names: tuple[str, ...]
-    groups: tuple[_Group, ...]
-    edge_groups: tuple[_EdgeGroup, ...]
-    schedule: Schedule
-    n_ports: int
-    n_slots: int
-    colours: tuple[np.ndarray, ...]
-    n_colours: int
+    engine: _Engine
     numbers: Numbers
     step: Callable[..., Any]
     scan: Callable[..., Any]
+
+    @property
+    def groups(self) -> tuple[_Group, ...]:
+        return self.engine.groups
+
+    @property
+    def edge_groups(self) -> tuple[_EdgeGroup, ...]:
+        return self.engine.edge_groups
 
 
 def compile(graph: Graph, schedule: Schedule | str = "jacobi") -> Compiled:  # noqa: A001
@@ -193,24 +195,16 @@ def compile(graph: Graph, schedule: Schedule | str = "jacobi") -> Compiled:  # n
             _EdgeGroup(key[0], tuple(members), np.stack(send), np.stack(recv), np.stack(target))
         )
     numbers = numbers_of(subs, edges, groups, edge_groups)
-    comp = _Engine(
-        tuple(groups), tuple(edge_groups), schedule, n_ports, n_slots, colours, max(colour_of.values()) + 1
-    )
-    step = jax.jit(comp.step)
-    scan = jax.jit(comp.scan)
-    return Compiled(
-        names,
+    engine = _Engine(
         tuple(groups),
         tuple(edge_groups),
         schedule,
         n_ports,
         n_slots,
         colours,
-        comp.n_colours,
-        numbers,
-        step,
-        scan,
+        max(colour_of.values()) + 1,
     )
+    return Compiled(names, engine, numbers, jax.jit(engine.step), jax.jit(engine.scan))
 
 
 def numbers_of(
@@ -469,23 +463,14 @@ def run(
     if us is None or ys is None:
         raise ValueError("run: expected a dataset or both us and ys; received neither.")
     us, ys = jnp.asarray(us, jnp.float64), jnp.asarray(ys, jnp.float64)
-    for g in compiled.groups:
-        for i, a in zip(
-            g.members, np.asarray(numbers.groups[compiled.groups.index(g)]["inputs"]), strict=True
-        ):
-            if a.size and a.max() >= us.shape[1]:
-                raise ValueError(
-                    f"run: subsystem {compiled.names[i]!r} inputs: expected columns < {us.shape[1]}; "
-                    f"received {a.tolist()}."
-                )
-        for i, a in zip(
-            g.members, np.asarray(numbers.groups[compiled.groups.index(g)]["outputs"]), strict=True
-        ):
-            if a.size and a.max() >= ys.shape[1]:
-                raise ValueError(
-                    f"run: subsystem {compiled.names[i]!r} outputs: expected columns < {ys.shape[1]}; "
-                    f"received {a.tolist()}."
-                )
+    for gi, g in enumerate(compiled.groups):
+        for field, arr in (("inputs", us), ("outputs", ys)):
+            for i, cols in zip(g.members, np.asarray(numbers.groups[gi][field]), strict=True):
+                if cols.size and cols.max() >= arr.shape[1]:
+                    raise ValueError(
+                        f"run: subsystem {compiled.names[i]!r} {field}: expected columns < {arr.shape[1]}; "
+                        f"received {cols.tolist()}."
+                    )
     return unpack(compiled, numbers, compiled.scan(numbers, us, ys, jnp.isfinite(ys)))
 
 
