@@ -7,6 +7,7 @@ from twinfer.experiments import grid as _grid  # noqa: F401
 from twinfer.experiments import pinn_bayes as _pinn_bayes  # noqa: F401  (registers the case)
 from twinfer.experiments import pinn_joint as _pinn_joint  # noqa: F401  (registers the case)
 from twinfer.experiments import pinn_sparse as _pinn_sparse  # noqa: F401  (registers the case)
+from twinfer.experiments import schedules as _schedules  # noqa: F401  (registers the case)
 from twinfer.experiments import silverbox as _silverbox  # noqa: F401  (registers the case)
 from twinfer.experiments._case import (
     REGISTRY,

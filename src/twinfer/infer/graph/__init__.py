@@ -1,0 +1,38 @@
+"""Compositional inference: subsystems with local estimators exchanging interface messages on a graph.
+
+References:
+    Ghorbani & Hackl, "Subsystem structure as an inferential resource for coupled engineered systems",
+    section 1, Alg. 1-3 (specs/compositional-inference.md sections 1-2).
+
+"""
+
+from twinfer.infer.graph._compile import (
+    SCHEDULES,
+    Compiled,
+    GraphResult,
+    Numbers,
+    Schedule,
+    compile,
+    run,
+    unpack,
+    with_numbers,
+)
+from twinfer.infer.graph._graph import Graph
+from twinfer.infer.graph._parts import Interface, Port, Subsystem, two_way
+
+__all__ = [
+    "SCHEDULES",
+    "Compiled",
+    "Graph",
+    "GraphResult",
+    "Interface",
+    "Numbers",
+    "Port",
+    "Schedule",
+    "Subsystem",
+    "compile",
+    "run",
+    "two_way",
+    "unpack",
+    "with_numbers",
+]

@@ -1,0 +1,491 @@
+"""Compile a graph and a schedule into one jitted time step, and scan it over a dataset.
+
+Identical subsystems (same functions, shapes and ports) are stacked and vmapped; interfaces are index
+arrays into a flat vector of interface variables (gather) and a flat vector of message slots
+(scatter-add, the aggregation A = sum). There is no Python loop over subsystems inside a time step.
+
+Schedules (specs/compositional-inference.md section 1.1): in every inner iteration each subsystem steps
+from its posterior at t_n with messages built from the current iterate of its neighbours:
+
+* ``jacobi`` (Alg. 1, S3-S4): all subsystems at once; iteration 1 uses the posteriors at t_n, iteration
+  k > 1 the iteration k-1 estimates at t_{n+1} (K -> many converges to the coupling fixed point);
+* ``gauss_seidel`` (Alg. 2, S5-S7): colour classes of the interaction graph in turn, each using the
+  freshest iterate of its neighbours;
+* ``ab2``: the [REPO] reading of Alg. 3 (S8-S10): interface states extrapolated
+  1.5 s^n - 0.5 s^{n-1} before a Jacobi step; plain Jacobi on the first step.
+
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from twinfer.infer.filters import UnscentedWeights, gaussian_filter, linear, taylor, ukf_scan
+from twinfer.infer.graph._graph import Graph
+from twinfer.infer.graph._parts import Interface, Subsystem
+
+SCHEDULES = ("jacobi", "gauss_seidel", "ab2")
+_UT = UnscentedWeights.merwe(1.0, 2.0, 0.0)
+
+
+class Schedule(eqx.Module):
+    """Message-passing schedule and the number ``inner`` of iterations K per time step."""
+
+    kind: str = eqx.field(static=True, default="jacobi")
+    inner: int = eqx.field(static=True, default=1)
+
+    def __check_init__(self) -> None:
+        if self.kind not in SCHEDULES:
+            raise ValueError(f"Schedule kind: expected one of {SCHEDULES}; received {self.kind!r}.")
+        if self.inner < 1:
+            raise ValueError(f"Schedule inner: expected >= 1 inner iterations; received {self.inner}.")
+
+
+class _Template(NamedTuple):
+    """The static part shared by the stacked members of a group."""
+
+    transition: Callable[..., Any]
+    output: Callable[..., Any]
+    estimator: str
+    weights: UnscentedWeights
+    n_msg: int
+
+
+class _Group(NamedTuple):
+    template: _Template
+    members: tuple[int, ...]
+    port_idx: np.ndarray  # (p,) state indices of the concatenated ports
+
+
+class _EdgeGroup(NamedTuple):
+    law: Callable[[Any, Any, Any], Any]
+    members: tuple[int, ...]
+    send: np.ndarray  # (E, p_s) into the flat interface vector
+    recv: np.ndarray  # (E, p_r)
+    target: np.ndarray  # (E, m) into the flat message vector
+
+
+class Numbers(eqx.Module):
+    """Everything numeric a compiled graph runs on (may change between calls without retracing)."""
+
+    groups: tuple[dict[str, Any], ...]
+    gammas: tuple[Any, ...]
+    probabilistic: tuple[Any, ...]  # (E_g,) 1.0 where the edge's message is probabilistic
+
+
+class GraphResult(NamedTuple):
+    """One subsystem's estimates.
+
+    ``means``/``covs`` over t_0..t_T (row 0 the prior), one-step predictive ``pred_means``/``pred_covs``
+    over t_1..t_T, and the log-likelihood of its measurements.
+    """
+
+    means: Any
+    covs: Any
+    pred_means: Any
+    pred_covs: Any
+    loglik: Any
+
+
+def _group_key(s: Subsystem) -> tuple[Any, ...]:
+    ports = tuple((k, p.state, p.slots) for k, p in sorted(s.ports.items()))
+    shapes = tuple(jnp.shape(leaf) for leaf in jax.tree_util.tree_leaves(s.params))
+    return (
+        s.transition,
+        s.output,
+        s.estimator,
+        s.weights,
+        s.n_state,
+        len(s.inputs),
+        len(s.outputs),
+        s.n_msg,
+        ports,
+        shapes,
+    )
+
+
+def _port_layout(s: Subsystem) -> dict[str, tuple[int, int]]:
+    out, start = {}, 0
+    for name, port in sorted(s.ports.items()):
+        out[name] = (start, start + len(port.state))
+        start += len(port.state)
+    return out
+
+
+@dataclasses.dataclass(frozen=True)
+class Compiled:
+    """A graph compiled for a schedule: ``step`` (jitted, pure) and ``scan`` over a whole record."""
+
+    names: tuple[str, ...]
+    engine: _Engine
+    numbers: Numbers
+    step: Callable[..., Any]
+    scan: Callable[..., Any]
+
+    @property
+    def groups(self) -> tuple[_Group, ...]:
+        return self.engine.groups
+
+    @property
+    def edge_groups(self) -> tuple[_EdgeGroup, ...]:
+        return self.engine.edge_groups
+
+
+def compile(graph: Graph, schedule: Schedule | str = "jacobi") -> Compiled:  # noqa: A001
+    """Build the stacked arrays and index maps of ``graph`` and jit one time step for ``schedule``.
+
+    Args:
+        graph: the graph (nested graphs are flattened).
+        schedule: a :class:`Schedule` or the name of one with K = 1.
+
+    Returns:
+        :class:`Compiled` with ``numbers`` (the graph's arrays), ``step(numbers, carry, (u, y, mask))``
+        and ``scan(numbers, us, ys, masks)``, both jitted; numbers can be swapped without retracing.
+
+    Raises:
+        ValueError: naming the schedule option when it is unknown.
+
+    """
+    if isinstance(schedule, str):
+        schedule = Schedule(kind=schedule)
+    subs, edges = graph.flatten()
+    names = tuple(s.name for s in subs)
+    index = {n: i for i, n in enumerate(names)}
+    keyed: dict[tuple[Any, ...], list[int]] = {}
+    for i, s in enumerate(subs):
+        keyed.setdefault(_group_key(s), []).append(i)
+    groups, port_base, slot_base = [], {}, {}
+    n_ports = n_slots = 0
+    for members in keyed.values():
+        tmpl = subs[members[0]]
+        pidx = np.asarray([i for _, p in sorted(tmpl.ports.items()) for i in p.state], dtype=int)
+        spec = _Template(tmpl.transition, tmpl.output, tmpl.estimator, tmpl.weights, tmpl.n_msg)
+        groups.append(_Group(spec, tuple(members), pidx))
+        for i in members:
+            port_base[i], slot_base[i] = n_ports, n_slots
+            n_ports += pidx.size
+            n_slots += tmpl.n_msg
+    colour_of = graph.colours()
+    colours = tuple(np.asarray([colour_of[names[i]] for i in g.members]) for g in groups)
+    ekeyed: dict[tuple[Any, ...], list[int]] = {}
+    for k, e in enumerate(edges):
+        si, ri = index[e.sender], index[e.receiver]
+        key = (e.law, len(subs[si].ports[e.sender_port].state), len(subs[ri].ports[e.receiver_port].state))
+        key += (len(subs[ri].ports[e.receiver_port].slots),)
+        ekeyed.setdefault(key, []).append(k)
+    edge_groups = []
+    for key, members in ekeyed.items():
+        send, recv, target = [], [], []
+        for k in members:
+            e = edges[k]
+            si, ri = index[e.sender], index[e.receiver]
+            a, b = _port_layout(subs[si])[e.sender_port]
+            send.append(port_base[si] + np.arange(a, b))
+            a, b = _port_layout(subs[ri])[e.receiver_port]
+            recv.append(port_base[ri] + np.arange(a, b))
+            target.append(slot_base[ri] + np.asarray(subs[ri].ports[e.receiver_port].slots, dtype=int))
+        edge_groups.append(
+            _EdgeGroup(key[0], tuple(members), np.stack(send), np.stack(recv), np.stack(target))
+        )
+    numbers = numbers_of(subs, edges, groups, edge_groups)
+    engine = _Engine(
+        tuple(groups),
+        tuple(edge_groups),
+        schedule,
+        n_ports,
+        n_slots,
+        colours,
+        max(colour_of.values()) + 1,
+    )
+    return Compiled(names, engine, numbers, jax.jit(engine.step), jax.jit(engine.scan))
+
+
+def numbers_of(
+    subs: list[Subsystem], edges: list[Interface], groups: list[_Group], edge_groups: list[_EdgeGroup]
+) -> Numbers:
+    """Stack the numeric fields of the members of each group and edge group."""
+
+    def stack(items: list[Any]) -> Any:
+        return jax.tree_util.tree_map(
+            lambda *xs: jnp.stack([jnp.asarray(x, jnp.float64) for x in xs]), *items
+        )
+
+    gs = []
+    for g in groups:
+        ms = [subs[i] for i in g.members]
+        gs.append(
+            {
+                "params": stack([s.params for s in ms]),
+                "x0": stack([s.x0 for s in ms]),
+                "P0": stack([s.P0 for s in ms]),
+                "Q": stack([s.Q for s in ms]),
+                "R": stack([s.R for s in ms]),
+                "inputs": jnp.asarray([s.inputs for s in ms], dtype=int).reshape(len(ms), -1),
+                "outputs": jnp.asarray([s.outputs for s in ms], dtype=int).reshape(len(ms), -1),
+            }
+        )
+    gammas = tuple(stack([edges[k].gamma for k in eg.members]) for eg in edge_groups)
+    prob = tuple(
+        jnp.asarray([1.0 if edges[k].kind == "probabilistic" else 0.0 for k in eg.members])
+        for eg in edge_groups
+    )
+    return Numbers(tuple(gs), gammas, prob)
+
+
+def with_numbers(compiled: Compiled, graph: Graph) -> Numbers:
+    """The numbers of another graph with the same structure as the compiled one (no recompilation)."""
+    subs, edges = graph.flatten()
+    if tuple(s.name for s in subs) != compiled.names:
+        raise ValueError(
+            f"with_numbers: expected subsystems {compiled.names}; received {tuple(s.name for s in subs)}."
+        )
+    return numbers_of(subs, edges, list(compiled.groups), list(compiled.edge_groups))
+
+
+def _psd_part(a: Any) -> Any:
+    """Positive part of a symmetric matrix (max(0, .) for scalars): the incremental rule S46."""
+    if a.shape[-1] == 1:
+        return jnp.maximum(a, 0.0)
+    w, v = jnp.linalg.eigh(0.5 * (a + a.T))
+    return (v * jnp.maximum(w, 0.0)) @ v.T
+
+
+def _local_step(
+    tmpl: _Template,
+    arr: dict[str, Any],
+    x: Any,
+    P: Any,
+    u_all: Any,
+    y_all: Any,
+    mask_all: Any,
+    m: Any,
+    cm: Any,
+):
+    """One predict/update of one subsystem with message mean ``m`` and message covariance ``cm``."""
+    u = u_all[arr["inputs"]]
+    y = y_all[arr["outputs"]]
+    mask = mask_all[arr["outputs"]]
+    params = arr["params"]
+    f = lambda xx, uu: tmpl.transition(xx, uu, m, params)  # noqa: E731
+    h = lambda xx, uu: tmpl.output(xx, uu, m, params)  # noqa: E731
+    q = arr["Q"]
+    if tmpl.n_msg:
+        gain = jax.jacfwd(lambda mm: tmpl.transition(x, u, mm, params))(m)  # d x_next / d m (S40-S44)
+        q = q + gain @ cm @ gain.T
+    if tmpl.estimator == "none":
+        jac = jax.jacfwd(lambda xx: f(xx, u))(x)
+        mean = f(x, u)
+        cov = jac @ P @ jac.T + q
+        return mean, cov, mean, cov, jnp.zeros((), x.dtype)
+    if tmpl.estimator == "ukf":
+        out = ukf_scan(f, h, x, P, q, arr["R"], u[None], y[None], mask[None], weights=tmpl.weights)
+        return out.means[0], out.covs[0], out.pred_means[0], out.pred_covs[0], out.loglik
+    lin = linear if tmpl.estimator == "kf" else taylor
+    n, ny = x.shape[0], arr["R"].shape[0]
+    jit = 1e-300
+    out = gaussian_filter(
+        f,
+        h,
+        x,
+        jnp.linalg.cholesky(P + jit * jnp.eye(n)),
+        jnp.linalg.cholesky(q + jit * jnp.eye(n)),
+        jnp.linalg.cholesky(arr["R"] + jit * jnp.eye(ny)),
+        u[None],
+        y[None],
+        mask[None],
+        linearisation=lin,
+    )
+    c, pc = out.chols[0], out.pred_chols[0]
+    return out.means[0], c @ c.T, out.pred_means[0], pc @ pc.T, out.loglik
+
+
+@dataclasses.dataclass(frozen=True)
+class _Engine:
+    groups: tuple[_Group, ...]
+    edge_groups: tuple[_EdgeGroup, ...]
+    schedule: Schedule
+    n_ports: int
+    n_slots: int
+    colours: tuple[np.ndarray, ...]
+    n_colours: int
+
+    def ports(self, means: tuple[Any, ...], covs: tuple[Any, ...]) -> tuple[Any, Any]:
+        """Flat interface variables (n_ports,) and their block-diagonal covariance (n_ports, n_ports)."""
+        vals, cov = [], jnp.zeros((self.n_ports, self.n_ports))
+        base = 0
+        for g, mu, P in zip(self.groups, means, covs, strict=True):
+            p, G = g.port_idx.size, len(g.members)
+            vals.append(mu[:, g.port_idx].reshape(-1))
+            blocks = P[:, g.port_idx][:, :, g.port_idx]
+            idx = base + np.arange(G)[:, None] * p + np.arange(p)[None, :]
+            cov = cov.at[idx[:, :, None], idx[:, None, :]].set(blocks)
+            base += G * p
+        flat = jnp.concatenate(vals) if vals else jnp.zeros(0)
+        return flat, cov
+
+    def messages(self, num: Numbers, s: Any, s_cov: Any, var_prev: tuple[Any, ...]):
+        """Summed message means (n_slots,), injected covariances (n_slots, n_slots), new edge variances."""
+        m = jnp.zeros(self.n_slots)
+        cm = jnp.zeros((self.n_slots, self.n_slots))
+        new_var = []
+        for eg, gamma, prob, vprev in zip(
+            self.edge_groups, num.gammas, num.probabilistic, var_prev, strict=True
+        ):
+            s_send, s_recv = s[eg.send], s[eg.recv]
+            mean = jax.vmap(lambda a, b, g, law=eg.law: jnp.atleast_1d(law(a, b, g)))(s_send, s_recv, gamma)
+            m = m.at[eg.target].add(mean)
+            ps = eg.send.shape[1]
+
+            def law_var(a, b, g, ca, cb, law=eg.law, ps=ps):
+                z = jnp.concatenate([a, b])
+                cz = jax.scipy.linalg.block_diag(ca, cb)
+                fn = lambda zz: jnp.atleast_1d(law(zz[:ps], zz[ps:], g))  # noqa: E731
+                pts, wm, wc = _UT.sigma_points(z, cz)
+                vals = jax.vmap(fn)(pts)
+                d = vals - wm @ vals
+                return (d.T * wc) @ d  # var(F) = a^T (P_s1 + P_s2) a for linear laws (S33)
+
+            ca = s_cov[eg.send[:, :, None], eg.send[:, None, :]]
+            cb = s_cov[eg.recv[:, :, None], eg.recv[:, None, :]]
+            var = jax.vmap(law_var)(s_send, s_recv, gamma, ca, cb)
+            var = jnp.where((prob > 0)[:, None, None], jnp.nan_to_num(var), 0.0)
+            used = jax.vmap(_psd_part)(var - vprev)  # incremental rule (S46)
+            cm = cm.at[eg.target[:, :, None], eg.target[:, None, :]].add(used)
+            new_var.append(var)
+        return m, cm, tuple(new_var)
+
+    def sweep(self, num, start, iterate, msg_src, var_prev, u, y, mask, active):
+        """Every group steps from ``start`` with messages from ``msg_src``; ``active`` selects members."""
+        s, s_cov = self.ports(*msg_src)
+        m, cm, new_var = self.messages(num, s, s_cov, var_prev)
+        outs = []
+        base = 0
+        for gi, (g, arr) in enumerate(zip(self.groups, num.groups, strict=True)):
+            G, nm = len(g.members), g.template.n_msg
+            sl = base + np.arange(G)[:, None] * nm + np.arange(nm)[None, :]
+            base += G * nm
+            fn = lambda a, x, P, mm, cc, tmpl=g.template: _local_step(tmpl, a, x, P, u, y, mask, mm, cc)  # noqa: E731
+            arr_v = {k: v for k, v in arr.items() if k not in ("x0", "P0")}
+            res = jax.vmap(fn)(arr_v, start[0][gi], start[1][gi], m[sl], cm[sl[:, :, None], sl[:, None, :]])
+            if active is not None:
+                keep = jnp.asarray(self.colours[gi] == active)
+                prev = tuple(it[gi] for it in iterate)
+                res = tuple(
+                    jnp.where(keep.reshape((-1,) + (1,) * (r.ndim - 1)), r, p)
+                    for r, p in zip(res, prev, strict=True)
+                )
+            outs.append(res)
+        return tuple(tuple(o[j] for o in outs) for j in range(5)), new_var
+
+    def step(self, num: Numbers, carry: Any, inp: Any):
+        """One time step: K inner iterations of the schedule; returns the new carry and the estimates."""
+        means, covs, var_prev, prev_ports, first = carry
+        u, y, mask = inp
+        start = (means, covs)
+        zero_ll = tuple(jnp.zeros(len(g.members)) for g in self.groups)
+        iterate = (means, covs, means, covs, zero_ll)
+        kind = self.schedule.kind
+        src = (means, covs)
+        if kind == "ab2":
+            idx = [g.port_idx for g in self.groups]
+            extrap = tuple(
+                mu.at[:, ix].set(jnp.where(first, mu[:, ix], 1.5 * mu[:, ix] - 0.5 * pp))
+                for mu, ix, pp in zip(means, idx, prev_ports, strict=True)
+            )
+            src = (extrap, covs)
+
+        def one(it, src_):
+            if kind == "gauss_seidel":
+                new_var = var_prev
+                for c in range(self.n_colours):
+                    it, new_var = self.sweep(num, start, it, (it[0], it[1]), var_prev, u, y, mask, c)
+                return it, new_var
+            return self.sweep(num, start, it, src_, var_prev, u, y, mask, None)
+
+        it, new_var = one(iterate, src)
+        if self.schedule.inner > 1:
+            it, new_var = jax.lax.fori_loop(
+                1, self.schedule.inner, lambda _, c: one(c[0], (c[0][0], c[0][1])), (it, new_var)
+            )
+        new_ports = tuple(mu[:, g.port_idx] for mu, g in zip(means, self.groups, strict=True))
+        new_carry = (it[0], it[1], new_var, new_ports, jnp.zeros((), bool))
+        return new_carry, it
+
+    def init(self, num: Numbers) -> Any:
+        means = tuple(a["x0"] for a in num.groups)
+        covs = tuple(a["P0"] for a in num.groups)
+        var0 = tuple(
+            jnp.zeros((len(eg.members), eg.target.shape[1], eg.target.shape[1])) for eg in self.edge_groups
+        )
+        ports = tuple(mu[:, g.port_idx] for mu, g in zip(means, self.groups, strict=True))
+        return (means, covs, var0, ports, jnp.ones((), bool))
+
+    def scan(self, num: Numbers, us: Any, ys: Any, masks: Any):
+        """Scan :meth:`step` over T steps: step k uses ``us[k]`` and ``ys[k]`` (measured at t_{k+1})."""
+        ys_clean = jnp.where(masks, ys, 0.0)
+        _, outs = jax.lax.scan(lambda c, i: self.step(num, c, i), self.init(num), (us, ys_clean, masks))
+        return outs
+
+
+def run(
+    graph: Graph,
+    dataset: Any = None,
+    schedule: Schedule | str = "jacobi",
+    *,
+    us: Any = None,
+    ys: Any = None,
+    compiled: Compiled | None = None,
+    numbers: Numbers | None = None,
+) -> dict[str, GraphResult]:
+    """Run the compiled graph over a record and return each subsystem's estimates by name.
+
+    The record is a :class:`twinfer.data.Dataset` (step k applies ``inputs[k]`` over [t_k, t_{k+1}) and
+    updates with ``observations[k+1]``) or arrays ``us`` (T, n_u) and ``ys`` (T, n_y) aligned that way;
+    NaN observations are skipped.
+
+    Raises:
+        ValueError: when the graph references data columns the record does not have.
+
+    """
+    compiled = compile(graph, schedule) if compiled is None else compiled
+    numbers = compiled.numbers if numbers is None else numbers
+    if dataset is not None:
+        n = len(dataset.times) - 1
+        us = np.zeros((n, 0)) if dataset.inputs is None else np.asarray(dataset.inputs)[:-1]
+        ys = np.asarray(dataset.observations)[1:]
+    if us is None or ys is None:
+        raise ValueError("run: expected a dataset or both us and ys; received neither.")
+    us, ys = jnp.asarray(us, jnp.float64), jnp.asarray(ys, jnp.float64)
+    for gi, g in enumerate(compiled.groups):
+        for field, arr in (("inputs", us), ("outputs", ys)):
+            for i, cols in zip(g.members, np.asarray(numbers.groups[gi][field]), strict=True):
+                if cols.size and cols.max() >= arr.shape[1]:
+                    raise ValueError(
+                        f"run: subsystem {compiled.names[i]!r} {field}: expected columns < {arr.shape[1]}; "
+                        f"received {cols.tolist()}."
+                    )
+    return unpack(compiled, numbers, compiled.scan(numbers, us, ys, jnp.isfinite(ys)))
+
+
+def unpack(compiled: Compiled, numbers: Numbers, outs: Any) -> dict[str, GraphResult]:
+    """Split the stacked outputs of ``compiled.scan`` into one :class:`GraphResult` per subsystem."""
+    means, covs, pm, pc, ll = outs
+    out: dict[str, GraphResult] = {}
+    for gi, g in enumerate(compiled.groups):
+        x0, P0 = numbers.groups[gi]["x0"], numbers.groups[gi]["P0"]
+        for j, i in enumerate(g.members):
+            out[compiled.names[i]] = GraphResult(
+                np.concatenate([np.asarray(x0[j])[None], np.asarray(means[gi][:, j])]),
+                np.concatenate([np.asarray(P0[j])[None], np.asarray(covs[gi][:, j])]),
+                np.asarray(pm[gi][:, j]),
+                np.asarray(pc[gi][:, j]),
+                float(np.sum(np.asarray(ll[gi][:, j]))),
+            )
+    return out

@@ -1,0 +1,220 @@
+"""Graphs of subsystems and interfaces, hierarchy by flattening, and the monolithic (centralised) model.
+
+References:
+    Ghorbani & Hackl, section 1 (directed graph G = (V, E), no global state) and the centralised
+    baselines of section 3 (one global augmented state built from the same physics).
+
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from typing import Any
+
+import equinox as eqx
+import jax.numpy as jnp
+import jax.scipy.linalg as jsl
+
+from twinfer.infer.graph._parts import Interface, Port, Subsystem
+
+
+class Graph(eqx.Module):
+    """Subsystems (or nested graphs) joined by interfaces.
+
+    A nested graph exposes ports of its members through ``exports`` (``name -> (member, port)``), so an
+    outer interface can connect to it as if it were one subsystem; :meth:`flatten` renames members
+    ``"<graph>/<member>"`` and rewires those interfaces.
+
+    Attributes:
+        name: the graph's name (prefix of its members when nested).
+        nodes: subsystems and nested graphs.
+        interfaces: directed edges.
+        exports: ports of members exposed to an outer graph.
+
+    """
+
+    name: str = eqx.field(static=True)
+    nodes: tuple[Subsystem | Graph, ...]
+    interfaces: tuple[Interface, ...]
+    exports: dict[str, tuple[str, str]] = eqx.field(static=True, default_factory=dict)
+
+    def __init__(
+        self,
+        name: str,
+        nodes: Sequence[Subsystem | Graph],
+        interfaces: Sequence[Interface] = (),
+        exports: dict[str, tuple[str, str]] | None = None,
+    ):
+        self.name = name
+        self.nodes = tuple(nodes)
+        self.interfaces = tuple(interfaces)
+        self.exports = dict(exports or {})
+        self.flatten()  # validates
+
+    def _resolve(self, node: str, port: str, role: str) -> tuple[str, str]:
+        names = {n.name: n for n in self.nodes}
+        if node not in names:
+            raise ValueError(
+                f"Graph {self.name!r} interface {role} {node!r}: no such subsystem; known: {sorted(names)}."
+            )
+        target = names[node]
+        if isinstance(target, Graph):
+            if port not in target.exports:
+                raise ValueError(
+                    f"Graph {self.name!r} interface {role} {node!r} port {port!r}: not exported; "
+                    f"exports: {sorted(target.exports)}."
+                )
+            inner, inner_port = target.exports[port]
+            sub, sub_port = target._resolve(inner, inner_port, role)
+            return f"{node}/{sub}", sub_port
+        if port not in target.ports:
+            raise ValueError(
+                f"Graph {self.name!r} interface {role} {node!r} port {port!r}: no such port; "
+                f"ports: {sorted(target.ports)}."
+            )
+        return node, port
+
+    def flatten(self) -> tuple[list[Subsystem], list[Interface]]:
+        """Leaf subsystems (nested ones renamed ``graph/member``) and all interfaces, validated."""
+        subs: list[Subsystem] = []
+        edges: list[Interface] = []
+        seen: set[str] = set()
+        for node in self.nodes:
+            if node.name in seen:
+                raise ValueError(f"Graph {self.name!r}: duplicate subsystem name {node.name!r}.")
+            seen.add(node.name)
+            if isinstance(node, Graph):
+                inner_subs, inner_edges = node.flatten()
+                prefix = f"{node.name}/"
+                subs += [dataclasses.replace(s, name=prefix + s.name) for s in inner_subs]
+                edges += [
+                    Interface(
+                        prefix + e.sender,
+                        e.sender_port,
+                        prefix + e.receiver,
+                        e.receiver_port,
+                        e.law,
+                        e.gamma,
+                        e.kind,
+                    )
+                    for e in inner_edges
+                ]
+            else:
+                subs.append(node)
+        by_name = {s.name: s for s in subs}
+        for e in self.interfaces:
+            sender, sport = self._resolve(e.sender, e.sender_port, "sender")
+            receiver, rport = self._resolve(e.receiver, e.receiver_port, "receiver")
+            if not by_name[receiver].ports[rport].slots:
+                raise ValueError(
+                    f"Graph {self.name!r} interface into {e.receiver!r} port {e.receiver_port!r}: the port "
+                    "has no message slots to receive into."
+                )
+            edges.append(Interface(sender, sport, receiver, rport, e.law, e.gamma, e.kind))
+        for e in edges:
+            _check_law_size(e, by_name)
+        return subs, edges
+
+    def colours(self) -> dict[str, int]:
+        """Greedy colouring of the undirected interaction graph (Gauss-Seidel classes, Alg. 2)."""
+        subs, edges = self.flatten()
+        nbrs: dict[str, set[str]] = {s.name: set() for s in subs}
+        for e in edges:
+            nbrs[e.sender].add(e.receiver)
+            nbrs[e.receiver].add(e.sender)
+        colour: dict[str, int] = {}
+        for s in subs:
+            used = {colour[n] for n in nbrs[s.name] if n in colour}
+            colour[s.name] = min(c for c in range(len(subs) + 1) if c not in used)
+        return colour
+
+    def monolithic(self, name: str | None = None) -> Subsystem:
+        """The centralised model: one global state (the subsystem states stacked in order), same physics.
+
+        Its transition evaluates every interface law at the current global state (exact messages, what
+        Jacobi with K = 1 approximates with the previous posterior means) and steps every subsystem; its
+        output does the same at the propagated state. Covariances are block-diagonal assemblies.
+        """
+        subs, edges = self.flatten()
+        offsets, start = {}, 0
+        for s in subs:
+            offsets[s.name] = start
+            start += s.n_state
+        in_cols = sorted({c for s in subs for c in s.inputs})
+        col_pos = {c: i for i, c in enumerate(in_cols)}
+        by_name = {s.name: s for s in subs}
+
+        def split(x: Any) -> dict[str, Any]:
+            return {s.name: x[offsets[s.name] : offsets[s.name] + s.n_state] for s in subs}
+
+        def messages(parts: dict[str, Any], params: Any) -> dict[str, Any]:
+            msgs = {s.name: jnp.zeros(s.n_msg, parts[s.name].dtype) for s in subs}
+            for k, e in enumerate(edges):
+                snd, rcv = by_name[e.sender], by_name[e.receiver]
+                s_send = parts[e.sender][jnp.asarray(snd.ports[e.sender_port].state, int)]
+                s_recv = parts[e.receiver][jnp.asarray(rcv.ports[e.receiver_port].state, int)]
+                slots = jnp.asarray(rcv.ports[e.receiver_port].slots, int)
+                msgs[e.receiver] = (
+                    msgs[e.receiver].at[slots].add(jnp.atleast_1d(e.law(s_send, s_recv, params["gamma"][k])))
+                )
+            return msgs
+
+        def local_u(u: Any, s: Subsystem) -> Any:
+            return u[jnp.asarray([col_pos[c] for c in s.inputs], int)]
+
+        def transition(x: Any, u: Any, m: Any, params: Any) -> Any:
+            parts = split(x)
+            msgs = messages(parts, params)
+            return jnp.concatenate(
+                [
+                    s.transition(parts[s.name], local_u(u, s), msgs[s.name], params["sub"][s.name])
+                    for s in subs
+                ]
+            )
+
+        def output(x: Any, u: Any, m: Any, params: Any) -> Any:
+            parts = split(x)
+            msgs = messages(parts, params)
+            outs = [s.output(parts[s.name], local_u(u, s), msgs[s.name], params["sub"][s.name]) for s in subs]
+            return jnp.concatenate([jnp.atleast_1d(o) for o in outs]) if outs else jnp.zeros(0)
+
+        params = {"sub": {s.name: s.params for s in subs}, "gamma": [e.gamma for e in edges]}
+        ukf_subs = [s for s in subs if s.estimator == "ukf"]
+        return Subsystem(
+            name=name or self.name,
+            transition=transition,
+            output=output,
+            params=params,
+            x0=jnp.concatenate([jnp.asarray(s.x0) for s in subs]),
+            P0=jsl.block_diag(*[jnp.asarray(s.P0) for s in subs]),
+            Q=jsl.block_diag(*[jnp.asarray(s.Q) for s in subs]),
+            R=jsl.block_diag(*[jnp.asarray(s.R) for s in subs]),
+            inputs=tuple(in_cols),
+            outputs=tuple(c for s in subs for c in s.outputs),
+            ports={},
+            n_msg=0,
+            estimator=subs[0].estimator,
+            weights=ukf_subs[0].weights if ukf_subs else subs[0].weights,
+        )
+
+    def state_slices(self) -> dict[str, tuple[int, int]]:
+        """Where each leaf subsystem's state sits in :meth:`monolithic`'s global state."""
+        out, start = {}, 0
+        for s in self.flatten()[0]:
+            out[s.name] = (start, start + s.n_state)
+            start += s.n_state
+        return out
+
+
+def _check_law_size(e: Interface, by_name: dict[str, Subsystem]) -> None:
+    snd, rcv = by_name[e.sender], by_name[e.receiver]
+    sp: Port = snd.ports[e.sender_port]
+    rp: Port = rcv.ports[e.receiver_port]
+    probe = e.law(jnp.zeros(len(sp.state)), jnp.zeros(len(rp.state)), e.gamma)
+    size = int(jnp.size(probe))
+    if size != len(rp.slots):
+        raise ValueError(
+            f"Interface {e.sender}.{e.sender_port} -> {e.receiver}.{e.receiver_port}: the law returns "
+            f"{size} values but port {e.receiver_port!r} of {e.receiver!r} has {len(rp.slots)} message slots."
+        )

@@ -1,0 +1,157 @@
+"""Subsystems, ports and interfaces: the nodes and edges of a compositional-inference graph.
+
+A :class:`Subsystem` is a local discrete-time model with its own estimator; a :class:`Port` projects its
+state onto interface variables and names the message slots an incoming message is added to; an
+:class:`Interface` on a directed edge carries the message ``m_{j->i} = h_ji(s_{j->i}, s_{i<-j}; gamma)``
+(specs/compositional-inference.md section 1, eq. S1-S2).
+
+References:
+    Ghorbani & Hackl, "Subsystem structure as an inferential resource for coupled engineered systems",
+    section 1 and SI eq. (S1-S4), (S24-S46).
+
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any, Literal
+
+import equinox as eqx
+import jax.numpy as jnp
+
+from twinfer.infer.filters import UnscentedWeights
+
+Estimator = Literal["ukf", "kf", "ekf", "none"]
+MessageKind = Literal["deterministic", "probabilistic", "learned"]
+ESTIMATORS = ("ukf", "kf", "ekf", "none")
+MESSAGE_KINDS = ("deterministic", "probabilistic", "learned")
+
+
+class Port(eqx.Module):
+    """An interface port: ``state`` indices read as interface variables, ``slots`` message slots written.
+
+    Attributes:
+        state: indices of the local state forming the interface variables s (the projection of S1-S2).
+        slots: indices of the local message vector an incoming message on this port is added to.
+
+    """
+
+    state: tuple[int, ...] = eqx.field(static=True)
+    slots: tuple[int, ...] = eqx.field(static=True, default=())
+
+
+class Subsystem(eqx.Module):
+    """One node: a local model ``x' = transition(x, u, m, params)``, ``y = output(x, u, m, params)``.
+
+    ``m`` is the aggregated (summed) incoming message vector of length ``n_msg``. Unknown parameters are
+    part of the state (joint augmentation, section 2.4). Subsystems built from the same ``transition``
+    and ``output`` functions with the same shapes and ports are stacked and vmapped by :func:`compile`;
+    their numbers (``params``, ``x0``, covariances, data columns) may differ.
+
+    Attributes:
+        name: unique name (errors name it).
+        transition: ``(x, u, m, params) -> x_next`` over one step.
+        output: ``(x, u, m, params) -> y``, evaluated at the propagated state with the step's input.
+        params: pytree of known parameters (arrays).
+        x0: initial mean (n,).
+        P0: initial covariance (n, n).
+        Q: process-noise covariance (n, n).
+        R: measurement-noise covariance (n_y, n_y).
+        inputs: columns of the dataset inputs this subsystem receives.
+        outputs: columns of the dataset observations it measures.
+        ports: interface ports by name.
+        n_msg: length of the message vector ``m``.
+        estimator: ``"ukf"`` (paper-code covariance UKF, Alg. 6), ``"kf"`` (Alg. 4), ``"ekf"``
+            (Alg. 5) or ``"none"`` (deterministic propagation, no update).
+        weights: sigma-point weights of the UKF (default: paper code, gamma = 0).
+
+    """
+
+    name: str = eqx.field(static=True)
+    transition: Callable[..., Any] = eqx.field(static=True)
+    output: Callable[..., Any] = eqx.field(static=True)
+    params: Any
+    x0: Any
+    P0: Any
+    Q: Any
+    R: Any
+    inputs: tuple[int, ...] = eqx.field(static=True)
+    outputs: tuple[int, ...] = eqx.field(static=True)
+    ports: dict[str, Port] = eqx.field(static=True)
+    n_msg: int = eqx.field(static=True)
+    estimator: str = eqx.field(static=True, default="ukf")
+    weights: UnscentedWeights = eqx.field(static=True, default_factory=UnscentedWeights.paper_code)
+
+    def __check_init__(self) -> None:
+        n = int(jnp.shape(self.x0)[0])
+        where = f"Subsystem {self.name!r}"
+        if self.estimator not in ESTIMATORS:
+            raise ValueError(f"{where} estimator: expected one of {ESTIMATORS}; received {self.estimator!r}.")
+        for field, shape in (("P0", (n, n)), ("Q", (n, n)), ("R", (len(self.outputs),) * 2)):
+            got = tuple(jnp.shape(getattr(self, field)))
+            if got != shape:
+                raise ValueError(f"{where} {field}: expected shape {shape}; received {got}.")
+        for pname, port in self.ports.items():
+            bad_state = [i for i in port.state if not 0 <= i < n]
+            if bad_state:
+                raise ValueError(
+                    f"{where} port {pname!r}: state indices must lie in 0..{n - 1}; received {port.state}."
+                )
+            bad_slot = [i for i in port.slots if not 0 <= i < self.n_msg]
+            if bad_slot:
+                raise ValueError(
+                    f"{where} port {pname!r}: message slots must lie in 0..{self.n_msg - 1}; "
+                    f"received {port.slots}."
+                )
+
+    @property
+    def n_state(self) -> int:
+        return int(jnp.shape(self.x0)[0])
+
+
+class Interface(eqx.Module):
+    """A directed edge sender -> receiver carrying ``law(s_sender, s_receiver, gamma)``.
+
+    The message is added (aggregation A = sum) to the receiver port's message slots. ``kind``:
+
+    * ``"deterministic"``: the law at the posterior means (exchange of means only);
+    * ``"probabilistic"``: additionally the law's covariance under the two port marginals (cross
+      covariances neglected, eq. S30-S32; unscented transform, exact for linear laws, S33) is injected
+      into the receiver's process noise through the transition's sensitivity to the message (eq.
+      S40-S44), only its positive increment over the previous step (eq. S46);
+    * ``"learned"``: a fitted law (e.g. SINDy) used as a deterministic mean message (the authors' code).
+
+    Laws built from the same callable with the same port sizes are batched together; only ``gamma``
+    (a pytree of arrays) differs between them.
+    """
+
+    sender: str = eqx.field(static=True)
+    sender_port: str = eqx.field(static=True)
+    receiver: str = eqx.field(static=True)
+    receiver_port: str = eqx.field(static=True)
+    law: Callable[[Any, Any, Any], Any] = eqx.field(static=True)
+    gamma: Any
+    kind: str = eqx.field(static=True, default="deterministic")
+
+    def __check_init__(self) -> None:
+        if self.kind not in MESSAGE_KINDS:
+            raise ValueError(
+                f"Interface {self.sender}.{self.sender_port} -> {self.receiver}.{self.receiver_port} kind: "
+                f"expected one of {MESSAGE_KINDS}; received {self.kind!r}."
+            )
+
+
+def two_way(
+    a: str,
+    a_port: str,
+    b: str,
+    b_port: str,
+    law: Callable[[Any, Any, Any], Any],
+    gamma: Any,
+    kinds: Sequence[str] = ("deterministic", "deterministic"),
+) -> tuple[Interface, Interface]:
+    """Both directions of a symmetric interaction (e.g. a spring-damper): a -> b and b -> a."""
+    return (
+        Interface(a, a_port, b, b_port, law, gamma, kinds[0]),
+        Interface(b, b_port, a, a_port, law, gamma, kinds[1]),
+    )
