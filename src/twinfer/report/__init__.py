@@ -17,3 +17,6 @@ __all__ = [
     "write_run",
     "write_text",
 ]
+from twinfer.report._matrices import matrix_figure, weight_summary  # noqa: E402
+
+__all__ += ["matrix_figure", "weight_summary"]
