@@ -129,3 +129,171 @@ class MLP(AbstractModel):
     def output(self, t: Any, x: State, u: Input, params: Params) -> Output:
         net = apply_mlp(params["theta"], self.sizes, self.activations, u)
         return jnp.stack([u[i] if kind == "in" else net[i] for kind, i in self.layout])
+
+
+class _EventsFrom(AbstractModel):
+    """Shared event delegation: state events (and the discrete state) of an optional event model."""
+
+    event_model: eqx.AbstractVar[AbstractModel | None]
+
+    @property
+    def discrete_state_names(self) -> tuple[str, ...]:
+        return () if self.event_model is None else self.event_model.discrete_state_names
+
+    @property
+    def n_events(self) -> int:
+        return 0 if self.event_model is None else self.event_model.n_events
+
+    def initial_discrete_state(self, params: Params) -> Array:
+        m = self.event_model
+        return jnp.zeros((0,)) if m is None else m.initial_discrete_state(m.params)
+
+    def event_indicators(self, t: Any, x: State, z: Array, u: Input, params: Params) -> Array:
+        m = self.event_model
+        return jnp.zeros((0,)) if m is None else m.event_indicators(t, x, z, u, m.params)
+
+    def event_update(
+        self, t: Any, x: State, z: Array, u: Input, params: Params, which: Array
+    ) -> tuple[State, Array]:
+        m = self.event_model
+        return (x, z) if m is None else m.event_update(t, x, z, u, m.params, which)
+
+
+class SecondOrderNeuralODE(_EventsFrom):
+    """Neural ODE of a 2-D mechanical state ``[s_x, v_x, s_y, v_y]``: dx/dt = [v_x, NN_1(x), v_y, NN_2(x)].
+
+    With ``event_model`` (e.g. the bouncing ball) its state events act on the state ("Cont. + Eve.").
+
+    References:
+        Model-combination paper A.9; specs 3.8 (the authors' LuxSecondOrderNeuralODE, NN 4-16-16-2).
+
+    """
+
+    params: Params
+    sizes: tuple[int, ...] = eqx.field(static=True)
+    activations: tuple[str, ...] = eqx.field(static=True)
+    event_model: AbstractModel | None
+
+    def __init__(
+        self,
+        *,
+        key: Any,
+        sizes: Sequence[int] = (4, 16, 16, 2),
+        activations: Sequence[str] = ("tanh", "tanh", "identity"),
+        event_model: AbstractModel | None = None,
+    ):
+        _check(sizes, activations)
+        if sizes[0] != 4 or sizes[-1] != 2:
+            raise ValueError(
+                f"SecondOrderNeuralODE sizes: expected 4 inputs and 2 outputs; received {sizes}."
+            )
+        self.sizes, self.activations = tuple(sizes), tuple(activations)
+        self.params = {"theta": init_mlp(key, self.sizes)}
+        self.event_model = event_model
+
+    @property
+    def state_names(self) -> tuple[str, ...]:
+        return ("s_x", "v_x", "s_y", "v_y")
+
+    @property
+    def input_names(self) -> tuple[str, ...]:
+        return ()
+
+    @property
+    def output_names(self) -> tuple[str, ...]:
+        return self.state_names
+
+    def vector_field(self, t: Any, x: State, u: Input, params: Params) -> State:
+        acc = apply_mlp(params["theta"], self.sizes, self.activations, x)
+        return jnp.stack([x[1], acc[0], x[3], acc[1]])
+
+    def output(self, t: Any, x: State, u: Input, params: Params) -> Output:
+        return x
+
+
+class RNN(AbstractModel):
+    """A recurrent network as a time-event model: its hidden state is the discrete state.
+
+    ``z = [h_1..h_n, t_next]``; at each sampling instant (a time event, period ``1 / rate``) the update
+    is ``h <- NN(h)`` and ``t_next += 1 / rate``; the output is ``h``. The continuous state is a single
+    clock (dt/dt = 1) so the common simulator applies. With ``event_model`` (the bouncing ball, "Disc. +
+    Eve."), every indicator of the event model that changes sign across the update fires its update on h.
+
+    References:
+        Model-combination paper sec. 1.2 and A.9; specs 3.8 (LuxDiscreteModel(:time), 20 Hz in the code).
+
+    """
+
+    params: Params
+    sizes: tuple[int, ...] = eqx.field(static=True)
+    activations: tuple[str, ...] = eqx.field(static=True)
+    rate: float = eqx.field(static=True)
+    event_model: AbstractModel | None
+
+    def __init__(
+        self,
+        *,
+        key: Any,
+        sizes: Sequence[int] = (4, 16, 16, 4),
+        activations: Sequence[str] = ("tanh", "tanh", "identity"),
+        rate: float = 20.0,
+        event_model: AbstractModel | None = None,
+    ):
+        _check(sizes, activations)
+        if sizes[0] != sizes[-1]:
+            raise ValueError(f"RNN sizes: expected as many outputs as inputs; received {list(sizes)}.")
+        if not rate > 0:
+            raise ValueError(f"RNN rate: expected a positive sampling rate [Hz]; received {rate}.")
+        self.sizes, self.activations, self.rate = tuple(sizes), tuple(activations), float(rate)
+        self.params = {"theta": init_mlp(key, self.sizes)}
+        self.event_model = event_model
+
+    @property
+    def state_names(self) -> tuple[str, ...]:
+        return ("clock",)
+
+    @property
+    def input_names(self) -> tuple[str, ...]:
+        return ()
+
+    @property
+    def output_names(self) -> tuple[str, ...]:
+        return tuple(f"h{i + 1}" for i in range(self.sizes[0]))
+
+    @property
+    def discrete_state_names(self) -> tuple[str, ...]:
+        return (*self.output_names, "t_next")
+
+    @property
+    def has_time_events(self) -> bool:
+        return True
+
+    def initial_state(self, h0: Any, t0: float = 0.0) -> tuple[Array, Array]:
+        """``(x0, z0)`` for hidden state ``h0`` at time ``t0``; the first update is at ``t0 + 1/rate``."""
+        return jnp.array([t0]), jnp.concatenate(
+            [jnp.asarray(h0, dtype=float), jnp.array([t0 + 1 / self.rate])]
+        )
+
+    def vector_field(self, t: Any, x: State, u: Input, params: Params) -> State:
+        return jnp.ones(1)
+
+    def output(self, t: Any, x: State, u: Input, params: Params) -> Output:
+        raise TypeError("RNN output depends on the discrete state; use hybrid_output.")
+
+    def hybrid_output(self, t: Any, x: State, z: Array, u: Input, params: Params) -> Output:
+        return z[:-1]
+
+    def next_time_event(self, t: Any, z: Array, u: Input, params: Params) -> Any:
+        return z[-1]
+
+    def time_event_update(self, t: Any, x: State, z: Array, u: Input, params: Params) -> tuple[State, Array]:
+        h = z[:-1]
+        new = apply_mlp(params["theta"], self.sizes, self.activations, h)
+        m = self.event_model
+        if m is not None:
+            zm = m.initial_discrete_state(m.params)
+            before = m.event_indicators(t, h, zm, u, m.params)
+            after = m.event_indicators(t, new, zm, u, m.params)
+            which = jnp.sign(before) != jnp.sign(after)
+            new = m.event_update(t, new, zm, u, m.params, which)[0]
+        return x, jnp.concatenate([new, z[-1:] + 1 / self.rate])
