@@ -1,6 +1,7 @@
 """Case studies of the four papers, runnable as ``twinfer run CASE``."""
 
 from twinfer.experiments import boucwen as _boucwen  # noqa: F401  (registers the case)
+from twinfer.experiments import bouncing_ball as _bouncing_ball  # noqa: F401  (registers the case)
 from twinfer.experiments import chain4 as _chain4  # noqa: F401  (registers the case)
 from twinfer.experiments import emps as _emps  # noqa: F401  (registers the case)
 from twinfer.experiments import grid as _grid  # noqa: F401

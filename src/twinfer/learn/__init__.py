@@ -1,5 +1,6 @@
-"""Learned models: SINDy interface laws."""
+"""Learning: SINDy interface laws, neural building blocks as models, one training loop for any model."""
 
+from twinfer.learn._neural import MLP, RNN, SecondOrderNeuralODE, apply_mlp, init_mlp
 from twinfer.learn._sindy import (
     TERMS,
     SindyFit,
@@ -10,14 +11,24 @@ from twinfer.learn._sindy import (
     linear_coefficients,
     reconstruct_relative,
 )
+from twinfer.learn._train import TrainResult, TrainSettings, train, trajectory_loss
 
 __all__ = [
+    "MLP",
+    "RNN",
     "TERMS",
+    "SecondOrderNeuralODE",
     "SindyFit",
+    "TrainResult",
+    "TrainSettings",
+    "apply_mlp",
     "fit_interface_law",
+    "init_mlp",
     "library",
     "library_law",
     "library_reaction",
     "linear_coefficients",
     "reconstruct_relative",
+    "train",
+    "trajectory_loss",
 ]

@@ -8,8 +8,13 @@ held as an ``equinox.Module``. ``params`` is a pytree: a flat ``dict`` from a pa
 scalar or a 1-D array (``{"k": [k1, ..., kn]}``), so any leaf can be estimated, learned or fixed. Scalar
 parameter names are derived from it (``k4`` is ``params["k"][3]``, see :mod:`twinfer.models._params`).
 
-Discrete states and events (the FMI-shaped hybrid class of the model-combination paper) are declared
-here and default to "none"; the hybrid-model work implements them.
+Discrete states and events complete the FMI-shaped hybrid class (HUDA-ODE) of the model-combination
+paper (specs/model-combination.md 1.1, eq. 6): a discrete state ``z`` that changes only at events, state
+events signalled by an indicator crossing zero from positive to negative, their update ``(x, z) -> (x+,
+z+)`` (super-dense time: one jump t- -> t+ per event instant), and time events (``next_time_event``, e.g.
+the sampling clock of an RNN) with their own update. Every hook defaults to "none", so purely continuous
+models implement only :meth:`vector_field` and :meth:`output`; hybrid models override the ``hybrid_*``
+variants, which also see ``z``. :func:`twinfer.sim.simulate_events` runs any of them.
 """
 
 from __future__ import annotations
@@ -98,12 +103,41 @@ class AbstractModel(eqx.Module):
         return ()
 
     @property
+    def n_discrete(self) -> int:
+        return len(self.discrete_state_names)
+
+    def initial_discrete_state(self, params: Params) -> Array:
+        """Discrete state at the start of a simulation (zeros unless a model says otherwise)."""
+        return jnp.zeros((self.n_discrete,))
+
+    def hybrid_vector_field(self, t: Any, x: State, z: Array, u: Input, params: Params) -> State:
+        """dx/dt given the discrete state too (eq. 5); defaults to :meth:`vector_field`."""
+        return self.vector_field(t, x, u, params)
+
+    def hybrid_output(self, t: Any, x: State, z: Array, u: Input, params: Params) -> Output:
+        """Y given the discrete state too (eq. 6); defaults to :meth:`output`."""
+        return self.output(t, x, u, params)
+
+    @property
+    def has_time_events(self) -> bool:
+        """True when :meth:`next_time_event` can return a finite time."""
+        return False
+
+    def next_time_event(self, t: Any, z: Array, u: Input, params: Params) -> Any:
+        """Time of the next time event strictly after ``t`` (``inf`` for none); may depend on z only."""
+        return jnp.inf
+
+    def time_event_update(self, t: Any, x: State, z: Array, u: Input, params: Params) -> tuple[State, Array]:
+        """New ``(x, z)`` right after a time event at ``t`` (identity by default)."""
+        return x, z
+
+    @property
     def n_events(self) -> int:
         """Number of state-event indicators; zero means the model has no events."""
         return 0
 
     def event_indicators(self, t: Any, x: State, z: Array, u: Input, params: Params) -> Array:
-        """State-event indicator functions; an event fires when one crosses zero."""
+        """State-event indicators (eq. 2); event i fires when entry i crosses zero from + to -."""
         return jnp.zeros((0,), dtype=x.dtype)
 
     def event_update(

@@ -26,3 +26,6 @@ from twinfer.report._posterior import (  # noqa: E402
 )
 
 __all__ += ["has_posterior", "posterior_figures", "summary_table", "to_inference_data", "write_posterior"]
+from twinfer.report._matrices import matrix_figure, weight_summary  # noqa: E402
+
+__all__ += ["matrix_figure", "weight_summary"]

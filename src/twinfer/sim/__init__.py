@@ -29,3 +29,6 @@ __all__ = [
     "sine_sweep",
     "white_noise",
 ]
+from twinfer.sim._events import HybridTrajectory, simulate_events  # noqa: E402
+
+__all__ += ["HybridTrajectory", "simulate_events"]

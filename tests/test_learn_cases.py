@@ -1,0 +1,26 @@
+"""The ``bouncing-ball`` case end to end at --quick size."""
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from twinfer.cli import app
+
+runner = CliRunner()
+
+
+@pytest.mark.slow
+def test_run_bouncing_ball_quick(tmp_path):
+    """Claim: `twinfer run bouncing-ball --quick` trains P, reports every metric and the W figure;
+    the physics-only baseline on the test scenario equals the specs 3.7 sanity value 0.5079."""
+    result = runner.invoke(app, ["run", "bouncing-ball", "--quick", "--out", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    (run_dir,) = list(tmp_path.iterdir())
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    assert abs(metrics["fpm.test_loss"] - 0.5079) < 1e-3
+    assert abs(metrics["fpm.train_loss_s3"] - 0.2783) < 1e-3
+    for key in [f"P.train_loss_s{i}" for i in range(1, 5)] + ["P.test_loss", "timing.train_s.P"]:
+        assert key in metrics
+    assert (run_dir / "figures" / "matrices_P.png").is_file()
+    assert "P learned connections" in (run_dir / "report.md").read_text()
