@@ -6,7 +6,7 @@ import scipy.sparse as sp
 from twinfer.data import GRID_CASES, Partition, partition_greedy
 from twinfer.experiments import get_case, no_progress, resolve_config
 from twinfer.experiments.grid import GridName
-from twinfer.infer.clusters import cluster_layout, heun_transition
+from twinfer.infer.clusters import cluster_layout, heun_transition, stable_substeps
 from twinfer.infer.clusters._kuramoto import _local_rhs
 from twinfer.models import KuramotoNetwork
 from twinfer.sim import discretise
@@ -87,3 +87,21 @@ def test_grid_quick_run_distributed_matches_central():
     assert abs(state("distributed") - state("central")) <= 5e-3
     assert abs(m["distributed.nrmse_Omega"] - m["central.nrmse_Omega"]) <= 5e-2
     assert 0.9 <= m["distributed.coverage95_Omega"] <= 1.0
+
+
+def test_substeps_are_two_half_heun_steps_and_chosen_from_the_stiffest_bus():
+    """Two sub-steps equal two library Heun steps of dt/2; the count follows h sqrt(max row sum) <= 0.5."""
+    _, model, rng = _ring_network()
+    n = model.n_bus
+    whole = Partition(labels=np.zeros(n, int), clusters=(np.arange(n),))
+    layout = cluster_layout(whole, np.asarray(model.index), np.asarray(model.weight))
+    f = heun_transition(0.02, model.params["d"], layout.nbr_local[0], layout.nbr_weight[0], substeps=2)
+    x = jnp.asarray(rng.normal(size=2 * n))
+    out = np.asarray(f(jnp.concatenate([x, model.params["Omega"]]), jnp.zeros(layout.nbr_global[0].shape)))
+    half = discretise(model, 0.01, "heun")
+    ref = half.transition(
+        0.0, half.transition(0.0, x, jnp.zeros(0), model.params), jnp.zeros(0), model.params
+    )
+    np.testing.assert_allclose(out[: 2 * n], np.asarray(ref), rtol=1e-12, atol=1e-14)
+    assert stable_substeps(np.array([[2400.0, 0.0]]), 0.01) == 1  # IEEE 300's stiffest bus
+    assert stable_substeps(np.array([[26000.0, 300.0]]), 0.01) == 4  # PEGASE 9241's

@@ -17,7 +17,7 @@ import numpy as np
 
 from twinfer.bench._harness import Progress, register, time_jitted
 from twinfer.data import Partition, load_grid, partition_greedy
-from twinfer.experiments.grid import GridConfig, draw_parameters, simulate
+from twinfer.experiments.grid import GridConfig, draw_parameters, simulate, substeps_for
 from twinfer.infer.clusters import cluster_layout, run_clusters
 from twinfer.models import KuramotoNetwork
 
@@ -40,6 +40,7 @@ def _timed(config: GridConfig, model: KuramotoNetwork, partition: Partition, ys,
         lambda y: run_clusters(
             layout, jnp.asarray(model.params["d"]), y, jnp.asarray(x0), (0.25, 0.25, 1.0),
             (config.q_theta, config.q_omega, q_big), config.sigma**2, config.dt, config.ukf_gamma,
+            substeps_for(config, np.asarray(model.weight)),
         ).means
     )  # fmt: skip
     return time_jitted(fn, ys, repeats=3)

@@ -6,6 +6,14 @@ from twinfer.infer.clusters._kuramoto import (
     cluster_layout,
     heun_transition,
     run_clusters,
+    stable_substeps,
 )
 
-__all__ = ["ClusterLayout", "GridFilterOutput", "cluster_layout", "heun_transition", "run_clusters"]
+__all__ = [
+    "ClusterLayout",
+    "GridFilterOutput",
+    "cluster_layout",
+    "heun_transition",
+    "run_clusters",
+    "stable_substeps",
+]
