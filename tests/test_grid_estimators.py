@@ -7,7 +7,7 @@ from twinfer.data import GRID_CASES, Partition, partition_greedy
 from twinfer.experiments import get_case, no_progress, resolve_config
 from twinfer.experiments.grid import GridName
 from twinfer.infer.clusters import cluster_layout, heun_transition, stable_substeps
-from twinfer.infer.clusters._kuramoto import _local_rhs
+from twinfer.infer.clusters._kuramoto import _local_rhs, external_sums
 from twinfer.models import KuramotoNetwork
 from twinfer.sim import discretise
 
@@ -46,8 +46,8 @@ def test_local_coupling_with_true_external_phases_equals_global_vector_field():
         om_local = np.concatenate([omega, [0.0]])[bus]
         d = np.concatenate([np.asarray(model.params["d"]), [1.0]])[bus]
         big = np.concatenate([np.asarray(model.params["Omega"]), [0.0]])[bus]
-        ext = register[np.asarray(layout.nbr_global[c])]
-        _, domega = _local_rhs(th_local, om_local, big, d, ext, layout.nbr_local[c], layout.nbr_weight[c])
+        ext = external_sums(jnp.asarray(register), layout.ext_global[c], layout.ext_weight[c])
+        _, domega = _local_rhs(th_local, om_local, big, d, ext, layout.internal[c])
         np.testing.assert_allclose(np.asarray(domega)[valid], expected[bus[valid]], rtol=1e-12, atol=1e-12)
     assert part.n_clusters >= 2  # the test exercises both local and external neighbours
 
@@ -58,10 +58,10 @@ def test_single_cluster_heun_equals_library_heun_discretisation():
     n = model.n_bus
     whole = Partition(labels=np.zeros(n, int), clusters=(np.arange(n),))
     layout = cluster_layout(whole, np.asarray(model.index), np.asarray(model.weight))
-    f = heun_transition(0.01, model.params["d"], layout.nbr_local[0], layout.nbr_weight[0])
+    f = heun_transition(0.01, model.params["d"], layout.internal[0])
     x = rng.normal(size=2 * n)
     aug = jnp.concatenate([jnp.asarray(x), model.params["Omega"]])
-    out = np.asarray(f(aug, jnp.zeros(layout.nbr_global[0].shape)))
+    out = np.asarray(f(aug, jnp.zeros((n, 2))))
     ref = np.asarray(
         discretise(model, 0.01, "heun").transition(0.0, jnp.asarray(x), jnp.zeros(0), model.params)
     )
@@ -95,9 +95,9 @@ def test_substeps_are_two_half_heun_steps_and_chosen_from_the_stiffest_bus():
     n = model.n_bus
     whole = Partition(labels=np.zeros(n, int), clusters=(np.arange(n),))
     layout = cluster_layout(whole, np.asarray(model.index), np.asarray(model.weight))
-    f = heun_transition(0.02, model.params["d"], layout.nbr_local[0], layout.nbr_weight[0], substeps=2)
+    f = heun_transition(0.02, model.params["d"], layout.internal[0], substeps=2)
     x = jnp.asarray(rng.normal(size=2 * n))
-    out = np.asarray(f(jnp.concatenate([x, model.params["Omega"]]), jnp.zeros(layout.nbr_global[0].shape)))
+    out = np.asarray(f(jnp.concatenate([x, model.params["Omega"]]), jnp.zeros((n, 2))))
     half = discretise(model, 0.01, "heun")
     ref = half.transition(
         0.0, half.transition(0.0, x, jnp.zeros(0), model.params), jnp.zeros(0), model.params
@@ -105,3 +105,97 @@ def test_substeps_are_two_half_heun_steps_and_chosen_from_the_stiffest_bus():
     np.testing.assert_allclose(out[: 2 * n], np.asarray(ref), rtol=1e-12, atol=1e-14)
     assert stable_substeps(np.array([[2400.0, 0.0]]), 0.01) == 1  # IEEE 300's stiffest bus
     assert stable_substeps(np.array([[26000.0, 300.0]]), 0.01) == 4  # PEGASE 9241's
+
+
+def test_wls_step_equals_the_normal_equations_of_the_two_term_objective():
+    """x minimises ||y - H x||_R^-1 + ||x - F m||_Q^-1 for a linear model; cov is the inverse precision."""
+    from twinfer.infer.filters import wls_step
+
+    rng = np.random.default_rng(3)
+    n, m = 4, 3
+    f_mat, h_mat = rng.normal(size=(n, n)), rng.normal(size=(m, n))
+    a, b = rng.normal(size=(n, n)), rng.normal(size=(m, m))
+    q, r = a @ a.T + n * np.eye(n), b @ b.T + m * np.eye(m)
+    mean, y = rng.normal(size=n), rng.normal(size=m)
+    out = wls_step(
+        lambda x, u: jnp.asarray(f_mat) @ x, lambda x, u: jnp.asarray(h_mat) @ x,
+        jnp.asarray(mean), jnp.asarray(q), jnp.asarray(r), None, jnp.asarray(y), jnp.ones(m, bool),
+    )  # fmt: skip
+    precision = np.linalg.inv(q) + h_mat.T @ np.linalg.solve(r, h_mat)
+    rhs = np.linalg.solve(q, f_mat @ mean) + h_mat.T @ np.linalg.solve(r, y)
+    np.testing.assert_allclose(np.asarray(out.mean), np.linalg.solve(precision, rhs), rtol=1e-10)
+    np.testing.assert_allclose(np.asarray(out.cov), np.linalg.inv(precision), rtol=1e-10)
+    masked = wls_step(
+        lambda x, u: jnp.asarray(f_mat) @ x, lambda x, u: jnp.asarray(h_mat) @ x,
+        jnp.asarray(mean), jnp.asarray(q), jnp.asarray(r), None, jnp.full(m, jnp.nan), jnp.zeros(m, bool),
+    )  # fmt: skip
+    np.testing.assert_allclose(np.asarray(masked.mean), f_mat @ mean, rtol=1e-12)  # no data: prediction
+
+
+def _ieee14_problem(steps=40):
+    import jax
+
+    from twinfer.data import load_grid
+    from twinfer.experiments.grid import GridConfig, draw_parameters, simulate
+
+    config = GridConfig.model_validate({"case": "ieee14", "steps": steps})
+    net = load_grid("ieee14")
+    index, weight = net.neighbours
+    key_params, key_sim = jax.random.split(jax.random.key(0))
+    d, big_omega = draw_parameters(net.n_bus, key_params)
+    model = KuramotoNetwork(index, weight, d, big_omega)
+    part = partition_greedy(net.coupling, net.gen_buses, 5)
+    return config, model, part, simulate(config, model, key_sim)
+
+
+@pytest.mark.parametrize("method", ["ukf", "wls"])
+def test_inert_padding_clusters_leave_the_estimates_unchanged(method):
+    """Padding the cluster axis (as for sharding over devices) changes nothing, to rounding."""
+    from twinfer.infer.clusters import pad_layout, run_clusters
+
+    config, model, part, sim = _ieee14_problem()
+    n = model.n_bus
+    layout = cluster_layout(part, np.asarray(model.index), np.asarray(model.weight))
+    x0 = np.stack([sim["init"][:n], sim["init"][n:], np.zeros(n)], axis=1)
+    args = (jnp.asarray(model.params["d"]), jnp.asarray(sim["observations"]), jnp.asarray(x0))
+    rest = ((0.25, 0.25, 1.0), (1e-4, 1e-4, 1e-6), 4e-4, 0.01)
+    plain = run_clusters(layout, *args, *rest, method=method)
+    padded = run_clusters(pad_layout(layout, 4, n), *args, *rest, method=method)
+    assert pad_layout(layout, 4, n).bus.shape[0] % 4 == 0 != layout.bus.shape[0] % 4
+    np.testing.assert_allclose(np.asarray(padded.means), np.asarray(plain.means), rtol=0, atol=1e-13)
+    np.testing.assert_allclose(np.asarray(padded.stds), np.asarray(plain.stds), rtol=0, atol=1e-13)
+
+
+_SHARDED = """
+import jax, numpy as np
+jax.config.update("jax_enable_x64", True)
+assert len(jax.devices()) == 4, jax.devices()
+import sys; sys.path.insert(0, {tests!r})
+from test_grid_estimators import _ieee14_problem
+from twinfer.experiments.grid import grid_estimator
+config, model, part, sim = _ieee14_problem()
+one = grid_estimator(config, part, model, sim["init"], 1e-6)(sim["observations"])
+four = grid_estimator(config.model_copy(update={{"devices": 4}}), part, model, sim["init"], 1e-6)(
+    sim["observations"])
+print("SHARDS", len(four.means.sharding.device_set) if hasattr(four.means, "sharding") else 0)
+print("DIFF", float(np.max(np.abs(np.asarray(one.means) - np.asarray(four.means)))),
+      float(np.max(np.abs(np.asarray(one.stds) - np.asarray(four.stds)))))
+"""
+
+
+@pytest.mark.slow
+def test_cluster_axis_sharded_over_four_devices_agrees_with_one_device():
+    """The distributed UKF with its clusters split over 4 (host) devices equals the 1-device run."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4", JAX_ENABLE_X64="1")
+    script = _SHARDED.format(tests=str(Path(__file__).parent))
+    proc = subprocess.run(
+        [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    diffs = next(line for line in proc.stdout.splitlines() if line.startswith("DIFF")).split()[1:]
+    assert max(float(v) for v in diffs) <= 1e-10, proc.stdout

@@ -17,8 +17,7 @@ import numpy as np
 
 from twinfer.bench._harness import Progress, register, time_jitted
 from twinfer.data import Partition, load_grid, partition_greedy
-from twinfer.experiments.grid import GridConfig, draw_parameters, simulate, substeps_for
-from twinfer.infer.clusters import cluster_layout, run_clusters
+from twinfer.experiments.grid import GridConfig, draw_parameters, grid_estimator, simulate
 from twinfer.models import KuramotoNetwork
 
 IEEE = ("ieee9", "ieee14", "ieee30", "ieee39", "ieee57", "ieee118", "ieee300")
@@ -34,16 +33,9 @@ PAPER_S2 = {  # Table S2 (UKF central, UKF distributed) seconds, sequential Pyth
 }
 
 
-def _timed(config: GridConfig, model: KuramotoNetwork, partition: Partition, ys, x0, q_big: float):
-    layout = cluster_layout(partition, np.asarray(model.index), np.asarray(model.weight))
-    fn = jax.jit(
-        lambda y: run_clusters(
-            layout, jnp.asarray(model.params["d"]), y, jnp.asarray(x0), (0.25, 0.25, 1.0),
-            (config.q_theta, config.q_omega, q_big), config.sigma**2, config.dt, config.ukf_gamma,
-            substeps_for(config, np.asarray(model.weight)),
-        ).means
-    )  # fmt: skip
-    return time_jitted(fn, ys, repeats=3)
+def _timed(config: GridConfig, model: KuramotoNetwork, partition: Partition, sim, q_big: float):
+    fn = grid_estimator(config, partition, model, sim["init"], q_big)
+    return time_jitted(lambda y: fn(y).means, jnp.asarray(sim["observations"]), repeats=3)
 
 
 def _slope(buses: list[float], times: list[float]) -> float:
@@ -68,18 +60,16 @@ def bench_grid(quick: bool, progress: Progress) -> dict[str, float]:
         model = KuramotoNetwork(index, weight, d, big_omega)
         sim = simulate(config, model, key_sim)
         n = net.n_bus
-        x0 = np.stack([sim["init"][:n], sim["init"][n:], np.zeros(n)], axis=1)
-        ys = jnp.asarray(sim["observations"])
         partition = partition_greedy(net.coupling, net.gen_buses, config.s_max)
         progress(f"{case}: distributed ({partition.n_clusters} clusters)")
-        dist = _timed(config, model, partition, ys, x0, config.q_Omega_distributed)
+        dist = _timed(config, model, partition, sim, config.q_Omega_distributed)
         out[f"{case}.distributed.run_s"] = dist.median_s
         out[f"{case}.distributed.compile_s"] = dist.compile_s
         central_s = float("nan")
         if n <= central_max:
             progress(f"{case}: central ({3 * n} states)")
             whole = Partition(labels=np.zeros(n, int), clusters=(np.arange(n),))
-            cen = _timed(config, model, whole, ys, x0, config.q_Omega_central)
+            cen = _timed(config, model, whole, sim, config.q_Omega_central)
             central_s = cen.median_s
             out[f"{case}.central.run_s"] = central_s
             out[f"{case}.central.compile_s"] = cen.compile_s

@@ -5,6 +5,7 @@ from twinfer.infer.clusters._kuramoto import (
     GridFilterOutput,
     cluster_layout,
     heun_transition,
+    pad_layout,
     run_clusters,
     stable_substeps,
 )
@@ -14,6 +15,7 @@ __all__ = [
     "GridFilterOutput",
     "cluster_layout",
     "heun_transition",
+    "pad_layout",
     "run_clusters",
     "stable_substeps",
 ]

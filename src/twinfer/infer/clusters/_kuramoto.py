@@ -6,9 +6,12 @@ and stacked, so one ``vmap`` of :func:`twinfer.infer.filters.ukf_step` updates a
 
 * a padded slot is an inert oscillator with no coupling and no measurement (its mask is False), so it
   never touches a real bus;
-* the coupling of bus a, ``sum_j K_aj sin(theta_j - theta_a)``, reads theta_j from the cluster's own sigma
-  point when j is in the cluster and from the global phase register otherwise (S89): the register is
-  gathered once per step by index arrays, so a step costs O(N) however the buses are grouped;
+* the coupling of bus a, ``sum_j K_aj sin(theta_j - theta_a)``, splits into the in-cluster part, read
+  from the sigma point through a dense S x S block of K, and the external part (S89), which by
+  ``sin(theta_j - theta_a) = sin(theta_j) cos(theta_a) - cos(theta_j) sin(theta_a)`` needs only the two
+  sums ``sum_j K_aj sin(theta_j)`` and ``sum_j K_aj cos(theta_j)`` over the external neighbours. Those
+  are gathered from the global phase register once per step by index arrays, not once per sigma point,
+  so a step costs O(N) however the buses are grouped;
 * after all clusters update (Jacobi, N_Jacobi = 1) their posterior phases are scattered into the register.
 
 The centralised UKF is the same code with one cluster holding every bus (no register reads). Angles are
@@ -23,7 +26,7 @@ References:
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import Any, Literal, NamedTuple
 
 import equinox as eqx
 import jax
@@ -31,27 +34,42 @@ import jax.numpy as jnp
 import numpy as np
 
 from twinfer.data._partition import Partition
-from twinfer.infer.filters import UnscentedWeights, ukf_step
+from twinfer.infer.filters import UnscentedWeights, ukf_step, wls_step
 from twinfer.models.kuramoto import wrap_angle
 
 
 class ClusterLayout(NamedTuple):
-    """Index arrays of a padded cluster batch (C clusters, S slots, D neighbours per bus).
+    """Index arrays of a padded cluster batch (C clusters, S slots).
+
+    A bus's coupling is split into its neighbours inside the cluster, held as a dense S x S block (a
+    small matrix product is far cheaper than a gather on the CPU, and S <= S_max is small; the
+    centralised single cluster has S = N, where the product costs no more than the UKF's own N^3), and
+    those outside (``De`` per slot), whose phases come from the register.
 
     Attributes:
-        bus: global bus of each slot (C, S); padding holds N (an extra register slot).
+        bus: global bus of each slot (C, S); padding holds N (the register's spare slot).
         valid: slot holds a real bus (C, S).
-        nbr_local: slot in the same cluster of each neighbour, -1 if outside (C, S, D).
-        nbr_global: global bus of each neighbour (C, S, D); padding and self-loops point at N.
-        nbr_weight: ``K_aj`` (C, S, D), zero on padding.
+        internal: in-cluster coupling ``K_ab`` between slots (C, S, S); 0 on padding and the diagonal.
+        ext_global: global bus of each out-of-cluster neighbour (C, S, De); N on padding.
+        ext_weight: its ``K_aj`` (C, S, De); 0 on padding.
 
     """
 
     bus: Any
     valid: Any
-    nbr_local: Any
-    nbr_global: Any
-    nbr_weight: Any
+    internal: Any
+    ext_global: Any
+    ext_weight: Any
+
+
+def _pack(rows: list[list[tuple[int, float]]], fill: int) -> tuple[np.ndarray, np.ndarray]:
+    width = max(1, max((len(r) for r in rows), default=0))
+    index = np.full((len(rows), width), fill)
+    weight = np.zeros((len(rows), width))
+    for i, row in enumerate(rows):
+        for k, (j, w) in enumerate(row):
+            index[i, k], weight[i, k] = j, w
+    return index, weight
 
 
 def cluster_layout(partition: Partition, index: np.ndarray, weight: np.ndarray) -> ClusterLayout:
@@ -66,54 +84,113 @@ def cluster_layout(partition: Partition, index: np.ndarray, weight: np.ndarray) 
         :class:`ClusterLayout` with S = the largest cluster.
 
     """
-    n, width = index.shape
+    n = index.shape[0]
     size = partition.max_size
     c = partition.n_clusters
     bus = np.full((c, size), n)
     valid = np.zeros((c, size), bool)
-    slot_of = np.full(n + 1, -1)
-    cluster_of = partition.labels
+    slot_of = np.full(n, -1)
     for k, members in enumerate(partition.clusters):
         bus[k, : len(members)] = members
         valid[k, : len(members)] = True
         slot_of[members] = np.arange(len(members))
-    nbr_global = np.where(weight > 0, index, n)
-    nbr_global_ext = np.concatenate([nbr_global, np.full((1, width), n)])[bus]  # (C, S, D)
-    nbr_weight = np.concatenate([np.where(weight > 0, weight, 0.0), np.zeros((1, width))])[bus]
-    same = np.concatenate([cluster_of, [-1]])[nbr_global_ext] == np.arange(c)[:, None, None]
-    nbr_local = np.where(same & (nbr_weight > 0), slot_of[nbr_global_ext], -1)
+    internal = np.zeros((c, size, size))
+    external: list[list[tuple[int, float]]] = []
+    for flat, (b, ok) in enumerate(zip(bus.ravel(), valid.ravel(), strict=True)):
+        outside = []
+        if ok:
+            k, a = divmod(flat, size)
+            for j, w in zip(index[b], weight[b], strict=True):
+                if w <= 0 or j == b:
+                    continue
+                if partition.labels[j] == partition.labels[b]:
+                    internal[k, a, slot_of[j]] += w
+                else:
+                    outside.append((int(j), float(w)))
+        external.append(outside)
+    ext_global, ext_weight = _pack(external, n)
+    shape = lambda a: jnp.asarray(a.reshape(c, size, -1))
     return ClusterLayout(
         jnp.asarray(bus),
         jnp.asarray(valid),
-        jnp.asarray(nbr_local),
-        jnp.asarray(nbr_global_ext),
-        jnp.asarray(nbr_weight),
+        jnp.asarray(internal),
+        shape(ext_global),
+        shape(ext_weight),
     )
 
 
-def _local_rhs(theta, omega, big_omega, damping, ext_theta, nbr_local, nbr_weight):
-    """Swing equation of one cluster's slots (S89): local neighbours from the state, others frozen."""
-    local = theta[jnp.maximum(nbr_local, 0)]
-    theta_nb = jnp.where(nbr_local >= 0, local, ext_theta)
-    coupling = jnp.sum(nbr_weight * jnp.sin(theta_nb - theta[:, None]), axis=1)
+def pad_layout(layout: ClusterLayout, multiple: int, n_bus: int) -> ClusterLayout:
+    """Append inert clusters (no real bus) until the cluster count is a multiple of ``multiple``.
+
+    Used to split the cluster axis evenly over devices; an inert cluster reads and writes only the
+    register's spare slot N, so the real clusters' results do not change.
+    """
+    c, s = layout.bus.shape
+    extra = -c % multiple
+    if extra == 0:
+        return layout
+    d_ext = layout.ext_global.shape[2]
+    pad = ClusterLayout(
+        jnp.full((extra, s), n_bus),
+        jnp.zeros((extra, s), bool),
+        jnp.zeros((extra, s, s)),
+        jnp.full((extra, s, d_ext), n_bus),
+        jnp.zeros((extra, s, d_ext)),
+    )
+    return ClusterLayout(*(jnp.concatenate([a, b]) for a, b in zip(layout, pad, strict=True)))
+
+
+_SMALL_BLOCK = 16
+"""Largest cluster whose in-cluster coupling is summed element-wise rather than by a matrix product."""
+
+
+def external_sums(register: Any, ext_global: Any, ext_weight: Any) -> Any:
+    """``(sum_j K_aj sin theta_j, sum_j K_aj cos theta_j)`` over out-of-cluster neighbours, (..., S, 2).
+
+    With these two numbers per bus, the frozen external coupling of S89 is
+    ``sum_j K_aj sin(theta_j - theta_a) = cos(theta_a) A_a - sin(theta_a) B_a`` for any local phase
+    ``theta_a``: the external phases are read and their sines taken once per step, not once per sigma
+    point and Heun stage.
+    """
+    sin_r, cos_r = jnp.sin(register), jnp.cos(register)
+    a = jnp.sum(ext_weight * sin_r[ext_global], axis=-1)
+    b = jnp.sum(ext_weight * cos_r[ext_global], axis=-1)
+    return jnp.stack([a, b], axis=-1)
+
+
+def _local_rhs(theta, omega, big_omega, damping, ext_sums, internal):
+    """Swing equation of one cluster's slots (S89): in-cluster neighbours from the state, others frozen.
+
+    ``sum_b K_ab sin(theta_b - theta_a) = cos(theta_a) sum_b K_ab sin(theta_b) - sin(theta_a) sum_b K_ab
+    cos(theta_b)``, so an evaluation takes 2S sines and cosines however many neighbours a bus has.
+    """
+    sin_t, cos_t = jnp.sin(theta), jnp.cos(theta)
+    if theta.shape[0] <= _SMALL_BLOCK:  # multiply-and-sum fuses; a tiny dot under vmap runs per matrix
+        a = jnp.sum(internal * sin_t, axis=1) + ext_sums[:, 0]
+        b = jnp.sum(internal * cos_t, axis=1) + ext_sums[:, 1]
+    else:
+        a = internal @ sin_t + ext_sums[:, 0]
+        b = internal @ cos_t + ext_sums[:, 1]
+    coupling = cos_t * a - sin_t * b
     return omega, -damping * omega + big_omega + coupling
 
 
-def heun_transition(dt: float, damping, nbr_local, nbr_weight, substeps: int = 1):
-    """``(x, ext_theta) -> x_next``: Heun steps of the augmented local state (S79-S80); Omega constant.
+def heun_transition(dt: float, damping, internal, substeps: int = 1):
+    """``(x, ext_sums) -> x_next``: Heun steps of the augmented local state (S79-S80); Omega constant.
 
-    ``substeps`` Heun steps of ``dt / substeps`` make one step of ``dt`` (external phases held), for
-    networks whose strongest coupling makes one Heun step of ``dt`` unstable (see :func:`stable_substeps`).
+    ``ext_sums`` are the (S, 2) :func:`external_sums` of the frozen out-of-cluster phases. ``substeps``
+    Heun steps of ``dt / substeps`` make one step of ``dt`` (external phases held), for networks whose
+    strongest coupling makes one Heun step of ``dt`` unstable (see :func:`stable_substeps`).
     """
     h = dt / substeps
 
-    def f(x, ext_theta):
+    def f(x, ext_sums):
         s = x.shape[0] // 3
         theta, omega, big_omega = x[:s], x[s : 2 * s], x[2 * s :]
         for _ in range(substeps):
-            d1 = _local_rhs(theta, omega, big_omega, damping, ext_theta, nbr_local, nbr_weight)
+            d1 = _local_rhs(theta, omega, big_omega, damping, ext_sums, internal)
             th_p, om_p = theta + h * d1[0], omega + h * d1[1]
-            d2 = _local_rhs(th_p, om_p, big_omega, damping, ext_theta, nbr_local, nbr_weight)
+            d2 = _local_rhs(th_p, om_p, big_omega, damping, ext_sums, internal)
             theta = theta + 0.5 * h * (d1[0] + d2[0])
             omega = omega + 0.5 * h * (d1[1] + d2[1])
         return jnp.concatenate([theta, omega, big_omega])
@@ -160,27 +237,41 @@ def run_clusters(
     dt: float,
     gamma: float = 1.0,
     substeps: int = 1,
+    *,
+    method: Literal["ukf", "wls"] = "ukf",
+    mesh: jax.sharding.Mesh | None = None,
 ) -> GridFilterOutput:
-    """Jacobi-distributed UKF over a padded cluster batch; one cluster of all buses is the central UKF.
+    """Jacobi-distributed UKF (or WLS) over a padded cluster batch; one cluster of all buses is central.
 
     Args:
         layout: :func:`cluster_layout` of the partition.
         damping: ``d_i`` (N,), known.
         ys: measurements (T, 2N): wrapped phases then frequencies of every bus.
         x0: initial estimate (N, 3) of ``[theta, omega, Omega]`` per bus.
-        var0: initial variances of (theta, omega, Omega).
-        q: process-noise variances of (theta, omega, Omega) per step.
+        var0: initial variances of (theta, omega, Omega) (unused by WLS, which carries no covariance).
+        q: process-noise variances of (theta, omega, Omega) per step (WLS: the prediction's weight).
         r: measurement-noise variance.
         dt: time step.
         gamma: paper-code sigma-point parameter (c = L + gamma, specs 7 item 1).
         substeps: Heun sub-steps per step (:func:`stable_substeps`).
+        method: ``"ukf"`` (S82-S84, S88-S92) or ``"wls"``, the static baseline of
+            :func:`twinfer.infer.filters.wls_step` with the same predictor, register and clusters.
+        mesh: a one-axis device mesh; the cluster axis is padded to a multiple of its size with inert
+            clusters and split over its devices (``jax.sharding``), the phase register replicated. On
+            several hosts, build the mesh from ``jax.devices()`` after ``jax.distributed.initialize``.
 
     Returns:
         :class:`GridFilterOutput` over buses in global order.
 
     """
-    c, s = layout.bus.shape
     n = damping.shape[0]
+    if method not in ("ukf", "wls"):
+        raise ValueError(f"run_clusters: method must be 'ukf' or 'wls'; received {method!r}")
+    if mesh is not None:
+        if len(mesh.axis_names) != 1:
+            raise ValueError(f"run_clusters: mesh must have one axis; received axes {mesh.axis_names}")
+        layout = pad_layout(layout, mesh.size, n)
+    c, s = layout.bus.shape
     weights = UnscentedWeights.paper_code(gamma)
     pad_bus = layout.bus
     valid = layout.valid
@@ -194,32 +285,42 @@ def run_clusters(
     mask_local = jnp.concatenate([valid, valid], axis=1)
     register0 = jnp.concatenate([jnp.asarray(x0)[:, 0], jnp.zeros(1)])
 
-    def local_step(mean, cov, ext, y, mask, damp, nbr_local, nbr_weight):
-        f = heun_transition(dt, damp, nbr_local, nbr_weight, substeps)
+    if mesh is None:
+        shard = lambda a: a
+    else:
+        spec = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec(mesh.axis_names[0]))
+        shard = lambda a: jax.lax.with_sharding_constraint(a, spec)
+
+    def local_step(mean, cov, ext, y, mask, damp, internal):
+        f = heun_transition(dt, damp, internal, substeps)
+        if method == "wls":
+            return wls_step(f, _measure, mean, q_local, r_local, ext, y, mask, innovation=_wrapped_innovation)
         return ukf_step(
             f, _measure, mean, cov, q_local, r_local, ext, y, mask,
             weights=weights, innovation=_wrapped_innovation,
         )  # fmt: skip
 
     batched = jax.vmap(local_step)
+    static = tuple(map(shard, (mask_local, damp_local, layout.internal)))
 
     def step(carry, y):
         means, covs, register = carry
-        ext = register[layout.nbr_global]  # (C, S, D): Jacobi, previous step's phases
+        # Jacobi: the previous step's phases of out-of-cluster neighbours, summed once per step.
+        ext = shard(external_sums(register, layout.ext_global, layout.ext_weight))  # (C, S, 2)
         y_ext = jnp.concatenate([y.reshape(2, n), jnp.zeros((2, 1))], axis=1)
-        y_local = jnp.concatenate([y_ext[0][pad_bus], y_ext[1][pad_bus]], axis=1)
-        out = batched(means, covs, ext, y_local, mask_local, damp_local, layout.nbr_local, layout.nbr_weight)
+        y_local = shard(jnp.concatenate([y_ext[0][pad_bus], y_ext[1][pad_bus]], axis=1))
+        out = batched(shard(means), shard(covs), ext, y_local, *static)
         register = register.at[pad_bus[:, :]].set(jnp.where(valid, out.mean[:, :s], 0.0))
         register = register.at[n].set(0.0)
         stds = jnp.sqrt(jnp.diagonal(out.cov, axis1=1, axis2=2))
-        return (out.mean, out.cov, register), (out.mean, stds, out.ok)
+        return (shard(out.mean), shard(out.cov), register), (out.mean, stds, out.ok)
 
-    (_, _, _), (means, stds, ok) = jax.lax.scan(step, (mean0, cov0, register0), ys)
+    (_, _, _), (means, stds, ok) = jax.lax.scan(step, (shard(mean0), shard(cov0), register0), ys)
     means = eqx.error_if(
         means,
         ~jnp.all(ok),
-        "grid UKF diverged: a cluster's covariance stopped being positive-definite or its state became "
-        "non-finite. Check q, r and the initial variances.",
+        f"grid {method.upper()} diverged: a cluster's covariance stopped being positive-definite or its "
+        "state became non-finite. Check q, r and the initial variances.",
     )
     means = _to_global(means, pad_bus, valid, n, s)
     stds = _to_global(stds, pad_bus, valid, n, s)

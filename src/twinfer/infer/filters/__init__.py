@@ -13,6 +13,7 @@ from twinfer.infer.filters._gaussian_filter import (
 from twinfer.infer.filters._particle import ParticleOutput, particle_filter, systematic_resample
 from twinfer.infer.filters._smoother import SmootherOutput, rts_smooth
 from twinfer.infer.filters._ukf import FilterOutput, UkfStep, UnscentedWeights, run_ukf, ukf_scan, ukf_step
+from twinfer.infer.filters._wls import WlsStep, wls_step
 
 __all__ = [
     "Augmented",
@@ -24,6 +25,7 @@ __all__ = [
     "UkfStep",
     "UnscentedWeights",
     "UpdateInfo",
+    "WlsStep",
     "augment",
     "filter",
     "gaussian_filter",
@@ -40,4 +42,5 @@ __all__ = [
     "ukf_step",
     "unscented",
     "update",
+    "wls_step",
 ]
