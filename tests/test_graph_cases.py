@@ -10,16 +10,21 @@ from twinfer.cli import app
 runner = CliRunner()
 
 
-def _metrics(tmp_path, *args):
+def _run(tmp_path, *args):
     result = runner.invoke(app, ["run", *args, "--quick", "--out", str(tmp_path)])
     assert result.exit_code == 0, result.output
     (folder,) = [p for p in tmp_path.iterdir() if p.is_dir()]
-    return json.loads((folder / "metrics.json").read_text())
+    return json.loads((folder / "metrics.json").read_text()), result.output
+
+
+def _metrics(tmp_path, *args):
+    return _run(tmp_path, *args)[0]
 
 
 @pytest.mark.slow
 def test_chain4_quick_has_every_estimator_and_the_calibration_ordering(tmp_path):
-    m = _metrics(tmp_path, "chain4")
+    m, printed = _run(tmp_path, "chain4")
+    assert "sindy.xi[|dv|dv]" in printed  # bracketed names survive the rich table
     for name in ("central", "deterministic", "probabilistic", "sindy"):
         for key in ("state_rmse", "k4_nrmse", "coverage95", "coverage68", "nll"):
             assert f"{name}.{key}" in m
