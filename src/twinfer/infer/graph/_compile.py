@@ -11,8 +11,10 @@ from its posterior at t_n with messages built from the current iterate of its ne
   k > 1 the iteration k-1 estimates at t_{n+1} (K -> many converges to the coupling fixed point);
 * ``gauss_seidel`` (Alg. 2, S5-S7): colour classes of the interaction graph in turn, each using the
   freshest iterate of its neighbours;
-* ``ab2``: the [REPO] reading of Alg. 3 (S8-S10): interface states extrapolated
-  1.5 s^n - 0.5 s^{n-1} before a Jacobi step; plain Jacobi on the first step.
+* ``ab2``: the [REPO] reading of Alg. 3 (S8-S10): the *sender's* interface states extrapolated,
+  1.5 s^n - 0.5 s^{n-1}, before a Jacobi step, while each receiver evaluates the law with its own
+  current state (the authors' script 04 extrapolates only the neighbour's x, v); plain Jacobi on the
+  first step.
 
 """
 
@@ -330,15 +332,19 @@ class _Engine:
         flat = jnp.concatenate(vals) if vals else jnp.zeros(0)
         return flat, cov
 
-    def messages(self, num: Numbers, s: Any, s_cov: Any, var_prev: tuple[Any, ...]):
-        """Summed message means (n_slots,), injected covariances (n_slots, n_slots), new edge variances."""
+    def messages(self, num: Numbers, s: Any, s_cov: Any, var_prev: tuple[Any, ...], s_own: Any = None):
+        """Summed message means (n_slots,), injected covariances (n_slots, n_slots), new edge variances.
+
+        Senders' interface variables come from ``s``, receivers' from ``s_own`` (default ``s``).
+        """
+        s_own = s if s_own is None else s_own
         m = jnp.zeros(self.n_slots)
         cm = jnp.zeros((self.n_slots, self.n_slots))
         new_var = []
         for eg, gamma, prob, vprev in zip(
             self.edge_groups, num.gammas, num.probabilistic, var_prev, strict=True
         ):
-            s_send, s_recv = s[eg.send], s[eg.recv]
+            s_send, s_recv = s[eg.send], s_own[eg.recv]
             mean = jax.vmap(lambda a, b, g, law=eg.law: jnp.atleast_1d(law(a, b, g)))(s_send, s_recv, gamma)
             m = m.at[eg.target].add(mean)
             ps = eg.send.shape[1]
@@ -361,10 +367,14 @@ class _Engine:
             new_var.append(var)
         return m, cm, tuple(new_var)
 
-    def sweep(self, num, start, iterate, msg_src, var_prev, u, y, mask, active):
-        """Every group steps from ``start`` with messages from ``msg_src``; ``active`` selects members."""
+    def sweep(self, num, start, iterate, msg_src, var_prev, u, y, mask, active, own_src=None):
+        """Every group steps from ``start`` with messages from ``msg_src``; ``active`` selects members.
+
+        ``own_src`` (default ``msg_src``) supplies the receivers' own interface variables.
+        """
         s, s_cov = self.ports(*msg_src)
-        m, cm, new_var = self.messages(num, s, s_cov, var_prev)
+        s_own = None if own_src is None else self.ports(*own_src)[0]
+        m, cm, new_var = self.messages(num, s, s_cov, var_prev, s_own)
         outs = []
         base = 0
         for gi, (g, arr) in enumerate(zip(self.groups, num.groups, strict=True)):
@@ -401,15 +411,15 @@ class _Engine:
             )
             src = (extrap, covs)
 
-        def one(it, src_):
+        def one(it, src_, own=None):
             if kind == "gauss_seidel":
                 new_var = var_prev
                 for c in range(self.n_colours):
                     it, new_var = self.sweep(num, start, it, (it[0], it[1]), var_prev, u, y, mask, c)
                 return it, new_var
-            return self.sweep(num, start, it, src_, var_prev, u, y, mask, None)
+            return self.sweep(num, start, it, src_, var_prev, u, y, mask, None, own)
 
-        it, new_var = one(iterate, src)
+        it, new_var = one(iterate, src, (means, covs) if kind == "ab2" else None)
         if self.schedule.inner > 1:
             it, new_var = jax.lax.fori_loop(
                 1, self.schedule.inner, lambda _, c: one(c[0], (c[0][0], c[0][1])), (it, new_var)
