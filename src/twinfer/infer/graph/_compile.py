@@ -29,7 +29,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from twinfer.infer.filters import UnscentedWeights, gaussian_filter, linear, taylor, ukf_scan
+from twinfer.infer.filters import UnscentedWeights, gaussian_filter, linear, taylor, ukf_step
 from twinfer.infer.graph._graph import Graph
 from twinfer.infer.graph._parts import Interface, Subsystem
 
@@ -215,9 +215,7 @@ def numbers_of(
     """Stack the numeric fields of the members of each group and edge group."""
 
     def stack(items: list[Any]) -> Any:
-        return jax.tree_util.tree_map(
-            lambda *xs: jnp.stack([jnp.asarray(x, jnp.float64) for x in xs]), *items
-        )
+        return jax.tree_util.tree_map(lambda *xs: _stack_leaves(xs), *items)
 
     gs = []
     for g in groups:
@@ -229,16 +227,29 @@ def numbers_of(
                 "P0": stack([s.P0 for s in ms]),
                 "Q": stack([s.Q for s in ms]),
                 "R": stack([s.R for s in ms]),
-                "inputs": jnp.asarray([s.inputs for s in ms], dtype=int).reshape(len(ms), -1),
-                "outputs": jnp.asarray([s.outputs for s in ms], dtype=int).reshape(len(ms), -1),
+                "inputs": np.asarray([s.inputs for s in ms], dtype=int).reshape(len(ms), -1),
+                "outputs": np.asarray([s.outputs for s in ms], dtype=int).reshape(len(ms), -1),
             }
         )
     gammas = tuple(stack([edges[k].gamma for k in eg.members]) for eg in edge_groups)
     prob = tuple(
-        jnp.asarray([1.0 if edges[k].kind == "probabilistic" else 0.0 for k in eg.members])
+        np.asarray([1.0 if edges[k].kind == "probabilistic" else 0.0 for k in eg.members])
         for eg in edge_groups
     )
     return Numbers(tuple(gs), gammas, prob)
+
+
+def _stack_leaves(xs: tuple[Any, ...]) -> Any:
+    """Stack leaves on the host (no device op to compile), or with jnp when they are traced.
+
+    Integer and boolean leaves (data-column indices) keep their type; everything else becomes float64.
+    """
+    try:
+        host = [np.asarray(x) for x in xs]
+    except jax.errors.TracerArrayConversionError:
+        return jnp.stack([jnp.asarray(x, jnp.float64) for x in xs])
+    dtype = host[0].dtype if host[0].dtype.kind in "iub" else np.float64
+    return np.stack([h.astype(dtype) for h in host])
 
 
 def with_numbers(compiled: Compiled, graph: Graph) -> Numbers:
@@ -287,8 +298,8 @@ def _local_step(
         cov = jac @ P @ jac.T + q
         return mean, cov, mean, cov, jnp.zeros((), x.dtype)
     if tmpl.estimator == "ukf":
-        out = ukf_scan(f, h, x, P, q, arr["R"], u[None], y[None], mask[None], weights=tmpl.weights)
-        return out.means[0], out.covs[0], out.pred_means[0], out.pred_covs[0], out.loglik
+        out = ukf_step(f, h, x, P, q, arr["R"], u, y, mask, weights=tmpl.weights)
+        return out.mean, out.cov, out.pred_mean, out.pred_cov, out.loglik
     lin = linear if tmpl.estimator == "kf" else taylor
     n, ny = x.shape[0], arr["R"].shape[0]
     jit = 1e-300
@@ -486,16 +497,16 @@ def run(
 
 def unpack(compiled: Compiled, numbers: Numbers, outs: Any) -> dict[str, GraphResult]:
     """Split the stacked outputs of ``compiled.scan`` into one :class:`GraphResult` per subsystem."""
-    means, covs, pm, pc, ll = outs
+    means, covs, pm, pc, ll = jax.tree_util.tree_map(np.asarray, outs)  # index on the host
     out: dict[str, GraphResult] = {}
     for gi, g in enumerate(compiled.groups):
-        x0, P0 = numbers.groups[gi]["x0"], numbers.groups[gi]["P0"]
+        x0, P0 = np.asarray(numbers.groups[gi]["x0"]), np.asarray(numbers.groups[gi]["P0"])
         for j, i in enumerate(g.members):
             out[compiled.names[i]] = GraphResult(
-                np.concatenate([np.asarray(x0[j])[None], np.asarray(means[gi][:, j])]),
-                np.concatenate([np.asarray(P0[j])[None], np.asarray(covs[gi][:, j])]),
-                np.asarray(pm[gi][:, j]),
-                np.asarray(pc[gi][:, j]),
-                float(np.sum(np.asarray(ll[gi][:, j]))),
+                np.concatenate([x0[j][None], means[gi][:, j]]),
+                np.concatenate([P0[j][None], covs[gi][:, j]]),
+                pm[gi][:, j],
+                pc[gi][:, j],
+                float(np.sum(ll[gi][:, j])),
             )
     return out
