@@ -259,6 +259,18 @@ def build_graph(config: Chain4Config, kind: str, xi: Any = None) -> Graph:
     return Graph("chain4", [s1, s2], edges)
 
 
+def build_central(config: Chain4Config) -> Graph:
+    """The centralised estimator: the monolithic model of :func:`build_graph`'s graph as one subsystem.
+
+    Same physics as the distributed filters, with the central Q and R of the authors' code ([REPO]).
+    """
+    mono = build_graph(config, "deterministic").monolithic("central")
+    mono = dataclasses.replace(
+        mono, Q=config.q_central * np.eye(9), R=config.r_central * np.eye(mono.R.shape[0])
+    )
+    return Graph("central", [mono])
+
+
 def fit_sindy(config: Chain4Config) -> SindyFit:
     """Fit the interface law on an independent training record (section 2.7, eq. S47-S50).
 
@@ -300,11 +312,7 @@ def graph_estimators(config: Chain4Config, data: Dataset, xi: Any) -> tuple[dict
     ys = np.asarray(data.observations[1:], dtype=np.float64)
     masks = np.isfinite(ys)
     det = build_graph(config, "deterministic")
-    mono = det.monolithic("central")
-    mono = dataclasses.replace(
-        mono, Q=config.q_central * np.eye(9), R=config.r_central * np.eye(mono.R.shape[0])
-    )
-    central_graph = Graph("central", [mono])
+    central_graph = build_central(config)
     t0 = time.perf_counter()
     comp = compile_graph(det, "jacobi")
     comp_c = compile_graph(central_graph, "jacobi")
