@@ -33,6 +33,9 @@ def test_chain4_quick_has_every_estimator_and_the_calibration_ordering(tmp_path)
     assert m["probabilistic.nll"] < m["deterministic.nll"]
     assert m["central.state_rmse"] < 1e-3 and m["probabilistic.state_rmse"] < 1e-3
     assert m["timing.compile_s"] > 0 and m["timing.run_s"] > 0
+    # the learned law recovers the interface's stiffness and weak damping (acceptance: within 15 %)
+    assert abs(m["sindy.k_hat"] / 5e4 - 1) < 0.15 and abs(m["sindy.c_hat"] / 300.0 - 1) < 0.15
+    assert m["sindy.state_rmse"] <= 5e-3
 
 
 @pytest.mark.slow
