@@ -81,9 +81,10 @@ def test_run_chain4_quick_writes_run_folder(tmp_path):
     assert (run_dir / "figures" / "simulation.png").stat().st_size > 10_000
     for fig in ("ukf_states.png", "ukf_k4.png"):
         assert (run_dir / "figures" / fig).is_file()
-    for key in ("ukf.state_rmse", "ukf.k4_nrmse", "ukf.coverage95", "ukf.coverage68", "ukf.nll"):
+    for key in ("state_rmse", "k4_nrmse", "coverage95", "coverage68", "nll"):
+        key = f"central.{key}"
         assert np.isfinite(metrics[key])
-    assert metrics["ukf.coverage95"] >= 0.9
+    assert metrics["central.coverage95"] >= 0.9
     for name in ("config.toml", "arrays.npz", "report.md", "meta.json"):
         assert (run_dir / name).is_file()
     assert "Table S1" in (run_dir / "report.md").read_text()

@@ -248,6 +248,32 @@ def test_gauss_seidel_uses_fresh_sender_state():
     np.testing.assert_allclose(gs["S2"].means[1], expected, rtol=1e-12)
 
 
+def test_ab2_extrapolates_the_senders_interface_state_only():
+    """AB2 ([REPO] script 04): Jacobi on step 1, then law(1.5 s_j^n - 0.5 s_j^(n-1), s_i^n) at receiver i."""
+    graph = chain_graph(2, estimator="none")
+    graph = Graph(
+        "g", [eqx_replace_x0(graph.nodes[0], [0.01, 0.0, 0.01, 0.0]), graph.nodes[1]], graph.interfaces
+    )
+    _, us, _ = records(4, steps=2)
+    ys = jnp.full((2, 4), jnp.nan)
+    jac = run(graph, us=us, ys=ys, schedule="jacobi")
+    ab2 = run(graph, us=us, ys=ys, schedule="ab2")
+    np.testing.assert_allclose(ab2["S1"].means[1], jac["S1"].means[1])
+    gamma = jnp.array([5e4, 300.0])
+    s1, s2 = ab2["S1"].means, ab2["S2"].means
+    s1_hat = 1.5 * s1[1, [1, 3]] - 0.5 * s1[0, [1, 3]]
+    s2_hat = 1.5 * s2[1, [0, 2]] - 0.5 * s2[0, [0, 2]]
+    m1 = jnp.array([0.0, spring_damper_law(s2_hat, s1[1, [1, 3]], gamma)[0]])
+    m2 = jnp.array([spring_damper_law(s1_hat, s2[1, [0, 2]], gamma)[0], 0.0])
+    nodes = graph.nodes
+    np.testing.assert_allclose(
+        s1[2], nodes[0].transition(s1[1], us[1, :2], m1, nodes[0].params), rtol=1e-12, atol=1e-14
+    )
+    np.testing.assert_allclose(
+        s2[2], nodes[1].transition(s2[1], us[1, 2:], m2, nodes[1].params), rtol=1e-12, atol=1e-14
+    )
+
+
 def test_errors_name_subsystem_port_and_option():
     g = chain_graph(2)
     with pytest.raises(ValueError, match="'S9': no such subsystem"):

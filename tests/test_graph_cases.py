@@ -10,16 +10,21 @@ from twinfer.cli import app
 runner = CliRunner()
 
 
-def _metrics(tmp_path, *args):
+def _run(tmp_path, *args):
     result = runner.invoke(app, ["run", *args, "--quick", "--out", str(tmp_path)])
     assert result.exit_code == 0, result.output
     (folder,) = [p for p in tmp_path.iterdir() if p.is_dir()]
-    return json.loads((folder / "metrics.json").read_text())
+    return json.loads((folder / "metrics.json").read_text()), result.output
+
+
+def _metrics(tmp_path, *args):
+    return _run(tmp_path, *args)[0]
 
 
 @pytest.mark.slow
 def test_chain4_quick_has_every_estimator_and_the_calibration_ordering(tmp_path):
-    m = _metrics(tmp_path, "chain4")
+    m, printed = _run(tmp_path, "chain4")
+    assert "sindy.xi[|dv|dv]" in printed  # bracketed names survive the rich table
     for name in ("central", "deterministic", "probabilistic", "sindy"):
         for key in ("state_rmse", "k4_nrmse", "coverage95", "coverage68", "nll"):
             assert f"{name}.{key}" in m
@@ -28,6 +33,9 @@ def test_chain4_quick_has_every_estimator_and_the_calibration_ordering(tmp_path)
     assert m["probabilistic.nll"] < m["deterministic.nll"]
     assert m["central.state_rmse"] < 1e-3 and m["probabilistic.state_rmse"] < 1e-3
     assert m["timing.compile_s"] > 0 and m["timing.run_s"] > 0
+    # the learned law recovers the interface's stiffness and weak damping (acceptance: within 15 %)
+    assert abs(m["sindy.k_hat"] / 5e4 - 1) < 0.15 and abs(m["sindy.c_hat"] / 300.0 - 1) < 0.15
+    assert m["sindy.state_rmse"] <= 5e-3
 
 
 @pytest.mark.slow

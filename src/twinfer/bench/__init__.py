@@ -14,7 +14,7 @@ from twinfer.bench._harness import (
     write_bench_json,
 )
 
-BENCHMARK_MODULES: tuple[str, ...] = ("filters", "grid", "pn")
+BENCHMARK_MODULES: tuple[str, ...] = ("filters", "grid", "pn", "graph")
 """Modules under ``twinfer.bench`` whose import registers benchmarks."""
 
 

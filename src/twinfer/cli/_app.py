@@ -111,13 +111,15 @@ def run(
 
 
 def _print_metrics(case: str, metrics: dict[str, float], paper: dict | object) -> None:
+    from rich.markup import escape  # metric names such as sindy.xi[dx] are not markup
+
     table = Table(title=f"{case}: metrics")
     table.add_column("metric")
     table.add_column("twinfer", justify="right")
     table.add_column("paper", justify="right")
     for name in sorted(metrics):
         ref = paper.get(name) if isinstance(paper, dict) else None  # type: ignore[union-attr]
-        table.add_row(name, f"{metrics[name]:.4g}", f"{ref.value:.4g}" if ref else "")
+        table.add_row(escape(name), f"{metrics[name]:.4g}", f"{ref.value:.4g}" if ref else "")
     out.print(table)
 
 

@@ -13,8 +13,10 @@ from collections.abc import Sequence
 from typing import Any
 
 import equinox as eqx
+import jax
 import jax.numpy as jnp
 import jax.scipy.linalg as jsl
+import numpy as np
 
 from twinfer.infer.graph._parts import Interface, Port, Subsystem
 
@@ -186,10 +188,10 @@ class Graph(eqx.Module):
             transition=transition,
             output=output,
             params=params,
-            x0=jnp.concatenate([jnp.asarray(s.x0) for s in subs]),
-            P0=jsl.block_diag(*[jnp.asarray(s.P0) for s in subs]),
-            Q=jsl.block_diag(*[jnp.asarray(s.Q) for s in subs]),
-            R=jsl.block_diag(*[jnp.asarray(s.R) for s in subs]),
+            x0=_concat([s.x0 for s in subs]),
+            P0=_block_diag([s.P0 for s in subs]),
+            Q=_block_diag([s.Q for s in subs]),
+            R=_block_diag([s.R for s in subs]),
             inputs=tuple(in_cols),
             outputs=tuple(c for s in subs for c in s.outputs),
             ports={},
@@ -207,12 +209,39 @@ class Graph(eqx.Module):
         return out
 
 
+def _concat(parts: list[Any]) -> Any:
+    try:
+        return np.concatenate([np.asarray(p, dtype=np.float64) for p in parts])
+    except jax.errors.TracerArrayConversionError:
+        return jnp.concatenate([jnp.asarray(p) for p in parts])
+
+
+def _block_diag(mats: list[Any]) -> Any:
+    """Block-diagonal assembly on the host (no device op to compile), with jnp when traced."""
+    try:
+        host = [np.atleast_2d(np.asarray(m, dtype=np.float64)) for m in mats]
+    except jax.errors.TracerArrayConversionError:
+        return jsl.block_diag(*[jnp.asarray(m) for m in mats])
+    rows, cols = sum(m.shape[0] for m in host), sum(m.shape[1] for m in host)
+    out = np.zeros((rows, cols))
+    r = c = 0
+    for m in host:
+        out[r : r + m.shape[0], c : c + m.shape[1]] = m
+        r, c = r + m.shape[0], c + m.shape[1]
+    return out
+
+
 def _check_law_size(e: Interface, by_name: dict[str, Subsystem]) -> None:
     snd, rcv = by_name[e.sender], by_name[e.receiver]
     sp: Port = snd.ports[e.sender_port]
     rp: Port = rcv.ports[e.receiver_port]
-    probe = e.law(jnp.zeros(len(sp.state)), jnp.zeros(len(rp.state)), e.gamma)
-    size = int(jnp.size(probe))
+    probe = jax.eval_shape(  # traced, not run: no device work to compile while building graphs
+        e.law,
+        jax.ShapeDtypeStruct((len(sp.state),), jnp.float64),
+        jax.ShapeDtypeStruct((len(rp.state),), jnp.float64),
+        e.gamma,
+    )
+    size = int(np.prod(probe.shape))
     if size != len(rp.slots):
         raise ValueError(
             f"Interface {e.sender}.{e.sender_port} -> {e.receiver}.{e.receiver_port}: the law returns "

@@ -1,0 +1,57 @@
+"""Benchmark ``graph``: compile and run time of the four chain4 estimators on the graph engine.
+
+The estimators of case ``chain4`` (specs/compositional-inference.md section 3.1) on its default data:
+``central`` (the UKF on the monolithic model, its own compiled scan) and the distributed
+``deterministic``, ``probabilistic`` and ``sindy`` Jacobi filters, which share one compiled scan and
+differ only in numbers. Each is timed with :func:`time_jitted`: the first call (trace + compile + run)
+apart from the median of repeated runs; a variant that reuses the shared compilation shows a compile
+time close to its run time.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from twinfer.bench._harness import Progress, register, time_jitted
+
+
+@register("graph", "chain4's four estimators on the graph engine: compile and run time of each")
+def bench_graph(quick: bool, progress: Progress) -> dict[str, float]:
+    """Compile and median run time of central, deterministic, probabilistic and SINDy estimators."""
+    from twinfer.experiments.chain4 import (
+        CASE,
+        Chain4Config,
+        build_central,
+        build_graph,
+        fit_sindy,
+        simulate,
+    )
+    from twinfer.infer.graph import compile as compile_graph
+    from twinfer.infer.graph import with_numbers
+
+    config = Chain4Config.model_validate(dict(CASE.quick) if quick else {})  # the case's --quick size
+    repeats = 3 if quick else 5
+    progress(f"simulate chain4 ({config.n_steps} steps) and fit the SINDy law")
+    data = simulate(config)
+    assert data.inputs is not None
+    us = np.asarray(data.inputs[:-1])
+    ys = np.asarray(data.observations[1:])
+    masks = np.isfinite(ys)
+    xi = fit_sindy(config).xi
+    comp_c = compile_graph(build_central(config), "jacobi")
+    comp = compile_graph(build_graph(config, "deterministic"), "jacobi")
+    runs = {
+        "central": (comp_c, comp_c.numbers),
+        "deterministic": (comp, comp.numbers),
+        "probabilistic": (comp, with_numbers(comp, build_graph(config, "probabilistic"))),
+        "sindy": (comp, with_numbers(comp, build_graph(config, "learned", xi))),
+    }
+    out: dict[str, float] = {"graph.steps": float(config.n_steps)}
+    for name, (c, numbers) in runs.items():
+        progress(f"{name}: compile + {repeats} runs")
+        res = time_jitted(c.scan, numbers, us, ys, masks, repeats=repeats)
+        out[f"graph.{name}.compile_s"] = res.compile_s
+        out[f"graph.{name}.run_s"] = res.median_s
+    out["graph.all.run_s"] = sum(out[f"graph.{n}.run_s"] for n in runs)
+    out["graph.all.compile_s"] = out["graph.central.compile_s"] + out["graph.deterministic.compile_s"]
+    return out
