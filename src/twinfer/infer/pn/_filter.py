@@ -100,6 +100,10 @@ class PNFilter(eqx.Module):
             the residual is exactly zero, e.g. a system at rest).
         calibrate: False keeps the diffusion of the initial state (unit by default): the textbook
             uncalibrated filter.
+        shared_diffusion: one diffusion for all ODE dimensions (the largest local estimate) instead of
+            one per dimension. A second-order system in first-order form has the trivially satisfied
+            residual ``x' - v`` in its position dimension, whose per-dimension estimate collapses and
+            makes the position chain over-confident; sharing keeps it at the scale of the dynamics.
 
     """
 
@@ -109,6 +113,7 @@ class PNFilter(eqx.Module):
     measure: Measure | None = eqx.field(static=True, default=None)
     diffusion_floor: float = eqx.field(static=True, default=1e-20)
     calibrate: bool = eqx.field(static=True, default=True)
+    shared_diffusion: bool = eqx.field(static=True, default=False)
 
     def __check_init__(self) -> None:
         if self.method not in METHODS:
@@ -201,6 +206,8 @@ class PNFilter(eqx.Module):
         q11 = iwp_chol_q_1d(q, h)[1, :]
         s_unit = jnp.where(ode, q11 @ q11, 1.0)
         local = residual**2 / s_unit
+        if self.shared_diffusion:
+            local = jnp.full_like(local, jnp.max(local))
         n_new = state.n_calibrated + ode.astype(jnp.int32)
         # running mean of the local estimates (the first one replaces the unit initial value)
         running = state.diffusion + jnp.where(ode, (local - state.diffusion) / jnp.maximum(n_new, 1), 0.0)
