@@ -73,7 +73,7 @@ class PNLikelihood(eqx.Module):
 
     def step(self, carry: PNState, theta: Any, k: Any) -> tuple[PNState, Any]:
         params = self.params(theta)
-        first = k == 0
+        first = jnp.asarray(k) == 0  # an array, so that ~first is a logical not for a Python int too
         m = self.substeps
         u_prev, u_now = self.us[jnp.maximum(k - 1, 0)], self.us[k]
         no_y = jnp.zeros_like(self.y_mask[k])
