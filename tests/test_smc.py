@@ -105,3 +105,40 @@ def test_ess_and_input_errors(problem):
         ibis(jax.random.key(0), lik, prior, 10, ess_threshold=1.5)
     with pytest.raises(ValueError, match="lognormal"):
         TransformedNormalPrior.from_spec({"k1": ("gamma", 1.0, 1.0)})
+
+
+@pytest.mark.slow
+def test_cli_resume_continues_interrupted_run(tmp_path, monkeypatch):
+    """`twinfer run emps` interrupted after 48 observations, then `--resume`, gives the particles of an
+    uninterrupted run with the same seed; a fresh run does not pick up the old checkpoint."""
+    from typer.testing import CliRunner
+
+    from twinfer.cli import app
+    from twinfer.experiments import _pnsmc
+
+    args = ["run", "emps", "--quick", "--out", str(tmp_path)]
+    args += ["--set", "n_obs=96", "--set", "n_particles=16", "--set", "checkpoint_every=16"]
+    args += ["--set", "test_samples=200", "--set", "test_particles=4"]
+    runner = CliRunner()
+    real = _pnsmc.ibis
+
+    def interrupted(*a, **kw):
+        real(*a, **{**kw, "stop_at": 48})
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(_pnsmc, "ibis", interrupted)
+    assert runner.invoke(app, args).exit_code != 0
+    ckpts = list((tmp_path / ".checkpoints").glob("emps-*.npz"))
+    assert len(ckpts) == 1
+    monkeypatch.setattr(_pnsmc, "ibis", real)
+    resumed = runner.invoke(app, [*args, "--resume"])
+    assert resumed.exit_code == 0, resumed.output
+    assert not ckpts[0].exists()  # removed once the run finished
+    assert runner.invoke(app, [*args, "--resume"]).exit_code != 0  # nothing left to resume
+    full = runner.invoke(app, args)
+    assert full.exit_code == 0, full.output
+    runs = sorted(p for p in tmp_path.glob("emps-*") if p.is_dir())
+    assert len(runs) == 2
+    with np.load(runs[0] / "arrays.npz") as a, np.load(runs[1] / "arrays.npz") as b:
+        np.testing.assert_array_equal(a["posterior_theta"], b["posterior_theta"])
+        np.testing.assert_array_equal(a["smc_resample_times"], b["smc_resample_times"])

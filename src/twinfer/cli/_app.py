@@ -6,7 +6,7 @@ import json
 import sys
 import time
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
@@ -78,6 +78,13 @@ def run(
     seed: Annotated[int | None, typer.Option(help="Seed of every random draw.")] = None,
     out_dir: Annotated[Path, typer.Option("--out", help="Parent folder of run folders.")] = Path("runs"),
     quick: Annotated[bool, typer.Option("--quick", help="Small sizes for a smoke run.")] = False,
+    resume: Annotated[
+        bool, typer.Option("--resume", help="Continue the interrupted run of this case and config.")
+    ] = False,
+    resume_from: Annotated[
+        Path | None,
+        typer.Option("--resume-from", help="Like --resume, with checkpoints kept in this folder."),
+    ] = None,
 ) -> None:
     """Run a case study and write its run folder (config, metrics, arrays, figures, report)."""
     from twinfer.experiments import ConfigError, get_case, parse_set, resolve_config
@@ -89,9 +96,21 @@ def run(
     except (KeyError, ConfigError) as exc:
         _fail(str(exc.args[0]) if isinstance(exc, KeyError) else str(exc))
         return
+    cfg, ckpt, managed = _with_checkpoint(cfg, the_case.name, resume_from or out_dir / ".checkpoints")
+    if managed and ckpt is not None and not (resume or resume_from) and ckpt.exists():
+        ckpt.unlink()  # a fresh run never continues an old one
+    if (resume or resume_from) and (ckpt is None or not ckpt.exists()):
+        _fail(
+            f"--resume: no checkpoint of an interrupted {case!r} run with this config"
+            + (f" at {ckpt}" if ckpt is not None else " (the case has no checkpoint setting)")
+            + "."
+        )
+        return
     start = time.perf_counter()
     with _progress() as progress:
         artifacts = the_case.run(cfg, _Bar(progress))
+    if managed and ckpt is not None and ckpt.exists():
+        ckpt.unlink()  # the run finished: nothing left to resume
     figs = the_case.figures(artifacts.arrays, cfg)
     run_dir = new_run_dir(out_dir, the_case.name)
     write_run(
@@ -108,6 +127,28 @@ def run(
     write_posterior(run_dir, artifacts.arrays)  # posterior.nc + summary when the case sampled a posterior
     _print_metrics(the_case.name, dict(artifacts.metrics), the_case.paper)
     out.print(f"run folder: [bold]{run_dir}[/] ({time.perf_counter() - start:.1f} s)")
+
+
+def _with_checkpoint(cfg: Any, case: str, folder: Path) -> tuple[Any, Path | None, bool]:
+    """Give a case with an empty ``checkpoint`` setting a file named by the case and its config.
+
+    The name hashes every other setting, so ``--resume`` finds the checkpoint of the same case and
+    config only; such a managed file is removed when a fresh run starts and when a run finishes. A
+    checkpoint set explicitly (``--set checkpoint=FILE``) is used as given and never removed.
+    Returns the config, the checkpoint file (None: the case has no checkpoint setting) and whether
+    the file is managed here.
+    """
+    import hashlib
+
+    if "checkpoint" not in type(cfg).model_fields:
+        return cfg, None, False
+    if cfg.checkpoint:
+        return cfg, Path(cfg.checkpoint), False
+    settings = cfg.model_dump(exclude={"checkpoint"})
+    digest = hashlib.sha256(json.dumps(settings, sort_keys=True, default=str).encode()).hexdigest()[:16]
+    path = Path(folder) / f"{case}-{digest}.npz"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return cfg.model_copy(update={"checkpoint": str(path)}), path, True
 
 
 def _print_metrics(case: str, metrics: dict[str, float], paper: dict | object) -> None:

@@ -94,6 +94,22 @@ def simulate_particles(
     return np.concatenate(out, axis=0)
 
 
+def fine_input(u: np.ndarray, substeps: int, hold: str) -> np.ndarray:
+    """Inputs for an RK4 simulation with ``substeps`` fine steps per sample ``(T * substeps, 1)``.
+
+    ``"linear"``: the linear interpolant between samples taken at the midpoint of each fine step (held
+    over the step, a second-order accurate quadrature of the interpolated input); ``"zoh"``: each
+    sample held over its whole period (specs 6.4, 6.26).
+    """
+    u = np.asarray(u, np.float64)
+    if hold == "zoh":
+        return np.repeat(u, substeps)[:, None]
+    if hold != "linear":
+        raise ValueError(f"fine_input hold: expected 'linear' or 'zoh'; received {hold!r}.")
+    t_mid = (np.arange(u.size * substeps) + 0.5) / substeps
+    return np.interp(t_mid, np.arange(u.size), u)[:, None]
+
+
 def rmse_per_particle(sims: np.ndarray, truth: np.ndarray) -> np.ndarray:
     """``sqrt(mean_k (y_k - yhat_k(theta_n))^2)`` for each particle (specs 5)."""
     return np.sqrt(np.mean((sims - truth[None, :]) ** 2, axis=1))
@@ -138,9 +154,11 @@ def ibis_arrays(res: IBISResult, prior: TransformedNormalPrior) -> dict[str, Any
     }
 
 
-def make_pn(model: AbstractModel, q: int, method: str, measure: Any = None) -> PNFilter:
+def make_pn(
+    model: AbstractModel, q: int, method: str, measure: Any = None, shared_diffusion: bool = False
+) -> PNFilter:
     """The PN filter of a case."""
-    return PNFilter(model, q=q, method=method, measure=measure)
+    return PNFilter(model, q=q, method=method, measure=measure, shared_diffusion=shared_diffusion)
 
 
 def equal_weight_particles(res: IBISResult, n: int, seed: int) -> np.ndarray:

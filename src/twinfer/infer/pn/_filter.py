@@ -16,8 +16,9 @@ running mean ``Gamma_k = mean_{s<=k} sigma2_s`` used in step k's ``Q``. The like
 deterministic function of ``theta`` and the data up to ``t_k``, which the IMH move of the SMC sampler
 requires; the running mean tends to the paper's global average (Eq. 19, Bosch et al. form).
 
-Everything is square-root: predictions and the data update use :mod:`twinfer.infer.filters` atoms,
-the zero-noise update one QR (``tria``).
+Everything is square-root: the prediction and both updates are one QR each (``tria``), written out
+element by element for the small blocks (:mod:`twinfer.infer.pn._small`), which under ``vmap`` over
+particles avoids one LAPACK call per particle.
 
 References:
     Longbottom et al., Eq. (12)-(20); Tronarp et al. (2019) (EK0/EK1 as Gaussian filtering);
@@ -35,10 +36,9 @@ from typing import Any, NamedTuple
 import equinox as eqx
 import jax
 import jax.numpy as jnp
-from jax.scipy.linalg import solve_triangular
 
-from twinfer.infer.filters import predict, tria, update
 from twinfer.infer.pn._prior import iwp_chol_q_1d, iwp_transition, projection
+from twinfer.infer.pn._small import solve_lower, tria
 from twinfer.models import AbstractModel
 
 METHODS = ("ek0", "ek1")
@@ -84,8 +84,34 @@ def condition_exact(mean: Any, chol: Any, H: Any, residual: Any, mask: Any) -> t
     )
     big = tria(block)
     chol_S, gain_factor, chol_post = big[:n_z, :n_z], big[n_z:, :n_z], big[n_z:, n_z:]
-    z = solve_triangular(chol_S, -residual * m, lower=True)
+    z = solve_lower(chol_S, -residual * m)
     return mean + gain_factor @ z, chol_post
+
+
+def _update(mean: Any, chol: Any, H: Any, d: Any, chol_R: Any, y: Any, mask: Any) -> tuple[Any, Any, Any]:
+    """Square-root update on ``y = H x + d + v``, ``v ~ N(0, R)`` (as :func:`twinfer.infer.filters.update`).
+
+    Masked components get zero rows in ``H`` and in the factor of ``R`` and a unit innovation variance;
+    masking rows of the factor is exact for independent sensors (diagonal ``R``, as in every case
+    here) and, with all components observed, for any ``R``.
+    Returns the posterior mean, factor and the log innovation density.
+    """
+    m = mask.astype(mean.dtype)
+    n_y, n_x = H.shape
+    chol_R_eff = chol_R * m[:, None] + jnp.diag(1.0 - m)
+    innovation = (y - (H @ mean + d)) * m
+    block = jnp.concatenate(
+        [
+            jnp.concatenate([chol_R_eff, (H * m[:, None]) @ chol], axis=1),
+            jnp.concatenate([jnp.zeros((n_x, n_y), mean.dtype), chol], axis=1),
+        ],
+        axis=0,
+    )
+    big = tria(block)
+    chol_S, gain_factor, chol_post = big[:n_y, :n_y], big[n_y:, :n_y], big[n_y:, n_y:]
+    z = solve_lower(chol_S, innovation)
+    loglik = -0.5 * (z @ z) - jnp.sum(jnp.log(jnp.diag(chol_S))) - 0.5 * jnp.sum(m) * jnp.log(2 * jnp.pi)
+    return mean + gain_factor @ z, chol_post, loglik
 
 
 class PNFilter(eqx.Module):
@@ -100,6 +126,10 @@ class PNFilter(eqx.Module):
             the residual is exactly zero, e.g. a system at rest).
         calibrate: False keeps the diffusion of the initial state (unit by default): the textbook
             uncalibrated filter.
+        shared_diffusion: one diffusion for all ODE dimensions (the largest local estimate) instead of
+            one per dimension. A second-order system in first-order form has the trivially satisfied
+            residual ``x' - v`` in its position dimension, whose per-dimension estimate collapses and
+            makes the position chain over-confident; sharing keeps it at the scale of the dynamics.
 
     """
 
@@ -109,6 +139,7 @@ class PNFilter(eqx.Module):
     measure: Measure | None = eqx.field(static=True, default=None)
     diffusion_floor: float = eqx.field(static=True, default=1e-20)
     calibrate: bool = eqx.field(static=True, default=True)
+    shared_diffusion: bool = eqx.field(static=True, default=False)
 
     def __check_init__(self) -> None:
         if self.method not in METHODS:
@@ -201,12 +232,14 @@ class PNFilter(eqx.Module):
         q11 = iwp_chol_q_1d(q, h)[1, :]
         s_unit = jnp.where(ode, q11 @ q11, 1.0)
         local = residual**2 / s_unit
+        if self.shared_diffusion:
+            local = jnp.full_like(local, jnp.max(local))
         n_new = state.n_calibrated + ode.astype(jnp.int32)
         # running mean of the local estimates (the first one replaces the unit initial value)
         running = state.diffusion + jnp.where(ode, (local - state.diffusion) / jnp.maximum(n_new, 1), 0.0)
         diffusion = jnp.maximum(running, self.diffusion_floor) if self.calibrate else state.diffusion
         _, chol_Q = iwp_transition(q, d, h, diffusion)
-        mean_p, chol_p = predict(state.mean, state.chol, A, jnp.zeros_like(state.mean), chol_Q)
+        mean_p, chol_p = mean_p, tria(jnp.concatenate([A @ state.chol, chol_Q], axis=1))
         if self.method == "ek0":
             H = E1
         else:
@@ -216,9 +249,9 @@ class PNFilter(eqx.Module):
         g = lambda X: self.observe(X, u, params, t)
         Hy = jax.jacfwd(g)(mean_o)
         dy = g(mean_o) - Hy @ mean_o
-        mean_f, chol_f, info = update(mean_o, chol_o, Hy, dy, chol_R, y, y_mask)
+        mean_f, chol_f, loglik = _update(mean_o, chol_o, Hy, dy, chol_R, y, y_mask)
         new = PNState(mean=mean_f, chol=chol_f, diffusion=diffusion, n_calibrated=n_new, t=t)
-        return new, PNInfo(loglik=info.loglik, residual=residual, local_diffusion=local)
+        return new, PNInfo(loglik=loglik, residual=residual, local_diffusion=local)
 
 
 class PNSolution(NamedTuple):

@@ -1,15 +1,22 @@
 """The PN filter as a per-particle incremental log-likelihood for the IBIS sampler.
 
 Step ``k`` assimilates observation ``y_k`` at ``t_k = t_0 + k h``: at ``k = 0`` only the data update
-(the initial state already satisfies the ODE), afterwards predict, ODE update and data update; the
-increment is ``-phi_k`` (Eq. 20). Parameters not named stay at the model's values.
+(the initial state already satisfies the ODE), afterwards ``substeps`` filter steps of ``h / substeps``
+(predict and ODE update each) and the data update at ``t_k``; the increment is ``-phi_k`` (Eq. 20).
+Parameters not named stay at the model's values.
+
+Input between samples (specs 6.4): ``"linear"`` interpolates ``u`` between ``u_{k-1}`` and ``u_k``
+(a band-limited input sampled with its signal, e.g. the Silverbox voltage); ``"zoh"`` holds
+``u_{k-1}`` over ``(t_{k-1}, t_k]`` (a digital controller's output through a DAC, e.g. the EMPS force).
+With one sub-step, ``"linear"`` evaluates the ODE residual at ``t_k`` with ``u_k``.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 import equinox as eqx
+import jax
 import jax.numpy as jnp
 
 from twinfer.infer.pn._filter import PNFilter, PNState
@@ -27,6 +34,8 @@ class PNLikelihood(eqx.Module):
         h: grid step (the data period, specs 6.4).
         us: inputs at the grid points ``(T, n_u)``; ys: measurements ``(T, n_y)``; y_mask: observed.
         chol_R: measurement-noise Cholesky factor.
+        substeps: filter steps per data period (ODE residual conditioned at each).
+        input_hold: ``"linear"`` or ``"zoh"``: the input between samples.
 
     """
 
@@ -40,6 +49,16 @@ class PNLikelihood(eqx.Module):
     ys: Any
     y_mask: Any
     chol_R: Any
+    substeps: int = eqx.field(static=True, default=1)
+    input_hold: Literal["linear", "zoh"] = eqx.field(static=True, default="linear")
+
+    def __check_init__(self) -> None:
+        if not isinstance(self.substeps, int) or self.substeps < 1:
+            raise ValueError(f"PNLikelihood substeps: expected an integer >= 1; received {self.substeps!r}.")
+        if self.input_hold not in ("linear", "zoh"):
+            raise ValueError(
+                f"PNLikelihood input_hold: expected 'linear' or 'zoh'; received {self.input_hold!r}."
+            )
 
     @property
     def n_steps(self) -> int:
@@ -53,13 +72,31 @@ class PNLikelihood(eqx.Module):
         return self.pn.init(self.params(theta), self.x0, self.x0_std, self.us[0])
 
     def step(self, carry: PNState, theta: Any, k: Any) -> tuple[PNState, Any]:
-        first = k == 0
-        h = jnp.where(first, 0.0, self.h)
+        params = self.params(theta)
+        first = jnp.asarray(k) == 0  # an array, so that ~first is a logical not for a Python int too
+        m = self.substeps
+        u_prev, u_now = self.us[jnp.maximum(k - 1, 0)], self.us[k]
+        no_y = jnp.zeros_like(self.y_mask[k])
+
+        def sub(j, state):
+            frac = (j + 1) / m
+            u = u_prev if self.input_hold == "zoh" else u_prev + frac * (u_now - u_prev)
+            new, _ = self.pn.step(state, params, self.h / m, u, self.ys[k], no_y, self.chol_R)
+            return new
+
+        if m > 1:
+            moved = jax.lax.fori_loop(0, m - 1, sub, carry)
+        else:
+            moved = carry
+        u_last = u_prev if self.input_hold == "zoh" else u_now
+        h = jnp.where(first, 0.0, self.h / m)
+        # k = 0: data update only on the initial state; the sub-steps above are discarded there
+        start = jax.tree_util.tree_map(lambda a, b: jnp.where(first, a, b), carry, moved)
         new, info = self.pn.step(
-            carry,
-            self.params(theta),
+            start,
+            params,
             h,
-            self.us[k],
+            jnp.where(first, u_now, u_last),
             self.ys[k],
             self.y_mask[k],
             self.chol_R,
