@@ -118,3 +118,22 @@ def test_rnn_is_a_time_event_model():
         h.append(np.asarray(apply_mlp(rnn.params["theta"], rnn.sizes, rnn.activations, jnp.asarray(h[-1]))))
     expected = np.stack([h[int(np.floor(t * 20 + 1e-9))] for t in ts])
     np.testing.assert_allclose(np.asarray(traj.outputs), expected, rtol=1e-12, atol=1e-12)
+
+
+def test_rnn_bounce_rule_fires_on_leaving_the_box_only():
+    """Claim: the RNN's bounce wrapper reflects an update that leaves the box (eq. 28 on h) and does not
+    fire again for a state that starts on the wall (indicator 0) and moves inside."""
+    from twinfer.learn import RNN
+    from twinfer.models import BouncingBall2D
+
+    rnn = RNN(key=jax.random.key(0), event_model=BouncingBall2D(mu=0.15))
+
+    def update_to(target, h):
+        theta = jnp.zeros_like(rnn.params["theta"]).at[-4:].set(jnp.asarray(target))
+        z = jnp.concatenate([jnp.asarray(h), jnp.array([0.05])])
+        return np.asarray(rnn.time_event_update(0.05, jnp.zeros(1), z, jnp.zeros(0), {"theta": theta})[1])
+
+    out = update_to([-1.2, -2.0, 0.0, 0.5], [-0.8, -2.0, 0.0, 0.5])
+    np.testing.assert_allclose(out, [-0.9, 1.8, 0.0, 0.5, 0.1], atol=1e-12)
+    out = update_to([-0.7, 1.8, 0.0, 0.5], [-0.9, 1.8, 0.0, 0.5])
+    np.testing.assert_allclose(out, [-0.7, 1.8, 0.0, 0.5, 0.1], atol=1e-12)
