@@ -172,6 +172,6 @@ CASE = register(
         config_type=CommonInterfaceConfig,
         run=run,
         figures=figures,
-        quick={"step_scale": 0.01},
+        quick={"step_scale": 0.01, "models": ["neural_ode_events", "rnn_events"]},
     )
 )
