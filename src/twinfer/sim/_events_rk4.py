@@ -10,8 +10,9 @@ constant for differentiation and one final Newton step is taken on live values, 
 what carries gradients through bounces.
 
 Compared with one adaptive diffrax solve per interval, the fixed step has no step-size controller,
-no while loop and no root-finder loop, so reverse-mode differentiation is a plain scan (the hot path
-of training: about 70 times cheaper per gradient on experiment 1).
+no while loop and no root-finder loop, so differentiation is through a plain scan (the hot path of
+training). Measured on experiment 1, topology P, full horizon, loaded 2-core CPU: reverse-mode gradient
+0.25 s CPU adaptive vs 0.14 s fixed-step, 0.075 s with forward mode; compile about 4 times faster.
 
 References:
     Thummerer & Mikelsons, model-combination paper, eqs. (2)-(6); specs 1.4 (event location) and 3.5
