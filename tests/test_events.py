@@ -169,3 +169,58 @@ def test_time_events_sample_periodically():
     k = np.floor(ts / 0.05 + 1e-9)
     np.testing.assert_allclose(np.asarray(traj.discrete[:, 0]), k)
     np.testing.assert_allclose(np.asarray(traj.outputs[:, 0]), k * 0.05, atol=1e-12)
+
+
+@pytest.fixture(scope="module")
+def sim_rk4():
+    model = BouncingBall2D(mu=0.15)
+    run = jax.jit(
+        lambda x0, p: simulate_events(model, TS, x0, params=p, fixed_steps=1, max_events_per_interval=2)
+    )
+    return model, run
+
+
+@pytest.mark.parametrize("s", range(5))
+def test_fixed_step_bounce_times_match_specs_and_closed_form(sim_rk4, s):
+    """Claim: the fixed-step RK4 path (one 0.01 s step per sample, Newton event location on the step map)
+    gives the specs 3.7 GT event times and x(2.1) to 1e-4 and the closed-form FPM times to 1e-6 s."""
+    model, run = sim_rk4
+    traj = run(jnp.asarray(X0[s]), model.params)
+    n = int(traj.n_events)
+    assert n == len(GT_EVENTS[s][0])
+    np.testing.assert_allclose(np.asarray(traj.event_times[:n]), GT_EVENTS[s][0], atol=1e-4)
+    np.testing.assert_allclose(np.asarray(traj.states[-1]), GT_FINAL[s], atol=1e-4)
+    fpm = run(jnp.asarray(X0[s]), dict(model.params, mu=jnp.asarray(0.0)))
+    ref = _free_flight_events(X0[s])
+    assert int(fpm.n_events) == len(ref)
+    np.testing.assert_allclose(np.asarray(fpm.event_times[: len(ref)]), [t for t, _ in ref], atol=1e-6)
+
+
+def test_fixed_step_gradient_through_bounces_matches_finite_differences(sim_rk4):
+    """Claim: on the fixed-step path, d loss / d (x0, g, d, mu) through several bounces (event times by
+    one live Newton step = implicit-function derivative) equals central finite differences."""
+    model, run = sim_rk4
+
+    def loss(theta):
+        params = dict(model.params, g=theta[4], d=theta[5], mu=theta[6])
+        traj = run(theta[:4], params)
+        return jnp.sum(traj.states[::7, 0] ** 2 + traj.states[::7, 2] * traj.states[::7, 3])
+
+    theta = jnp.concatenate([jnp.asarray(X0[0]), jnp.array([9.81, 0.1, 0.15])])
+    grad = jax.grad(loss)(theta)
+    h = 1e-6
+    fd = np.array([(loss(theta.at[i].add(h)) - loss(theta.at[i].add(-h))) / (2 * h) for i in range(7)])
+    np.testing.assert_allclose(np.asarray(grad), fd, rtol=2e-4, atol=1e-5)
+
+
+def test_fixed_step_time_events_and_limits():
+    """Claim: the fixed-step path fires time events at k * period and names its event limit."""
+    ts = np.round(np.arange(0.0, 0.5 + 1e-9, 0.01), 10)
+    traj = simulate_events(_Clock(), ts, jnp.zeros(1), fixed_steps=2)
+    k = np.floor(ts / 0.05 + 1e-9)
+    np.testing.assert_allclose(np.asarray(traj.discrete[:, 0]), k)
+    np.testing.assert_allclose(np.asarray(traj.outputs[:, 0]), k * 0.05, atol=1e-12)
+    with pytest.raises(Exception, match="max_events_per_interval"):
+        simulate_events(BouncingBall2D(), [0.0, 0.2], X0[0], fixed_steps=1, max_events_per_interval=1)
+    with pytest.raises(ValueError, match="fixed_steps"):
+        simulate_events(BouncingBall2D(), TS, X0[0], fixed_steps=0)

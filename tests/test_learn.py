@@ -36,7 +36,7 @@ DATA = np.exp(-2.0 * TS)[None, :, None] * X0[:, None, :]
 
 @pytest.fixture(scope="module")
 def loss():
-    return trajectory_loss(_Decay(0.5), TS, X0, DATA, (1.0,))
+    return trajectory_loss(_Decay(0.5), TS, X0, DATA, (1.0,), fixed_steps=1)
 
 
 def test_train_recovers_parameter_and_grows_horizon(loss):
@@ -50,26 +50,35 @@ def test_train_recovers_parameter_and_grows_horizon(loss):
 
 def test_checkpoint_resume_is_exact(loss, tmp_path):
     """Claim: an interrupted run resumed from its checkpoint ends exactly where an uninterrupted run ends."""
-    settings = TrainSettings(steps=30, lr_start=0.05, lr_end=0.01, horizon_start=3, progress_every=10)
+    settings = TrainSettings(
+        steps=6, lr_start=0.05, lr_end=0.01, horizon_start=3, checkpoint_every=2, progress_every=2
+    )
     full = train(loss, {"k": jnp.asarray(0.5)}, ["k"], 2, len(TS), settings)
     ckpt = tmp_path / "ck.npz"
-    short = TrainSettings(
-        steps=30, lr_start=0.05, lr_end=0.01, horizon_start=3, checkpoint_every=10, progress_every=10
-    )
-    calls = []
 
-    def stop_after_20(stage, done, total):
-        calls.append(done)
-        if done == 20:
+    def stop_after_4(stage, done, total):
+        if done == 4:
             raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
         train(
-            loss, {"k": jnp.asarray(0.5)}, ["k"], 2, len(TS), short, checkpoint=ckpt, progress=stop_after_20
+            loss, {"k": jnp.asarray(0.5)}, ["k"], 2, len(TS), settings, checkpoint=ckpt, progress=stop_after_4
         )
-    resumed = train(loss, {"k": jnp.asarray(0.5)}, ["k"], 2, len(TS), short, checkpoint=ckpt)
+    resumed = train(loss, {"k": jnp.asarray(0.5)}, ["k"], 2, len(TS), settings, checkpoint=ckpt)
     assert float(resumed["params"]["k"]) == float(full["params"]["k"])
     np.testing.assert_array_equal(resumed["loss"], full["loss"])
+
+
+def test_forward_mode_gradient_equals_reverse_mode(loss):
+    """Claim: grad_mode='forward' (one tangent per parameter) takes the same Adam steps as reverse mode."""
+    kw = {"steps": 5, "lr_start": 0.05, "lr_end": 0.05, "horizon_start": 3}
+    params = {"k": jnp.asarray(0.5), "unused": jnp.zeros(2)}
+    rev = train(loss, params, ["k", "unused"], 2, len(TS), TrainSettings(**kw))
+    fwd = train(loss, params, ["k", "unused"], 2, len(TS), TrainSettings(**kw, grad_mode="forward"))
+    np.testing.assert_allclose(fwd["loss"], rev["loss"], rtol=1e-12)
+    np.testing.assert_allclose(float(fwd["params"]["k"]), float(rev["params"]["k"]), rtol=1e-12)
+    with pytest.raises(ValueError, match="grad_mode"):
+        TrainSettings(grad_mode="sideways")
 
 
 def test_mlp_matches_manual_network_and_layout():
@@ -109,3 +118,22 @@ def test_rnn_is_a_time_event_model():
         h.append(np.asarray(apply_mlp(rnn.params["theta"], rnn.sizes, rnn.activations, jnp.asarray(h[-1]))))
     expected = np.stack([h[int(np.floor(t * 20 + 1e-9))] for t in ts])
     np.testing.assert_allclose(np.asarray(traj.outputs), expected, rtol=1e-12, atol=1e-12)
+
+
+def test_rnn_bounce_rule_fires_on_leaving_the_box_only():
+    """Claim: the RNN's bounce wrapper reflects an update that leaves the box (eq. 28 on h) and does not
+    fire again for a state that starts on the wall (indicator 0) and moves inside."""
+    from twinfer.learn import RNN
+    from twinfer.models import BouncingBall2D
+
+    rnn = RNN(key=jax.random.key(0), event_model=BouncingBall2D(mu=0.15))
+
+    def update_to(target, h):
+        theta = jnp.zeros_like(rnn.params["theta"]).at[-4:].set(jnp.asarray(target))
+        z = jnp.concatenate([jnp.asarray(h), jnp.array([0.05])])
+        return np.asarray(rnn.time_event_update(0.05, jnp.zeros(1), z, jnp.zeros(0), {"theta": theta})[1])
+
+    out = update_to([-1.2, -2.0, 0.0, 0.5], [-0.8, -2.0, 0.0, 0.5])
+    np.testing.assert_allclose(out, [-0.9, 1.8, 0.0, 0.5, 0.1], atol=1e-12)
+    out = update_to([-0.7, 1.8, 0.0, 0.5], [-0.9, 1.8, 0.0, 0.5])
+    np.testing.assert_allclose(out, [-0.7, 1.8, 0.0, 0.5, 0.1], atol=1e-12)

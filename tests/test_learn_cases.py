@@ -24,3 +24,19 @@ def test_run_bouncing_ball_quick(tmp_path):
         assert key in metrics
     assert (run_dir / "figures" / "matrices_P.png").is_file()
     assert "P learned connections" in (run_dir / "report.md").read_text()
+
+
+@pytest.mark.slow
+def test_run_common_interface_quick(tmp_path):
+    """Claim: `twinfer run common-interface --quick` trains the neural ODE and the RNN with events (the
+    event-free variants are the same code without the event model) with the one loop and reports each
+    model's loss, final horizon and training time."""
+    result = runner.invoke(app, ["run", "common-interface", "--quick", "--out", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    (run_dir,) = list(tmp_path.iterdir())
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    for name in ("neural_ode_events", "rnn_events"):
+        assert metrics[f"{name}.loss"] > 0
+        assert f"timing.train_s.{name}" in metrics
+    assert metrics["rnn_events.final_horizon"] == 131
+    assert (run_dir / "figures" / "trajectories.png").is_file()

@@ -59,6 +59,10 @@ class BouncingBallConfig(CaseConfig):
     noise: float = pydantic.Field(1e-4, ge=0, description="Half-width of the W initialisation noise.")
     rtol: pydantic.PositiveFloat = pydantic.Field(1e-6, description="Solver rtol during training.")
     atol: pydantic.PositiveFloat = pydantic.Field(1e-6, description="Solver atol during training.")
+    fixed_steps: int = pydantic.Field(
+        1, ge=0, description="RK4 steps per sample in training (0: adaptive Tsit5 at rtol/atol)."
+    )
+    grad_mode: str = pydantic.Field("forward", description="Gradient mode: forward or reverse.")
     checkpoint_dir: str = pydantic.Field("", description="Folder of training checkpoints ('' for none).")
 
     @pydantic.field_validator("topologies")
@@ -113,7 +117,9 @@ def run(config: BouncingBallConfig, progress: Progress) -> RunArtifacts:
     progress("ground truth", 0, 1)
     truth = np.stack([np.asarray(simulate_ball(gt.params, x)) for x in x0s])
     progress("ground truth", 1, 1)
-    sim = {"rtol": config.rtol, "atol": config.atol, "max_events_per_interval": 2}
+    sim: dict[str, Any] = {"rtol": config.rtol, "atol": config.atol, "max_events_per_interval": 2}
+    if config.fixed_steps:
+        sim["fixed_steps"] = config.fixed_steps
     metrics: dict[str, float] = {}
     arrays: dict[str, Any] = {"times": ts, "truth": truth}
     notes: list[str] = []
@@ -134,6 +140,7 @@ def run(config: BouncingBallConfig, progress: Progress) -> RunArtifacts:
             horizon_threshold=config.horizon_threshold,
             seed=config.seed,
             progress_every=max(1, min(50, config.steps // 20)),
+            grad_mode=config.grad_mode,
         )
         ckpt = Path(config.checkpoint_dir) / f"{topology}.npz" if config.checkpoint_dir else None
         result = train(

@@ -217,7 +217,8 @@ class RNN(AbstractModel):
     ``z = [h_1..h_n, t_next]``; at each sampling instant (a time event, period ``1 / rate``) the update
     is ``h <- NN(h)`` and ``t_next += 1 / rate``; the output is ``h``. The continuous state is a single
     clock (dt/dt = 1) so the common simulator applies. With ``event_model`` (the bouncing ball, "Disc. +
-    Eve."), every indicator of the event model that changes sign across the update fires its update on h.
+    Eve."), every indicator of the event model that goes from >= 0 to < 0 across the update fires its
+    update on h.
 
     References:
         Model-combination paper sec. 1.2 and A.9; specs 3.8 (LuxDiscreteModel(:time), 20 Hz in the code).
@@ -294,6 +295,9 @@ class RNN(AbstractModel):
             zm = m.initial_discrete_state(m.params)
             before = m.event_indicators(t, h, zm, u, m.params)
             after = m.event_indicators(t, new, zm, u, m.params)
-            which = jnp.sign(before) != jnp.sign(after)
+            # a crossing out of the box: inside (c >= 0) before, outside after. Not the bare sign
+            # change of the authors' code, whose reset puts the ball 1e-16 inside the wall: ours puts it
+            # on the wall (c = 0), which a sign test would count as a new bounce at every update.
+            which = (before >= 0) & (after < 0)
             new = m.event_update(t, new, zm, u, m.params, which)[0]
         return x, jnp.concatenate([new, z[-1:] + 1 / self.rate])

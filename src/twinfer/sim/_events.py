@@ -27,6 +27,7 @@ import numpy as np
 import optimistix as optx
 
 from twinfer.models import AbstractModel
+from twinfer.sim._events_rk4 import simulate_rk4
 from twinfer.sim._trajectory import check_array
 
 
@@ -62,6 +63,7 @@ def simulate_events(
     max_events_per_interval: int = 3,
     max_steps: int = 64,
     solver: Any = None,
+    fixed_steps: int | None = None,
 ) -> HybridTrajectory:
     """Solve a hybrid model with event location, update and restart, saved at ``ts``.
 
@@ -82,6 +84,10 @@ def simulate_events(
         max_events_per_interval: most state events between two save times; more raise an error.
         max_steps: solver step limit per solve.
         solver: a diffrax solver (default Tsit5, the authors' choice).
+        fixed_steps: if given, integrate with this many classic RK4 steps per save interval in one
+            scan with Newton event location inside a step (:mod:`twinfer.sim._events_rk4`; the fast
+            path for training, ``max_events_per_interval`` then bounds the events inside one step);
+            ``rtol``, ``atol``, ``event_tol``, ``max_steps`` and ``solver`` are not used.
 
     Returns:
         :class:`HybridTrajectory`.
@@ -109,6 +115,22 @@ def simulate_events(
     u_fn: Callable[[Any], Any] = inputs if inputs is not None else (lambda t: jnp.zeros(model.n_input))
     tsj = jnp.asarray(ts_np)
     stop = tsj[-1] if t_stop is None else jnp.asarray(t_stop, dtype=tsj.dtype)
+    if fixed_steps is not None:
+        if int(fixed_steps) < 1:
+            raise ValueError(f"simulate_events fixed_steps: expected >= 1; received {fixed_steps}.")
+        states, discrete, n, ev_t, ev_w = simulate_rk4(
+            model,
+            tsj,
+            x0,
+            z0,
+            params,
+            u_fn,
+            stop,
+            substeps=int(fixed_steps),
+            max_events=max_events,
+            max_pieces=max_events_per_interval + 1,
+        )
+        return _finish(model, tsj, states, discrete, n, ev_t, ev_w, max_events, u_fn, params)
     n_ev = model.n_events
     solver = diffrax.Tsit5() if solver is None else solver
     term = diffrax.ODETerm(lambda t, x, args: model.hybrid_vector_field(t, x, args[0], u_fn(t), args[1]))
@@ -205,6 +227,22 @@ def simulate_events(
     (_, _, _, n, ev_t, ev_w), (xs, zs) = jax.lax.scan(interval, init, tsj[1:])
     states = jnp.concatenate([x0[None], xs])
     discrete = jnp.concatenate([z0[None], zs])
+    return _finish(model, tsj, states, discrete, n, ev_t, ev_w, max_events, u_fn, params)
+
+
+def _finish(
+    model: AbstractModel,
+    tsj: Any,
+    states: Any,
+    discrete: Any,
+    n: Any,
+    ev_t: Any,
+    ev_w: Any,
+    max_events: int,
+    u_fn: Callable[[Any], Any],
+    params: Any,
+) -> HybridTrajectory:
+    """Check the event count and evaluate the outputs on the saved states."""
     states = eqx.error_if(
         states,
         n > max_events,
