@@ -193,21 +193,39 @@ def _trainer_case(tmp_path=None, epochs=40):
     return (net, theta), lambda tr: sensor_losses(tr[0], tr[1], problem), settings
 
 
+class _Interrupt(Exception):
+    pass
+
+
+def _interrupt_at(stop):
+    def progress(stage, epoch, total):
+        if epoch == stop:
+            raise _Interrupt
+
+    return progress
+
+
 def test_checkpoint_resume_gives_the_same_parameters(tmp_path):
-    """Stopping after 2 chunks and resuming from the checkpoint reaches the uninterrupted run's parameters."""
+    """A run interrupted in the Adam phase or in the L-BFGS phase and resumed from its checkpoint reaches
+    the uninterrupted run's parameters and loss history exactly."""
     trainable, loss_fn, settings = _trainer_case()
+    settings = settings._replace(epochs=20, lbfgs_steps=20)
     full = train(trainable, loss_fn, settings)
-    ckpt = tmp_path / "pinn.ckpt"
-    part = train(trainable, loss_fn, settings._replace(epochs=20), checkpoint=ckpt, fingerprint="t")
-    assert part.epochs == 20 and ckpt.is_file()
-    resumed = train(trainable, loss_fn, settings, checkpoint=ckpt, fingerprint="t")
-    assert resumed.resumed_from == 20 and resumed.epochs == 40
+    assert full.epochs == 40 and len(full.history["loss"]) == 4
     leaves_full = jax.tree.leaves(eqx.filter(full.trainable, eqx.is_inexact_array))
+    ckpt = tmp_path / "pinn.ckpt"  # interrupted inside the L-BFGS phase, after the Adam phase
+    with pytest.raises(_Interrupt):
+        train(trainable, loss_fn, settings, checkpoint=ckpt, fingerprint="t", progress=_interrupt_at(30))
+    resumed = train(trainable, loss_fn, settings, checkpoint=ckpt, fingerprint="t")
+    assert resumed.resumed_from == 30 and resumed.epochs == 40
     leaves_res = jax.tree.leaves(eqx.filter(resumed.trainable, eqx.is_inexact_array))
     for a, b in zip(leaves_full, leaves_res, strict=True):
         np.testing.assert_array_equal(a, b)
     assert resumed.history["loss"] == full.history["loss"]
-    assert full.history["loss"][-1] < full.history["loss"][0]
+    # L-BFGS lowers the loss below where Adam left it
+    assert full.history["loss"][-1] < full.history["loss"][1] < full.history["loss"][0]
+    again = train(trainable, loss_fn, settings, checkpoint=ckpt, fingerprint="t")
+    assert again.resumed_from == 40 and again.epochs == 40  # a finished run is not trained again
     with pytest.raises(ValueError, match="written for problem 't', expected 'other'"):
         train(trainable, loss_fn, settings, checkpoint=ckpt, fingerprint="other")
 

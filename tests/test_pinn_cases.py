@@ -35,9 +35,9 @@ def test_pinn_sparse_and_joint_quick(tmp_path):
     metrics = json.loads((run_dir / "metrics.json").read_text())
     for key in ("fitness.all_u", "fitness.unobs_u", "fitness.f1", "ukf_rts.all_u", "timing.train_s"):
         assert np.isfinite(metrics[key])
-    assert metrics["train.epochs"] == 100 and metrics["ukf_rts.all_u"] > 90.0
+    assert metrics["train.epochs"] == 150 and metrics["ukf_rts.all_u"] > 90.0
     again, _ = _run("pinn-sparse", tmp_path)
-    assert again.metrics["train.resumed_from"] == 100
+    assert again.metrics["train.resumed_from"] == 150
     assert again.metrics["fitness.all_u"] == art.metrics["fitness.all_u"]
     joint, _ = _run("pinn-joint", tmp_path, compare_ukf=False)
     for name in ("k2", "k4", "kappa2", "kappa4"):

@@ -166,6 +166,7 @@ class PinnTrainConfig(CaseConfig):
     n_fourier: int = pydantic.Field(64, ge=0, description="Fourier input features (0: plain time).")
     max_cycles: float = pydantic.Field(60.0, gt=0, description="Highest feature frequency, cycles/window.")
     epochs: int = pydantic.Field(4000, ge=1, description="Maximum epochs.")
+    lbfgs_steps: int = pydantic.Field(0, ge=0, description="L-BFGS steps after Adam (0: Adam only, paper).")
     learning_rate: float = pydantic.Field(1e-3, gt=0, description="Adam step of the network.")
     param_learning_rate: float = pydantic.Field(1e-2, gt=0, description="Adam step of system parameters.")
     decay: float = pydantic.Field(0.9995, gt=0, le=1, description="Network learning-rate decay per epoch.")
@@ -206,7 +207,8 @@ def scales(acc_noisy: np.ndarray) -> tuple[float, float, float]:
 
 def train_settings(config: PinnTrainConfig) -> TrainSettings:
     """Trainer settings from a case configuration."""
-    keys = ("epochs", "learning_rate", "param_learning_rate", "decay", "chunk", "patience", "min_improvement")
+    keys = ("epochs", "learning_rate", "param_learning_rate", "decay", "chunk", "patience", "min_improvement",
+            "lbfgs_steps")  # fmt: skip
     return TrainSettings(**{k: getattr(config, k) for k in keys})
 
 

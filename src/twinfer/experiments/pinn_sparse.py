@@ -51,6 +51,10 @@ class PinnSparseConfig(PinnTrainConfig):
     case: Literal["a", "b", "c", "d", "e", "f"] = pydantic.Field("a", description="Table 2 row (specs 4.2).")
     horizon: float = pydantic.Field(60.0, gt=0, description="Simulated window [s].")
     n_samples: int = pydantic.Field(4096, ge=16, description="Samples on the window.")
+    epochs: int = pydantic.Field(1000, ge=1, description="Adam epochs before L-BFGS.")
+    lbfgs_steps: int = pydantic.Field(
+        5000, ge=0, description="L-BFGS steps after Adam (beyond the paper; 0: Adam only)."
+    )
 
 
 def unobserved_of(n_dof: int) -> list[int]:
@@ -78,6 +82,7 @@ def run(config: PinnSparseConfig, progress: Progress) -> RunArtifacts:
     out["fitness.f1"] = float(fitness(est["force"][:, 0], data.force[:, 0]))
     out["timing.train_s"] = result.train_s
     out["train.epochs"] = float(result.epochs)
+    out["train.lbfgs_steps"] = float(config.lbfgs_steps)
     out["train.resumed_from"] = float(result.resumed_from)
     out["train.final_loss"] = result.history["loss"][-1]
     arrays: dict[str, Any] = {
@@ -97,6 +102,9 @@ def run(config: PinnSparseConfig, progress: Progress) -> RunArtifacts:
         + (" (stopped on a plateau)" if result.stopped_early else "")
         + (f", resumed from epoch {result.resumed_from}" if result.resumed_from else "")
         + "; on a machine shared with other jobs, so times are upper bounds.",
+        "Training: Adam then L-BFGS with a zoom line search (beyond the paper, which uses Adam only): "
+        "the quasi-Newton phase drives the physics residuals far below where Adam stalls, which is what "
+        "fixes the lightly damped low modes at the unobserved DOFs.",
         "Decisions (specs 7): Fourier time features and the hard rest initial condition (anchor_rest, "
         "D17) are beyond the paper; residuals in acceleration units divided by data-derived scales "
         "(D2); collocation at the observation times (D5); the noisy measured force in L_o and L_p (D4, D7).",
@@ -152,6 +160,7 @@ def figures(arrays: Mapping[str, Any], config: PinnSparseConfig) -> dict[str, An
 
 QUICK = {
     "epochs": 100,
+    "lbfgs_steps": 50,
     "chunk": 50,
     "width": 16,
     "n_fourier": 8,
