@@ -163,7 +163,9 @@ def device_mesh(devices: int) -> jax.sharding.Mesh | None:
     return jax.sharding.Mesh(np.array(available[:count]), ("clusters",))
 
 
-def _estimate(config, partition: Partition, model, sim, q_big_omega: float, method: Literal["ukf", "wls"] = "ukf"):
+def _estimate(
+    config, partition: Partition, model, sim, q_big_omega: float, method: Literal["ukf", "wls"] = "ukf"
+):
     fn = grid_estimator(config, partition, model, sim["init"], q_big_omega, method)
     ys = jnp.asarray(sim["observations"])
     start = time.perf_counter()
