@@ -95,3 +95,11 @@ def test_run_chain4_quick_writes_run_folder(tmp_path):
 def test_report_on_missing_folder(tmp_path):
     result = runner.invoke(app, ["report", str(tmp_path)])
     assert result.exit_code != 0 and "config.toml" in result.output
+
+
+def test_every_case_module_registers_the_case_it_is_listed_under():
+    from twinfer.experiments import CASE_MODULES, all_cases
+
+    assert list(all_cases()) == sorted(CASE_MODULES)
+    with pytest.raises(KeyError, match="pinn-sparse"):
+        get_case("no-such-case")

@@ -57,13 +57,13 @@ def _progress() -> Progress:
 @app.command("list")
 def list_cases() -> None:
     """List the runnable case studies."""
-    from twinfer.experiments import REGISTRY
+    from twinfer.experiments import all_cases
 
     table = Table(title="twinfer cases", show_lines=False)
     table.add_column("case", style="bold")
     table.add_column("description")
-    for name in sorted(REGISTRY):
-        table.add_row(name, REGISTRY[name].description)
+    for name, case in all_cases().items():
+        table.add_row(name, case.description)
     out.print(table)
 
 

@@ -7,6 +7,7 @@ saved arrays alone, so ``twinfer report RUN_DIR`` can re-render them.
 
 from __future__ import annotations
 
+import importlib
 import tomllib
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -61,11 +62,43 @@ def register(case: Case) -> Case:
     return case
 
 
+CASE_MODULES: dict[str, str] = {
+    "boucwen": "boucwen",
+    "bouncing-ball": "bouncing_ball",
+    "chain4": "chain4",
+    "common-interface": "common_interface",
+    "emps": "emps",
+    "grid": "grid",
+    "pinn-bayes": "pinn_bayes",
+    "pinn-joint": "pinn_joint",
+    "pinn-sparse": "pinn_sparse",
+    "schedules": "schedules",
+    "silverbox": "silverbox",
+}
+"""Case name -> module of ``twinfer.experiments`` that registers it, imported on first use: a run pays
+only for its own case's dependencies (blackjax, pysindy, optax, ... are not all loaded for every case)."""
+
+
 def get_case(name: str) -> Case:
-    """The registered case of that name, or a KeyError listing the known cases."""
+    """The registered case of that name, its module imported on first use.
+
+    Raises:
+        KeyError: the name is not a known case; the message lists the known ones.
+
+    """
+    if name not in REGISTRY and name in CASE_MODULES:
+        importlib.import_module(f"twinfer.experiments.{CASE_MODULES[name]}")
     if name not in REGISTRY:
-        raise KeyError(f"Unknown case {name!r}; expected one of: {', '.join(sorted(REGISTRY))}.")
+        known = sorted(set(REGISTRY) | set(CASE_MODULES))
+        raise KeyError(f"Unknown case {name!r}; expected one of: {', '.join(known)}.")
     return REGISTRY[name]
+
+
+def all_cases() -> dict[str, Case]:
+    """Every case, by name (imports every case module)."""
+    for name in CASE_MODULES:
+        get_case(name)
+    return dict(sorted(REGISTRY.items()))
 
 
 def parse_set(items: Iterable[str]) -> dict[str, Any]:
