@@ -1,8 +1,9 @@
-"""Test configuration: float64 everywhere, headless matplotlib, hypothesis profile for CI."""
+"""Test configuration: float64, headless matplotlib, no on-disk XLA cache, hypothesis profile for CI."""
 
 import os
 
 os.environ.setdefault("MPLBACKEND", "Agg")
+os.environ.setdefault("TWINFER_CACHE_DIR", "off")  # tests compile for real; `twinfer run` caches on disk
 
 import jax  # noqa: E402
 
