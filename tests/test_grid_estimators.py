@@ -69,6 +69,63 @@ def test_single_cluster_heun_equals_library_heun_discretisation():
     np.testing.assert_allclose(out[2 * n :], np.asarray(model.params["Omega"]))
 
 
+@pytest.mark.parametrize("substeps", [1, 3])
+def test_predicted_messages_make_the_clusters_mean_step_the_global_heun_step(substeps):
+    """Each cluster stepped with the staged external sums of its neighbours' mean prediction is exactly
+    the network's own Heun step: a Jacobi exchange at every stage loses nothing for the mean."""
+    from twinfer.infer.clusters import predicted_external_sums
+
+    _, model, rng = _ring_network()
+    n = model.n_bus
+    part = partition_greedy(sp.csr_matrix(np.ones((n, n)) - np.eye(n)), np.array([0, 4]), s_max=3)
+    layout = cluster_layout(part, np.asarray(model.index), np.asarray(model.weight))
+    x = rng.normal(size=2 * n)
+    glob = lambda v, fill: jnp.concatenate([jnp.asarray(v), jnp.full(1, fill)])[layout.bus]
+    theta, omega = glob(x[:n], 0.0), glob(x[n:], 0.0)
+    big = glob(model.params["Omega"], 0.0)
+    damp = glob(model.params["d"], 1.0)
+    means = jnp.concatenate([theta, omega, big], axis=1)
+    staged = predicted_external_sums(means, damp, layout, n, 0.05, substeps)
+    assert staged.shape == (part.n_clusters, substeps, 2, layout.bus.shape[1], 2)
+    step = discretise(model, 0.05 / substeps, "heun")
+    ref = jnp.asarray(x)
+    for _ in range(substeps):
+        ref = step.transition(0.0, ref, jnp.zeros(0), model.params)
+    for c in range(part.n_clusters):
+        f = heun_transition(0.05, damp[c], layout.internal[c], substeps)
+        out = np.asarray(f(means[c], staged[c]))
+        s = layout.bus.shape[1]
+        valid, bus = np.asarray(layout.valid[c]), np.asarray(layout.bus[c])
+        np.testing.assert_allclose(out[:s][valid], np.asarray(ref)[bus[valid]], rtol=1e-12, atol=1e-13)
+        np.testing.assert_allclose(
+            out[s : 2 * s][valid], np.asarray(ref)[n + bus[valid]], rtol=1e-12, atol=1e-13
+        )
+
+
+def test_external_force_variance_matches_monte_carlo_to_first_order():
+    """var(sum_j K_aj sin(theta_j - theta_a)) for small independent neighbour errors."""
+    from twinfer.infer.clusters import external_force_variance
+
+    _, model, rng = _ring_network()
+    n = model.n_bus
+    part = partition_greedy(sp.csr_matrix(np.ones((n, n)) - np.eye(n)), np.array([0, 4]), s_max=3)
+    layout = cluster_layout(part, np.asarray(model.index), np.asarray(model.weight))
+    theta = rng.normal(size=n)
+    var = rng.uniform(1e-6, 4e-6, n)
+    reg, reg_var = np.append(theta, 0.0), np.append(var, 0.0)
+    local = reg[np.asarray(layout.bus)]
+    v = np.asarray(
+        external_force_variance(jnp.asarray(reg), jnp.asarray(reg_var), jnp.asarray(local), layout)
+    )
+    draws = reg[None] + np.sqrt(reg_var)[None] * rng.normal(size=(40000, n + 1))
+    ext_g, ext_w = np.asarray(layout.ext_global), np.asarray(layout.ext_weight)
+    force = np.sum(ext_w[None] * np.sin(draws[:, ext_g] - local[None, ..., None]), axis=-1)
+    has_ext = ext_w.sum(-1) > 0
+    assert has_ext.sum() >= 3
+    np.testing.assert_allclose(v[has_ext], force.var(axis=0)[has_ext], rtol=0.05)
+    np.testing.assert_array_equal(v[~has_ext], 0.0)
+
+
 def test_grid_case_names_cover_the_bundled_networks():
     assert set(GridName.__args__) == set(GRID_CASES)
 
@@ -148,8 +205,8 @@ def _ieee14_problem(steps=40):
     return config, model, part, simulate(config, model, key_sim)
 
 
-@pytest.mark.parametrize("method", ["ukf", "wls"])
-def test_inert_padding_clusters_leave_the_estimates_unchanged(method):
+@pytest.mark.parametrize(("method", "messages"), [("ukf", "held"), ("wls", "held"), ("ukf", "probabilistic")])
+def test_inert_padding_clusters_leave_the_estimates_unchanged(method, messages):
     """Padding the cluster axis (as for sharding over devices) changes nothing, to rounding."""
     from twinfer.infer.clusters import pad_layout, run_clusters
 
@@ -159,8 +216,8 @@ def test_inert_padding_clusters_leave_the_estimates_unchanged(method):
     x0 = np.stack([sim["init"][:n], sim["init"][n:], np.zeros(n)], axis=1)
     args = (jnp.asarray(model.params["d"]), jnp.asarray(sim["observations"]), jnp.asarray(x0))
     rest = ((0.25, 0.25, 1.0), (1e-4, 1e-4, 1e-6), 4e-4, 0.01)
-    plain = run_clusters(layout, *args, *rest, method=method)
-    padded = run_clusters(pad_layout(layout, 4, n), *args, *rest, method=method)
+    plain = run_clusters(layout, *args, *rest, method=method, messages=messages)
+    padded = run_clusters(pad_layout(layout, 4, n), *args, *rest, method=method, messages=messages)
     assert pad_layout(layout, 4, n).bus.shape[0] % 4 == 0 != layout.bus.shape[0] % 4
     np.testing.assert_allclose(np.asarray(padded.means), np.asarray(plain.means), rtol=0, atol=1e-13)
     np.testing.assert_allclose(np.asarray(padded.stds), np.asarray(plain.stds), rtol=0, atol=1e-13)

@@ -4,8 +4,11 @@ from twinfer.infer.clusters._kuramoto import (
     ClusterLayout,
     GridFilterOutput,
     cluster_layout,
+    external_force_variance,
+    external_sums,
     heun_transition,
     pad_layout,
+    predicted_external_sums,
     run_clusters,
     stable_substeps,
 )
@@ -14,8 +17,11 @@ __all__ = [
     "ClusterLayout",
     "GridFilterOutput",
     "cluster_layout",
+    "external_force_variance",
+    "external_sums",
     "heun_transition",
     "pad_layout",
+    "predicted_external_sums",
     "run_clusters",
     "stable_substeps",
 ]

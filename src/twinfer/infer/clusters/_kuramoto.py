@@ -178,24 +178,87 @@ def _local_rhs(theta, omega, big_omega, damping, ext_sums, internal):
 def heun_transition(dt: float, damping, internal, substeps: int = 1):
     """``(x, ext_sums) -> x_next``: Heun steps of the augmented local state (S79-S80); Omega constant.
 
-    ``ext_sums`` are the (S, 2) :func:`external_sums` of the frozen out-of-cluster phases. ``substeps``
-    Heun steps of ``dt / substeps`` make one step of ``dt`` (external phases held), for networks whose
-    strongest coupling makes one Heun step of ``dt`` unstable (see :func:`stable_substeps`).
+    ``ext_sums`` are the :func:`external_sums` of the out-of-cluster phases: (S, 2) held over the whole
+    step (S89), or (substeps, 2, S, 2), one set per Heun stage (see :func:`predicted_external_sums`).
+    ``substeps`` Heun steps of ``dt / substeps`` make one step of ``dt``, for networks whose strongest
+    coupling makes one Heun step of ``dt`` unstable (see :func:`stable_substeps`).
     """
     h = dt / substeps
 
     def f(x, ext_sums):
         s = x.shape[0] // 3
         theta, omega, big_omega = x[:s], x[s : 2 * s], x[2 * s :]
-        for _ in range(substeps):
-            d1 = _local_rhs(theta, omega, big_omega, damping, ext_sums, internal)
+        staged = ext_sums.ndim == 4
+        for k in range(substeps):
+            e1, e2 = (ext_sums[k, 0], ext_sums[k, 1]) if staged else (ext_sums, ext_sums)
+            d1 = _local_rhs(theta, omega, big_omega, damping, e1, internal)
             th_p, om_p = theta + h * d1[0], omega + h * d1[1]
-            d2 = _local_rhs(th_p, om_p, big_omega, damping, ext_sums, internal)
+            d2 = _local_rhs(th_p, om_p, big_omega, damping, e2, internal)
             theta = theta + 0.5 * h * (d1[0] + d2[0])
             omega = omega + 0.5 * h * (d1[1] + d2[1])
         return jnp.concatenate([theta, omega, big_omega])
 
     return f
+
+
+def _scatter(values: Any, layout: ClusterLayout, n: int) -> Any:
+    """(C, S) slot values -> (N + 1,) per global bus, the spare slot N zero."""
+    out = jnp.zeros(n + 1, values.dtype).at[layout.bus].set(jnp.where(layout.valid, values, 0.0))
+    return out.at[n].set(0.0)
+
+
+def predicted_external_sums(
+    means: Any, damping: Any, layout: ClusterLayout, n: int, dt: float, substeps: int
+):
+    """External sums at every Heun stage of the step when all buses follow the network's mean prediction.
+
+    The held register of S89 freezes the neighbours' phases over the step, an error of order
+    ``omega_j dt`` in each coupling term: on stiff networks (PEGASE/RTE, lines of |Y| ~ 1e4 oscillating
+    faster than the 100 Hz sampling) it dominates the filters' error. Here every cluster's posterior mean
+    is advanced by the same Heun stages, its out-of-cluster neighbours read at each stage from the others'
+    predicted phases (a Jacobi exchange per stage, O(N) per stage), and each stage's sums are kept for the
+    sigma points of :func:`heun_transition`.
+
+    Args:
+        means: posterior means (C, 3S) ``[theta, omega, Omega]`` per cluster.
+        damping: ``d`` per slot (C, S).
+        layout: the cluster layout.
+        n: number of buses.
+        dt: time step.
+        substeps: Heun sub-steps per step.
+
+    Returns:
+        (C, substeps, 2, S, 2).
+
+    """
+    s = layout.bus.shape[1]
+    theta, omega, big_omega = means[:, :s], means[:, s : 2 * s], means[:, 2 * s :]
+    h = dt / substeps
+    rhs = jax.vmap(_local_rhs)
+    sums = lambda th: external_sums(_scatter(th, layout, n), layout.ext_global, layout.ext_weight)
+    stages = []
+    for _ in range(substeps):
+        e1 = sums(theta)
+        d1 = rhs(theta, omega, big_omega, damping, e1, layout.internal)
+        th_p, om_p = theta + h * d1[0], omega + h * d1[1]
+        e2 = sums(th_p)
+        d2 = rhs(th_p, om_p, big_omega, damping, e2, layout.internal)
+        theta = theta + 0.5 * h * (d1[0] + d2[0])
+        omega = omega + 0.5 * h * (d1[1] + d2[1])
+        stages.append(jnp.stack([e1, e2], axis=1))
+    return jnp.stack(stages, axis=1)
+
+
+def external_force_variance(register: Any, variance: Any, theta: Any, layout: ClusterLayout) -> Any:
+    """Variance of each slot's external coupling force from its neighbours' phase uncertainty, (C, S).
+
+    ``var F_a = sum_j K_aj^2 cos^2(theta_j - theta_a) var(theta_j)`` (first order, neighbours independent):
+    the probabilistic interface message of the compositional-inference paper (section 2.2, S44-S46)
+    for the Kuramoto coupling. Injected as process noise ``dt^2 var F_a`` on the slot's frequency.
+    """
+    th_j = register[layout.ext_global]
+    c = layout.ext_weight * jnp.cos(th_j - theta[..., None])
+    return jnp.sum(c**2 * variance[layout.ext_global], axis=-1)
 
 
 def stable_substeps(weight: np.ndarray, dt: float, limit: float = 0.5) -> int:
@@ -239,6 +302,7 @@ def run_clusters(
     substeps: int = 1,
     *,
     method: Literal["ukf", "wls"] = "ukf",
+    messages: Literal["held", "probabilistic"] = "probabilistic",
     mesh: jax.sharding.Mesh | None = None,
 ) -> GridFilterOutput:
     """Jacobi-distributed UKF (or WLS) over a padded cluster batch; one cluster of all buses is central.
@@ -256,6 +320,10 @@ def run_clusters(
         substeps: Heun sub-steps per step (:func:`stable_substeps`).
         method: ``"ukf"`` (S82-S84, S88-S92) or ``"wls"``, the static baseline of
             :func:`twinfer.infer.filters.wls_step` with the same predictor, register and clusters.
+        messages: ``"held"``: out-of-cluster phases are the previous posterior means, held over the step
+            (the paper's Jacobi, S89). ``"probabilistic"``: they follow the network's mean prediction
+            through the step (:func:`predicted_external_sums`) and their uncertainty enters each slot's
+            frequency process noise (:func:`external_force_variance`).
         mesh: a one-axis device mesh; the cluster axis is padded to a multiple of its size with inert
             clusters and split over its devices (``jax.sharding``), the phase register replicated. On
             several hosts, build the mesh from ``jax.devices()`` after ``jax.distributed.initialize``.
@@ -267,6 +335,8 @@ def run_clusters(
     n = damping.shape[0]
     if method not in ("ukf", "wls"):
         raise ValueError(f"run_clusters: method must be 'ukf' or 'wls'; received {method!r}")
+    if messages not in ("held", "probabilistic"):
+        raise ValueError(f"run_clusters: messages must be 'held' or 'probabilistic'; received {messages!r}")
     if mesh is not None:
         if len(mesh.axis_names) != 1:
             raise ValueError(f"run_clusters: mesh must have one axis; received axes {mesh.axis_names}")
@@ -277,13 +347,19 @@ def run_clusters(
     valid = layout.valid
     damp_local = jnp.where(valid, jnp.concatenate([damping, jnp.ones(1)])[pad_bus], 1.0)
     block = lambda v: jnp.concatenate([jnp.full(s, v[0]), jnp.full(s, v[1]), jnp.full(s, v[2])])
-    q_local = jnp.diag(block(q))
+    q_diag = block(q)
     r_local = r * jnp.eye(2 * s)
     x0_ext = jnp.concatenate([jnp.asarray(x0), jnp.zeros((1, 3))])[pad_bus]  # (C, S, 3)
     mean0 = jnp.transpose(x0_ext, (0, 2, 1)).reshape(c, 3 * s)
     cov0 = jnp.broadcast_to(jnp.diag(block(var0)), (c, 3 * s, 3 * s))
     mask_local = jnp.concatenate([valid, valid], axis=1)
-    register0 = jnp.concatenate([jnp.asarray(x0)[:, 0], jnp.zeros(1)])
+    var_theta0 = var0[0] + dt**2 / 3.0 * var0[1]
+    register0 = jnp.stack(
+        [
+            jnp.concatenate([jnp.asarray(x0)[:, 0], jnp.zeros(1)]),
+            jnp.concatenate([jnp.full(n, var_theta0), jnp.zeros(1)]),
+        ]
+    )
 
     if mesh is None:
         shard = lambda a: a
@@ -291,8 +367,9 @@ def run_clusters(
         spec = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec(mesh.axis_names[0]))
         shard = lambda a: jax.lax.with_sharding_constraint(a, spec)
 
-    def local_step(mean, cov, ext, y, mask, damp, internal):
+    def local_step(mean, cov, ext, q_d, y, mask, damp, internal):
         f = heun_transition(dt, damp, internal, substeps)
+        q_local = jnp.diag(q_d)
         if method == "wls":
             return wls_step(f, _measure, mean, q_local, r_local, ext, y, mask, innovation=_wrapped_innovation)
         return ukf_step(
@@ -305,14 +382,25 @@ def run_clusters(
 
     def step(carry, y):
         means, covs, register = carry
-        # Jacobi: the previous step's phases of out-of-cluster neighbours, summed once per step.
-        ext = shard(external_sums(register, layout.ext_global, layout.ext_weight))  # (C, S, 2)
+        if messages == "held":
+            # Jacobi: the previous step's phases of out-of-cluster neighbours, summed once per step.
+            ext = shard(external_sums(register[0], layout.ext_global, layout.ext_weight))  # (C, S, 2)
+            q_c = jnp.broadcast_to(q_diag, (c, 3 * s))
+        else:
+            ext = shard(predicted_external_sums(means, damp_local, layout, n, dt, substeps))
+            var_f = external_force_variance(register[0], register[1], means[:, :s], layout)
+            q_c = q_diag + jnp.concatenate([jnp.zeros((c, s)), dt**2 * var_f, jnp.zeros((c, s))], axis=1)
         y_ext = jnp.concatenate([y.reshape(2, n), jnp.zeros((2, 1))], axis=1)
         y_local = shard(jnp.concatenate([y_ext[0][pad_bus], y_ext[1][pad_bus]], axis=1))
-        out = batched(shard(means), shard(covs), ext, y_local, *static)
-        register = register.at[pad_bus[:, :]].set(jnp.where(valid, out.mean[:, :s], 0.0))
-        register = register.at[n].set(0.0)
-        stds = jnp.sqrt(jnp.diagonal(out.cov, axis1=1, axis2=2))
+        out = batched(shard(means), shard(covs), ext, shard(q_c), y_local, *static)
+        var = jnp.diagonal(out.cov, axis1=1, axis2=2)
+        stds = jnp.sqrt(var)
+        register = jnp.stack(
+            [
+                _scatter(out.mean[:, :s], layout, n),
+                _scatter(var[:, :s] + dt**2 / 3.0 * var[:, s : 2 * s], layout, n),
+            ]
+        )
         return (shard(out.mean), shard(out.cov), register), (out.mean, stds, out.ok)
 
     (_, _, _), (means, stds, ok) = jax.lax.scan(step, (shard(mean0), shard(cov0), register0), ys)
