@@ -273,3 +273,33 @@ def test_force_posterior_equals_direct_gaussian_likelihood():
         direct = direct + jnp.sum(gamma.logpdf(values, jnp.array([2.0] * 6 + [3.0]), scale=2.0))
         direct = direct + jnp.sum(jnp.log(values))
         np.testing.assert_allclose(logp(jnp.log(values)), direct, rtol=1e-10)
+
+
+def test_lbfgs_phase_minimises_its_own_loss():
+    """With ``lbfgs_loss_fn`` the L-BFGS phase minimises the second loss from where Adam stopped."""
+    x0 = (jnp.array([0.0, 2.0]),)
+    first = lambda tr: (jnp.sum((tr[0] - 1.0) ** 2), {})  # noqa: E731
+    second = lambda tr: (jnp.sum((tr[0] - 3.0) ** 2 * jnp.array([1.0, 50.0])), {})  # noqa: E731
+    out = train(x0, first, TrainSettings(epochs=10, chunk=10, lbfgs_steps=20), lbfgs_loss_fn=second)
+    np.testing.assert_allclose(out.trainable[0], [3.0, 3.0], atol=1e-6)
+    assert out.history["loss"][-1] < 1e-10
+
+
+def test_projected_parameters_recover_the_parameters_that_generated_the_data():
+    """Variable projection: with data generated from the network's own states at known parameters, one
+    Newton step from a wrong guess returns those parameters (the loss is quadratic in them)."""
+    from twinfer.infer.pinn import projected_parameters
+    from twinfer.models import set_params
+
+    chain = Chain(10.0, 15.0, 1.0, cubic_stiffness=100.0, n_dof=3, forced_dofs=[1, 2, 3])
+    net = StateNetwork(jax.random.key(5), 6, 0.0, 5.0, width=8, depth=2, out_scale=0.2)
+    ts = jnp.linspace(0.0, 5.0, 64)
+    true = {"k2": 14.0, "kappa2": 110.0, "c3": 1.3}
+    z, dz = net.batch(ts)
+    force = predicted_force(chain, set_params(chain.params, true), z, dz)  # zero force residual at truth
+    problem = sensor_problem(chain, [2], ts, dz[:, [3, 5]], force, ts, force, acc_scale=1.0, vel_scale=1.0)
+    guess = PositiveParameters({"k2": 10.0, "kappa2": 75.0, "c3": 2.0})
+    solved = projected_parameters(net, guess, problem)
+    np.testing.assert_allclose(solved.values(), [14.0, 110.0, 1.3], rtol=1e-6)
+    lower = projected_parameters(net, guess, problem, bounds=(1e-3, 1.2))  # kappa2 clipped at 1.2 * 75
+    assert float(lower.as_dict()["kappa2"]) == pytest.approx(90.0)

@@ -53,3 +53,15 @@ def test_pinn_bayes_quick_writes_posterior(tmp_path):
     assert -1.0 <= art.metrics["posterior.corr_k1_kappa1"] <= 1.0
     ds = xarray.open_dataset(run_dir / "posterior.nc", group="posterior")
     assert ds["k1"].shape == (4, 100)
+
+
+def test_repeat_noise_sd_estimates_the_noise_scale_from_the_repeats():
+    """The stage-1 noise scales come from the scatter between repeats of one clean signal."""
+    from twinfer.experiments.pinn_bayes import repeat_noise_sd
+
+    rng = np.random.default_rng(0)
+    clean = np.sin(np.linspace(0, 20, 4000))[None, :, None] * np.array([1.0, 5.0])
+    noisy = clean + rng.normal(0.0, 1.0, (5, 4000, 2)) * np.array([0.1, 0.3])
+    np.testing.assert_allclose(repeat_noise_sd(noisy), [0.1, 0.3], rtol=0.02)
+    with pytest.raises(ValueError, match="repeats: expected shape"):
+        repeat_noise_sd(noisy[:1])

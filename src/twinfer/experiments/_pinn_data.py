@@ -8,6 +8,7 @@ per-channel SNR noise with its seeds. Every number comes from the library (model
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import tempfile
@@ -34,6 +35,7 @@ from twinfer.infer.pinn import (
     TrainSettings,
     observed_dofs,
     predicted_force,
+    projected_parameters,
     sensor_losses,
     sensor_problem,
     train,
@@ -179,6 +181,14 @@ class PinnTrainConfig(CaseConfig):
     lambda_cc: float = pydantic.Field(10.0, ge=0, description="Weight of L_cc (Eq 17).")
     lambda_ode: float = pydantic.Field(10.0, ge=0, description="Weight of L_p (Eq 17).")
     lambda_ic: float = pydantic.Field(0.0, ge=0, description="Weight of a soft rest condition (0: paper).")
+    param_solve: Literal["gradient", "projection"] = pydantic.Field(
+        "gradient",
+        description="Joint estimation in the L-BFGS phase: parameters trained by gradient, or solved exactly "
+        "for the current states (variable projection; the loss is quadratic in c, k, kappa, mu).",
+    )
+    lbfgs_physics_factor: float = pydantic.Field(
+        1.0, gt=0, description="Factor on lambda_cc and lambda_ode in the L-BFGS phase (1: same loss)."
+    )
     anchor_rest: bool = pydantic.Field(True, description="Hard rest initial condition (False: paper).")
     obs_stride: int = pydantic.Field(8, ge=1, description="Observation every n-th sample (repository: 8).")
     col_stride: int = pydantic.Field(8, ge=1, description="Collocation every n-th sample (repository: 8).")
@@ -257,13 +267,31 @@ def train_sensor_pinn(
     path, fingerprint = checkpoint_path(case, config)
     trainable = (net,) if theta is None else (net, theta)
 
-    def loss_fn(tr: tuple[Any, ...]) -> tuple[Any, dict[str, Any]]:
-        total, parts = sensor_losses(tr[0], tr[1] if len(tr) > 1 else None, problem)
-        if len(tr) > 1:  # parameter trajectories for the convergence figure
-            parts = {**parts, **{f"param.{k}": v for k, v in tr[1].as_dict().items()}}
-        return total, parts
+    def loss_on(prob: Any, project: bool) -> Any:
+        def loss_fn(tr: tuple[Any, ...]) -> tuple[Any, dict[str, Any]]:
+            net_t, *rest = tr
+            th = rest[0] if rest else None
+            if th is not None and project:
+                th = projected_parameters(net_t, th, prob)
+            total, parts = sensor_losses(net_t, th, prob)
+            if th is not None:  # parameter trajectories for the convergence figure
+                parts = {**parts, **{f"param.{k}": v for k, v in th.as_dict().items()}}
+            return total, parts
 
-    result = train(trainable, loss_fn, settings, progress=progress, checkpoint=path, fingerprint=fingerprint)
+        return loss_fn
+
+    # the repository's phase 2 raises the physics weight once the data are fitted (specs 2.6)
+    w, fac = problem.weights, config.lbfgs_physics_factor
+    second = dataclasses.replace(problem, weights=w._replace(cc=w.cc * fac, ode=w.ode * fac))
+    project = theta is not None and config.param_solve == "projection"
+    result = train(
+        trainable, loss_on(problem, False), settings, progress=progress, checkpoint=path,
+        fingerprint=fingerprint, lbfgs_loss_fn=loss_on(second, True) if (fac != 1.0 or project) else None,
+    )  # fmt: skip
+    if project:  # the L-BFGS phase solved for the parameters; give the solution at the final network
+        net_fit, th_fit = result.trainable
+        solved = eqx.filter_jit(projected_parameters)(net_fit, th_fit, second)
+        return net_fit, solved, result, observed
     trained = result.trainable
     return trained[0], (trained[1] if theta is not None else None), result, observed
 

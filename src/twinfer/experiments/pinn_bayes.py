@@ -34,6 +34,7 @@ from twinfer.infer.pinn import (
     PositiveParameters,
     StateNetwork,
     force_log_posterior,
+    projected_parameters,
     state_losses,
     state_problem,
     train,
@@ -55,7 +56,7 @@ class PinnBayesConfig(PinnTrainConfig):
     horizon: float = pydantic.Field(120.0, gt=0, description="Window [s] (repo stage 1: 120; paper: 240).")
     n_samples: int = pydantic.Field(4096, ge=16, description="Samples on the window.")
     snr_db: float = pydantic.Field(20.0, description="Measurement SNR [dB].")
-    repeats: int = pydantic.Field(5, ge=1, description="Noisy repeats of the one simulation.")
+    repeats: int = pydantic.Field(5, ge=2, description="Noisy repeats of the one simulation (>= 2).")
     obs_stride: int = pydantic.Field(4, ge=1, description="Stage-1 and stage-2 points: every n-th sample.")
     max_cycles: float = pydantic.Field(120.0, gt=0, description="Highest feature frequency, cycles/window.")
     n_fourier: int = pydantic.Field(128, ge=0, description="Fourier input features.")
@@ -63,6 +64,26 @@ class PinnBayesConfig(PinnTrainConfig):
     num_warmup: int = pydantic.Field(1000, ge=1, description="NUTS adaptation steps per chain.")
     num_draws: int = pydantic.Field(2000, ge=1, description="NUTS draws per chain after warm-up.")
     chains: int = pydantic.Field(4, ge=2, description="NUTS chains (>= 2 for R-hat, specs D16).")
+    epochs: int = pydantic.Field(1000, ge=1, description="Stage-1 Adam epochs before L-BFGS.")
+    lbfgs_steps: int = pydantic.Field(3000, ge=0, description="Stage-1 L-BFGS steps after Adam.")
+    lambda_cc: float = pydantic.Field(1.0, ge=0, description="Weight of the continuity NLL term.")
+    param_solve: Literal["gradient", "projection"] = pydantic.Field(
+        "projection", description="Stage-1 parameters in the L-BFGS phase: by gradient or solved exactly."
+    )
+    lambda_ode: float = pydantic.Field(1.0, ge=0, description="Weight of the force-balance NLL term.")
+
+
+def repeat_noise_sd(repeats: np.ndarray) -> np.ndarray:
+    """Per-channel noise standard deviation from the scatter between repeats ``(R, T, channels)``.
+
+    ``sqrt(sum_{r,t} (x_rt - mean_r x_t)^2 / (T (R - 1)))``: unbiased for the variance of white noise of
+    a common scale, and needs nothing but the measurements.
+    """
+    x = np.asarray(repeats, dtype=np.float64)
+    if x.ndim != 3 or x.shape[0] < 2:
+        raise ValueError(f"repeats: expected shape (R >= 2, T, channels); received {x.shape}.")
+    dev = x - x.mean(axis=0)
+    return np.sqrt(np.sum(dev**2, axis=(0, 1)) / (x.shape[1] * (x.shape[0] - 1)))
 
 
 def _names(system: str) -> list[str]:
@@ -102,12 +123,16 @@ def run(config: PinnBayesConfig, progress: Progress) -> RunArtifacts:
     t_obs = data["times"][idx]
     z_mean = data["z_noisy"].mean(axis=0)[idx]
     f_mean = data["f_noisy"].mean(axis=0)[idx]
-    acc_s = float(np.ptp(f_mean)) / 10.0  # force range over the mass: an acceleration scale from data
-    disp_s, vel_s = float(np.ptp(z_mean[:, :2])), float(np.ptp(z_mean[:, 2:]))
+    # Eq 23 at fixed noise scales: each residual is divided by the noise standard deviation of the mean
+    # of the repeats, estimated from the scatter between repeats (data only, no true noise level)
+    sd_z = repeat_noise_sd(data["z_noisy"][:, idx]) / np.sqrt(config.repeats)
+    sd_f = repeat_noise_sd(data["f_noisy"][:, idx]) / np.sqrt(config.repeats)
+    masses = np.asarray(model.params["m"])
     problem = state_problem(
-        model, t_obs, z_mean, f_mean, disp_scale=disp_s, vel_scale=vel_s, acc_scale=acc_s,
+        model, t_obs, z_mean, f_mean, disp_scale=sd_z[:2], vel_scale=sd_z[2:], acc_scale=sd_f / masses,
         weights=LossWeights(config.lambda_obs, config.lambda_cc, config.lambda_ode),
     )  # fmt: skip
+    disp_s, vel_s = float(np.ptp(z_mean[:, :2])), float(np.ptp(z_mean[:, 2:]))
     theta = PositiveParameters({n: INITIAL[n.rstrip("12")] for n in names})
     net = StateNetwork(
         jax.random.key(config.seed), 4, 0.0, config.horizon, width=config.width, depth=config.depth,
@@ -116,11 +141,24 @@ def run(config: PinnBayesConfig, progress: Progress) -> RunArtifacts:
     )  # fmt: skip
     settings = train_settings(config)
     path, fingerprint = checkpoint_path("pinn-bayes", config)
+
+    def stage1_loss(project: bool) -> Any:
+        def loss_fn(tr: tuple[Any, ...]) -> tuple[Any, dict[str, Any]]:
+            th = projected_parameters(tr[0], tr[1], problem) if project else tr[1]
+            total, parts = state_losses(tr[0], th, problem)
+            return total, {**parts, **{f"param.{k}": v for k, v in th.as_dict().items()}}
+
+        return loss_fn
+
+    project = config.param_solve == "projection"
     result = train(
-        (net, theta), lambda tr: state_losses(tr[0], tr[1], problem), settings, progress=progress,
-        checkpoint=path, fingerprint=fingerprint, stage="stage 1: PINN with learned parameters",
+        (net, theta), stage1_loss(False), settings, progress=progress, checkpoint=path,
+        fingerprint=fingerprint, stage="stage 1: PINN with learned parameters",
+        lbfgs_loss_fn=stage1_loss(True) if project else None,
     )  # fmt: skip
     net_fit, theta_fit = result.trainable
+    if project:  # the L-BFGS phase solved for the parameters at each step; the solution at the end
+        theta_fit = eqx.filter_jit(projected_parameters)(net_fit, theta_fit, problem)
     z, dz = eqx.filter_jit(lambda nt, ts: nt.batch(ts))(net_fit, jnp.asarray(t_obs))
     logdensity = force_log_posterior(
         model, z, dz, data["f_noisy"][:, idx], names, {n: PRIORS[n.rstrip("12")] for n in names}, SIGMA_PRIOR
@@ -176,8 +214,19 @@ def run(config: PinnBayesConfig, progress: Progress) -> RunArtifacts:
         f"NUTS: {config.chains} chains, {config.num_warmup} warm-up + {config.num_draws} draws each, "
         f"{fit.divergences} divergences, sampling {fit.sample_s:.1f} s (compilation excluded). All "
         f"{config.repeats} force repeats enter the likelihood at every {config.obs_stride}-th sample (D14).",
+        f"Stage 1 loss: Eq 23 at fixed noise scales, each residual over the noise standard deviation of the "
+        f"mean of the repeats estimated from their scatter (data only); {config.epochs} Adam epochs, then "
+        f"{config.lbfgs_steps} L-BFGS steps with the parameters solved exactly for the network's states at "
+        f"each step (param_solve = '{config.param_solve}', variable projection).",
+        "The posterior conditions on the frozen stage-1 states, so their estimation error is not in the "
+        "posterior spread (a limit of the two-stage scheme, hidden in the paper by stage-1 training with the "
+        "true parameters and clean force): a percent-level displacement error correlated with velocity "
+        "biases the damping estimates by several of their posterior standard deviations.",
         "Posterior saved as posterior.nc (ArviZ InferenceData, netCDF).",
     ]
+    outside = [n for n in names if out[f"posterior.{n}.in95"] == 0.0]
+    if outside:
+        notes.insert(0, f"The true value lies outside the 95% credible interval for {outside}.")
     if rhat_max > 1.01:
         notes.insert(0, f"WARNING: R-hat max = {rhat_max:.4f} > 1.01: the chains have not converged; do not "
                      "use this posterior as is.")  # fmt: skip
@@ -229,6 +278,7 @@ QUICK = {
     "max_cycles": 20.0,
     "num_warmup": 100,
     "num_draws": 100,
+    "lbfgs_steps": 50,
     "compare_ukf": False,
 }
 _TAB6 = "Table 6, 2DOF Duffing"

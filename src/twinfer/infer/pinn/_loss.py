@@ -21,6 +21,7 @@ from __future__ import annotations
 from typing import Any, NamedTuple
 
 import equinox as eqx
+import jax
 import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float
@@ -149,6 +150,30 @@ def _mean_sq(r: Float[Array, "T k"]) -> Float[Array, ""]:
     return jnp.mean(jnp.sum(r**2, axis=-1))
 
 
+def _sensor_states(net: StateNetwork, problem: SensorProblem) -> tuple[Array, ...]:
+    """Network states and rates at the observation and collocation times, and the state at ``t_0``."""
+    z_o, dz_o = net.batch(problem.t_obs)
+    z_c, dz_c = net.batch(problem.t_col)
+    return z_o, dz_o, z_c, dz_c, net(problem.t_col[0])
+
+
+def _sensor_terms(
+    states: tuple[Array, ...], params: Any, problem: SensorProblem
+) -> tuple[Float[Array, ""], dict[str, Float[Array, ""]]]:
+    chain = problem.chain
+    z_o, dz_o, z_c, dz_c, z0 = states
+    _, _, acc_o = chain_residuals(chain, params, z_o, dz_o, problem.force_obs)
+    sensed = jnp.asarray(problem.sensed)
+    l_obs = _mean_sq((problem.acc_obs - acc_o[:, sensed]) / problem.acc_scale)
+    r_cc, r_ode, _ = chain_residuals(chain, params, z_c, dz_c, problem.force_col)
+    l_cc = _mean_sq(r_cc / problem.vel_scale)
+    l_ode = _mean_sq(r_ode / problem.acc_scale)
+    l_ic = jnp.sum(((z0 - problem.initial_state) / problem.vel_scale) ** 2)
+    w = problem.weights
+    total = w.obs * l_obs + w.cc * l_cc + w.ode * l_ode + w.ic * l_ic
+    return total, {"obs": l_obs, "cc": l_cc, "ode": l_ode, "ic": l_ic}
+
+
 def sensor_losses(
     net: StateNetwork, theta: PositiveParameters | None, problem: SensorProblem
 ) -> tuple[Float[Array, ""], dict[str, Float[Array, ""]]]:
@@ -163,24 +188,63 @@ def sensor_losses(
         ``(L, {"obs": L_o, "cc": L_cc, "ode": L_p})``.
 
     """
-    chain = problem.chain
-    params = chain.params if theta is None else theta.apply(chain.params)
-    z_o, dz_o = net.batch(problem.t_obs)
-    _, _, acc_o = chain_residuals(chain, params, z_o, dz_o, problem.force_obs)
-    sensed = jnp.asarray(problem.sensed)
-    l_obs = _mean_sq((problem.acc_obs - acc_o[:, sensed]) / problem.acc_scale)
-    z_c, dz_c = net.batch(problem.t_col)
-    r_cc, r_ode, _ = chain_residuals(chain, params, z_c, dz_c, problem.force_col)
-    l_cc = _mean_sq(r_cc / problem.vel_scale)
-    l_ode = _mean_sq(r_ode / problem.acc_scale)
-    n = chain.n_dof
-    z0 = net(problem.t_col[0])
-    l_ic = jnp.sum(((z0 - problem.initial_state)[:n] / problem.vel_scale) ** 2) + jnp.sum(
-        ((z0 - problem.initial_state)[n:] / problem.vel_scale) ** 2
-    )
-    w = problem.weights
-    total = w.obs * l_obs + w.cc * l_cc + w.ode * l_ode + w.ic * l_ic
-    return total, {"obs": l_obs, "cc": l_cc, "ode": l_ode, "ic": l_ic}
+    params = problem.chain.params if theta is None else theta.apply(problem.chain.params)
+    return _sensor_terms(_sensor_states(net, problem), params, problem)
+
+
+def projected_parameters(
+    net: StateNetwork,
+    theta: PositiveParameters,
+    problem: SensorProblem | StateProblem,
+    *,
+    bounds: tuple[float, float] = (1e-3, 1e3),
+) -> PositiveParameters:
+    """The parameter values minimising the Eq 17 loss for the network's current states (variable projection).
+
+    Eq 14-16 are affine in ``c``, ``k``, ``kappa`` and ``mu`` once the states are fixed, so the loss is an
+    exact quadratic in the parameter values and one Newton step from any point reaches its minimum. Used
+    inside a loss (with the result's gradient stopped) the network then descends the reduced loss
+    ``L(net, theta*(net))``, whose gradient is the partial derivative at ``theta*`` (the envelope theorem),
+    which removes the slow coupling of network and parameters in joint training (Golub and Pereyra's
+    variable projection).
+
+    Args:
+        net: the state network.
+        theta: the parameters to solve for (their current values are the expansion point; their scales
+            set the bounds).
+        problem: data, collocation and weights (sensor data of Eq 17 or state data of Eq 23).
+        bounds: the solution is clipped to ``[bounds[0], bounds[1]] * scale`` per parameter, so early, poorly
+            fitted states cannot send a value to zero, below, or to a stiff extreme.
+
+    Returns:
+        ``theta`` at the minimiser (values clipped), gradients stopped.
+
+    References:
+        Golub & Pereyra, "Separable nonlinear least squares: the variable projection method and its
+        applications", Inverse Problems 19 (2003) R1-R26; Haywood-Alexander et al., Eq 14-17.
+
+    """
+    v0 = jax.lax.stop_gradient(theta.values())
+    if isinstance(problem, SensorProblem):
+        sensor_states = jax.lax.stop_gradient(_sensor_states(net, problem))
+
+        def loss_of(values: Any) -> Any:
+            params = theta.with_values(values).apply(problem.chain.params)
+            return _sensor_terms(sensor_states, params, problem)[0]
+    else:
+        state_states = jax.lax.stop_gradient(net.batch(problem.t_obs))
+
+        def loss_of(values: Any) -> Any:
+            params = theta.with_values(values).apply(problem.chain.params)
+            return _state_terms(state_states, params, problem)[0]
+
+    grad, hess = jax.grad(loss_of)(v0), jax.hessian(loss_of)(v0)
+    # a relative ridge of 1e-12 keeps the solve defined when a parameter has no effect on the loss
+    hess = hess + 1e-12 * jnp.diag(jnp.abs(jnp.diag(hess)) + 1e-300)
+    values = v0 - jnp.linalg.solve(hess, grad)
+    scales = jnp.asarray(theta.scales)
+    values = jnp.clip(values, bounds[0] * scales, bounds[1] * scales)
+    return theta.with_values(jax.lax.stop_gradient(values))
 
 
 class StateProblem(eqx.Module):
@@ -192,7 +256,9 @@ class StateProblem(eqx.Module):
         z_obs: (T, 2n) measured ``[u, v]`` (mean of the repeats: with a common noise scale the squared
             error summed over repeats differs from the mean's by a constant).
         force_obs: (T, n_in) measured forces (mean of the repeats).
-        disp_scale, vel_scale, acc_scale: residual scales.
+        disp_scale, vel_scale, acc_scale: residual scales, one per DOF (a scalar is broadcast). With the
+            measurement noise standard deviations of the fitted quantities, ``L_o + L_cc + L_p`` is the
+            Gaussian negative log-likelihood of Eq 23 at fixed noise scales, up to constants.
         weights: ``obs`` (states), ``cc``, ``ode``.
 
     """
@@ -201,9 +267,9 @@ class StateProblem(eqx.Module):
     t_obs: Float[Array, " T"]
     z_obs: Float[Array, "T 2n"]
     force_obs: Float[Array, "T n_in"]
-    disp_scale: float = eqx.field(static=True)
-    vel_scale: float = eqx.field(static=True)
-    acc_scale: float = eqx.field(static=True)
+    disp_scale: Float[Array, " n"]
+    vel_scale: Float[Array, " n"]
+    acc_scale: Float[Array, " n"]
     weights: LossWeights = eqx.field(static=True)
 
 
@@ -213,31 +279,55 @@ def state_problem(
     z_obs: Any,
     force_obs: Any,
     *,
-    disp_scale: float,
-    vel_scale: float,
-    acc_scale: float,
+    disp_scale: Any,
+    vel_scale: Any,
+    acc_scale: Any,
     weights: LossWeights | None = None,
 ) -> StateProblem:
-    """Validated :class:`StateProblem` (shapes and finiteness checked, errors name the field)."""
+    """Validated :class:`StateProblem` (shapes and finiteness checked, errors name the field).
+
+    The scales are scalars or one value per DOF (displacement [m], velocity [m/s], acceleration [m/s^2]).
+    """
     t = _finite("t_obs", t_obs, 1)
     z, f = _finite("z_obs", z_obs, 2), _finite("force_obs", force_obs, 2)
     if z.shape != (t.size, chain.n_state):
         raise ValueError(f"z_obs: expected shape {(t.size, chain.n_state)}; received {z.shape}.")
     if f.shape != (t.size, len(chain.forced_dofs)):
         raise ValueError(f"force_obs: expected shape {(t.size, len(chain.forced_dofs))}; received {f.shape}.")
+    per_dof = {}
     for name, value in (("disp_scale", disp_scale), ("vel_scale", vel_scale), ("acc_scale", acc_scale)):
-        if not (np.isfinite(value) and value > 0):
-            raise ValueError(f"{name}: expected a finite value > 0; received {value!r}.")
+        arr = np.asarray(value, dtype=np.float64)
+        if (
+            arr.ndim > 1
+            or (arr.ndim == 1 and arr.size != chain.n_dof)
+            or not np.all(np.isfinite(arr) & (arr > 0))
+        ):
+            raise ValueError(
+                f"{name}: expected a finite value > 0 or {chain.n_dof} of them; received {arr.tolist()!r}."
+            )
+        per_dof[name] = jnp.asarray(np.broadcast_to(arr, (chain.n_dof,)).copy())
     return StateProblem(
         chain=chain,
         t_obs=jnp.asarray(t),
         z_obs=jnp.asarray(z),
         force_obs=jnp.asarray(f),
-        disp_scale=float(disp_scale),
-        vel_scale=float(vel_scale),
-        acc_scale=float(acc_scale),
         weights=weights or LossWeights(),
+        **per_dof,
     )
+
+
+def _state_terms(
+    states: tuple[Array, ...], params: Any, problem: StateProblem
+) -> tuple[Float[Array, ""], dict[str, Float[Array, ""]]]:
+    z, dz = states
+    n = problem.chain.n_dof
+    r_z = problem.z_obs - z
+    l_obs = _mean_sq(r_z[:, :n] / problem.disp_scale) + _mean_sq(r_z[:, n:] / problem.vel_scale)
+    r_cc, r_ode, _ = chain_residuals(problem.chain, params, z, dz, problem.force_obs)
+    l_cc = _mean_sq(r_cc / problem.vel_scale)
+    l_ode = _mean_sq(r_ode / problem.acc_scale)
+    w = problem.weights
+    return w.obs * l_obs + w.cc * l_cc + w.ode * l_ode, {"obs": l_obs, "cc": l_cc, "ode": l_ode}
 
 
 def state_losses(
@@ -247,14 +337,5 @@ def state_losses(
 
     With ``theta`` the system parameters are learned from the same loss, never given (specs D13).
     """
-    chain = problem.chain
-    params = chain.params if theta is None else theta.apply(chain.params)
-    n = chain.n_dof
-    z, dz = net.batch(problem.t_obs)
-    r_z = problem.z_obs - z
-    l_obs = _mean_sq(r_z[:, :n] / problem.disp_scale) + _mean_sq(r_z[:, n:] / problem.vel_scale)
-    r_cc, r_ode, _ = chain_residuals(chain, params, z, dz, problem.force_obs)
-    l_cc = _mean_sq(r_cc / problem.vel_scale)
-    l_ode = _mean_sq(r_ode / problem.acc_scale)
-    w = problem.weights
-    return w.obs * l_obs + w.cc * l_cc + w.ode * l_ode, {"obs": l_obs, "cc": l_cc, "ode": l_ode}
+    params = problem.chain.params if theta is None else theta.apply(problem.chain.params)
+    return _state_terms(net.batch(problem.t_obs), params, problem)

@@ -19,6 +19,7 @@ References:
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import equinox as eqx
 import jax
@@ -88,6 +89,10 @@ class PositiveParameters(eqx.Module):
         """``{name: value}``."""
         vals = self.values()
         return {n: vals[i] for i, n in enumerate(self.names)}
+
+    def with_values(self, values: Any) -> PositiveParameters:
+        """The same names and scales at new positive values (traceable)."""
+        return eqx.tree_at(lambda p: p.raw, self, jnp.log(jnp.asarray(values) / jnp.asarray(self.scales)))
 
     def apply(self, params: Params) -> Params:
         """``params`` with these names replaced by the current values."""

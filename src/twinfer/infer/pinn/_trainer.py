@@ -130,6 +130,7 @@ def train(
     checkpoint: str | Path | None = None,
     fingerprint: str = "",
     stage: str = "train PINN",
+    lbfgs_loss_fn: LossFn | None = None,
 ) -> TrainResult:
     """Minimise ``loss_fn(trainable)`` with Adam, in jitted chunks of epochs.
 
@@ -142,6 +143,8 @@ def train(
         fingerprint: a string identifying the problem; a checkpoint written for another fingerprint is
             refused rather than silently resumed.
         stage: progress label.
+        lbfgs_loss_fn: the loss of the L-BFGS phase if it differs from ``loss_fn`` (for instance heavier
+            physics weights once Adam has fitted the data); None to keep ``loss_fn``.
 
     Returns:
         :class:`TrainResult` with the final trainables.
@@ -161,8 +164,13 @@ def train(
     def loss_of(dyn: Any) -> tuple[Any, dict[str, Any]]:
         return loss_fn(eqx.combine(dyn, static))
 
+    second = loss_fn if lbfgs_loss_fn is None else lbfgs_loss_fn
+
+    def second_of(dyn: Any) -> tuple[Any, dict[str, Any]]:
+        return second(eqx.combine(dyn, static))
+
     def value_of(dyn: Any) -> Any:
-        return loss_of(dyn)[0]
+        return second_of(dyn)[0]
 
     @eqx.filter_jit
     def adam_chunk(dyn: Any, opt: Any) -> tuple[Any, Any, Any, Any]:
@@ -186,7 +194,7 @@ def train(
             return (optax.apply_updates(d, updates), o), value
 
         (dyn, opt), losses = jax.lax.scan(step, (dyn, opt), None, length=settings.chunk)
-        _, parts = loss_of(dyn)  # the parts at the end of the chunk (one extra evaluation)
+        _, parts = second_of(dyn)  # the parts at the end of the chunk (one extra evaluation)
         return dyn, opt, losses, parts
 
     epoch, best, stall, history = 0, np.inf, 0, {"epoch": [], "loss": []}
