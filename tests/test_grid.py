@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from twinfer.data._grid import GRID_CASES, branch_coupling, load_grid
+from twinfer.data._grid import GRID_CASES, branch_coupling, load_grid, pandapower_case
 from twinfer.data._partition import partition_greedy
 from twinfer.models.kuramoto import KuramotoNetwork, coupling_sum, wrap_angle
 
@@ -48,6 +48,56 @@ def test_case9_coupling_equals_pypower_case_data():
     net = load_grid("ieee9")
     np.testing.assert_allclose(net.coupling.toarray(), _dense_ybus_offdiag_abs(9, rows), rtol=1e-9)
     assert net.gen_buses.tolist() == [0, 1, 2]
+
+
+# MATPOWER/PYPOWER case14 branch table (1-based from, to, r, x, b, tap ratio): three transformers.
+CASE14_BRANCHES = [
+    (1, 2, 0.01938, 0.05917, 0.0528, 0.0),
+    (1, 5, 0.05403, 0.22304, 0.0492, 0.0),
+    (2, 3, 0.04699, 0.19797, 0.0438, 0.0),
+    (2, 4, 0.05811, 0.17632, 0.034, 0.0),
+    (2, 5, 0.05695, 0.17388, 0.0346, 0.0),
+    (3, 4, 0.06701, 0.17103, 0.0128, 0.0),
+    (4, 5, 0.01335, 0.04211, 0.0, 0.0),
+    (4, 7, 0.0, 0.20912, 0.0, 0.978),
+    (4, 9, 0.0, 0.55618, 0.0, 0.969),
+    (5, 6, 0.0, 0.25202, 0.0, 0.932),
+    (6, 11, 0.09498, 0.1989, 0.0, 0.0),
+    (6, 12, 0.12291, 0.25581, 0.0, 0.0),
+    (6, 13, 0.06615, 0.13027, 0.0, 0.0),
+    (7, 8, 0.0, 0.17615, 0.0, 0.0),
+    (7, 9, 0.0, 0.11001, 0.0, 0.0),
+    (9, 10, 0.03181, 0.0845, 0.0, 0.0),
+    (9, 14, 0.12711, 0.27038, 0.0, 0.0),
+    (10, 11, 0.08205, 0.19207, 0.0, 0.0),
+    (12, 13, 0.22092, 0.19988, 0.0, 0.0),
+    (13, 14, 0.17093, 0.34802, 0.0, 0.0),
+]
+
+
+def test_case14_coupling_equals_pypower_case_data_with_transformers():
+    """pandapower's transformer model of case14, converted back, keeps PYPOWER's tap-ratio admittances."""
+    rows = [(f - 1, t - 1, r, x, b, ratio, 0.0) for f, t, r, x, b, ratio in CASE14_BRANCHES]
+    net = load_grid("ieee14")
+    np.testing.assert_allclose(net.coupling.toarray(), _dense_ybus_offdiag_abs(14, rows), rtol=1e-12)
+    assert net.gen_buses.tolist() == [0, 1, 2, 5, 7]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", [c for c in GRID_CASES if c.startswith("ieee")])
+def test_ieee_coupling_equals_pypower_makeybus(case):
+    """Every IEEE case: |Y_ij| equals the off-diagonal of PYPOWER's makeYbus on the same branch table."""
+    from pandapower.pypower.idx_brch import branch_cols
+    from pandapower.pypower.makeYbus import makeYbus
+
+    _, ppc = pandapower_case(case)
+    branch = np.real(ppc["branch"])  # makeYbus reads pandapower's extra (zero) asymmetry columns
+    branch = np.hstack([branch, np.zeros((len(branch), branch_cols - branch.shape[1]))])
+    ybus = makeYbus(ppc["baseMVA"], np.real(ppc["bus"]), branch)[0].toarray()
+    reference = np.abs(ybus)
+    np.fill_diagonal(reference, 0.0)
+    coupling = branch_coupling(len(ppc["bus"]), ppc["branch"]).toarray()  # as load_grid builds it
+    np.testing.assert_allclose(coupling, reference, rtol=1e-12, atol=1e-12 * reference.max())
 
 
 def test_branch_coupling_with_taps_shifts_parallel_and_outages():

@@ -121,12 +121,8 @@ class GridNetwork:
         return index, weight
 
 
-def load_grid(case: str) -> GridNetwork:
-    """Load a bundled pandapower case as a :class:`GridNetwork`.
-
-    Args:
-        case: one of :data:`GRID_CASES` (``ieee9`` ... ``ieee300``, ``pegase1354``, ``pegase2869``,
-            ``rte6470``, ``pegase9241``).
+def pandapower_case(case: str) -> tuple[Any, dict[str, Any]]:
+    """The bundled pandapower network ``case`` and its PYPOWER case tables (``to_ppc``, pi transformers).
 
     Raises:
         ValueError: for an unknown case name, listing the known ones.
@@ -147,6 +143,21 @@ def load_grid(case: str) -> GridNetwork:
             ppc: dict[str, Any] = to_ppc(net, init="flat", calculate_voltage_angles=True, trafo_model="pi")
     finally:
         logger.setLevel(level)
+    return net, ppc
+
+
+def load_grid(case: str) -> GridNetwork:
+    """Load a bundled pandapower case as a :class:`GridNetwork`.
+
+    Args:
+        case: one of :data:`GRID_CASES` (``ieee9`` ... ``ieee300``, ``pegase1354``, ``pegase2869``,
+            ``rte6470``, ``pegase9241``).
+
+    Raises:
+        ValueError: for an unknown case name, listing the known ones.
+
+    """
+    net, ppc = pandapower_case(case)
     bus = np.real(np.asarray(ppc["bus"]))
     n_bus = bus.shape[0]
     if not np.array_equal(bus[:, 0].astype(int), np.arange(n_bus)):
