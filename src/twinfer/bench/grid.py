@@ -1,10 +1,16 @@
 """Benchmark ``grid``: run time of the centralised and distributed UKFs against the number of buses.
 
 Each network is partitioned (S_max = 5; 3 for IEEE 300 as Table S2 used), simulated for 300 Heun steps,
-and filtered; compile time is kept apart and the run time is the median of repeated calls. The centralised
-UKF runs up to 300 buses (its cost grows as N^3), the distributed one on every network up to PEGASE 9241.
-The log-log slopes of run time against buses are fitted by least squares and written with the times, and
-a figure sets both series beside the paper's Table S2 (sequential Python) times.
+and filtered; compile time is kept apart and the run time is the median of three calls (one for the
+centralised UKF from 118 buses, whose run takes seconds to minutes). The centralised UKF runs up to 300
+buses (its cost grows as N^3), the distributed one on every network up to PEGASE 9241. The log-log slopes
+of run time against buses are fitted by least squares and written with the times, and a figure sets both
+series beside the paper's Table S2 (sequential Python) times.
+
+With more than one JAX device visible (on the CPU: ``XLA_FLAGS=--xla_force_host_platform_device_count=2
+twinfer bench grid``), the distributed UKF is timed a second time from 300 buses up with its cluster axis
+split over every device, as ``<case>.distributed_sharded.run_s`` and its own slope; the one-device times
+stay as they are, so both series come from the same run.
 """
 
 from __future__ import annotations
@@ -33,9 +39,11 @@ PAPER_S2 = {  # Table S2 (UKF central, UKF distributed) seconds, sequential Pyth
 }
 
 
-def _timed(config: GridConfig, model: KuramotoNetwork, partition: Partition, sim, q_big: float):
+def _timed(
+    config: GridConfig, model: KuramotoNetwork, partition: Partition, sim, q_big: float, repeats: int = 3
+):
     fn = grid_estimator(config, partition, model, sim["init"], q_big)
-    return time_jitted(lambda y: fn(y).means, jnp.asarray(sim["observations"]), repeats=3)
+    return time_jitted(lambda y: fn(y).means, jnp.asarray(sim["observations"]), repeats=repeats)
 
 
 def _slope(buses: list[float], times: list[float]) -> float:
@@ -69,11 +77,20 @@ def bench_grid(quick: bool, progress: Progress) -> dict[str, float]:
         if n <= central_max:
             progress(f"{case}: central ({3 * n} states)")
             whole = Partition(labels=np.zeros(n, int), clusters=(np.arange(n),))
-            cen = _timed(config, model, whole, sim, config.q_Omega_central)
+            # From 118 buses one central run takes seconds to minutes, far above the machine's noise.
+            cen = _timed(config, model, whole, sim, config.q_Omega_central, repeats=1 if n >= 118 else 3)
             central_s = cen.median_s
             out[f"{case}.central.run_s"] = central_s
             out[f"{case}.central.compile_s"] = cen.compile_s
             out[f"{case}.speedup_distributed_vs_central"] = central_s / dist.median_s
+        n_dev = len(jax.devices())
+        if n_dev > 1 and n >= 300:
+            progress(f"{case}: distributed over {n_dev} devices")
+            spread = config.model_copy(update={"devices": n_dev})
+            sharded = _timed(spread, model, partition, sim, config.q_Omega_distributed)
+            out[f"{case}.distributed_sharded.run_s"] = sharded.median_s
+            out[f"{case}.distributed_sharded.compile_s"] = sharded.compile_s
+            out["distributed_sharded.devices"] = float(n_dev)
         rows.append((case, n, central_s, dist.median_s))
     buses = [float(r[1]) for r in rows]
     dist_times = [r[3] for r in rows]
@@ -84,11 +101,20 @@ def bench_grid(quick: bool, progress: Progress) -> dict[str, float]:
     big = [(b, t) for b, t in zip(buses, dist_times, strict=True) if b >= 300]
     if len(big) >= 2:
         out["distributed.loglog_slope_300_to_9241"] = _slope([b for b, _ in big], [t for _, t in big])
-    _figure(rows)
+    split = [
+        (float(r[1]), out[f"{r[0]}.distributed_sharded.run_s"])
+        for r in rows
+        if f"{r[0]}.distributed_sharded.run_s" in out
+    ]
+    if len(split) >= 2:
+        out["distributed_sharded.loglog_slope_300_to_9241"] = _slope(
+            [b for b, _ in split], [t for _, t in split]
+        )
+    _figure(rows, split)
     return out
 
 
-def _figure(rows: list[tuple[str, int, float, float]]) -> None:
+def _figure(rows: list[tuple[str, int, float, float]], sharded: list[tuple[float, float]]) -> None:
     """``bench_grid.png`` beside ``bench.json``: run time against buses, log-log."""
     import matplotlib
 
@@ -101,6 +127,8 @@ def _figure(rows: list[tuple[str, int, float, float]]) -> None:
     ok = np.isfinite(central)
     ax.loglog(buses[ok], central[ok], "o-", label="twinfer central UKF")
     ax.loglog(buses, [r[3] for r in rows], "s-", label="twinfer distributed UKF")
+    if sharded:
+        ax.loglog(*zip(*sharded, strict=True), "^-", label="twinfer distributed, all devices")
     paper = [(v[2], v[0], v[1]) for v in PAPER_S2.values()]
     ax.loglog(
         [p[0] for p in paper], [p[1] for p in paper], "o:", color="0.5", label="paper central (Table S2)"

@@ -335,29 +335,55 @@ def figures(arrays: Mapping[str, Any], config: GridConfig) -> dict[str, Any]:
     axes[-1, 0].set_xlabel("time [s]")
     axes[0, 0].set_title(f"grid {config.case}: bus frequencies")
     figs = {"frequencies": fig}
-    labels = np.asarray(arrays["labels"])
-    if n <= 3000:
-        figs["clusters"] = _cluster_map(config, labels)
+    figs["clusters"] = _cluster_map(config, np.asarray(arrays["labels"]))
     return figs
 
 
 def _cluster_map(config: GridConfig, labels: np.ndarray) -> Any:
-    """The network drawn with a force-directed layout, buses coloured by cluster."""
+    """The network drawn with a force-directed layout, buses coloured by cluster.
+
+    Up to 3,000 buses the layout places every bus; above, it places the clusters (the quotient graph:
+    clusters joined where any of their buses are) and draws each cluster's buses on a small ring around
+    its position, so PEGASE 9241 is laid out in seconds instead of the minutes a bus-level layout takes.
+    """
     import matplotlib.pyplot as plt
     import networkx as nx
+    from matplotlib.collections import LineCollection
 
     net = load_grid(config.case)
     k = net.coupling.tocoo()
-    graph = nx.Graph()
-    graph.add_nodes_from(range(net.n_bus))
-    graph.add_edges_from((int(i), int(j)) for i, j in zip(k.row, k.col, strict=True) if i < j)
-    pos = nx.spring_layout(graph, seed=0, iterations=50 if net.n_bus > 500 else 200)
-    xy = np.array([pos[i] for i in range(net.n_bus)])
+    upper = k.row < k.col
+    rows, cols = k.row[upper], k.col[upper]
+    if net.n_bus <= 3000:
+        graph = nx.Graph()
+        graph.add_nodes_from(range(net.n_bus))
+        graph.add_edges_from(zip(rows.tolist(), cols.tolist(), strict=True))
+        pos = nx.spring_layout(graph, seed=0, iterations=50 if net.n_bus > 500 else 200)
+        xy = np.array([pos[i] for i in range(net.n_bus)])
+    else:
+        quotient = nx.Graph()
+        quotient.add_nodes_from(range(int(labels.max()) + 1))
+        across = labels[rows] != labels[cols]
+        quotient.add_edges_from(
+            zip(labels[rows][across].tolist(), labels[cols][across].tolist(), strict=True)
+        )
+        pos = nx.spring_layout(quotient, seed=0, iterations=50)
+        centre = np.array([pos[c] for c in range(quotient.number_of_nodes())])
+        spread = 0.25 * np.median(np.linalg.norm(np.diff(centre, axis=0), axis=1))
+        rank = np.zeros(net.n_bus)
+        for c in range(len(centre)):
+            members = np.flatnonzero(labels == c)
+            rank[members] = np.arange(len(members)) / max(len(members), 1)
+        angle = 2 * np.pi * rank
+        xy = centre[labels] + spread * np.stack([np.cos(angle), np.sin(angle)], axis=1)
     fig, ax = plt.subplots(figsize=(7, 7))
-    for i, j in graph.edges():
-        ax.plot(xy[[i, j], 0], xy[[i, j], 1], color="0.8", lw=0.4, zorder=1)
-    ax.scatter(xy[:, 0], xy[:, 1], c=labels % 20, cmap="tab20", s=max(4, 400 // np.sqrt(net.n_bus)), zorder=2)
-    ax.scatter(xy[net.gen_buses, 0], xy[net.gen_buses, 1], facecolors="none", edgecolors="k", s=30, lw=0.6)
+    segments = np.stack([xy[rows], xy[cols]], axis=1)
+    ax.add_collection(LineCollection(segments, colors="0.8", linewidths=0.4, zorder=1))
+    ax.scatter(xy[:, 0], xy[:, 1], c=labels % 20, cmap="tab20", s=max(1, 400 // np.sqrt(net.n_bus)), zorder=2)
+    gen_size = 30 if net.n_bus <= 3000 else 6
+    ax.scatter(
+        xy[net.gen_buses, 0], xy[net.gen_buses, 1], facecolors="none", edgecolors="k", s=gen_size, lw=0.5
+    )
     ax.set_title(f"{config.case}: {labels.max() + 1} clusters (S_max = {config.s_max}); circles: generators")
     ax.set_axis_off()
     return fig
