@@ -378,7 +378,7 @@ def _cluster_map(config: GridConfig, labels: np.ndarray) -> Any:
         xy = centre[labels] + spread * np.stack([np.cos(angle), np.sin(angle)], axis=1)
     fig, ax = plt.subplots(figsize=(7, 7))
     segments = np.stack([xy[rows], xy[cols]], axis=1)
-    ax.add_collection(LineCollection(segments, colors="0.8", linewidths=0.4, zorder=1))
+    ax.add_collection(LineCollection(list(segments), colors="0.8", linewidths=0.4, zorder=1))
     ax.scatter(xy[:, 0], xy[:, 1], c=labels % 20, cmap="tab20", s=max(1, 400 // np.sqrt(net.n_bus)), zorder=2)
     gen_size = 30 if net.n_bus <= 3000 else 6
     ax.scatter(
