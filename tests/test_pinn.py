@@ -303,3 +303,32 @@ def test_projected_parameters_recover_the_parameters_that_generated_the_data():
     np.testing.assert_allclose(solved.values(), [14.0, 110.0, 1.3], rtol=1e-6)
     lower = projected_parameters(net, guess, problem, bounds=(1e-3, 1.2))  # kappa2 clipped at 1.2 * 75
     assert float(lower.as_dict()["kappa2"]) == pytest.approx(90.0)
+
+
+def test_state_problem_writes_the_physics_at_its_own_collocation_times():
+    """With ``t_col``/``force_col`` the force term uses those times and forces: data made
+    from the network's own states at the collocation times are fitted exactly at the true parameters,
+    although the observation times carry a different force; one of the pair alone is refused."""
+    from twinfer.infer.pinn import projected_parameters, state_losses, state_problem
+    from twinfer.models import set_params
+
+    chain = Chain(10.0, 15.0, 1.0, cubic_stiffness=100.0, n_dof=2, forced_dofs=[1, 2])
+    net = StateNetwork(jax.random.key(7), 4, 0.0, 5.0, width=8, depth=2, out_scale=0.2)
+    t_obs = jnp.linspace(0.0, 5.0, 41)
+    t_col = 0.5 * (t_obs[1:] + t_obs[:-1])
+    true = {"c2": 1.4, "k1": 13.0, "kappa2": 120.0}
+    z_c, dz_c = net.batch(t_col)
+    f_col = predicted_force(chain, set_params(chain.params, true), z_c, dz_c)
+    z_o = jax.vmap(net)(t_obs)
+    kw = {"disp_scale": 0.1, "vel_scale": 0.1, "acc_scale": 0.1}
+    problem = state_problem(chain, t_obs, z_o, jnp.ones((41, 2)), t_col=t_col, force_col=f_col, **kw)
+    theta = PositiveParameters(true)
+    _, parts = state_losses(net, theta, problem)
+    assert float(parts["obs"]) < 1e-20 and float(parts["ode"]) < 1e-20  # (cc: a random net has du/dt != v)
+    guess = PositiveParameters({"c2": 2.0, "k1": 10.0, "kappa2": 75.0})
+    solved = projected_parameters(net, guess, problem).values()
+    np.testing.assert_allclose(solved, [1.4, 13.0, 120.0], rtol=1e-6)
+    with pytest.raises(ValueError, match="t_col/force_col: expected both or neither"):
+        state_problem(chain, t_obs, z_o, jnp.ones((41, 2)), t_col=t_col, **kw)
+    with pytest.raises(ValueError, match=r"force_col: expected shape \(40, 2\)"):
+        state_problem(chain, t_obs, z_o, jnp.ones((41, 2)), t_col=t_col, force_col=f_col[:-1], **kw)

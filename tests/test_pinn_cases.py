@@ -65,3 +65,36 @@ def test_repeat_noise_sd_estimates_the_noise_scale_from_the_repeats():
     np.testing.assert_allclose(repeat_noise_sd(noisy), [0.1, 0.3], rtol=0.02)
     with pytest.raises(ValueError, match="repeats: expected shape"):
         repeat_noise_sd(noisy[:1])
+
+
+def test_midstep_collocation_removes_the_zero_order_hold_delay():
+    """The simulation holds each force sample over its step. A smooth derivative at the samples sees the
+    force half a step late and the least-squares damping is biased; at mid-steps ``t_i + dt/2`` with the
+    held ``f_i`` the same data give the damping back (the reason for ``collocation = "midstep"``)."""
+    from twinfer.experiments._pinn_data import chain_of
+    from twinfer.experiments.pinn_bayes import PinnBayesConfig, collocation_points
+    from twinfer.sim import bandlimited_noise_dynasim, discretise, simulate_discrete
+
+    config = PinnBayesConfig(n_samples=2048, horizon=60.0, obs_stride=1)
+    chain = chain_of(2, "linear", [1, 2])
+    ts = np.linspace(0.0, config.horizon, config.n_samples)
+    dt = ts[1] - ts[0]
+    force = np.stack([bandlimited_noise_dynasim(ts, (0.05, 1.0), 500.0, 43810 + i) for i in range(2)], axis=1)
+    x = np.asarray(simulate_discrete(discretise(chain, dt, "rk4"), np.zeros(4), force[:-1]).states)
+
+    def damping(z, dz, f):  # least squares for (c1, c2, k1, k2) of f = M dv/dt + C v + K u, per DOF
+        rel_u, rel_v = np.diff(z[:, :2], axis=1, prepend=0.0), np.diff(z[:, 2:], axis=1, prepend=0.0)
+        rows = np.zeros((2 * len(z), 4))
+        rows[0::2] = np.stack([rel_v[:, 0], -rel_v[:, 1], rel_u[:, 0], -rel_u[:, 1]], 1)
+        rows[1::2, [1, 3]] = np.stack([rel_v[:, 1], rel_u[:, 1]], 1)
+        rhs = (f - 10.0 * dz[:, 2:]).ravel()
+        return np.linalg.lstsq(rows, rhs, rcond=None)[0]
+
+    i = np.arange(1, config.n_samples - 1)  # samples: central differences, force f_i
+    at_samples = damping(x[i], (x[i + 1] - x[i - 1]) / (2 * dt), force[i])
+    idx, t_mid = collocation_points(config, ts)
+    np.testing.assert_allclose(t_mid, ts[idx] + dt / 2)
+    mid = 0.5 * (x[idx] + x[idx + 1])
+    at_mid = damping(mid, (x[idx + 1] - x[idx]) / dt, force[idx])
+    assert np.all(np.abs(at_samples[:2] - 1.0) > 0.03)  # half a step of delay: several percent on c
+    np.testing.assert_allclose(at_mid, [1.0, 1.0, 15.0, 15.0], rtol=5e-3)

@@ -196,9 +196,14 @@ class PinnTrainConfig(CaseConfig):
     checkpoint_dir: str = pydantic.Field("", description="Checkpoint folder ('' = system temp folder).")
 
 
-def checkpoint_path(case: str, config: PinnTrainConfig) -> tuple[Path, str]:
-    """A checkpoint file named by the hash of the resolved config, and that hash as the fingerprint."""
-    payload = json.dumps(config.model_dump(exclude={"checkpoint_dir"}), sort_keys=True)
+def checkpoint_path(
+    case: str, config: PinnTrainConfig, after_training: Sequence[str] = ()
+) -> tuple[Path, str]:
+    """A checkpoint file named by the hash of the resolved config, and that hash as the fingerprint.
+
+    ``after_training`` names fields that only act after the network is trained (they leave the hash alone).
+    """
+    payload = json.dumps(config.model_dump(exclude={"checkpoint_dir", *after_training}), sort_keys=True)
     digest = hashlib.sha1(f"{case}:{payload}".encode()).hexdigest()[:16]
     root = Path(config.checkpoint_dir or Path(tempfile.gettempdir()) / "twinfer-checkpoints")
     return root / f"{case}-{digest}.ckpt", digest

@@ -6,7 +6,7 @@ References:
 
 """
 
-from twinfer.infer.pinn._bayes import force_log_posterior, gamma_logpdf
+from twinfer.infer.pinn._bayes import affine_force, force_log_posterior, gamma_logpdf
 from twinfer.infer.pinn._loss import (
     LossWeights,
     SensorProblem,
@@ -37,6 +37,7 @@ __all__ = [
     "TrainResult",
     "TrainSettings",
     "chain_residuals",
+    "affine_force",
     "force_log_posterior",
     "gamma_logpdf",
     "check_parameter_names",

@@ -31,6 +31,22 @@ def gamma_logpdf(x: Any, concentration: Any, rate: Any) -> Any:
     )
 
 
+def affine_force(chain: Chain, z: Any, dz: Any, names: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+    """``(J, f0)`` with ``predicted_force(theta) = f0 + J theta`` exactly (flattened time x DOF).
+
+    With frozen states Eq 15 is affine in (c, k, kappa or mu): the Jacobian at any point is the map.
+    """
+    z, dz = jnp.asarray(z), jnp.asarray(dz)
+
+    def force_of(theta: Any) -> Any:
+        params = set_params(chain.params, {n: theta[i] for i, n in enumerate(names)})
+        return predicted_force(chain, params, z, dz).ravel()
+
+    theta_ref = jnp.asarray([float(get_param(chain.params, n)) for n in names])
+    jac = jax.jacfwd(force_of)(theta_ref)
+    return np.asarray(jac), np.asarray(force_of(theta_ref) - jac @ theta_ref)
+
+
 def force_log_posterior(
     chain: Chain,
     z: Any,
@@ -64,22 +80,15 @@ def force_log_posterior(
         raise ValueError(f"priors: expected a Gamma prior for every sampled name; missing {missing}.")
     full = np.asarray(jax.vmap(jax.vmap(chain.external_force))(jnp.asarray(reps)))  # (R, T, n)
     n_rep, n_obs = full.shape[0], full.shape[1] * full.shape[2]
-    mean_force = jnp.asarray(full.mean(axis=0))
+    mean_force = full.mean(axis=0)
     scatter = float(np.sum((full - full.mean(axis=0)) ** 2))
     conc = jnp.asarray([priors[n][0] for n in names] + [sigma_prior[0]])
     rate = jnp.asarray([priors[n][1] for n in names] + [sigma_prior[1]])
-    z, dz = jnp.asarray(z), jnp.asarray(dz)
-
-    def force_of(theta: Any) -> Any:
-        params = set_params(chain.params, {n: theta[i] for i, n in enumerate(names)})
-        return predicted_force(chain, params, z, dz).ravel()
-
     # Eq 15 is affine in (c, k, kappa or mu) once the states are frozen: f(theta) = f0 + J theta exactly,
     # so the Gaussian likelihood reduces to p x p sufficient statistics (no pass over the data per step).
-    theta_ref = jnp.asarray([float(get_param(chain.params, n)) for n in names])
-    jac = jax.jacfwd(force_of)(theta_ref)
-    target = mean_force.ravel() - (force_of(theta_ref) - jac @ theta_ref)
-    gram, cross, base = jac.T @ jac, jac.T @ target, float(target @ target)
+    jac, offset = affine_force(chain, z, dz, names)
+    target = mean_force.ravel() - offset
+    gram, cross, base = jnp.asarray(jac.T @ jac), jnp.asarray(jac.T @ target), float(target @ target)
 
     def logdensity(phi: Any) -> Any:
         values = jnp.exp(phi)

@@ -232,7 +232,7 @@ def projected_parameters(
             params = theta.with_values(values).apply(problem.chain.params)
             return _sensor_terms(sensor_states, params, problem)[0]
     else:
-        state_states = jax.lax.stop_gradient(net.batch(problem.t_obs))
+        state_states = jax.lax.stop_gradient(_state_states(net, problem))
 
         def loss_of(values: Any) -> Any:
             params = theta.with_values(values).apply(problem.chain.params)
@@ -256,6 +256,11 @@ class StateProblem(eqx.Module):
         z_obs: (T, 2n) measured ``[u, v]`` (mean of the repeats: with a common noise scale the squared
             error summed over repeats differs from the mean's by a constant).
         force_obs: (T, n_in) measured forces (mean of the repeats).
+        t_col, force_col: collocation times of ``L_cc`` and ``L_p`` and the measured force acting there
+            (default: the observation times and forces). With a force held constant over each sample step
+            (zero-order hold, specs 1.5) the mid-step times ``t_i + dt/2`` with the held sample ``f_i`` are
+            exact, whereas at ``t_i`` itself the force jumps and a smooth network's derivative sees the mean
+            of ``f_{i-1}`` and ``f_i``, half a step late.
         disp_scale, vel_scale, acc_scale: residual scales, one per DOF (a scalar is broadcast). With the
             measurement noise standard deviations of the fitted quantities, ``L_o + L_cc + L_p`` is the
             Gaussian negative log-likelihood of Eq 23 at fixed noise scales, up to constants.
@@ -267,6 +272,8 @@ class StateProblem(eqx.Module):
     t_obs: Float[Array, " T"]
     z_obs: Float[Array, "T 2n"]
     force_obs: Float[Array, "T n_in"]
+    t_col: Float[Array, " Tc"]
+    force_col: Float[Array, "Tc n_in"]
     disp_scale: Float[Array, " n"]
     vel_scale: Float[Array, " n"]
     acc_scale: Float[Array, " n"]
@@ -283,17 +290,28 @@ def state_problem(
     vel_scale: Any,
     acc_scale: Any,
     weights: LossWeights | None = None,
+    t_col: Any = None,
+    force_col: Any = None,
 ) -> StateProblem:
     """Validated :class:`StateProblem` (shapes and finiteness checked, errors name the field).
 
     The scales are scalars or one value per DOF (displacement [m], velocity [m/s], acceleration [m/s^2]).
+    ``t_col`` and ``force_col`` (given together) are the collocation times and forces of the physics terms;
+    by default the observation times and forces.
     """
     t = _finite("t_obs", t_obs, 1)
     z, f = _finite("z_obs", z_obs, 2), _finite("force_obs", force_obs, 2)
     if z.shape != (t.size, chain.n_state):
         raise ValueError(f"z_obs: expected shape {(t.size, chain.n_state)}; received {z.shape}.")
-    if f.shape != (t.size, len(chain.forced_dofs)):
-        raise ValueError(f"force_obs: expected shape {(t.size, len(chain.forced_dofs))}; received {f.shape}.")
+    n_in = len(chain.forced_dofs)
+    if f.shape != (t.size, n_in):
+        raise ValueError(f"force_obs: expected shape {(t.size, n_in)}; received {f.shape}.")
+    if (t_col is None) != (force_col is None):
+        raise ValueError("t_col/force_col: expected both or neither; received only one of them.")
+    t_c = t if t_col is None else _finite("t_col", t_col, 1)
+    f_c = f if force_col is None else _finite("force_col", force_col, 2)
+    if f_c.shape != (t_c.size, n_in):
+        raise ValueError(f"force_col: expected shape {(t_c.size, n_in)}; received {f_c.shape}.")
     per_dof = {}
     for name, value in (("disp_scale", disp_scale), ("vel_scale", vel_scale), ("acc_scale", acc_scale)):
         arr = np.asarray(value, dtype=np.float64)
@@ -311,6 +329,8 @@ def state_problem(
         t_obs=jnp.asarray(t),
         z_obs=jnp.asarray(z),
         force_obs=jnp.asarray(f),
+        t_col=jnp.asarray(t_c),
+        force_col=jnp.asarray(f_c),
         weights=weights or LossWeights(),
         **per_dof,
     )
@@ -319,11 +339,11 @@ def state_problem(
 def _state_terms(
     states: tuple[Array, ...], params: Any, problem: StateProblem
 ) -> tuple[Float[Array, ""], dict[str, Float[Array, ""]]]:
-    z, dz = states
+    z_o, z_c, dz_c = states
     n = problem.chain.n_dof
-    r_z = problem.z_obs - z
+    r_z = problem.z_obs - z_o
     l_obs = _mean_sq(r_z[:, :n] / problem.disp_scale) + _mean_sq(r_z[:, n:] / problem.vel_scale)
-    r_cc, r_ode, _ = chain_residuals(problem.chain, params, z, dz, problem.force_obs)
+    r_cc, r_ode, _ = chain_residuals(problem.chain, params, z_c, dz_c, problem.force_col)
     l_cc = _mean_sq(r_cc / problem.vel_scale)
     l_ode = _mean_sq(r_ode / problem.acc_scale)
     w = problem.weights
@@ -338,4 +358,10 @@ def state_losses(
     With ``theta`` the system parameters are learned from the same loss, never given (specs D13).
     """
     params = problem.chain.params if theta is None else theta.apply(problem.chain.params)
-    return _state_terms(net.batch(problem.t_obs), params, problem)
+    return _state_terms(_state_states(net, problem), params, problem)
+
+
+def _state_states(net: StateNetwork, problem: StateProblem) -> tuple[Array, ...]:
+    """Network states at the observation times, states and rates at the collocation times."""
+    z_c, dz_c = net.batch(problem.t_col)
+    return jax.vmap(net)(problem.t_obs), z_c, dz_c
