@@ -138,3 +138,16 @@ def test_kuramoto_vector_field_matches_dense_formula():
     assert model.param_names[-1] == f"Omega{n}"
     with pytest.raises(ValueError, match=r"damping: expected shape \(6,\); received \(5,\)"):
         KuramotoNetwork(index, weight, d[:5], omega_nat)
+
+
+def test_report_sets_each_network_beside_its_own_table_rows():
+    from twinfer.experiments.grid import GridConfig, paper_values
+
+    p39 = paper_values(GridConfig.model_validate({"case": "ieee39"}))
+    assert p39["partition.clusters"].value == 10 and p39["distributed.coverage95_Omega"].value == 0.921
+    assert "partition.clusters" not in paper_values(GridConfig.model_validate({"case": "ieee300"}))  # S_max 5
+    assert (
+        paper_values(GridConfig.model_validate({"case": "ieee300", "s_max": 3}))["partition.clusters"].value
+        == 100
+    )
+    assert paper_values(GridConfig.model_validate({"case": "pegase9241"})) == {}

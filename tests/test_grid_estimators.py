@@ -39,6 +39,7 @@ def test_local_coupling_with_true_external_phases_equals_global_vector_field():
     theta, omega = x[:n], x[n:]
     expected = np.asarray(model.vector_field(0.0, x, jnp.zeros(0), model.params))[n:]
     register = np.concatenate([theta, [0.0]])
+    ext_all = external_sums(jnp.asarray(register), layout)
     for c in range(part.n_clusters):
         bus = np.asarray(layout.bus[c])
         valid = np.asarray(layout.valid[c])
@@ -46,8 +47,7 @@ def test_local_coupling_with_true_external_phases_equals_global_vector_field():
         om_local = np.concatenate([omega, [0.0]])[bus]
         d = np.concatenate([np.asarray(model.params["d"]), [1.0]])[bus]
         big = np.concatenate([np.asarray(model.params["Omega"]), [0.0]])[bus]
-        ext = external_sums(jnp.asarray(register), layout.ext_global[c], layout.ext_weight[c])
-        _, domega = _local_rhs(th_local, om_local, big, d, ext, layout.internal[c])
+        _, domega = _local_rhs(th_local, om_local, big, d, ext_all[c], layout.internal[c])
         np.testing.assert_allclose(np.asarray(domega)[valid], expected[bus[valid]], rtol=1e-12, atol=1e-12)
     assert part.n_clusters >= 2  # the test exercises both local and external neighbours
 
@@ -118,9 +118,11 @@ def test_external_force_variance_matches_monte_carlo_to_first_order():
         external_force_variance(jnp.asarray(reg), jnp.asarray(reg_var), jnp.asarray(local), layout)
     )
     draws = reg[None] + np.sqrt(reg_var)[None] * rng.normal(size=(40000, n + 1))
-    ext_g, ext_w = np.asarray(layout.ext_global), np.asarray(layout.ext_weight)
-    force = np.sum(ext_w[None] * np.sin(draws[:, ext_g] - local[None, ..., None]), axis=-1)
-    has_ext = ext_w.sum(-1) > 0
+    src, slot, w = (np.asarray(a) for a in (layout.ext_src, layout.ext_slot, layout.ext_weight))
+    force = np.zeros((draws.shape[0], local.size))
+    np.add.at(force, (slice(None), slot), w[None] * np.sin(draws[:, src] - local.reshape(-1)[slot][None]))
+    force = force.reshape(draws.shape[0], *local.shape)
+    has_ext = np.bincount(slot, minlength=local.size).reshape(local.shape) > 0
     assert has_ext.sum() >= 3
     np.testing.assert_allclose(v[has_ext], force.var(axis=0)[has_ext], rtol=0.05)
     np.testing.assert_array_equal(v[~has_ext], 0.0)
@@ -256,3 +258,102 @@ def test_cluster_axis_sharded_over_four_devices_agrees_with_one_device():
     assert proc.returncode == 0, proc.stderr[-3000:]
     diffs = next(line for line in proc.stdout.splitlines() if line.startswith("DIFF")).split()[1:]
     assert max(float(v) for v in diffs) <= 1e-10, proc.stdout
+
+
+def test_sincos_equals_the_library_sine_and_cosine_to_an_ulp():
+    """Over quadrant boundaries, negative and large arguments (unwrapped phases)."""
+    from twinfer.infer.clusters._sincos import sincos
+
+    rng = np.random.default_rng(7)
+    half_pi = np.pi / 2 * np.arange(-400, 401)
+    x = np.concatenate(
+        [rng.uniform(-10, 10, 20000), rng.uniform(-1e5, 1e5, 2000), half_pi, half_pi + 1e-9, half_pi - 1e-9]
+    )
+    s, c = (np.asarray(v) for v in sincos(jnp.asarray(x)))
+    tol = 4e-16 * np.maximum(1.0, np.abs(x) / 1e3)  # the reduction's rounding grows with |x|
+    assert np.all(np.abs(s - np.sin(x)) <= tol), np.max(np.abs(s - np.sin(x)) / tol)
+    assert np.all(np.abs(c - np.cos(x)) <= tol), np.max(np.abs(c - np.cos(x)) / tol)
+
+
+def test_substep_groups_meet_each_clusters_own_stability_bound_with_divisors_of_the_finest():
+    """Each cluster gets the fewest stable sub-steps for its own buses, rounded up to a divisor."""
+    from twinfer.infer.clusters import substep_groups
+
+    k, model, _ = _ring_network()
+    weight = np.asarray(model.weight)
+    row_sums = np.array([100.0, 100.0, 180.0**2, 100.0, 80.0**2, 80.0**2, 130.0**2])  # need 1 1 4 1 2 2 3
+    weight = weight / weight.sum(axis=1, keepdims=True) * row_sums[:, None]
+    part = partition_greedy(k, np.array([0, 4]), s_max=2)
+    groups = substep_groups(part, weight, 0.01)
+    finest = stable_substeps(weight, 0.01)
+    assert [g for _, g in groups] == sorted({g for _, g in groups}) and groups[-1][1] == finest > 1
+    seen = []
+    for sub, g in groups:
+        assert finest % g == 0 and sub.labels is part.labels
+        for members in sub.clusters:
+            assert stable_substeps(weight[members], 0.01) <= g  # stable
+            seen.extend(members.tolist())
+    assert sorted(seen) == list(range(model.n_bus))
+    assert [g for _, g in groups] == [1, 2, 4]  # bus 6 needs 3, rounded up to the divisor 4
+
+
+@pytest.mark.parametrize("messages", ["held", "probabilistic"])
+def test_clusters_split_into_groups_with_the_same_substeps_give_the_same_estimates(messages):
+    """Groups are bookkeeping: the same clusters in two batches (same sub-steps) change nothing."""
+    from twinfer.infer.clusters import run_clusters
+
+    config, model, part, sim = _ieee14_problem(steps=20)
+    n = model.n_bus
+    index, weight = np.asarray(model.index), np.asarray(model.weight)
+    half = part.n_clusters // 2
+    split = [Partition(part.labels, part.clusters[:half]), Partition(part.labels, part.clusters[half:])]
+    x0 = np.stack([sim["init"][:n], sim["init"][n:], np.zeros(n)], axis=1)
+    args = (jnp.asarray(model.params["d"]), jnp.asarray(sim["observations"]), jnp.asarray(x0))
+    rest = ((0.25, 0.25, 1.0), (1e-4, 1e-4, 1e-6), 4e-4, 0.01, 1.0)
+    one = run_clusters(cluster_layout(part, index, weight), *args, *rest, 2, messages=messages)
+    two = run_clusters(
+        [cluster_layout(p, index, weight, part.max_size) for p in split],
+        *args,
+        *rest,
+        (2, 2),
+        messages=messages,
+    )
+    np.testing.assert_allclose(np.asarray(two.means), np.asarray(one.means), rtol=0, atol=1e-12)
+    np.testing.assert_allclose(np.asarray(two.stds), np.asarray(one.stds), rtol=0, atol=1e-12)
+
+
+def test_mixed_substep_groups_read_the_fine_prediction_at_their_own_stage_times():
+    """With groups of 2 and 1 sub-steps, the finer group's mean steps exactly as the network's Heun step
+    of dt/2; the coarser one, fed the fine prediction at t and t + dt, stays within O(dt^2) of it."""
+    from twinfer.infer.clusters import predicted_external_sums
+
+    _, model, rng = _ring_network()
+    n = model.n_bus
+    part = partition_greedy(sp.csr_matrix(np.ones((n, n)) - np.eye(n)), np.array([0, 4]), s_max=3)
+    groups = [Partition(part.labels, part.clusters[:1]), Partition(part.labels, part.clusters[1:])]
+    steps = (2, 1)
+    layouts = [cluster_layout(g, np.asarray(model.index), np.asarray(model.weight)) for g in groups]
+    x = rng.normal(size=2 * n) * 0.3
+    dt = 0.05
+    means, damps = [], []
+    for lay in layouts:
+        glob = lambda v, fill, lay=lay: jnp.concatenate([jnp.asarray(v), jnp.full(1, fill)])[lay.bus]
+        means.append(
+            jnp.concatenate([glob(x[:n], 0.0), glob(x[n:], 0.0), glob(model.params["Omega"], 0.0)], 1)
+        )
+        damps.append(glob(model.params["d"], 1.0))
+    staged = predicted_external_sums(means, damps, layouts, n, dt, steps)
+    step = discretise(model, dt / 2, "heun")
+    ref = np.asarray(
+        step.transition(
+            0.0, step.transition(0.0, jnp.asarray(x), jnp.zeros(0), model.params), jnp.zeros(0), model.params
+        )
+    )
+    for lay, m, d, st, k, tol in zip(layouts, means, damps, staged, steps, (1e-12, 2e-3), strict=True):
+        assert st.shape == (lay.bus.shape[0], k, 2, lay.bus.shape[1], 2)
+        s = lay.bus.shape[1]
+        for c in range(lay.bus.shape[0]):
+            out = np.asarray(heun_transition(dt, d[c], lay.internal[c], k)(m[c], st[c]))
+            valid, bus = np.asarray(lay.valid[c]), np.asarray(lay.bus[c])
+            np.testing.assert_allclose(out[:s][valid], ref[bus[valid]], rtol=0, atol=tol)
+            np.testing.assert_allclose(out[s : 2 * s][valid], ref[n + bus[valid]], rtol=0, atol=tol)

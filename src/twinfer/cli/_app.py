@@ -142,12 +142,12 @@ def run(
         cfg.model_dump(),
         artifacts,
         figs,
-        the_case.paper,
+        the_case.paper_values(cfg),
     )
     from twinfer.report import write_posterior
 
     write_posterior(run_dir, artifacts.arrays)  # posterior.nc + summary when the case sampled a posterior
-    _print_metrics(the_case.name, dict(artifacts.metrics), the_case.paper)
+    _print_metrics(the_case.name, dict(artifacts.metrics), the_case.paper_values(cfg))
     out.print(f"run folder: [bold]{run_dir}[/] ({time.perf_counter() - start:.1f} s)")
 
 
@@ -214,7 +214,7 @@ def report(run_dir: Annotated[Path, typer.Argument(help="A run folder written by
         case_name,
         the_case.description,
         metrics,
-        the_case.paper,
+        the_case.paper_values(cfg),
         to_toml(config),
         artifacts.notes,
         names,

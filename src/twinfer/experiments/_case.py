@@ -49,6 +49,12 @@ class Case:
     figures: Callable[[Mapping[str, Any], Any], dict[str, Any]]
     quick: Mapping[str, Any] = field(default_factory=dict)
     paper: Mapping[str, PaperValue] = field(default_factory=dict)
+    paper_for: Callable[[Any], Mapping[str, PaperValue]] | None = None
+    """Paper values that depend on the configuration (e.g. the grid's Table S2-S3 row of its network)."""
+
+    def paper_values(self, config: Any) -> Mapping[str, PaperValue]:
+        """The paper's values to set beside this configuration's metrics."""
+        return self.paper if self.paper_for is None else self.paper_for(config)
 
 
 REGISTRY: dict[str, Case] = {}

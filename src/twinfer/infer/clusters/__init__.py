@@ -11,6 +11,7 @@ from twinfer.infer.clusters._kuramoto import (
     predicted_external_sums,
     run_clusters,
     stable_substeps,
+    substep_groups,
 )
 
 __all__ = [
@@ -24,4 +25,5 @@ __all__ = [
     "predicted_external_sums",
     "run_clusters",
     "stable_substeps",
+    "substep_groups",
 ]

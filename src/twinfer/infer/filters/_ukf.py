@@ -99,7 +99,7 @@ class UkfStep(NamedTuple):
 
 def ukf_step(
     f: Callable[[Any, Any], Any],
-    h: Callable[[Any, Any], Any],
+    h: Callable[[Any, Any], Any] | Any,
     mean: Any,
     cov: Any,
     q: Any,
@@ -116,7 +116,9 @@ def ukf_step(
 
     Args:
         f: transition ``(x, u) -> x_next``.
-        h: measurement ``(x, u) -> y``.
+        h: measurement ``(x, u) -> y``, or a matrix H (m, n) for a linear one: ``P_xy = P H^T`` and
+            ``S = H P H^T + R`` in closed form, the moments the sigma points give exactly for a linear map
+            (P the points' covariance, with Q only when ``redraw``), without the (n + m)^2 joint product.
         mean: filtered mean at the previous step (n,).
         cov: its covariance (n, n).
         q: process-noise covariance (n, n).
@@ -138,6 +140,12 @@ def ukf_step(
     x_pred = wm @ xp
     dx = xp - x_pred
     cross = ((pts - mean).T * wc) @ dx
+    if not callable(h):
+        h_mat = jnp.asarray(h)
+        p_points = (dx.T * wc) @ dx
+        p_pred = p_points + q
+        p_xy = (p_pred if redraw else p_points) @ h_mat.T  # as the (redrawn or propagated) points give
+        return _update(x_pred, p_pred, h_mat @ x_pred, p_xy, h_mat @ p_xy, r, y, mask, cross, innovation)
     if redraw:
         p_pred = (dx.T * wc) @ dx + q
         pts_y, _, _ = weights.sigma_points(x_pred, p_pred)
@@ -153,16 +161,21 @@ def ukf_step(
     n_x = dx.shape[1]
     if not redraw:
         p_pred = joint[:n_x, :n_x] + q
-    m = mask.astype(mean.dtype)
-    s_cov = joint[n_x:, n_x:] + r
-    p_xy = joint[:n_x, n_x:] * m[None, :]
-    s_eff = s_cov * jnp.outer(m, m) + jnp.diag(1.0 - m)
+    p_xy, p_yy = joint[:n_x, n_x:], joint[n_x:, n_x:]
+    return _update(x_pred, p_pred, y_pred, p_xy, p_yy, r, y, mask, cross, innovation)
+
+
+def _update(x_pred, p_pred, y_pred, p_xy, p_yy, r, y, mask, cross, innovation) -> UkfStep:
+    """The measurement update from the predicted moments (S15), masked components ignored."""
+    m = mask.astype(x_pred.dtype)
+    p_xy = p_xy * m[None, :]
+    s_eff = (p_yy + r) * jnp.outer(m, m) + jnp.diag(1.0 - m)
     chol_s = _small.cholesky(s_eff)
     gain = _small.cho_solve(chol_s, p_xy.T).T
     y = jnp.where(mask, y, y_pred)
     innov = (y - y_pred if innovation is None else innovation(y, y_pred)) * m
     new_mean = x_pred + gain @ innov
-    new_cov = p_pred - gain @ s_eff @ gain.T
+    new_cov = p_pred - gain @ p_xy.T  # = P - K S K^T, since K S = P_xy
     new_cov = 0.5 * (new_cov + new_cov.T)
     ll = _masked_gaussian_loglik(innov, chol_s, mask)
     ok = jnp.all(jnp.isfinite(new_mean)) & jnp.all(jnp.diag(new_cov) > 0) & jnp.isfinite(ll)
