@@ -64,9 +64,12 @@ def test_checkpoint_resume_is_exact(loss, tmp_path):
         train(
             loss, {"k": jnp.asarray(0.5)}, ["k"], 2, len(TS), settings, checkpoint=ckpt, progress=stop_after_4
         )
+    with np.load(ckpt) as data:
+        before = float(data["seconds"])
     resumed = train(loss, {"k": jnp.asarray(0.5)}, ["k"], 2, len(TS), settings, checkpoint=ckpt)
     assert float(resumed["params"]["k"]) == float(full["params"]["k"])
     np.testing.assert_array_equal(resumed["loss"], full["loss"])
+    assert 0.0 < before < resumed["seconds"]  # the training time before the interruption is kept
 
 
 def test_forward_mode_gradient_equals_reverse_mode(loss):

@@ -62,6 +62,9 @@ class BouncingBallConfig(CaseConfig):
     fixed_steps: int = pydantic.Field(
         1, ge=0, description="RK4 steps per sample in training (0: adaptive Tsit5 at rtol/atol)."
     )
+    events_per_step: int = pydantic.Field(
+        4, ge=1, description="Most events inside one fixed step (a learned corner bounce can hit 3)."
+    )
     grad_mode: str = pydantic.Field("forward", description="Gradient mode: forward or reverse.")
     checkpoint_dir: str = pydantic.Field("", description="Folder of training checkpoints ('' for none).")
 
@@ -117,7 +120,11 @@ def run(config: BouncingBallConfig, progress: Progress) -> RunArtifacts:
     progress("ground truth", 0, 1)
     truth = np.stack([np.asarray(simulate_ball(gt.params, x)) for x in x0s])
     progress("ground truth", 1, 1)
-    sim: dict[str, Any] = {"rtol": config.rtol, "atol": config.atol, "max_events_per_interval": 2}
+    sim: dict[str, Any] = {
+        "rtol": config.rtol,
+        "atol": config.atol,
+        "max_events_per_interval": config.events_per_step,
+    }
     if config.fixed_steps:
         sim["fixed_steps"] = config.fixed_steps
     metrics: dict[str, float] = {}

@@ -120,7 +120,8 @@ class TrainResult(dict):
     """The result of :func:`train`.
 
     Keys: ``params`` (all groups), ``loss`` and ``worst`` (the drawn and the worst scenario's loss per
-    step), ``horizon`` (per step), ``steps`` done and ``seconds`` spent.
+    step), ``horizon`` (per step), ``steps`` done and ``seconds`` spent (the steps of an interrupted
+    run before its checkpoint included, so a resumed run reports its whole training time).
     """
 
 
@@ -175,8 +176,9 @@ def train(
     key = jax.random.key(settings.seed)
     horizon, start = int(min(settings.horizon_start, n_samples)), 0
     history = {"loss": [], "worst": [], "horizon": []}
+    spent = 0.0
     if checkpoint is not None and Path(checkpoint).is_file():
-        theta, opt_state, start, horizon, history = _restore(checkpoint, theta, opt_state)
+        theta, opt_state, start, horizon, history, spent = _restore(checkpoint, theta, opt_state)
 
     def full(th):
         return dict(fixed, **th)
@@ -213,28 +215,31 @@ def train(
         if progress is not None and ((n + 1) % settings.progress_every == 0 or n + 1 == total):
             progress(stage, n + 1, total)
         if checkpoint is not None and ((n + 1) % settings.checkpoint_every == 0 or n + 1 == total):
-            _save(checkpoint, theta, opt_state, n + 1, int(h), history)
+            _save(checkpoint, theta, opt_state, n + 1, int(h), history, spent + time.perf_counter() - tic)
     return TrainResult(
         params=full(theta),
         loss=np.asarray(history["loss"]),
         worst=np.asarray(history["worst"]),
         horizon=np.asarray(history["horizon"]),
         steps=total,
-        seconds=time.perf_counter() - tic,
+        seconds=spent + time.perf_counter() - tic,
     )
 
 
-def _save(path: Path, theta: Params, opt_state: Any, step: int, horizon: int, history: dict) -> None:
+def _save(
+    path: Path, theta: Params, opt_state: Any, step: int, horizon: int, history: dict, seconds: float
+) -> None:
     leaves = jax.tree_util.tree_leaves(opt_state)
     arrays = {f"theta.{k}": v for k, v in theta.items()}
     arrays.update({f"opt.{i}": leaf for i, leaf in enumerate(leaves)})
     arrays.update(
-        {"step": step, "horizon": horizon}, **{f"history.{k}": np.asarray(v) for k, v in history.items()}
+        {"step": step, "horizon": horizon, "seconds": seconds},
+        **{f"history.{k}": np.asarray(v) for k, v in history.items()},
     )
     write_npz(path, arrays)
 
 
-def _restore(path: Path, theta: Params, opt_state: Any) -> tuple[Params, Any, int, int, dict]:
+def _restore(path: Path, theta: Params, opt_state: Any) -> tuple[Params, Any, int, int, dict, float]:
     with np.load(path) as data:
         new_theta = {k: jnp.asarray(data[f"theta.{k}"]) for k in theta}
         leaves, tree = jax.tree_util.tree_flatten(opt_state)
@@ -242,4 +247,5 @@ def _restore(path: Path, theta: Params, opt_state: Any) -> tuple[Params, Any, in
             tree, [jnp.asarray(data[f"opt.{i}"]) for i in range(len(leaves))]
         )
         history = {k: data[f"history.{k}"].tolist() for k in ("loss", "worst", "horizon")}
-        return new_theta, state, int(data["step"]), int(data["horizon"]), history
+        seconds = float(data["seconds"]) if "seconds" in data else 0.0
+        return new_theta, state, int(data["step"]), int(data["horizon"]), history, seconds

@@ -259,12 +259,7 @@ class Combination(eqx.Module):
             if node == "gb":
                 return self.b(t, val["ub"], z_b, pb)
             i = node[1]
-            out = W[f"W_{i}z"] @ v_z
-            for j in ("a", "b"):
-                if self.mode(f"W_{i}{j}") != "zero":
-                    out = out + W[f"W_{i}{j}"] @ val[f"g{j}"]
-            b = bias[f"b_{i}"]
-            return out if b is None else out + b
+            return self._linear(i, v_z, val, W, bias[f"b_{i}"], sizes[node])
 
         val: dict[str, Any] = {}
         for comp in self.order:
@@ -296,10 +291,19 @@ class Combination(eqx.Module):
                 "converge. Check the connection blocks on this loop.",
             )
             val.update(dict(zip(comp, jnp.split(y, splits), strict=True)))
-        gz = W["W_zz"] @ v_z + W["W_za"] @ val["ga"] + W["W_zb"] @ val["gb"]
-        if bias["b_z"] is not None:
-            gz = gz + bias["b_z"]
+        gz = self._linear("z", v_z, val, W, bias["b_z"], self.n_z_out)
         return dict(val, gz=gz)
+
+    def _linear(self, i: str, v_z: Any, val: Mapping[str, Any], W: Mapping[str, Any], b: Any, n: int) -> Any:
+        """Row ``i`` of the connection equations (eq. 11) without its zero blocks (fewer ops per step)."""
+        out = None
+        for j, source in (("z", v_z), ("a", val.get("ga")), ("b", val.get("gb"))):
+            if self.mode(f"W_{i}{j}") != "zero":
+                term = W[f"W_{i}{j}"] @ source
+                out = term if out is None else out + term
+        if b is not None:
+            out = b if out is None else out + b
+        return jnp.zeros(n, dtype=v_z.dtype) if out is None else out
 
 
 TOPOLOGIES = ("PSD", "PS", "PD", "P", "SD", "S", "D")

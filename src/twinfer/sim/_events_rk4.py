@@ -118,70 +118,70 @@ def simulate_rk4(
         tau = tau - g(tau, first, t, x, params) / slopes[first]
         return tau, which
 
-    def piece(carry: Any, _: Any) -> tuple[Any, None]:
+    def advance(carry: Any) -> Any:
+        """One piece: RK4 from t to the step end or the next time event, cut at a state event."""
         t, x, z, n, ev_t, ev_w, t_end = carry
+        t_time = model.next_time_event(t, z, u_fn(t), params)
+        t_time = jnp.where(jnp.abs(t_time - t_end) <= 1e-10 * jnp.maximum(1.0, jnp.abs(t_end)), t_end, t_time)
+        t_to = jnp.minimum(t_end, t_time)
+        h = t_to - t
+        f = field(z)
+        x1 = rk4_step(f, t, x, h)
+        if n_ev > 0:
+            c0, c1 = indicators(t, x, z), indicators(t_to, x1, z)
+            crossed = (c0 > 0) & (c1 <= 0)
+            state_hit = jnp.any(crossed)
 
-        def advance(carry: Any) -> Any:
-            t, x, z, n, ev_t, ev_w, t_end = carry
-            t_time = model.next_time_event(t, z, u_fn(t), params)
-            t_time = jnp.where(
-                jnp.abs(t_time - t_end) <= 1e-10 * jnp.maximum(1.0, jnp.abs(t_end)), t_end, t_time
-            )
-            t_to = jnp.minimum(t_end, t_time)
-            h = t_to - t
-            f = field(z)
-            x1 = rk4_step(f, t, x, h)
-            if n_ev > 0:
-                c0, c1 = indicators(t, x, z), indicators(t_to, x1, z)
-                crossed = (c0 > 0) & (c1 <= 0)
-                state_hit = jnp.any(crossed)
+            def hit(_: Any) -> Any:
+                tau, which = locate(t, x, z, h, c0, c1, crossed)
+                x_e = rk4_step(f, t, x, tau)
+                x_s, z_s = model.event_update(t + tau, x_e, z, u_fn(t + tau), params, which)
+                return t + tau, x_s, z_s, which
 
-                def hit(_: Any) -> Any:
-                    tau, which = locate(t, x, z, h, c0, c1, crossed)
-                    x_e = rk4_step(f, t, x, tau)
-                    x_s, z_s = model.event_update(t + tau, x_e, z, u_fn(t + tau), params, which)
-                    return t + tau, x_s, z_s, which
+            def miss(_: Any) -> Any:
+                return t_to, x1, z, jnp.zeros((n_ev,), dtype=bool)
 
-                def miss(_: Any) -> Any:
-                    return t_to, x1, z, jnp.zeros((n_ev,), dtype=bool)
+            t_f, x_f, z_f, which = jax.lax.cond(state_hit, hit, miss, None)
+            slot = jnp.minimum(n, max_events - 1)
+            ev_t = jnp.where(state_hit, ev_t.at[slot].set(t_f), ev_t)
+            ev_w = jnp.where(state_hit, ev_w.at[slot].set(which), ev_w)
+            n = n + state_hit.astype(n.dtype)
+        else:
+            state_hit = jnp.asarray(False)
+            t_f, x_f, z_f = t_to, x1, z
+        if model.has_time_events:
+            time_hit = ~state_hit & (t_to >= t_time)
+            x_t, z_t = model.time_event_update(t_f, x_f, z_f, u_fn(t_f), params)
+            x_f = jnp.where(time_hit, x_t, x_f)
+            z_f = jnp.where(time_hit, z_t, z_f)
+        return t_f, x_f, z_f, n, ev_t, ev_w, t_end
 
-                t_f, x_f, z_f, which = jax.lax.cond(state_hit, hit, miss, None)
-                slot = jnp.minimum(n, max_events - 1)
-                ev_t = jnp.where(state_hit, ev_t.at[slot].set(t_f), ev_t)
-                ev_w = jnp.where(state_hit, ev_w.at[slot].set(which), ev_w)
-                n = n + state_hit.astype(n.dtype)
-            else:
-                state_hit = jnp.asarray(False)
-                t_f, x_f, z_f = t_to, x1, z
-            if model.has_time_events:
-                time_hit = ~state_hit & (t_to >= t_time)
-                x_t, z_t = model.time_event_update(t_f, x_f, z_f, u_fn(t_f), params)
-                x_f = jnp.where(time_hit, x_t, x_f)
-                z_f = jnp.where(time_hit, z_t, z_f)
-            return t_f, x_f, z_f, n, ev_t, ev_w, t_end
-
+    def piece(carry: Any, _: Any) -> tuple[Any, None]:
         return jax.lax.cond(carry[0] >= carry[6], lambda c: c, advance, carry), None
 
     def step(carry: Any, t_end: Any) -> tuple[Any, None]:
-        t, x, z, n, ev_t, ev_w = carry
-        (t, x, z, n, ev_t, ev_w, _), _ = jax.lax.scan(
-            piece, (t, x, z, n, ev_t, ev_w, t_end), None, length=max_pieces
-        )
-        x = eqx.error_if(
-            x,
-            t < t_end,
-            f"simulate_events: more than {max_pieces - 1} events inside one fixed step "
-            "(max_events_per_interval); the trajectory chatters (Zeno) or fixed_steps is too small.",
-        )
-        return (t_end, x, z, n, ev_t, ev_w), None
+        # the first piece always runs (t < t_end at the start of a step); the further pieces only
+        # after an event cut the step short, so an event-free step costs one RK4 step and no loop
+        t, x, z, n, ev_t, ev_w, short = carry
+        first = advance((t, x, z, n, ev_t, ev_w, t_end))
+        if max_pieces > 1:
+            first = jax.lax.cond(
+                first[0] < t_end,
+                lambda c: jax.lax.scan(piece, c, None, length=max_pieces - 1)[0],
+                lambda c: c,
+                first,
+            )
+        t, x, z, n, ev_t, ev_w, _ = first
+        return (t_end, x, z, n, ev_t, ev_w, short | (t < t_end)), None
 
     def interval(carry: Any, bounds: Any) -> tuple[Any, Any]:
         t0, t1 = bounds
-        ends = t0 + (t1 - t0) * jnp.arange(1, substeps + 1) / substeps
-        ends = ends.at[-1].set(t1)
 
         def run(c: Any) -> Any:
-            return jax.lax.scan(step, c, ends)[0]
+            if substeps == 1:
+                return step(c, t1)[0]
+            ends = t0 + (t1 - t0) * jnp.arange(1, substeps + 1) / substeps
+            return jax.lax.scan(step, c, ends.at[-1].set(t1))[0]
 
         def hold(c: Any) -> Any:
             return (t1, *c[1:])
@@ -196,8 +196,15 @@ def simulate_rk4(
         jnp.asarray(0, dtype=jnp.int32),
         jnp.full((max_events,), jnp.inf, dtype=tsj.dtype),
         jnp.zeros((max_events, n_ev), dtype=bool),
+        jnp.asarray(False),
     )
-    (_, _, _, n, ev_t, ev_w), (xs, zs) = jax.lax.scan(interval, init, (tsj[:-1], tsj[1:]))
+    (_, _, _, n, ev_t, ev_w, short), (xs, zs) = jax.lax.scan(interval, init, (tsj[:-1], tsj[1:]))
+    xs = eqx.error_if(
+        xs,
+        short,
+        f"simulate_events: more than {max_pieces - 1} events inside one fixed step "
+        "(max_events_per_interval); the trajectory chatters (Zeno) or fixed_steps is too small.",
+    )
     return (
         jnp.concatenate([x0[None], xs]),
         jnp.concatenate([z0[None], zs]),
