@@ -57,6 +57,8 @@ def bench_grid(quick: bool, progress: Progress) -> dict[str, float]:
     central_max = 39 if quick else 300
     out: dict[str, float] = {}
     rows = []
+    sharded_rows: list[tuple[float, float]] = []  # (buses, run time) over every device
+    n_dev = len(jax.devices())
     for case in cases:
         config = GridConfig.model_validate(
             {"case": case, "s_max": 3 if case == "ieee300" else 5, "steps": 60 if quick else 300}
@@ -83,7 +85,6 @@ def bench_grid(quick: bool, progress: Progress) -> dict[str, float]:
             out[f"{case}.central.run_s"] = central_s
             out[f"{case}.central.compile_s"] = cen.compile_s
             out[f"{case}.speedup_distributed_vs_central"] = central_s / dist.median_s
-        n_dev = len(jax.devices())
         if n_dev > 1 and n >= 300:
             progress(f"{case}: distributed over {n_dev} devices")
             spread = config.model_copy(update={"devices": n_dev})
@@ -91,6 +92,7 @@ def bench_grid(quick: bool, progress: Progress) -> dict[str, float]:
             out[f"{case}.distributed_sharded.run_s"] = sharded.median_s
             out[f"{case}.distributed_sharded.compile_s"] = sharded.compile_s
             out["distributed_sharded.devices"] = float(n_dev)
+            sharded_rows.append((float(n), sharded.median_s))
         rows.append((case, n, central_s, dist.median_s))
     buses = [float(r[1]) for r in rows]
     dist_times = [r[3] for r in rows]
@@ -101,16 +103,11 @@ def bench_grid(quick: bool, progress: Progress) -> dict[str, float]:
     big = [(b, t) for b, t in zip(buses, dist_times, strict=True) if b >= 300]
     if len(big) >= 2:
         out["distributed.loglog_slope_300_to_9241"] = _slope([b for b, _ in big], [t for _, t in big])
-    split = [
-        (float(r[1]), out[f"{r[0]}.distributed_sharded.run_s"])
-        for r in rows
-        if f"{r[0]}.distributed_sharded.run_s" in out
-    ]
-    if len(split) >= 2:
+    if len(sharded_rows) >= 2:
         out["distributed_sharded.loglog_slope_300_to_9241"] = _slope(
-            [b for b, _ in split], [t for _, t in split]
+            [b for b, _ in sharded_rows], [t for _, t in sharded_rows]
         )
-    _figure(rows, split)
+    _figure(rows, sharded_rows)
     return out
 
 

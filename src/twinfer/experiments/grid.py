@@ -370,10 +370,11 @@ def _cluster_map(config: GridConfig, labels: np.ndarray) -> Any:
         pos = nx.spring_layout(quotient, seed=0, iterations=50)
         centre = np.array([pos[c] for c in range(quotient.number_of_nodes())])
         spread = 0.25 * np.median(np.linalg.norm(np.diff(centre, axis=0), axis=1))
-        rank = np.zeros(net.n_bus)
-        for c in range(len(centre)):
-            members = np.flatnonzero(labels == c)
-            rank[members] = np.arange(len(members)) / max(len(members), 1)
+        order = np.argsort(labels, kind="stable")
+        counts = np.bincount(labels, minlength=len(centre))
+        first = np.concatenate([[0], np.cumsum(counts)[:-1]])
+        rank = np.empty(net.n_bus)
+        rank[order] = (np.arange(net.n_bus) - first[labels[order]]) / counts[labels[order]]
         angle = 2 * np.pi * rank
         xy = centre[labels] + spread * np.stack([np.cos(angle), np.sin(angle)], axis=1)
     fig, ax = plt.subplots(figsize=(7, 7))
