@@ -84,6 +84,43 @@ def test_forward_mode_gradient_equals_reverse_mode(loss):
         TrainSettings(grad_mode="sideways")
 
 
+_TWO_DEVICES = """
+import jax, jax.numpy as jnp, numpy as np
+from twinfer.learn import TrainSettings, train, trajectory_loss
+from twinfer.models import AbstractModel
+import sys; sys.path.insert(0, {tests!r})
+from test_learn import TS, X0, DATA, _Decay
+loss = trajectory_loss(_Decay(0.5), TS, X0, DATA, (1.0,), fixed_steps=1)
+params = {{"k": jnp.asarray(0.5), "unused": jnp.zeros(2)}}  # 3 tangents over 2 devices: one padded row
+kw = dict(steps=8, lr_start=0.05, lr_end=0.05, horizon_start=3, horizon_threshold=0.5, grad_mode="forward")
+one = train(loss, params, ["k", "unused"], 3 - 1, len(TS), TrainSettings(**kw))
+two = train(loss, params, ["k", "unused"], 3 - 1, len(TS), TrainSettings(**kw, devices=0))
+gap = lambda key: float(np.max(np.abs(np.asarray(one[key]) - np.asarray(two[key]))))
+print("DIFF", gap("loss"), gap("worst"), abs(float(one["params"]["k"]) - float(two["params"]["k"])),
+      gap("horizon"), int(one["horizon"][-1]) - 3)
+"""
+
+
+def test_forward_mode_split_over_two_devices_takes_the_same_steps():
+    """Claim: devices=0 (tangents and scenarios split over 2 host devices) equals the 1-device steps."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=2", JAX_ENABLE_X64="1")
+    script = _TWO_DEVICES.format(tests=str(Path(__file__).parent))
+    proc = subprocess.run(
+        [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    diffs = next(line for line in proc.stdout.splitlines() if line.startswith("DIFF")).split()[1:]
+    assert max(float(v) for v in diffs[:4]) <= 1e-12, proc.stdout
+    assert int(diffs[4]) > 0, "the horizon never grew: the worst-scenario check was not exercised"
+    with pytest.raises(ValueError, match="devices"):
+        TrainSettings(devices=2)  # reverse mode has no tangents to split
+
+
 def test_mlp_matches_manual_network_and_layout():
     """Claim: the flat-parameter FFNN equals tanh(W2 tanh(W1 v + c1) + c2) with pass-through entries."""
     mlp = MLP(

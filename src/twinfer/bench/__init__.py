@@ -14,7 +14,7 @@ from twinfer.bench._harness import (
     write_bench_json,
 )
 
-BENCHMARK_MODULES: tuple[str, ...] = ("filters", "grid", "pn", "graph")
+BENCHMARK_MODULES: tuple[str, ...] = ("filters", "grid", "pn", "graph", "combine")
 """Modules under ``twinfer.bench`` whose import registers benchmarks."""
 
 

@@ -66,6 +66,14 @@ class BouncingBallConfig(CaseConfig):
         4, ge=1, description="Most events inside one fixed step (a learned corner bounce can hit 3)."
     )
     grad_mode: str = pydantic.Field("forward", description="Gradient mode: forward or reverse.")
+    devices: int = pydantic.Field(
+        1,
+        ge=0,
+        description=(
+            "Devices the forward-mode tangents are split over (0: all visible; on a CPU "
+            "XLA_FLAGS=--xla_force_host_platform_device_count=N gives N)."
+        ),
+    )
     checkpoint_dir: str = pydantic.Field("", description="Folder of training checkpoints ('' for none).")
 
     @pydantic.field_validator("topologies")
@@ -148,6 +156,7 @@ def run(config: BouncingBallConfig, progress: Progress) -> RunArtifacts:
             seed=config.seed,
             progress_every=max(1, min(50, config.steps // 20)),
             grad_mode=config.grad_mode,
+            devices=config.devices,
         )
         ckpt = Path(config.checkpoint_dir) / f"{topology}.npz" if config.checkpoint_dir else None
         result = train(

@@ -89,7 +89,10 @@ class TrainSettings:
     grows by one whenever the worst scenario's loss is below ``horizon_threshold``. ``grad_mode``
     ``"forward"`` computes the gradient by forward mode with one tangent per parameter (the authors'
     ForwardDiff; cheaper than reverse mode through a long simulation scan when there are only about a
-    hundred parameters, as in experiment 1).
+    hundred parameters, as in experiment 1). ``devices`` (forward mode only; 0 = every visible device)
+    splits the tangent directions, and the worst-scenario check's scenarios, over that many devices
+    (on a CPU, ``XLA_FLAGS=--xla_force_host_platform_device_count=N`` makes N host devices, one per
+    core); the steps are the same as on one device.
     """
 
     steps: int = 20_000
@@ -102,11 +105,17 @@ class TrainSettings:
     progress_every: int = 50
     stages: tuple[tuple[float, int], ...] = field(default_factory=tuple)
     grad_mode: str = "reverse"
+    devices: int = 1
 
     def __post_init__(self) -> None:
         if self.grad_mode not in ("reverse", "forward"):
             raise ValueError(
                 f"TrainSettings grad_mode: expected 'reverse' or 'forward'; received {self.grad_mode!r}."
+            )
+        if self.devices < 0 or (self.devices != 1 and self.grad_mode != "forward"):
+            raise ValueError(
+                "TrainSettings devices: expected 1, or >= 0 with grad_mode 'forward' (0: all visible); "
+                f"received {self.devices} with grad_mode {self.grad_mode!r}."
             )
         if self.steps < 1 or self.horizon_start < 1 or self.checkpoint_every < 1 or self.progress_every < 1:
             raise ValueError(f"TrainSettings: steps, horizon_start, *_every must be >= 1; received {self}.")
@@ -183,6 +192,9 @@ def train(
     def full(th):
         return dict(fixed, **th)
 
+    mesh = _mesh(settings.devices)
+    split = _split_over(mesh)
+
     @jax.jit
     def step(th, state, k, horizon):
         i = jax.random.randint(k, (), 0, n_scenarios)
@@ -192,14 +204,23 @@ def train(
             def flat_loss(w):
                 return loss(full(unravel(w)), i, horizon)
 
-            basis = jnp.eye(flat.size, dtype=flat.dtype)
-            values, tangents = jax.vmap(lambda e: jax.jvp(flat_loss, (flat,), (e,)))(basis)
-            value, grads = values[0], unravel(tangents)
+            def directional(basis, w):
+                return jax.vmap(lambda e: jax.jvp(flat_loss, (w,), (e,)))(basis)
+
+            # one tangent per parameter; rows padded with zero directions to a multiple of the devices
+            count = 1 if mesh is None else mesh.size
+            basis = jnp.eye(-(-flat.size // count) * count, flat.size, dtype=flat.dtype)
+            values, tangents = split(directional, basis, flat)
+            value, grads = values[0], unravel(tangents[: flat.size])
         else:
             value, grads = jax.value_and_grad(lambda t: loss(full(t), i, horizon))(th)
         updates, state = opt.update(grads, state, th)
         th = optax.apply_updates(th, updates)
-        worst = jnp.max(jax.lax.map(lambda j: loss(full(th), j, horizon), jnp.arange(n_scenarios)))
+        count = 1 if mesh is None else mesh.size
+        # scenario indices padded (by repeats of the last) to a multiple of the devices
+        scenarios = jnp.minimum(jnp.arange(-(-n_scenarios // count) * count), n_scenarios - 1)
+        each = split(lambda js, t: jax.lax.map(lambda j: loss(full(t), j, horizon), js), scenarios, th)
+        worst = jnp.max(each)
         grow = (worst < settings.horizon_threshold) & (horizon < n_samples)
         return th, state, value, worst, horizon + grow.astype(horizon.dtype)
 
@@ -224,6 +245,33 @@ def train(
         steps=total,
         seconds=spent + time.perf_counter() - tic,
     )
+
+
+def _mesh(devices: int) -> jax.sharding.Mesh | None:
+    """A one-axis mesh over the first ``devices`` visible devices (0: all); None for a single one."""
+    available = jax.devices()
+    count = len(available) if devices == 0 else devices
+    if count > len(available):
+        raise ValueError(
+            f"TrainSettings devices: expected at most the {len(available)} visible device(s); received "
+            f"{devices} (on a CPU, XLA_FLAGS=--xla_force_host_platform_device_count=N makes N devices)."
+        )
+    return None if count == 1 else jax.sharding.Mesh(np.array(available[:count]), ("devices",))
+
+
+def _split_over(mesh: jax.sharding.Mesh | None) -> Callable[..., Any]:
+    """``split(f, rows, shared)``: ``f(rows, shared)`` with ``rows`` split over the mesh's devices."""
+    if mesh is None:
+        return lambda f, rows, shared: f(rows, shared)
+    spec = jax.sharding.PartitionSpec("devices")
+
+    def split(f: Callable[..., Any], rows: Any, shared: Any) -> Any:
+        shared_spec = jax.tree_util.tree_map(lambda _: jax.sharding.PartitionSpec(), shared)
+        # check_vma off: eqx.error_if conds inside the simulation do not carry the varying-axis types
+        run = jax.shard_map(f, mesh=mesh, in_specs=(spec, shared_spec), out_specs=spec, check_vma=False)
+        return run(rows, shared)
+
+    return split
 
 
 def _save(

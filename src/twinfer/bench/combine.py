@@ -1,0 +1,76 @@
+"""Benchmark ``combine``: time per training step of the bouncing-ball topologies (experiment 1).
+
+Each topology of case ``bouncing-ball`` (specs 3.1-3.6) is trained by :func:`twinfer.learn.train`
+exactly as the case trains it (forward-mode gradient, random scenario, worst-scenario horizon check),
+for a few steps at the full 211-sample horizon: the most expensive step of a run, reached after the
+horizon has grown. The first step (trace + compile) is timed apart; the figure is the median of the
+later steps. ``<topology>.train_20k_upper_s`` = 20,000 x that median, an upper bound of a full run's
+training time (its early steps have shorter horizons). With more than one visible device the same
+steps are timed again with the tangents split over all of them (``<topology>.split.step_ms``).
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+
+import jax
+import numpy as np
+
+from twinfer.bench._harness import Progress, register
+
+
+@register("combine", "bouncing-ball training step at the full horizon, per topology (one and all devices)")
+def bench_combine(quick: bool, progress: Progress) -> dict[str, float]:
+    """Median seconds per Adam step of P, PD, PSD (quick: P) at the full horizon."""
+    from twinfer.experiments.bouncing_ball import SCENARIOS, WEIGHTS, BouncingBallConfig, build
+    from twinfer.learn import TrainSettings, train, trajectory_loss
+    from twinfer.models import BouncingBall2D
+    from twinfer.sim import simulate_events
+
+    topologies = ("P",) if quick else ("P", "PD", "PSD")
+    n_steps = 4 if quick else 25
+    config = BouncingBallConfig.model_validate({"topologies": list(topologies)})
+    ts, x0s = config.ts, np.asarray(SCENARIOS[:4])
+    gt = BouncingBall2D(mu=0.15)
+    truth = np.stack([np.asarray(simulate_events(gt, ts, x).states) for x in x0s])
+    sim = {"rtol": config.rtol, "atol": config.atol, "max_events_per_interval": config.events_per_step}
+    sim["fixed_steps"] = config.fixed_steps
+    device_counts = (1,) if len(jax.devices()) == 1 else (1, 0)
+    figures: dict[str, float] = {"config.steps_timed": float(n_steps), "config.horizon": float(len(ts))}
+    for topology in topologies:
+        model, _ = build(config, topology)
+        loss = trajectory_loss(model, ts, x0s, truth, WEIGHTS, **sim)
+        figures[f"{topology}.n_parameters"] = float(
+            sum(np.size(model.params[g]) for g in model.trainable_groups)
+        )
+        for devices in device_counts:
+            stamps: list[float] = []
+            settings = TrainSettings(
+                steps=n_steps + 1,
+                lr_start=config.lr_start,
+                lr_end=config.lr_end,
+                horizon_start=len(ts),
+                seed=config.seed,
+                progress_every=1,
+                grad_mode=config.grad_mode,
+                devices=devices,
+            )
+            label = f"{topology}" if devices == 1 else f"{topology}.split"
+            used = devices or len(jax.devices())
+            progress(f"{label}: {n_steps} steps at horizon {len(ts)} on {used} device(s)")
+            start = time.perf_counter()
+            train(
+                loss, model.params, model.trainable_groups, len(x0s), len(ts), settings,
+                progress=lambda *_, stamps=stamps: stamps.append(time.perf_counter()),
+            )  # fmt: skip
+            steps = np.diff(stamps)
+            median = statistics.median(steps.tolist())
+            figures[f"{label}.compile_s"] = stamps[0] - start
+            figures[f"{label}.step_ms"] = 1e3 * median
+            figures[f"{label}.train_20k_upper_s"] = 20_000 * median
+        if len(device_counts) > 1:
+            one, split = figures[f"{topology}.step_ms"], figures[f"{topology}.split.step_ms"]
+            figures[f"{topology}.split_speedup"] = one / split
+    figures["devices"] = float(len(jax.devices()))
+    return figures
