@@ -34,6 +34,7 @@ def test_nuts_recovers_gaussian_moments_and_diagnostics(tmp_path):
         assert summary[name]["ess"] > 400
     np.testing.assert_allclose(np.cov(draws.T), COV, rtol=0.1, atol=0.02)
     assert 0.75 < float(np.mean(res.acceptance)) < 0.99
+    assert 1.0 <= res.steps_mean <= 1023 and res.sample_cpu_s > 0
     again = nuts(jax.random.key(0), _logdensity, init, num_warmup=400, num_samples=1000, chunk=500)
     np.testing.assert_array_equal(again.samples, res.samples)
     payload = write_netcdf(idata, tmp_path / "posterior.nc")

@@ -296,6 +296,8 @@ def run(config: PinnBayesConfig, progress: Progress) -> RunArtifacts:
     out["posterior.rhat_max"] = rhat_max
     out["posterior.ess_min"] = ess_min
     out["posterior.ess_per_s"] = ess_min / fit.sample_s
+    out["posterior.ess_per_cpu_s"] = ess_min / fit.sample_cpu_s
+    out["posterior.steps_per_draw"] = fit.steps_mean
     out["posterior.divergences"] = float(fit.divergences)
     out["posterior.all_in95"] = float(all(out[f"posterior.{n}.in95"] == 1.0 for n in names))
     out["posterior.max_err_pct"] = max(out[f"posterior.{n}.err_pct"] for n in names)
@@ -303,6 +305,7 @@ def run(config: PinnBayesConfig, progress: Progress) -> RunArtifacts:
     out["train.epochs"] = float(result.epochs)
     out["timing.nuts_warmup_s"] = fit.warmup_s
     out["timing.nuts_sample_s"] = fit.sample_s
+    out["timing.nuts_sample_cpu_s"] = fit.sample_cpu_s
     out["timing.run_s"] = time.perf_counter() - start
     with tempfile.TemporaryDirectory() as tmp:
         payload = write_netcdf(idata, Path(tmp) / "posterior.nc")
