@@ -4,8 +4,11 @@ A 2-DOF Duffing or Van der Pol chain, forced at every DOF, is measured (u, v and
 repeats). Stage 1 trains a PINN on the noisy states with the physics loss against the noisy force and
 **learns** c, k and kappa/mu with it: the analyst never supplies the true parameters or the clean force
 (the fairness fix of specs D13; the repository trains stage 1 with the true values). Stage 2 freezes the
-network and samples c, k, kappa/mu and sigma_f with NUTS (4 chains, window adaptation) under the
-repository's Gamma priors; R-hat and ESS come from ArviZ and the posterior is saved as ``posterior.nc``.
+network's hidden layers and samples its output layer with c, k, kappa/mu and sigma_f by NUTS (4 chains,
+window adaptation, Laplace-whitened coordinates) under the repository's Gamma priors, on samples stage 1
+never fitted (specs D14): the states' uncertainty enters the posterior (errors in variables), which the
+paper's frozen states (``stage2 = "frozen"``) leave out. R-hat and ESS come from ArviZ and the posterior
+is saved as ``posterior.nc``.
 
 References:
     Haywood-Alexander et al., arXiv:2410.01340, section 4.3, Eq 20-24, Table 6, Figs 13-14.
