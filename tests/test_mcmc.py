@@ -34,6 +34,7 @@ def test_nuts_recovers_gaussian_moments_and_diagnostics(tmp_path):
         assert summary[name]["ess"] > 400
     np.testing.assert_allclose(np.cov(draws.T), COV, rtol=0.1, atol=0.02)
     assert 0.75 < float(np.mean(res.acceptance)) < 0.99
+    assert 1.0 <= res.steps_mean <= 1023 and res.sample_cpu_s > 0
     again = nuts(jax.random.key(0), _logdensity, init, num_warmup=400, num_samples=1000, chunk=500)
     np.testing.assert_array_equal(again.samples, res.samples)
     payload = write_netcdf(idata, tmp_path / "posterior.nc")
@@ -47,3 +48,21 @@ def test_nuts_errors():
         nuts(jax.random.key(0), lambda x: jnp.log(x[0]) + 0 * _logdensity(x), -jnp.ones((2, 3)))
     with pytest.raises(ValueError, match=r"samples: expected shape \(chains, draws, 2\)"):
         to_inference_data(np.zeros((2, 10, 3)), ["a", "b"])
+
+
+def test_laplace_whitening_finds_the_mode_and_covariance():
+    """On a Gaussian the Newton mode is the mean and factor @ factor.T the covariance; on a non-concave
+    target it refuses."""
+    from twinfer.infer.mcmc import laplace_whitening
+
+    wh = laplace_whitening(_logdensity, jnp.array([5.0, 5.0, 5.0]))
+    np.testing.assert_allclose(wh.mode, MEAN, atol=1e-10)
+    np.testing.assert_allclose(wh.factor @ wh.factor.T, COV, atol=1e-10)
+    # a non-Gaussian target: log-density of log-normal-like shape in one coordinate, mode in closed form
+    wh = laplace_whitening(lambda x: -jnp.exp(x[0]) + 2.0 * x[0] - 0.5 * x[1] ** 2, jnp.array([3.0, 1.0]))
+    np.testing.assert_allclose(wh.mode, [np.log(2.0), 0.0], atol=1e-10)
+    np.testing.assert_allclose(np.diag(wh.factor @ wh.factor.T), [0.5, 1.0], rtol=1e-8)
+    with pytest.raises(ValueError, match="expected a negative definite Hessian"):
+        laplace_whitening(lambda x: jnp.sum(x**2) - 0.1 * jnp.sum(x**4), jnp.array([0.0, 0.0]))
+    with pytest.raises(ValueError, match="not finite at the starting point"):
+        laplace_whitening(lambda x: jnp.log(x[0]), jnp.array([-1.0]))

@@ -332,3 +332,65 @@ def test_state_problem_writes_the_physics_at_its_own_collocation_times():
         state_problem(chain, t_obs, z_o, jnp.ones((41, 2)), t_col=t_col, **kw)
     with pytest.raises(ValueError, match=r"force_col: expected shape \(40, 2\)"):
         state_problem(chain, t_obs, z_o, jnp.ones((41, 2)), t_col=t_col, force_col=f_col[:-1], **kw)
+
+
+def test_network_is_linear_in_its_output_layer():
+    """basis @ last_layer.T + offset is the network's state and dH @ last_layer.T its rate (plain and
+    anchored networks), and the rate column of the basis matches finite differences."""
+    ts = jnp.array([0.4, 1.7, 3.2])
+    for z0 in (None, np.array([0.1, -0.2, 0.0, 0.3])):
+        net = StateNetwork(jax.random.key(5), 4, 0.0, 4.0, width=8, depth=2, n_fourier=3, max_cycles=2.0,
+                           out_scale=[0.5, 0.5, 2.0, 2.0], initial_state=z0)  # fmt: skip
+        h, dh, offset = net.basis(ts)
+        w = net.last_layer()
+        z, dz = net.batch(ts)
+        np.testing.assert_allclose(h @ w.T + offset, z, rtol=1e-12, atol=1e-14)
+        np.testing.assert_allclose(dh @ w.T, dz, rtol=1e-12, atol=1e-14)
+        eps = 1e-5
+        fd = (net.basis(ts + eps)[0] - net.basis(ts - eps)[0]) / (2 * eps)
+        np.testing.assert_allclose(dh, fd, rtol=1e-6, atol=1e-9)
+
+
+def test_layer_posterior_equals_direct_gaussian_likelihood():
+    """The Gram-matrix posterior over (output layer, parameters, sigma_f) equals the u, v, continuity and
+    force likelihoods evaluated point by point, plus the Gamma priors and the log-Jacobian; bad shapes
+    raise naming the field."""
+    from jax.scipy.stats import gamma, norm
+
+    from twinfer.infer.pinn import layer_log_posterior
+    from twinfer.models import set_params
+
+    chain = Chain(10.0, 15.0, 1.0, cubic_stiffness=100.0, n_dof=2)
+    names = ["c1", "c2", "k1", "k2", "kappa1", "kappa2"]
+    k = jax.random.split(jax.random.key(7), 6)
+    p, t_o, t_c = 5, 30, 25
+    h_o, h_c, dh_c = (jax.random.normal(k[0], (t_o, p)), jax.random.normal(k[1], (t_c, p)),
+                      jax.random.normal(k[2], (t_c, p)))  # fmt: skip
+    off_o, off_c = jnp.array([0.1, 0.0, -0.2, 0.05]), jnp.array([0.0, 0.3, 0.0, -0.1])
+    z_obs = jax.random.normal(k[3], (t_o, 4))
+    force = jax.random.normal(k[4], (t_c, 2))
+    scale = np.array([0.1, 0.2, 0.3, 0.4])
+    priors = {n: (2.0, 0.5) for n in names}
+    logp, shape = layer_log_posterior(chain, (h_o, None, off_o), z_obs, scale, (h_c, dh_c, off_c), force,
+                                      names, priors, (3.0, 0.5))  # fmt: skip
+    assert shape == (4, p)
+    w = 0.3 * jax.random.normal(k[5], shape)
+    theta = jnp.array([0.9, 1.2, 14.0, 16.0, 80.0, 110.0])
+    sigma = 0.7
+    zc, dzc = h_c @ w.T + off_c, dh_c @ w.T
+    params = set_params(chain.params, dict(zip(names, theta, strict=True)))
+    direct = jnp.sum(norm.logpdf(z_obs, h_o @ w.T + off_o, scale)) + jnp.sum(jnp.log(scale)) * t_o
+    direct += jnp.sum(norm.logpdf(dzc[:, :2] - zc[:, 2:], 0.0, scale[2:])) + jnp.sum(jnp.log(scale[2:])) * t_c
+    direct += jnp.sum(norm.logpdf(force, predicted_force(chain, params, zc, dzc), sigma))
+    direct += 0.5 * (z_obs.size + 2 * t_c + force.size) * jnp.log(2 * jnp.pi)
+    values = jnp.concatenate([theta, jnp.array([sigma])])
+    direct += jnp.sum(gamma.logpdf(values, jnp.array([2.0] * 6 + [3.0]), scale=2.0))
+    direct += jnp.sum(jnp.log(values))
+    q = jnp.concatenate([w.ravel(), jnp.log(values)])
+    np.testing.assert_allclose(logp(q), direct, rtol=1e-10)
+    with pytest.raises(ValueError, match=r"z_obs: expected shape \(30, 4\)"):
+        layer_log_posterior(chain, (h_o, None, off_o), z_obs[:, :2], scale, (h_c, dh_c, off_c), force, names,
+                            priors, (3.0, 0.5))  # fmt: skip
+    with pytest.raises(ValueError, match="z_scale: expected 4 finite values > 0"):
+        layer_log_posterior(chain, (h_o, None, off_o), z_obs, -scale, (h_c, dh_c, off_c), force, names,
+                            priors, (3.0, 0.5))  # fmt: skip

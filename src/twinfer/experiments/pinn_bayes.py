@@ -4,8 +4,11 @@ A 2-DOF Duffing or Van der Pol chain, forced at every DOF, is measured (u, v and
 repeats). Stage 1 trains a PINN on the noisy states with the physics loss against the noisy force and
 **learns** c, k and kappa/mu with it: the analyst never supplies the true parameters or the clean force
 (the fairness fix of specs D13; the repository trains stage 1 with the true values). Stage 2 freezes the
-network and samples c, k, kappa/mu and sigma_f with NUTS (4 chains, window adaptation) under the
-repository's Gamma priors; R-hat and ESS come from ArviZ and the posterior is saved as ``posterior.nc``.
+network's hidden layers and samples its output layer with c, k, kappa/mu and sigma_f by NUTS (4 chains,
+window adaptation, Laplace-whitened coordinates) under the repository's Gamma priors, on samples stage 1
+never fitted (specs D14): the states' uncertainty enters the posterior (errors in variables), which the
+paper's frozen states (``stage2 = "frozen"``) leave out. R-hat and ESS come from ArviZ and the posterior
+is saved as ``posterior.nc``.
 
 References:
     Haywood-Alexander et al., arXiv:2410.01340, section 4.3, Eq 20-24, Table 6, Figs 13-14.
@@ -28,13 +31,14 @@ import pydantic
 
 from twinfer.experiments._case import Case, Progress, register
 from twinfer.experiments._pinn_data import PinnTrainConfig, chain_of, checkpoint_path, train_settings
-from twinfer.infer.mcmc import nuts, summarise, to_inference_data, write_netcdf
+from twinfer.infer.mcmc import laplace_whitening, nuts, summarise, to_inference_data, write_netcdf
 from twinfer.infer.pinn import (
     LossWeights,
     PositiveParameters,
     StateNetwork,
     affine_force,
     force_log_posterior,
+    layer_log_posterior,
     projected_parameters,
     state_losses,
     state_problem,
@@ -81,6 +85,12 @@ class PinnBayesConfig(PinnTrainConfig):
         "heldout",
         description="Stage-2 force points: half a stride from the stage-1 points (force samples stage 1 "
         "never fitted), or the stage-1 points themselves (the repository reuses them).",
+    )
+    stage2: Literal["layer", "frozen"] = pydantic.Field(
+        "layer",
+        description="Stage 2: 'layer' samples the network's output layer with the parameters (the states' "
+        "uncertainty enters the posterior: errors in variables, with u, v and continuity at the stage-2 "
+        "points), 'frozen' conditions on the stage-1 states (the paper's scheme).",
     )
     nuts_force: Literal["mean", "repeats"] = pydantic.Field(
         "mean",
@@ -177,7 +187,7 @@ def train_stage1(
         max_cycles=config.max_cycles,
     )  # fmt: skip
     settings = train_settings(config)
-    path, fingerprint = checkpoint_path("pinn-bayes", config, ("nuts_points", "nuts_force"))
+    path, fingerprint = checkpoint_path("pinn-bayes", config, ("nuts_points", "nuts_force", "stage2"))
 
     def stage1_loss(project: bool) -> Any:
         def loss_fn(tr: tuple[Any, ...]) -> tuple[Any, dict[str, Any]]:
@@ -223,20 +233,46 @@ def run(config: PinnBayesConfig, progress: Progress) -> RunArtifacts:
     stage1 = np.asarray(theta_fit.values())
     jac, offset = affine_force(model, z, dz, names)
     resid = force_data.mean(axis=0).ravel() - offset - jac @ stage1
-    logdensity = force_log_posterior(
-        model, z, dz, force_data, names, {n: PRIORS[n.rstrip("12")] for n in names}, SIGMA_PRIOR,
-    )  # fmt: skip
+    priors = {n: PRIORS[n.rstrip("12")] for n in names}
     sigma0 = float(np.sqrt(np.mean(resid**2)))
     if config.nuts_force == "repeats":
         sigma0 = float(np.mean(repeat_noise_sd(reps)))
     key_init, key_nuts = jax.random.split(jax.random.key(config.seed))
     phi0 = np.log(np.concatenate([stage1, [sigma0]]))
-    init = phi0 + 0.01 * np.asarray(jax.random.normal(key_init, (config.chains, phi0.size)))
+    n_layer, newton_steps = 0, 0
+    if config.stage2 == "layer":
+        if config.nuts_force != "mean":
+            raise ValueError(f"nuts_force: stage2 = 'layer' takes the mean of the repeats ('mean'); received "
+                             f"{config.nuts_force!r}.")  # fmt: skip
+        # u, v measured at the stage-2 samples, force and continuity at their collocation times
+        basis = eqx.filter_jit(lambda nt, ts: nt.basis(ts))
+        z_scale = repeat_noise_sd(data["z_noisy"][:, idx]) / np.sqrt(config.repeats)
+        z_stage2 = data["z_noisy"].mean(axis=0)[idx]
+        logdensity, shape = layer_log_posterior(
+            model, basis(net_fit, jnp.asarray(data["times"][idx])), z_stage2, z_scale,
+            basis(net_fit, jnp.asarray(t_nuts)), reps.mean(axis=0), names, priors, SIGMA_PRIOR,
+        )  # fmt: skip
+        n_layer = shape[0] * shape[1]
+        q0 = np.concatenate([np.asarray(net_fit.last_layer()).ravel(), phi0])
+        progress("Laplace preconditioning", 0, 1)
+        whiten = laplace_whitening(logdensity, q0)
+        progress("Laplace preconditioning", 1, 1)
+        newton_steps = whiten.newton_steps
+        mode, factor = jnp.asarray(whiten.mode), jnp.asarray(whiten.factor)
+        target = jax.jit(lambda xi: logdensity(mode + factor @ xi))
+        # chains start at draws of the Laplace approximation (dispersed on the posterior's own scale)
+        init = np.asarray(jax.random.normal(key_init, (config.chains, mode.size)))
+    else:
+        target = jax.jit(force_log_posterior(model, z, dz, force_data, names, priors, SIGMA_PRIOR))
+        init = phi0 + 0.01 * np.asarray(jax.random.normal(key_init, (config.chains, phi0.size)))
     fit = nuts(
-        key_nuts, jax.jit(logdensity), init, num_warmup=config.num_warmup, num_samples=config.num_draws,
+        key_nuts, target, init, num_warmup=config.num_warmup, num_samples=config.num_draws,
         target_acceptance=0.9, chunk=min(500, config.num_draws), progress=progress,
     )  # fmt: skip
-    samples = np.exp(fit.samples)
+    positions = fit.samples
+    if config.stage2 == "layer":
+        positions = (whiten.mode + fit.samples @ whiten.factor.T)[..., n_layer:]
+    samples = np.exp(positions)
     var_names = [*names, "sigma_f"]
     idata = to_inference_data(samples, var_names, {"sampler": "blackjax NUTS, window adaptation"})
     summary = summarise(idata, var_names)
@@ -251,6 +287,7 @@ def run(config: PinnBayesConfig, progress: Progress) -> RunArtifacts:
         out[f"posterior.{name}.in95"] = float(s["q025"] <= true <= s["q975"])
     out["posterior.sigma_f.mean"] = summary["sigma_f"]["mean"]
     out["posterior.n_force_points"] = float(idx.size)
+    out["posterior.n_layer_params"] = float(n_layer)
     flat = samples.reshape(-1, samples.shape[-1])
     corr = np.corrcoef(flat.T)
     nl = "kappa" if config.system == "duffing" else "mu"
@@ -262,6 +299,8 @@ def run(config: PinnBayesConfig, progress: Progress) -> RunArtifacts:
     out["posterior.rhat_max"] = rhat_max
     out["posterior.ess_min"] = ess_min
     out["posterior.ess_per_s"] = ess_min / fit.sample_s
+    out["posterior.ess_per_cpu_s"] = ess_min / fit.sample_cpu_s
+    out["posterior.steps_per_draw"] = fit.steps_mean
     out["posterior.divergences"] = float(fit.divergences)
     out["posterior.all_in95"] = float(all(out[f"posterior.{n}.in95"] == 1.0 for n in names))
     out["posterior.max_err_pct"] = max(out[f"posterior.{n}.err_pct"] for n in names)
@@ -269,6 +308,7 @@ def run(config: PinnBayesConfig, progress: Progress) -> RunArtifacts:
     out["train.epochs"] = float(result.epochs)
     out["timing.nuts_warmup_s"] = fit.warmup_s
     out["timing.nuts_sample_s"] = fit.sample_s
+    out["timing.nuts_sample_cpu_s"] = fit.sample_cpu_s
     out["timing.run_s"] = time.perf_counter() - start
     with tempfile.TemporaryDirectory() as tmp:
         payload = write_netcdf(idata, Path(tmp) / "posterior.nc")
@@ -286,15 +326,28 @@ def run(config: PinnBayesConfig, progress: Progress) -> RunArtifacts:
         "mid-step times carry the held sample exactly; at the samples a smooth network sees it half a step "
         "late, which biased the damping by 5-9 %.",
         f"Stage-2 force points (specs D14): {idx.size} points, nuts_points = '{config.nuts_points}' "
-        "('heldout': half a stride from the stage-1 points, force samples stage 1 never fitted; its "
-        f"network follows the force noise at its own points), nuts_force = '{config.nuts_force}' ('mean': "
-        f"the mean of the {config.repeats} repeats with sigma_f free, absorbing the frozen-state misfit).",
-        "The posterior conditions on the frozen stage-1 states, so their estimation error is not in its "
-        "spread (a limit of the two-stage scheme, hidden in the paper by stage-1 training with the true "
-        "parameters and clean force): the network's states carry a small systematic phase error relative to "
-        "the force (a few mrad in the forcing band, from the joint fit of states and parameters to noisy "
-        "data), which biases the damping by a few percent; the force residuals look white, so no "
-        "likelihood correction detects it.",
+        "('heldout': half a stride from the stage-1 points, samples stage 1 never fitted), nuts_force = "
+        f"'{config.nuts_force}' ('mean': the mean of the {config.repeats} repeats with sigma_f free).",
+    ]
+    if config.stage2 == "layer":
+        notes.append(
+            f"stage2 = 'layer': NUTS samples the network's output layer ({n_layer} weights) with the "
+            "parameters, the hidden layers of stage 1 frozen: the posterior has the u, v likelihood at the "
+            "stage-2 samples, continuity and force balance at their mid-steps (Eq 22-24 with the states "
+            "uncertain: errors in variables). Conditioning on the frozen stage-1 states instead (the paper, "
+            "stage2 = 'frozen') leaves their small phase error (a few mrad in the forcing band) out of the "
+            "spread and biased c1 by 4.5 % with the truth outside the interval. NUTS runs on whitened "
+            f"coordinates (Laplace at the mode, {newton_steps} Newton steps: a dense mass matrix fixed from "
+            "the Hessian; the target is unchanged)."
+        )
+    else:
+        notes.append(
+            "stage2 = 'frozen': the posterior conditions on the frozen stage-1 states, so their estimation "
+            "error is not in its spread (a limit of the paper's two-stage scheme, hidden there by stage-1 "
+            "training with the true parameters and clean force); their small phase error biases the damping "
+            "by a few percent while the force residuals look white."
+        )
+    notes += [
         "Posterior saved as posterior.nc (ArviZ InferenceData, netCDF).",
     ]
     outside = [n for n in names if out[f"posterior.{n}.in95"] == 0.0]

@@ -35,6 +35,9 @@ class NutsResult(NamedTuple):
         divergences: total divergent transitions after warm-up.
         warmup_s: wall-clock seconds of adaptation (compilation included).
         sample_s: wall-clock seconds of sampling after warm-up (compilation excluded).
+        sample_cpu_s: CPU seconds of this process over the same span (wall time inflates on a shared
+            machine; CPU time does not).
+        steps_mean: mean number of leapfrog steps per draw (the cost of one draw in gradients).
 
     """
 
@@ -44,6 +47,8 @@ class NutsResult(NamedTuple):
     divergences: int
     warmup_s: float
     sample_s: float
+    sample_cpu_s: float = float("nan")
+    steps_mean: float = float("nan")
 
 
 @partial(jax.jit, static_argnums=(0, 1, 2))
@@ -66,7 +71,7 @@ def _sample_chunk(logdensity: Callable, chunk: int, keys: Any, states: Any, para
 
         def step(s: Any, kk: Any) -> tuple[Any, Any]:
             s, info = kernel.step(kk, s)
-            return s, (s.position, info.acceptance_rate, info.is_divergent)  # pyright: ignore
+            return s, (s.position, info.acceptance_rate, info.is_divergent, info.num_integration_steps)  # pyright: ignore
 
         return jax.lax.scan(step, state, jax.random.split(k, chunk))
 
@@ -132,18 +137,19 @@ def nuts(
     keys0 = jax.random.split(key_sample, n_chains)
     # compile before timing, so sample_s measures sampling only
     compiled = _sample_chunk.lower(logdensity, chunk, keys0, states, params).compile()
-    draws, accept, diverg = [], [], []
-    t1 = time.perf_counter()
+    draws, accept, diverg, steps = [], [], [], []
+    t1, c1 = time.perf_counter(), time.process_time()
     done = 0
     while done < num_samples:
         key_sample, sub = jax.random.split(key_sample)
-        states, (pos, acc, div) = compiled(jax.random.split(sub, n_chains), states, params)
+        states, (pos, acc, div, n_steps) = compiled(jax.random.split(sub, n_chains), states, params)
         draws.append(np.asarray(pos))
         accept.append(np.asarray(acc))
         diverg.append(np.asarray(div))
+        steps.append(np.asarray(n_steps))
         done += chunk
         report("NUTS sampling", min(done, num_samples), num_samples)
-    sample_s = time.perf_counter() - t1
+    sample_s, sample_cpu_s = time.perf_counter() - t1, time.process_time() - c1
     samples = np.concatenate(draws, axis=1)[:, :num_samples]
     acceptance = np.concatenate(accept, axis=1)[:, :num_samples]
     divergent = np.concatenate(diverg, axis=1)[:, :num_samples]
@@ -154,4 +160,6 @@ def nuts(
         divergences=int(divergent.sum()),
         warmup_s=warmup_s,
         sample_s=sample_s,
+        sample_cpu_s=sample_cpu_s,
+        steps_mean=float(np.concatenate(steps, axis=1)[:, :num_samples].mean()),
     )

@@ -6,7 +6,7 @@ References:
 
 """
 
-from twinfer.infer.pinn._bayes import affine_force, force_log_posterior, gamma_logpdf
+from twinfer.infer.pinn._bayes import affine_force, force_log_posterior, gamma_logpdf, layer_log_posterior
 from twinfer.infer.pinn._loss import (
     LossWeights,
     SensorProblem,
@@ -40,6 +40,7 @@ __all__ = [
     "affine_force",
     "force_log_posterior",
     "gamma_logpdf",
+    "layer_log_posterior",
     "check_parameter_names",
     "loss_parts",
     "observed_dofs",

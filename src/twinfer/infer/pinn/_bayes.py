@@ -100,3 +100,91 @@ def force_log_posterior(
         return loglik + jnp.sum(gamma_logpdf(values, conc, rate)) + jnp.sum(phi)
 
     return logdensity
+
+
+def layer_log_posterior(
+    chain: Chain,
+    obs_basis: tuple[Any, Any, Any],
+    z_obs: Any,
+    z_scale: Any,
+    col_basis: tuple[Any, Any, Any],
+    force_obs: Any,
+    names: Sequence[str],
+    priors: Mapping[str, tuple[float, float]],
+    sigma_prior: tuple[float, float],
+) -> tuple[Callable[[Any], Any], tuple[int, int]]:
+    """``log p(W, phi | z*, f*)`` with the network's output layer ``W`` sampled beside the parameters.
+
+    The network is linear in its output layer (:meth:`StateNetwork.basis`), so with the hidden layers of
+    stage 1 frozen, ``z(t) = H(t) W^T + offset`` and ``dz/dt = dH/dt W^T``. The posterior is Eq 24 with the
+    states' uncertainty in it (errors in variables, instead of conditioning on the stage-1 states): the
+    state likelihood of Eq 23 (measured u, v, Gaussian with the known per-channel scales), the continuity
+    ``du/dt = v`` at the collocation times on the velocity scale (the Eq 23 term of stage 1), and the
+    force likelihood of Eq 22b with sigma_f free; a flat prior on ``W`` (the data fix it) and the Gamma
+    priors on the parameters and sigma_f.
+
+    Args:
+        chain: the model; parameters not in ``names`` keep its values (the masses, for instance).
+        obs_basis: ``(H, dH, offset)`` of the network at the state-observation times (``dH`` unused).
+        z_obs: (To, 2n) measured ``[u, v]`` (mean of the repeats).
+        z_scale: (2n,) noise standard deviation of each column of ``z_obs``.
+        col_basis: ``(H, dH, offset)`` at the force (collocation) times.
+        force_obs: (Tc, n_forced) measured forces (mean of the repeats).
+        names: scalar parameter names sampled.
+        priors: ``{name: (concentration, rate)}`` Gamma priors in physical units.
+        sigma_prior: Gamma prior of sigma_f [N].
+
+    Returns:
+        ``(logdensity, (n_state, p))``: a pure, jittable function of ``q = [vec(W), log theta, log
+        sigma_f]`` (``W`` row-major, ``n_state * p`` entries) and the shape of ``W``.
+
+    References:
+        Haywood-Alexander et al., arXiv:2410.01340, Eq 22-24 (with the last layer free: beyond the paper).
+
+    """
+    h_o, off_o = jnp.asarray(obs_basis[0]), jnp.asarray(obs_basis[2])  # its rate is not used
+    h_c, dh_c, off_c = (jnp.asarray(a) for a in col_basis)
+    z = np.asarray(z_obs, dtype=np.float64)
+    n_state, p = 2 * chain.n_dof, int(h_o.shape[1])
+    scale = np.asarray(z_scale, dtype=np.float64)
+    if z.shape != (h_o.shape[0], n_state):
+        raise ValueError(f"z_obs: expected shape {(h_o.shape[0], n_state)}; received {z.shape}.")
+    if scale.shape != (n_state,) or not np.all(np.isfinite(scale) & (scale > 0)):
+        raise ValueError(f"z_scale: expected {n_state} finite values > 0; received {scale.tolist()}.")
+    if h_c.shape[1] != p or dh_c.shape != h_c.shape:
+        raise ValueError(
+            f"col_basis: expected H and dH of shape (Tc, {p}); received {h_c.shape}, {dh_c.shape}."
+        )
+    f = np.asarray(force_obs, dtype=np.float64)
+    if f.shape != (h_c.shape[0], len(chain.forced_dofs)):
+        raise ValueError(
+            f"force_obs: expected shape {(h_c.shape[0], len(chain.forced_dofs))}; received {f.shape}."
+        )
+    missing = [n for n in names if n not in priors]
+    if missing:
+        raise ValueError(f"priors: expected a Gamma prior for every sampled name; missing {missing}.")
+    full = jnp.asarray(jax.vmap(chain.external_force)(jnp.asarray(f)))  # (Tc, n)
+    # the state term is an exact quadratic in W: Gram matrix and cross products, no pass over the data
+    target = (z - np.asarray(off_o)) / scale
+    gram = jnp.asarray(np.asarray(h_o).T @ np.asarray(h_o))
+    cross = jnp.asarray(np.asarray(h_o).T @ target)  # (p, n_state)
+    base = float(np.sum(target**2))
+    inv_scale = jnp.asarray(1.0 / scale)
+    conc = jnp.asarray([priors[n][0] for n in names] + [sigma_prior[0]])
+    rate = jnp.asarray([priors[n][1] for n in names] + [sigma_prior[1]])
+    n, n_w, n_obs = chain.n_dof, n_state * p, full.size
+
+    def logdensity(q: Any) -> Any:
+        w = jnp.reshape(q[:n_w], (n_state, p))
+        values = jnp.exp(q[n_w:])
+        theta, sigma = values[:-1], values[-1]
+        ws = w * inv_scale[:, None]
+        sq_obs = base - 2.0 * jnp.sum(ws.T * cross) + jnp.sum((ws @ gram) * ws)
+        zc, dzc = h_c @ w.T + off_c, dh_c @ w.T
+        sq_cc = jnp.sum(((dzc[:, :n] - zc[:, n:]) * inv_scale[None, n:]) ** 2)
+        params = set_params(chain.params, {nm: theta[i] for i, nm in enumerate(names)})
+        resid = full - predicted_force(chain, params, zc, dzc)
+        loglik = -0.5 * (sq_obs + sq_cc) - 0.5 * jnp.sum(resid**2) / sigma**2 - n_obs * jnp.log(sigma)
+        return loglik + jnp.sum(gamma_logpdf(values, conc, rate)) + jnp.sum(q[n_w:])
+
+    return logdensity, (n_state, p)

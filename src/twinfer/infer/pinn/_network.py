@@ -129,6 +129,38 @@ class StateNetwork(eqx.Module):
         z, dz = jax.jvp(self._raw, (t,), (jnp.ones_like(t),))
         return z + self._offset(), dz
 
+    def _hidden(self, t: Float[Array, ""]) -> Float[Array, " p"]:
+        """Last hidden layer at time ``t`` [s], with a trailing 1 for the output bias."""
+        x = self.features((jnp.asarray(t, dtype=jnp.float64) - self.t0) / self.span)
+        for layer in self.mlp.layers[:-1]:
+            x = self.mlp.activation(layer(x))  # pyright: ignore[reportCallIssue]
+        return jnp.concatenate([x, jnp.ones(1)])
+
+    def last_layer(self) -> Float[Array, "n_state p"]:
+        """The output layer as one matrix ``W`` (weights, then bias; output scale included).
+
+        With :meth:`basis`, ``z(t) = H(t) W^T + offset`` and ``dz/dt = dH/dt W^T`` exactly: the network is
+        linear in its last layer, which the second stage of the Bayesian scheme samples (errors in
+        variables: the states' uncertainty enters the posterior).
+        """
+        lin = self.mlp.layers[-1]
+        bias = jnp.zeros(lin.out_features) if lin.bias is None else lin.bias  # pyright: ignore
+        w = jnp.concatenate([lin.weight, jnp.reshape(bias, (-1, 1))], axis=1)
+        return jnp.asarray(self.out_scale)[:, None] * w
+
+    def basis(self, ts: Float[Array, " T"]) -> tuple[Array, Array, Array]:
+        """``(H, dH/dt, offset)`` at many times: the last hidden layer (with a 1 column) and its rate.
+
+        ``H @ last_layer().T + offset`` is the network's state and ``dH @ last_layer().T`` its rate; with
+        an initial state the anchor is written on the basis, ``H(t) - H(t0)`` and ``offset = z0``.
+        """
+        t = jnp.asarray(ts, dtype=jnp.float64)
+        h, dh = jax.vmap(lambda tt: jax.jvp(self._hidden, (tt,), (jnp.ones_like(tt),)))(t)
+        n_state = len(self.out_scale)
+        if self.initial_state is None:
+            return h, dh, jnp.zeros(n_state)
+        return h - self._hidden(jnp.asarray(self.t0)), dh, jnp.asarray(self.initial_state)
+
     def batch(self, ts: Float[Array, " T"]) -> tuple[Float[Array, "T n_state"], Float[Array, "T n_state"]]:
         """States and rates at many times (the anchor offset is computed once)."""
         t = jnp.asarray(ts, dtype=jnp.float64)
