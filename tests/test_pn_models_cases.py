@@ -67,6 +67,24 @@ def test_small_tria_matches_lapack_tria():
     assert np.all(np.isfinite(low)) and np.all(np.diag(low) >= 0) and np.allclose(low, np.tril(low))
 
 
+def test_tria_rows_gives_the_update_factors_of_the_full_tria():
+    """k reflections: T lower-triangular with T T^T = A1 A1^T (T equals the full tria's top block), the
+    cross block G T^T = A2 A1^T, and the remaining factor B B^T = A2 A2^T - G G^T (the updated covariance)."""
+    from twinfer.infer.pn._small import tria, tria_rows
+
+    a = np.random.default_rng(1).normal(size=(9, 9))
+    k = 3
+    out = np.asarray(tria_rows(jnp.asarray(a), k))
+    T, G, B = out[:k, :k], out[k:, :k], out[k:, k:]
+    np.testing.assert_allclose(out[:k, k:], 0.0, atol=0)
+    assert np.allclose(T, np.tril(T)) and np.all(np.diag(T) >= 0)
+    np.testing.assert_allclose(T, np.asarray(tria(jnp.asarray(a)))[:k, :k], atol=1e-12)
+    np.testing.assert_allclose(G @ T.T, a[k:] @ a[:k].T, atol=1e-12)
+    np.testing.assert_allclose(B @ B.T, a[k:] @ a[k:].T - G @ G.T, atol=1e-12)
+    with pytest.raises(ValueError, match="tria_rows k"):
+        tria_rows(jnp.asarray(a), 0)
+
+
 def test_fine_input_linear_midpoints_and_hold():
     from twinfer.experiments._pnsmc import fine_input
 
@@ -187,3 +205,13 @@ def test_emps_closed_loop_simulation_matches_exact_zoh_discretisation():
         x = Ad @ x + bd * (tau - off)
     np.testing.assert_allclose(sims[0], ref, rtol=0, atol=1e-9 * np.max(np.abs(ref)))
     assert np.max(np.abs(np.diff(ref))) > 1e-4  # the loop moved the axis
+
+
+def test_cosine_sum_matches_direct_sum():
+    """The blocked angle-addition multisine equals the direct sum of cosines (n not a multiple of B)."""
+    from twinfer.experiments.boucwen import cosine_sum
+
+    rng = np.random.default_rng(0)
+    f, p, n, dt = rng.uniform(0.5, 100.0, 37), rng.uniform(0, 2 * np.pi, 37), 1234, 1.0 / 4096
+    direct = np.cos(2 * np.pi * np.outer(np.arange(n) * dt, f) + p).sum(axis=1)
+    np.testing.assert_allclose(cosine_sum(f, p, n, dt, block=100), direct, rtol=0, atol=1e-11)
