@@ -51,7 +51,7 @@ from twinfer.data import load_emps
 from twinfer.experiments import _pnsmc
 from twinfer.experiments._case import Case, CaseConfig, Progress, register
 from twinfer.infer.pn import PNLikelihood
-from twinfer.infer.smc import TransformedNormalPrior
+from twinfer.infer.smc import TransformedNormalPrior, history_loglik
 from twinfer.models import EMPS
 from twinfer.models.emps import IDIM_PARAMS, pd_law, pd_voltage
 from twinfer.report import PaperValue, RunArtifacts, posterior_figures
@@ -124,6 +124,13 @@ def run(config: EMPSConfig, progress: Progress) -> RunArtifacts:
     metrics["reference.idim.test.rmse"] = float(_pnsmc.rmse_per_particle(ref_ol, test["q"][:m])[0])
     metrics["reference.idim.closedloop.test.rmse"] = float(_pnsmc.rmse_per_particle(ref_cl, test["q"][:m])[0])
     metrics.update(controller_checks(train, test))
+    # training-data log-likelihood at the posterior mean and at the IDIM estimates: a reference value
+    # far above the particles' means the sampler sits in a local mode of the likelihood
+    post_mean = np.array([[metrics[f"posterior.{name}.mean"] for name in NAMES]])
+    ll = history_loglik(lik, prior, np.concatenate([post_mean, idim]), n)
+    metrics["diagnostic.train_loglik.posterior_mean"] = float(ll[0])
+    metrics["diagnostic.train_loglik.idim"] = float(ll[1])
+    metrics["diagnostic.train_loglik.particles_max"] = float(np.max(res.loglik))
     progress("test simulation (pulses)", 1, 1)
     metrics["timing.test_s"] = time.perf_counter() - test_start
     metrics["timing.run_s"] = time.perf_counter() - start
