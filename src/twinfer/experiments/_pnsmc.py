@@ -246,22 +246,29 @@ def band_arrays(name: str, truth: np.ndarray, sims: np.ndarray) -> dict[str, np.
 def band_figure(
     arrays: Mapping[str, Any], name: str, fs: float, ylabel: str, key: str = "test_fit", title: str = ""
 ) -> dict[str, Any]:
-    """Test output with the particle band (empty if the arrays hold no such test), as figure ``key``."""
+    """Test output with the particle band, and below it the band minus the measured output.
+
+    The lower panel shows the error where the band is too thin to see on the output's scale; empty if
+    the arrays hold no such test.
+    """
     import matplotlib.pyplot as plt
 
     if f"{name}_truth" not in arrays:
         return {}
     y = np.asarray(arrays[f"{name}_truth"])
     t = np.arange(y.size) / fs
-    fig, ax = plt.subplots(figsize=(9, 3.5))
-    ax.fill_between(
-        t, arrays[f"{name}_sim_q05"], arrays[f"{name}_sim_q95"], alpha=0.4, label="particles 5-95%"
-    )
+    lo, hi, mean = (np.asarray(arrays[f"{name}_sim_{s}"]) for s in ("q05", "q95", "mean"))
+    fig, (ax, ax_err) = plt.subplots(2, 1, figsize=(9, 5), sharex=True, height_ratios=(2, 1))
+    ax.fill_between(t, lo, hi, alpha=0.4, label="particles 5-95%")
     ax.plot(t, y, "k", lw=0.5, label="measured")
-    ax.plot(t, arrays[f"{name}_sim_mean"], "C1--", lw=0.5, label="particle mean")
-    ax.set_xlabel("time in test window [s]")
+    ax.plot(t, mean, "C1--", lw=0.5, label="particle mean")
     ax.set_ylabel(ylabel)
     ax.legend(fontsize=7, frameon=False, loc="upper right")
+    ax_err.fill_between(t, lo - y, hi - y, alpha=0.4)
+    ax_err.plot(t, mean - y, "C1", lw=0.5)
+    ax_err.axhline(0.0, color="k", lw=0.5)
+    ax_err.set_ylabel("simulated - measured", fontsize=8)
+    ax_err.set_xlabel("time in test window [s]")
     if title:
         ax.set_title(title, fontsize=9)
     fig.tight_layout()
