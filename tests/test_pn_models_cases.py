@@ -67,6 +67,24 @@ def test_small_tria_matches_lapack_tria():
     assert np.all(np.isfinite(low)) and np.all(np.diag(low) >= 0) and np.allclose(low, np.tril(low))
 
 
+def test_tria_rows_gives_the_update_factors_of_the_full_tria():
+    """k reflections: T lower-triangular with T T^T = A1 A1^T (T equals the full tria's top block), the
+    cross block G T^T = A2 A1^T, and the remaining factor B B^T = A2 A2^T - G G^T (the updated covariance)."""
+    from twinfer.infer.pn._small import tria, tria_rows
+
+    a = np.random.default_rng(1).normal(size=(9, 9))
+    k = 3
+    out = np.asarray(tria_rows(jnp.asarray(a), k))
+    T, G, B = out[:k, :k], out[k:, :k], out[k:, k:]
+    np.testing.assert_allclose(out[:k, k:], 0.0, atol=0)
+    assert np.allclose(T, np.tril(T)) and np.all(np.diag(T) >= 0)
+    np.testing.assert_allclose(T, np.asarray(tria(jnp.asarray(a)))[:k, :k], atol=1e-12)
+    np.testing.assert_allclose(G @ T.T, a[k:] @ a[:k].T, atol=1e-12)
+    np.testing.assert_allclose(B @ B.T, a[k:] @ a[k:].T - G @ G.T, atol=1e-12)
+    with pytest.raises(ValueError, match="tria_rows k"):
+        tria_rows(jnp.asarray(a), 0)
+
+
 def test_fine_input_linear_midpoints_and_hold():
     from twinfer.experiments._pnsmc import fine_input
 
@@ -135,3 +153,65 @@ def test_pn_likelihood_substeps_converge_to_interpolated_input_solution(hold):
     ratio, rel = (0.1, 2e-3) if hold == "linear" else (0.5, 2e-2)
     assert e4 < ratio * e1
     assert e4 < rel * np.max(np.abs(exact))
+
+
+def test_emps_controller_law_reproduces_measured_voltage():
+    """Janot et al. Eq. (6) with the [0.5, 0.5]-filtered velocity, applied to the measured position of a
+    slice of DATA_EMPS, gives the recorded voltage vir up to encoder quantisation (< 0.5 % of its rms)."""
+    from twinfer.data import load_emps
+    from twinfer.models.emps import pd_voltage
+
+    data = load_emps()
+    k = slice(3000, 9000)
+    q, qg = data["q"], data["qg"]
+    q_km2 = q[k.start - 2 : k.stop - 2]
+    nu = np.asarray(pd_voltage(qg[k], q[k], q_km2, float(data["kp"]), float(data["kv"]), 1e-3))
+    vir = data["vir"][k]
+    resid = np.sqrt(np.mean((vir - nu) ** 2))
+    assert resid < 5e-3 * np.sqrt(np.mean(vir**2)), resid
+    # a one-sided difference (q_k - q_{k-1}) / dt instead of the filtered one explains vir worse
+    one_sided = np.asarray(pd_voltage(qg[k], q[k], q[k.start - 1 : k.stop - 1], data["kp"], data["kv"], 5e-4))
+    assert np.sqrt(np.mean((vir - one_sided) ** 2)) > 3 * resid
+
+
+def test_emps_closed_loop_simulation_matches_exact_zoh_discretisation():
+    """Without Coulomb friction the EMPS plant is linear: the sampled PD loop simulated by RK4 equals the
+    loop closed around the exact zero-order-hold discretisation (matrix exponential) of the plant."""
+    from scipy.linalg import expm
+
+    from twinfer.experiments import _pnsmc
+    from twinfer.models.emps import pd_law
+
+    M, Fv, off, kp, kv, gtau, dt = 95.0, 200.0, -3.0, 160.18, 243.45, 35.15, 1e-3
+    model = EMPS(Fc=0.0, offset=off, M=M, Fv=Fv)
+    t = np.arange(600) * dt
+    qg = 0.05 * np.sin(2 * np.pi * 2.0 * t)
+    d = np.where((t > 0.2) & (t < 0.25), 2.0, 0.0)
+    law = pd_law(kp, kv, gtau, dt, limit=1e9)
+    sims = _pnsmc.simulate_particles_feedback(
+        model, model.params, ("M",), np.array([[M]]), jnp.array([0.01, 0.0]), (qg, d), law,
+        (jnp.asarray(0.01), jnp.asarray(0.01)), dt / 8, 8, 0,
+    )  # fmt: skip
+    A = np.array([[0.0, 1.0], [0.0, -Fv / M]])
+    big = np.zeros((3, 3))
+    big[:2, :2], big[1, 2] = A, 1.0 / M
+    E = expm(big * dt)
+    Ad, bd = E[:2, :2], E[:2, 2]
+    x, q1, q2, ref = np.array([0.01, 0.0]), 0.01, 0.01, []
+    for k in range(t.size):
+        ref.append(x[0])
+        tau = gtau * (kp * kv * (qg[k] - x[0]) - kv * (x[0] - q2) / (2 * dt) + d[k])
+        q1, q2 = x[0], q1
+        x = Ad @ x + bd * (tau - off)
+    np.testing.assert_allclose(sims[0], ref, rtol=0, atol=1e-9 * np.max(np.abs(ref)))
+    assert np.max(np.abs(np.diff(ref))) > 1e-4  # the loop moved the axis
+
+
+def test_cosine_sum_matches_direct_sum():
+    """The blocked angle-addition multisine equals the direct sum of cosines (n not a multiple of B)."""
+    from twinfer.experiments.boucwen import cosine_sum
+
+    rng = np.random.default_rng(0)
+    f, p, n, dt = rng.uniform(0.5, 100.0, 37), rng.uniform(0, 2 * np.pi, 37), 1234, 1.0 / 4096
+    direct = np.cos(2 * np.pi * np.outer(np.arange(n) * dt, f) + p).sum(axis=1)
+    np.testing.assert_allclose(cosine_sum(f, p, n, dt, block=100), direct, rtol=0, atol=1e-11)

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from twinfer.infer.pn import PNFilter, PNLikelihood
-from twinfer.infer.smc import TransformedNormalPrior, ess, ibis
+from twinfer.infer.smc import TransformedNormalPrior, ess, history_loglik, ibis
 from twinfer.models import Chain
 
 N_OBS, H, K_TRUE, NOISE = 80, 0.04, 5.0, 0.02
@@ -93,6 +93,10 @@ def test_resume_gives_identical_particles(problem, tmp_path):
     np.testing.assert_array_equal(resumed.log_w, full.log_w)
     np.testing.assert_array_equal(resumed.ess, full.ess)
     np.testing.assert_array_equal(resumed.resample_times, full.resample_times)
+    # each particle's recorded cumulative log-likelihood is that of a fresh filter pass over all data
+    fresh = history_loglik(lik, prior, full.theta, N_OBS)
+    np.testing.assert_allclose(fresh, full.loglik, rtol=1e-8)
+    assert np.ptp(fresh) > 0
 
 
 def test_ess_and_input_errors(problem):

@@ -89,15 +89,24 @@ def load_emps(root: str | Path | None = None, *, pulses: bool = False) -> dict[s
     """EMPS estimation (``DATA_EMPS``) or validation (``DATA_EMPS_PULSES``) set at 1 kHz.
 
     Returns:
-        ``{"t", "force", "q", "qg"}`` with ``force = gtau * vir`` [N] and motor position ``q = qm`` [m].
+        ``{"t", "force", "q", "qg", "vir", "kp", "kv", "gtau"}`` with ``force = gtau * vir`` [N], motor
+        position ``q = qm`` [m], the controller gains ``kp`` [1/s], ``kv`` [V/(m/s)] and the drive gain
+        ``gtau`` [N/V] as 0-d arrays; the validation set adds ``pulses_N`` (the applied pulses).
 
     """
     name = "emps/DATA_EMPS_PULSES.mat" if pulses else "emps/DATA_EMPS.mat"
     mat = _loadmat(verified_path(name, root))
     gtau = float(np.asarray(mat["gtau"]).ravel()[0])
-    return {
+    out = {
         "t": np.asarray(mat["t"], np.float64).ravel(),
         "force": gtau * np.asarray(mat["vir"], np.float64).ravel(),
         "q": np.asarray(mat["qm"], np.float64).ravel(),
         "qg": np.asarray(mat["qg"], np.float64).ravel(),
+        "vir": np.asarray(mat["vir"], np.float64).ravel(),
+        "gtau": np.asarray(gtau, np.float64),
     }
+    for key in ("kp", "kv"):
+        out[key] = np.asarray(np.asarray(mat[key], np.float64).ravel()[0])
+    if "pulses_N" in mat:
+        out["pulses_N"] = np.asarray(mat["pulses_N"], np.float64).ravel()
+    return out

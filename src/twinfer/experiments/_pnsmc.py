@@ -8,7 +8,7 @@ References:
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +46,16 @@ def run_ibis(
     return res, time.perf_counter() - start
 
 
+def _particle_params(base_params: Mapping[str, Any], names: tuple[str, ...], theta: Any) -> dict[str, Any]:
+    return set_params(dict(base_params), {n: theta[i] for i, n in enumerate(names)})
+
+
+def _map_chunks(one: Callable[[Any], Any], thetas: np.ndarray, chunk: int) -> np.ndarray:
+    run = jax.jit(jax.vmap(one))
+    out = [np.asarray(run(jnp.asarray(thetas[i : i + chunk]))) for i in range(0, len(thetas), chunk)]
+    return np.concatenate(out, axis=0)
+
+
 def simulate_particles(
     model: AbstractModel,
     base_params: Mapping[str, Any],
@@ -80,7 +90,7 @@ def simulate_particles(
     us = jnp.asarray(us, jnp.float64).reshape(-1, substeps, model.n_input)
 
     def one(theta):
-        params = set_params(dict(base_params), {n: theta[i] for i, n in enumerate(names)})
+        params = _particle_params(base_params, names, theta)
 
         def outer(x, u_block):
             y = model.output(0.0, x, u_block[0], params)[output_index]
@@ -89,9 +99,63 @@ def simulate_particles(
 
         return jax.lax.scan(outer, jnp.asarray(x0, jnp.float64), us)[1]
 
-    run = jax.jit(jax.vmap(one))
-    out = [np.asarray(run(jnp.asarray(thetas[i : i + chunk]))) for i in range(0, len(thetas), chunk)]
-    return np.concatenate(out, axis=0)
+    return _map_chunks(one, thetas, chunk)
+
+
+def simulate_particles_feedback(
+    model: AbstractModel,
+    base_params: Mapping[str, Any],
+    names: tuple[str, ...],
+    thetas: np.ndarray,
+    x0: Any,
+    refs: Any,
+    law: Callable[[Any, Any, Any], tuple[Any, Any]],
+    law_state0: Any,
+    dt: float,
+    substeps: int,
+    output_index: int,
+    chunk: int = 256,
+) -> np.ndarray:
+    """RK4 simulation of every particle inside a digital feedback loop (sampled control, held input).
+
+    At each sample ``k`` the output ``y_k`` of the simulated state is read, the control law gives
+    ``u_k, s_{k+1} = law(s_k, r_k, y_k)`` from its state ``s_k`` and the external signals ``r_k``, and
+    ``u_k`` is held over ``(t_k, t_{k+1}]`` (the DAC's zero-order hold) for ``substeps`` RK4 steps.
+
+    Args:
+        model: the model (plant).
+        base_params: its parameters.
+        names: the parameters each particle sets.
+        thetas: ``(N, p)`` natural-scale parameters.
+        x0: initial plant state.
+        refs: pytree of per-sample external signals, leading axis ``T`` (references, disturbances).
+        law: the controller ``(state, r_k, y_k) -> (u_k (n_u,), state)``.
+        law_state0: its initial state.
+        dt: fine step (sampling period / ``substeps``).
+        substeps: fine steps per sample.
+        output_index: which model output is fed back and returned.
+        chunk: particles simulated at once (bounds memory).
+
+    Returns:
+        ``(N, T)`` outputs ``y_k`` at the samples ``t = k * substeps * dt``, k = 0..T-1.
+
+    """
+    step = discretise(model, dt, "rk4")
+    refs = jax.tree_util.tree_map(lambda a: jnp.asarray(a, jnp.float64), refs)
+
+    def one(theta):
+        params = _particle_params(base_params, names, theta)
+
+        def outer(carry, r):
+            x, s = carry
+            y = model.output(0.0, x, jnp.zeros(model.n_input), params)[output_index]
+            u, s = law(s, r, y)
+            x = jax.lax.fori_loop(0, substeps, lambda j, xx: step.transition(0.0, xx, u, params), x)
+            return (x, s), y
+
+        return jax.lax.scan(outer, (jnp.asarray(x0, jnp.float64), law_state0), refs)[1]
+
+    return _map_chunks(one, thetas, chunk)
 
 
 def fine_input(u: np.ndarray, substeps: int, hold: str) -> np.ndarray:
@@ -179,22 +243,33 @@ def band_arrays(name: str, truth: np.ndarray, sims: np.ndarray) -> dict[str, np.
     }
 
 
-def band_figure(arrays: Mapping[str, Any], name: str, fs: float, ylabel: str) -> dict[str, Any]:
-    """Test output with the particle band (empty if the arrays hold no such test)."""
+def band_figure(
+    arrays: Mapping[str, Any], name: str, fs: float, ylabel: str, key: str = "test_fit", title: str = ""
+) -> dict[str, Any]:
+    """Test output with the particle band, and below it the band minus the measured output.
+
+    The lower panel shows the error where the band is too thin to see on the output's scale; empty if
+    the arrays hold no such test.
+    """
     import matplotlib.pyplot as plt
 
     if f"{name}_truth" not in arrays:
         return {}
     y = np.asarray(arrays[f"{name}_truth"])
     t = np.arange(y.size) / fs
-    fig, ax = plt.subplots(figsize=(9, 3.5))
-    ax.fill_between(
-        t, arrays[f"{name}_sim_q05"], arrays[f"{name}_sim_q95"], alpha=0.4, label="particles 5-95%"
-    )
+    lo, hi, mean = (np.asarray(arrays[f"{name}_sim_{s}"]) for s in ("q05", "q95", "mean"))
+    fig, (ax, ax_err) = plt.subplots(2, 1, figsize=(9, 5), sharex=True, height_ratios=(2, 1))
+    ax.fill_between(t, lo, hi, alpha=0.4, label="particles 5-95%")
     ax.plot(t, y, "k", lw=0.5, label="measured")
-    ax.plot(t, arrays[f"{name}_sim_mean"], "C1--", lw=0.5, label="particle mean")
-    ax.set_xlabel("time in test window [s]")
+    ax.plot(t, mean, "C1--", lw=0.5, label="particle mean")
     ax.set_ylabel(ylabel)
     ax.legend(fontsize=7, frameon=False, loc="upper right")
+    ax_err.fill_between(t, lo - y, hi - y, alpha=0.4)
+    ax_err.plot(t, mean - y, "C1", lw=0.5)
+    ax_err.axhline(0.0, color="k", lw=0.5)
+    ax_err.set_ylabel("simulated - measured", fontsize=8)
+    ax_err.set_xlabel("time in test window [s]")
+    if title:
+        ax.set_title(title, fontsize=9)
     fig.tight_layout()
-    return {"test_fit": fig}
+    return {key: fig}

@@ -16,9 +16,13 @@ running mean ``Gamma_k = mean_{s<=k} sigma2_s`` used in step k's ``Q``. The like
 deterministic function of ``theta`` and the data up to ``t_k``, which the IMH move of the SMC sampler
 requires; the running mean tends to the paper's global average (Eq. 19, Bosch et al. form).
 
-Everything is square-root: the prediction and both updates are one QR each (``tria``), written out
-element by element for the small blocks (:mod:`twinfer.infer.pn._small`), which under ``vmap`` over
-particles avoids one LAPACK call per particle.
+Everything is square-root: the prediction is one QR (``tria``); each update is the first ``n_z``
+(or ``n_y``) Householder reflections of the QR of its block (``tria_rows``), which give the innovation
+and gain factors and a square (not triangular) factor of the updated covariance: the rest of a full QR
+would only re-triangularise that factor, which the next prediction's QR does anyway (in the Bouc-Wen
+step this removes 18 of 31 reflections). The reflections are written out element by element for the
+small blocks (:mod:`twinfer.infer.pn._small`), which under ``vmap`` over particles avoids one LAPACK
+call per particle.
 
 References:
     Longbottom et al., Eq. (12)-(20); Tronarp et al. (2019) (EK0/EK1 as Gaussian filtering);
@@ -38,7 +42,7 @@ import jax
 import jax.numpy as jnp
 
 from twinfer.infer.pn._prior import iwp_chol_q_1d, iwp_transition, projection
-from twinfer.infer.pn._small import solve_lower, tria
+from twinfer.infer.pn._small import solve_lower, tria, tria_rows
 from twinfer.models import AbstractModel
 
 METHODS = ("ek0", "ek1")
@@ -68,7 +72,8 @@ class PNInfo(NamedTuple):
 def condition_exact(mean: Any, chol: Any, H: Any, residual: Any, mask: Any) -> tuple[Any, Any]:
     """Condition on ``0 = H x + d`` with zero noise (``residual = H mean + d``); masked rows are ignored.
 
-    One QR of ``[[0, H L], [0, L]]`` gives ``L_S``, the gain factor and the posterior factor, as the
+    The first ``n_z`` reflections of a QR of ``[[0, H L], [0, L]]`` (:func:`tria_rows`) give ``L_S``, the
+    gain factor and a square posterior factor, as the
     square-root update of :func:`twinfer.infer.filters.update` with ``L_R = 0``. Unobserved rows (mask
     False) get zero ``H`` and unit ``L_S`` so shapes stay static.
     """
@@ -82,7 +87,7 @@ def condition_exact(mean: Any, chol: Any, H: Any, residual: Any, mask: Any) -> t
         ],
         axis=0,
     )
-    big = tria(block)
+    big = tria_rows(block, n_z)
     chol_S, gain_factor, chol_post = big[:n_z, :n_z], big[n_z:, :n_z], big[n_z:, n_z:]
     z = solve_lower(chol_S, -residual * m)
     return mean + gain_factor @ z, chol_post
@@ -107,7 +112,7 @@ def _update(mean: Any, chol: Any, H: Any, d: Any, chol_R: Any, y: Any, mask: Any
         ],
         axis=0,
     )
-    big = tria(block)
+    big = tria_rows(block, n_y)
     chol_S, gain_factor, chol_post = big[:n_y, :n_y], big[n_y:, :n_y], big[n_y:, n_y:]
     z = solve_lower(chol_S, innovation)
     loglik = -0.5 * (z @ z) - jnp.sum(jnp.log(jnp.diag(chol_S))) - 0.5 * jnp.sum(m) * jnp.log(2 * jnp.pi)

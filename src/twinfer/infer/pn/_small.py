@@ -19,6 +19,18 @@ from typing import Any
 import jax.numpy as jnp
 
 
+def _householder(r: Any, j: int) -> Any:
+    """Reflection j of a Householder QR of ``r`` (m, n): zero column j below the diagonal, in place."""
+    x = r[j:, j]
+    alpha = jnp.sqrt(jnp.sum(x**2))
+    sign = jnp.where(x[0] >= 0, 1.0, -1.0)
+    v = x.at[0].add(sign * alpha)
+    vtv = jnp.sum(v**2)
+    beta = jnp.where(vtv > 0, 2.0 / jnp.where(vtv > 0, vtv, 1.0), 0.0)
+    w = v @ r[j:, j:]
+    return r.at[j:, j:].add(-beta * v[:, None] * w[None, :])
+
+
 def tria(a: Any) -> Any:
     """Lower-triangular ``L`` with ``L L^T = A A^T`` and a non-negative diagonal, for ``A`` (n, m), m >= n.
 
@@ -31,17 +43,33 @@ def tria(a: Any) -> Any:
         raise ValueError(f"tria: expected a wide matrix (n, m) with m >= n; received shape {a.shape}.")
     r = a.T
     for j in range(n):
-        x = r[j:, j]
-        alpha = jnp.sqrt(jnp.sum(x**2))
-        sign = jnp.where(x[0] >= 0, 1.0, -1.0)
-        v = x.at[0].add(sign * alpha)
-        vtv = jnp.sum(v**2)
-        beta = jnp.where(vtv > 0, 2.0 / jnp.where(vtv > 0, vtv, 1.0), 0.0)
-        w = v @ r[j:, j:]
-        r = r.at[j:, j:].add(-beta * v[:, None] * w[None, :])
+        r = _householder(r, j)
     low = jnp.tril(r[:n, :n].T)
     signs = jnp.where(jnp.diag(low) < 0, -1.0, 1.0)
     return low * signs[None, :]
+
+
+def tria_rows(a: Any, k: int) -> Any:
+    """``A Theta`` for an orthogonal ``Theta`` that makes the first ``k`` rows lower-triangular.
+
+    The first ``k`` reflections of :func:`tria` only: for ``A = [[A11, A12], [A21, A22]]`` with ``k``
+    top rows the result is ``[[T, 0], [G, B]]`` with ``T`` (k, k) lower-triangular with a non-negative
+    diagonal, ``T T^T = A1 A1^T``, ``G T^T = A2 A1^T`` and ``G G^T + B B^T = A2 A2^T``. For the block
+    of a square-root update, ``T`` is the innovation factor, ``G`` the gain factor and ``B`` a
+    (square, not triangular) factor of the updated covariance: the remaining reflections of a full
+    ``tria`` would only re-triangularise ``B`` (Golub & Van Loan, Alg. 5.2.1 stopped after k steps).
+    """
+    n, m = a.shape
+    if not 0 < k <= min(n, m):
+        raise ValueError(f"tria_rows k: expected 1..{min(n, m)} for shape {a.shape}; received {k}.")
+    r = a.T
+    for j in range(k):
+        r = _householder(r, j)
+    out = r.T
+    top = out[:k, :k]
+    signs = jnp.where(jnp.diag(top) < 0, -1.0, 1.0)
+    first = jnp.concatenate([jnp.tril(top), out[k:, :k]], axis=0) * signs[None, :]
+    return jnp.concatenate([first, out[:, k:].at[:k].set(0.0)], axis=1)
 
 
 def solve_lower(low: Any, b: Any) -> Any:

@@ -4,3 +4,6 @@ from twinfer.infer.smc._ibis import IBISResult, IBISState, IncrementalLikelihood
 from twinfer.infer.smc._prior import TransformedNormalPrior
 
 __all__ = ["IBISResult", "IBISState", "IncrementalLikelihood", "TransformedNormalPrior", "ess", "ibis"]
+from twinfer.infer.smc._ibis import history_loglik  # noqa: E402
+
+__all__ += ["history_loglik"]

@@ -132,6 +132,20 @@ def _history_loglik(lik, prior, z: Any, t: Any) -> tuple[Any, Any]:
     return jax.lax.fori_loop(0, t, body, (_init_carry(lik, prior, z), jnp.zeros(z.shape[0])))
 
 
+def history_loglik(
+    likelihood: IncrementalLikelihood, prior: TransformedNormalPrior, theta: Any, t: int
+) -> np.ndarray:
+    """``log p(y_0..y_{t-1} | theta)`` for each row of ``theta`` (natural scale, ``(N, p)``).
+
+    The filter pass of the rejuvenation move, e.g. to compare the likelihood of the final particles with
+    that of reference parameter values (a sampler stuck in a local mode shows as a reference value with
+    a higher likelihood than every particle).
+    """
+    z = prior.to_sampling(jnp.asarray(theta, jnp.float64))
+    run = eqx.filter_jit(lambda lik, pr, zz: _history_loglik(lik, pr, zz, t)[1])
+    return np.asarray(run(likelihood, prior, z))
+
+
 def _weighted_gaussian(z: Any, log_w: Any, jitter: float) -> tuple[Any, Any]:
     """Weighted mean and Cholesky factor of the weighted covariance (Eq. 23)."""
     w = jnp.exp(log_w - logsumexp(log_w))
