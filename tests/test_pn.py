@@ -335,3 +335,29 @@ def test_structure_auto_choice_and_errors():
             ys,
             chol_R=jnp.eye(1),
         )
+
+
+def test_scalar_update_equals_dense_update():
+    """Potter's scalar square-root update (block filter) equals the QR-based update of the dense filter:
+    same mean, covariance and log innovation density, for a noisy and a zero-noise (ODE) row."""
+    from twinfer.infer.pn._update import condition_exact, update, update_scalar
+
+    rng = np.random.default_rng(5)
+    chol = jnp.asarray(np.tril(rng.normal(size=(3, 3))))
+    mean, h = jnp.asarray(rng.normal(size=3)), jnp.asarray(rng.normal(size=3))
+    y, d = 0.7, 0.2
+    m1, c1, ll1 = update(
+        mean, chol, h[None], jnp.array([d]), jnp.array([[0.3]]), jnp.array([y]), jnp.array([True])
+    )
+    m2, c2, ll2 = update_scalar(mean, chol, h, y - h @ mean - d, 0.3, jnp.array(True))
+    np.testing.assert_allclose(m2, m1, rtol=1e-12)
+    np.testing.assert_allclose(c2 @ c2.T, c1 @ c1.T, rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(ll2, ll1, rtol=1e-12)
+    residual = h @ mean + d
+    m1, c1 = condition_exact(mean, chol, h[None], jnp.array([residual]), jnp.array([True]))
+    m2, c2, _ = update_scalar(mean, chol, h, -residual, 0.0, jnp.array(True))
+    np.testing.assert_allclose(m2, m1, rtol=1e-12)
+    np.testing.assert_allclose(c2 @ c2.T, c1 @ c1.T, rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(np.asarray(c2 @ c2.T) @ np.asarray(h), 0.0, atol=1e-13)
+    m3, c3, ll3 = update_scalar(mean, chol, h, 1.0, 0.3, jnp.array(False))
+    assert np.all(m3 == mean) and np.all(c3 == chol) and ll3 == 0.0

@@ -51,7 +51,7 @@ from twinfer.infer.pn._structure import (
     probe_measurement_blocks,
     to_blocks,
 )
-from twinfer.infer.pn._update import condition_exact, update
+from twinfer.infer.pn._update import condition_exact, update, update_scalar
 from twinfer.models import AbstractModel
 
 METHODS = ("ek0", "ek1")
@@ -302,7 +302,9 @@ class PNFilter(eqx.Module):
 
         Per block ``i``: predict with ``A1``, ``chol Q1 sqrt(Gamma_i)``; condition on the scalar residual
         row ``e_1`` (Eq. 17); then one scalar data update per measured component on the block it touches,
-        all linearised at the ODE-updated mean, as the dense joint update with a diagonal ``R``.
+        all linearised at the ODE-updated mean, as the dense joint update with a diagonal ``R``. The
+        updates are scalar square-root (Potter) updates (:func:`~twinfer.infer.pn._update.update_scalar`)
+        and the small products are written element-wise, so the step has no batched matrix product.
         """
         blocks = self.blocks(params, u)
         if blocks is None:
@@ -314,22 +316,26 @@ class PNFilter(eqx.Module):
         t = state.t + h
         ode = jnp.asarray(ode_update, bool)
         a1, _ = iwp_transition_1d(self.q, h)
-        means_p = to_blocks(state.mean, d) @ a1.T
+        means_p = to_blocks(state.mean, d) @ a1.T  # eq. (16)
         fx = self._f(t, means_p[:, 0], u, params)
         residual = means_p[:, 1] - fx
         local, n_new, diffusion = self._calibrate(state, residual, h, ode)
         chol_q1 = iwp_chol_q_1d(self.q, h)
-        chols_p = jax.vmap(lambda c, g: tria(jnp.concatenate([a1 @ c, jnp.sqrt(g) * chol_q1], axis=1)))(
-            state.chol, diffusion
-        )
-        e1 = jnp.zeros((1, n)).at[0, 1].set(1.0)
-        means, chols = jax.vmap(lambda m, c, r: condition_exact(m, c, e1, r[None], ode[None]))(
-            means_p, chols_p, residual
-        )
+        e1 = jnp.zeros(n).at[1].set(1.0)
+        means_l, chols_l = [], []
+        # a static loop over the d blocks: under vmap over particles, a vmap over blocks as well makes
+        # XLA's CPU code for the small reflections several times slower (measured in bench pn)
+        for i in range(d):
+            a1_chol = _upper_times(a1, state.chol[i])
+            chol_p = tria(jnp.concatenate([a1_chol, jnp.sqrt(diffusion[i]) * chol_q1], axis=1))
+            m_i, c_i, _ = update_scalar(means_p[i], chol_p, e1, -residual[i], 0.0, ode)  # eq. (17)
+            means_l.append(m_i)
+            chols_l.append(c_i)
+        means, chols = jnp.stack(means_l), jnp.stack(chols_l)
         g = lambda X: self.observe(X, u, params, t)
         mean_o = from_blocks(means)
         Hy = jax.jacfwd(g)(mean_o)
-        dy = g(mean_o) - Hy @ mean_o
+        dy = g(mean_o) - jnp.sum(Hy * mean_o[None, :], axis=1)
         n_y = Hy.shape[0]
         if len(blocks) != n_y:
             raise ValueError(
@@ -354,9 +360,9 @@ class PNFilter(eqx.Module):
             )
         loglik = jnp.zeros(())
         for r, b in enumerate(blocks):
-            H_r = Hy[r : r + 1, b::d]
-            row = slice(r, r + 1)
-            m_b, c_b, ll = update(means[b], chols[b], H_r, dy[row], chol_R[row, row], y[row], y_mask[row])
+            h_r = Hy[r, b::d]
+            innovation = y[r] - jnp.sum(h_r * means[b]) - dy[r]
+            m_b, c_b, ll = update_scalar(means[b], chols[b], h_r, innovation, chol_R[r, r], y_mask[r])
             means, chols, loglik = means.at[b].set(m_b), chols.at[b].set(c_b), loglik + ll
         new = PNState(mean=from_blocks(means), chol=chols, diffusion=diffusion, n_calibrated=n_new, t=t)
         return new, PNInfo(loglik=loglik, residual=residual, local_diffusion=local)
@@ -440,6 +446,13 @@ def pn_solve(
     means = jnp.concatenate([(E0 @ state0.mean)[None], means])
     stds = jnp.concatenate([pn.marginal_std(state0)[None], stds])
     return PNSolution(mean=means, std=stds, diffusion=last.diffusion, loglik=info0.loglik + jnp.sum(lls))
+
+
+def _upper_times(upper: Any, b: Any) -> Any:
+    """``upper @ b`` for an upper-triangular ``upper`` as row combinations (no batched matrix product)."""
+    n = upper.shape[0]
+    rows = [sum((upper[i, k] * b[k] for k in range(i + 1, n)), upper[i, i] * b[i]) for i in range(n)]
+    return jnp.stack(rows)
 
 
 def _first_entry(X: Any, u: Any, params: Any) -> Any:

@@ -66,3 +66,45 @@ def update(mean: Any, chol: Any, H: Any, d: Any, chol_R: Any, y: Any, mask: Any)
     z = solve_lower(chol_S, innovation)
     loglik = -0.5 * (z @ z) - jnp.sum(jnp.log(jnp.diag(chol_S))) - 0.5 * jnp.sum(m) * jnp.log(2 * jnp.pi)
     return mean + gain_factor @ z, chol_post, loglik
+
+
+def update_scalar(
+    mean: Any, chol: Any, h: Any, innovation: Any, std_r: Any, mask: Any
+) -> tuple[Any, Any, Any]:
+    """Square-root update on one scalar ``y = h x + v``, ``v ~ N(0, std_r^2)`` (Potter's form).
+
+    With ``a = L^T h`` and ``s^2 = std_r^2 + a^T a`` the innovation variance, the gain is ``L a / s^2``
+    and ``L (I - beta a a^T)`` with ``beta = 1 / (s (s + std_r))`` is a square factor of the updated
+    covariance ``L (I - a a^T / s^2) L^T`` (the square of ``I - beta a a^T`` is that middle factor, and
+    this ``beta`` has no cancellation, also for ``std_r = 0``, the ODE residual). Element-wise
+    arithmetic only: under ``vmap`` over particles and blocks it fuses, unlike a batch of tiny matrix
+    products. Equals :func:`update` / :func:`condition_exact` with one row to rounding.
+
+    Args:
+        mean: prior mean ``(n,)``.
+        chol: a square factor of its covariance ``(n, n)``.
+        h: the measurement row ``(n,)``.
+        innovation: ``y - h mean - d`` (for the ODE residual: minus the residual).
+        std_r: noise standard deviation (0: exact observation).
+        mask: whether the component is observed; if not (or if ``s = 0``), nothing changes.
+
+    Returns:
+        Posterior mean, a square factor of the posterior covariance, log innovation density (0 if
+        unobserved).
+
+    References:
+        Potter's square-root measurement update, as in Bierman (1977), "Factorization Methods for
+        Discrete Sequential Estimation", Sec. V.3; Särkkä & Svensson (2023), Sec. 6.2 (sequential
+        scalar updates).
+
+    """
+    std_r = jnp.abs(std_r)
+    a = jnp.sum(chol * h[:, None], axis=0)
+    la = jnp.sum(chol * a[None, :], axis=1)
+    s = jnp.sqrt(std_r**2 + jnp.sum(a**2))
+    ok = mask & (s > 0)
+    s_safe = jnp.where(ok, s, 1.0)
+    z = jnp.where(ok, innovation / s_safe, 0.0)
+    beta = jnp.where(ok, 1.0 / (s_safe * (s_safe + std_r)), 0.0)
+    loglik = jnp.where(mask, -0.5 * z**2 - jnp.log(s_safe) - 0.5 * jnp.log(2 * jnp.pi), 0.0)
+    return mean + la * (z / s_safe), chol - beta * la[:, None] * a[None, :], loglik
