@@ -361,3 +361,16 @@ def test_scalar_update_equals_dense_update():
     np.testing.assert_allclose(np.asarray(c2 @ c2.T) @ np.asarray(h), 0.0, atol=1e-13)
     m3, c3, ll3 = update_scalar(mean, chol, h, 1.0, 0.3, jnp.array(False))
     assert np.all(m3 == mean) and np.all(c3 == chol) and ll3 == 0.0
+
+
+def test_tria_scalar_equals_tria():
+    """The entry-by-entry QR of the block filter equals the row form (and A A^T), also rank-deficient."""
+    from twinfer.infer.pn._small import tria, tria_scalar
+
+    a = jnp.asarray(np.random.default_rng(6).normal(size=(3, 6)))
+    np.testing.assert_allclose(tria_scalar(a), tria(a), rtol=1e-12, atol=1e-14)
+    low = np.asarray(tria_scalar(a))
+    np.testing.assert_allclose(low @ low.T, np.asarray(a @ a.T), rtol=1e-12)
+    assert np.all(np.triu(low, 1) == 0) and np.all(np.diag(low) >= 0)
+    a0 = a.at[1].set(0.0)
+    np.testing.assert_allclose(tria_scalar(a0), tria(a0), rtol=1e-12, atol=1e-14)

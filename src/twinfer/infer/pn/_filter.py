@@ -43,7 +43,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from twinfer.infer.pn._prior import iwp_chol_q_1d, iwp_transition, iwp_transition_1d, projection
-from twinfer.infer.pn._small import tria
+from twinfer.infer.pn._small import tria, tria_scalar
 from twinfer.infer.pn._structure import (
     STRUCTURES,
     from_blocks,
@@ -327,7 +327,7 @@ class PNFilter(eqx.Module):
         # XLA's CPU code for the small reflections several times slower (measured in bench pn)
         for i in range(d):
             a1_chol = _upper_times(a1, state.chol[i])
-            chol_p = tria(jnp.concatenate([a1_chol, jnp.sqrt(diffusion[i]) * chol_q1], axis=1))
+            chol_p = tria_scalar(jnp.concatenate([a1_chol, jnp.sqrt(diffusion[i]) * chol_q1], axis=1))
             m_i, c_i, _ = update_scalar(means_p[i], chol_p, e1, -residual[i], 0.0, ode)  # eq. (17)
             means_l.append(m_i)
             chols_l.append(c_i)
