@@ -316,7 +316,7 @@ class PNFilter(eqx.Module):
         t = state.t + h
         ode = jnp.asarray(ode_update, bool)
         a1, _ = iwp_transition_1d(self.q, h)
-        means_p = to_blocks(state.mean, d) @ a1.T  # eq. (16)
+        means_p = jnp.stack([_upper_times(a1, m) for m in to_blocks(state.mean, d)])  # eq. (16)
         fx = self._f(t, means_p[:, 0], u, params)
         residual = means_p[:, 1] - fx
         local, n_new, diffusion = self._calibrate(state, residual, h, ode)
@@ -419,10 +419,13 @@ def pn_solve(
     us = jnp.asarray(us, jnp.float64)
     n_steps = us.shape[0]
     if ys is None:
-        ys = jnp.zeros((n_steps, 1))
-        y_mask = jnp.zeros((n_steps, 1), bool)
-        chol_R = jnp.eye(1)
-        pn = dataclasses.replace(pn, measure=_first_entry)
+        # no data: the block filter takes no measurement at all; the dense update needs one (masked) row
+        no_data = dataclasses.replace(pn, measure=_no_entry)
+        n_y = 0 if no_data.blocks(params, us[0]) is not None else 1
+        pn = no_data if n_y == 0 else dataclasses.replace(pn, measure=_first_entry)
+        ys = jnp.zeros((n_steps, n_y))
+        y_mask = jnp.zeros((n_steps, n_y), bool)
+        chol_R = jnp.eye(n_y)
     ys = jnp.asarray(ys, jnp.float64)
     y_mask = jnp.ones(ys.shape, bool) if y_mask is None else jnp.asarray(y_mask, bool)
     if chol_R is None:
@@ -457,6 +460,10 @@ def _upper_times(upper: Any, b: Any) -> Any:
 
 def _first_entry(X: Any, u: Any, params: Any) -> Any:
     return X[:1]
+
+
+def _no_entry(X: Any, u: Any, params: Any) -> Any:
+    return X[:0]
 
 
 def _marginal_std(E: Any, chol: Any) -> Any:

@@ -54,7 +54,7 @@ def block_pattern(jac: np.ndarray, d: int) -> tuple[tuple[int, ...], ...]:
     Non-finite entries count as touching (conservative).
     """
     n_y = jac.shape[0]
-    touched = np.any(np.reshape(jac, (n_y, -1, d)) != 0, axis=1)
+    touched = np.any(np.reshape(jac, (n_y, jac.shape[1] // d, d)) != 0, axis=1)
     return tuple(tuple(int(i) for i in np.flatnonzero(row)) for row in touched)
 
 
