@@ -24,10 +24,20 @@ step this removes 18 of 31 reflections). The reflections are written out element
 small blocks (:mod:`twinfer.infer.pn._small`), which under ``vmap`` over particles avoids one LAPACK
 call per particle.
 
+Covariance structure (``PNFilter.structure``, :mod:`twinfer.infer.pn._structure`): with EK0, a diagonal
+``Gamma`` and a measurement whose every component depends on one ODE dimension, the covariance stays
+block-diagonal over the ODE dimensions, and the block-diagonal filter keeps one ``(q+1) x (q+1)``
+factor per dimension: the prediction is one ``(q+1) x 2(q+1)`` QR per block, the ODE and data updates
+are scalar square-root (Potter) updates, one per row, each on the block its row touches. Same numbers
+as the dense filter to rounding (tested on the PN-SMC models); for Bouc-Wen (d = 3, 500 particles) the
+step is about 6 times faster (``twinfer bench pn``). ``"auto"`` (the default) chooses it where it is
+exact; EK1 is always dense.
+
 References:
     Longbottom et al., Eq. (12)-(20); Tronarp et al. (2019) (EK0/EK1 as Gaussian filtering);
     Schober, Särkkä & Hennig (2019) and Bosch, Hennig & Tronarp (2021) (local and per-dimension
-    diffusion estimates); Krämer & Hennig (2020) (square-root implementation).
+    diffusion estimates); Krämer & Hennig (2020) (square-root implementation); Krämer, Bosch,
+    Schmidt & Hennig (2022) (block-diagonal EK0).
 
 """
 
