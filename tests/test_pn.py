@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -207,3 +209,168 @@ def test_bad_settings_raise():
         PNFilter(model, method="ek2")
     with pytest.raises(ValueError, match="q"):
         PNFilter(model, q=0)
+
+
+def _final_state(pn, params, x0, x0_std, h, us, ys, y_mask, chol_R):
+    """Run ``pn.step`` over the grid (as pn_solve), returning the last state and the summed log-lik."""
+    state = pn.init(params, x0, x0_std, us[0])
+    state, info0 = pn.step(state, params, 0.0, us[0], ys[0], y_mask[0], chol_R, ode_update=False)
+
+    def body(s, inp):
+        u, y, m = inp
+        s, info = pn.step(s, params, h, u, y, m, chol_R)
+        return s, (s.mean, pn.marginal_std(s), info.loglik)
+
+    last, (means, stds, lls) = jax.lax.scan(body, state, (us[1:], ys[1:], y_mask[1:]))
+    return last, means, stds, info0.loglik + jnp.cumsum(lls)
+
+
+def _covariance(state, d):
+    """Dense covariance of the stacked (derivative-major) state from a dense or block factor."""
+    chol = np.asarray(state.chol)
+    if chol.ndim == 2:
+        return chol @ chol.T
+    n = chol.shape[-1]
+    cov = np.zeros((d * n, d * n))
+    for i in range(d):
+        idx = i + d * np.arange(n)
+        cov[np.ix_(idx, idx)] = chol[i] @ chol[i].T
+    return cov
+
+
+def _pn_problem(name):
+    """Model, measure, shared diffusion, x0, x0_std, h, inputs, data, chol_R: a PN-SMC model, short."""
+    from twinfer.models import EMPS, BoucWen
+    from twinfer.sim import discretise
+
+    rng = np.random.default_rng(3)
+    if name == "duffing":
+        model, h, n = _duffing(0.2, 1.0), 0.02, 200
+        x0, x0_std, measure, shared = jnp.array([0.5, 0.0]), jnp.array([0.01, 0.0]), None, False
+        us = np.sin(3.0 * h * np.arange(n))[:, None]
+        out, noise = (lambda x: x[:1]), 1e-3
+    elif name == "emps":
+        model, h, n = EMPS(), 1e-3, 200
+        x0, x0_std, measure, shared = jnp.array([0.1, 0.0]), jnp.array([2e-5, 1e-3]), None, True
+        us = 30.0 * np.sin(2 * np.pi * 2.0 * h * np.arange(n))[:, None]
+        out, noise = (lambda x: x[:1]), 2e-5
+    else:
+        model, h, n = BoucWen(), 1.0 / 750, 200
+        x0, x0_std, shared = jnp.zeros(3), jnp.zeros(3), False
+        measure = lambda X, u, p: X[4:5]  # noqa: E731  (the case's acceleration C-dot X of v)
+        us = 20.0 * np.sin(2 * np.pi * 15.0 * h * np.arange(n))[:, None]
+        out, noise = (lambda x: model.output(0.0, x, jnp.zeros(1), model.params)[1:]), 1e-2
+    step = discretise(model, h / 10, "rk4")
+
+    def sample(x, u):
+        y = out(x)
+        return jax.lax.fori_loop(0, 10, lambda j, xx: step.transition(0.0, xx, u, model.params), x), y
+
+    ys = jax.jit(lambda: jax.lax.scan(sample, x0, jnp.asarray(us))[1])()
+    ys = np.asarray(ys) + noise * rng.normal(size=(n, 1))
+    return model, measure, shared, x0, x0_std, h, jnp.asarray(us), jnp.asarray(ys), noise * jnp.eye(1)
+
+
+@pytest.mark.parametrize("name", ["duffing", "emps", "boucwen"])
+def test_blockdiag_equals_dense(name):
+    """EK0 with a diagonal diffusion and a measurement touching one ODE dimension keeps the covariance
+    block-diagonal (specs 1.4, _structure): the block filter's means, covariances and per-step
+    log-likelihoods equal the dense filter's to rounding on the PN-SMC models (calibrated, with data,
+    some samples unobserved)."""
+    model, measure, shared, x0, x0_std, h, us, ys, chol_R = _pn_problem(name)
+    mask = jnp.asarray(np.arange(ys.shape[0]) % 7 != 3)[:, None]
+    run = eqx.filter_jit(_final_state)
+    res = {}
+    for structure in ("dense", "blockdiag"):
+        pn = PNFilter(model, q=2, measure=measure, shared_diffusion=shared, structure=structure)
+        res[structure] = run(pn, model.params, x0, x0_std, h, us, ys, mask, chol_R)
+    (sd, md, stdd, lld), (sb, mb, stdb, llb) = res["dense"], res["blockdiag"]
+    assert sd.chol.ndim == 2 and sb.chol.ndim == 3
+    # each stacked component relative to its own scale over the run (some cross zero)
+    err = np.abs(np.asarray(mb) - np.asarray(md)) / np.max(np.abs(np.asarray(md)), axis=0)
+    assert np.max(err) < 1e-10, np.max(err, axis=0)
+    np.testing.assert_allclose(np.asarray(stdb), np.asarray(stdd), rtol=1e-8)
+    np.testing.assert_allclose(np.asarray(llb), np.asarray(lld), rtol=1e-10)
+    cov_d, cov_b = _covariance(sd, model.n_state), _covariance(sb, model.n_state)
+    np.testing.assert_allclose(cov_b, cov_d, rtol=1e-8, atol=1e-12 * np.max(np.abs(cov_d)))
+    np.testing.assert_allclose(np.asarray(sb.diffusion), np.asarray(sd.diffusion), rtol=1e-10)
+
+
+def test_structure_auto_choice_and_errors():
+    """ "auto" is block-diagonal exactly where that is exact (EK0, one measured dimension), dense for EK1
+    or a measurement coupling dimensions; "blockdiag" raises where it is not exact; a declared or probed
+    pattern that the measurement breaks at run time raises (eqx.error_if)."""
+    from twinfer.models import BoucWen
+
+    duffing = _duffing(0.1, 1.0)
+    u0 = jnp.zeros(1)
+    assert PNFilter(duffing).init(duffing.params, jnp.ones(2), jnp.zeros(2), u0).chol.shape == (2, 3, 3)
+    assert PNFilter(duffing, method="ek1").init(duffing.params, jnp.ones(2), jnp.zeros(2), u0).chol.ndim == 2
+    bw = BoucWen()
+    # the model's default output (x, a) has an acceleration that depends on all three states
+    assert PNFilter(bw).blocks(bw.params, u0) is None
+    with pytest.raises(ValueError, match="blockdiag"):
+        PNFilter(bw, structure="blockdiag").blocks(bw.params, u0)
+    assert PNFilter(bw, measure=lambda X, u, p: X[4:5]).blocks(bw.params, u0) == (1,)
+    two = PNFilter(bw, measure=lambda X, u, p: jnp.stack([X[0], X[4]]))
+    assert two.blocks(bw.params, u0) is None  # two sensors: only a declaration vouches for a diagonal R
+    assert dataclasses.replace(two, measure_blocks=(0, 1)).blocks(bw.params, u0) == (0, 1)
+    with pytest.raises(ValueError, match="measure_blocks"):
+        dataclasses.replace(two, measure_blocks=(0, 2)).blocks(bw.params, u0)
+    with pytest.raises(ValueError, match="ek0"):
+        PNFilter(duffing, method="ek1", structure="blockdiag")
+    with pytest.raises(ValueError, match="structure"):
+        PNFilter(duffing, structure="diag")
+    # depends on the velocity only above 10: the generic probe point (values near 1) misses it
+    sneaky = PNFilter(duffing, measure=lambda X, u, p: X[:1] + jnp.maximum(X[1:2] - 10.0, 0.0))
+    ys = jnp.zeros((3, 1))
+    with pytest.raises(Exception, match="depends on an ODE dimension"):
+        pn_solve(
+            sneaky,
+            duffing.params,
+            jnp.array([0.0, 20.0]),
+            jnp.zeros(2),
+            0.01,
+            jnp.zeros((3, 1)),
+            ys,
+            chol_R=jnp.eye(1),
+        )
+
+
+def test_scalar_update_equals_dense_update():
+    """Potter's scalar square-root update (block filter) equals the QR-based update of the dense filter:
+    same mean, covariance and log innovation density, for a noisy and a zero-noise (ODE) row."""
+    from twinfer.infer.pn._update import condition_exact, update, update_scalar
+
+    rng = np.random.default_rng(5)
+    chol = jnp.asarray(np.tril(rng.normal(size=(3, 3))))
+    mean, h = jnp.asarray(rng.normal(size=3)), jnp.asarray(rng.normal(size=3))
+    y, d = 0.7, 0.2
+    m1, c1, ll1 = update(
+        mean, chol, h[None], jnp.array([d]), jnp.array([[0.3]]), jnp.array([y]), jnp.array([True])
+    )
+    m2, c2, ll2 = update_scalar(mean, chol, h, y - h @ mean - d, 0.3, jnp.array(True))
+    np.testing.assert_allclose(m2, m1, rtol=1e-12)
+    np.testing.assert_allclose(c2 @ c2.T, c1 @ c1.T, rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(ll2, ll1, rtol=1e-12)
+    residual = h @ mean + d
+    m1, c1 = condition_exact(mean, chol, h[None], jnp.array([residual]), jnp.array([True]))
+    m2, c2, _ = update_scalar(mean, chol, h, -residual, 0.0, jnp.array(True))
+    np.testing.assert_allclose(m2, m1, rtol=1e-12)
+    np.testing.assert_allclose(c2 @ c2.T, c1 @ c1.T, rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(np.asarray(c2 @ c2.T) @ np.asarray(h), 0.0, atol=1e-13)
+    m3, c3, ll3 = update_scalar(mean, chol, h, 1.0, 0.3, jnp.array(False))
+    assert np.all(m3 == mean) and np.all(c3 == chol) and ll3 == 0.0
+
+
+def test_tria_scalar_equals_tria():
+    """The entry-by-entry QR of the block filter equals the row form (and A A^T), also rank-deficient."""
+    from twinfer.infer.pn._small import tria, tria_scalar
+
+    a = jnp.asarray(np.random.default_rng(6).normal(size=(3, 6)))
+    np.testing.assert_allclose(tria_scalar(a), tria(a), rtol=1e-12, atol=1e-14)
+    low = np.asarray(tria_scalar(a))
+    np.testing.assert_allclose(low @ low.T, np.asarray(a @ a.T), rtol=1e-12)
+    assert np.all(np.triu(low, 1) == 0) and np.all(np.diag(low) >= 0)
+    a0 = a.at[1].set(0.0)
+    np.testing.assert_allclose(tria_scalar(a0), tria(a0), rtol=1e-12, atol=1e-14)

@@ -6,11 +6,12 @@ from twinfer.infer.pn._filter import (
     PNInfo,
     PNSolution,
     PNState,
-    condition_exact,
     pn_solve,
 )
 from twinfer.infer.pn._likelihood import PNLikelihood
 from twinfer.infer.pn._prior import iwp_chol_q_1d, iwp_transition, iwp_transition_1d, projection
+from twinfer.infer.pn._structure import STRUCTURES
+from twinfer.infer.pn._update import condition_exact
 
 __all__ = [
     "METHODS",
@@ -19,6 +20,7 @@ __all__ = [
     "PNLikelihood",
     "PNSolution",
     "PNState",
+    "STRUCTURES",
     "condition_exact",
     "iwp_chol_q_1d",
     "iwp_transition",

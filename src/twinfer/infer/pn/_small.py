@@ -49,6 +49,35 @@ def tria(a: Any) -> Any:
     return low * signs[None, :]
 
 
+def tria_scalar(a: Any) -> Any:
+    """:func:`tria` with every matrix entry a separate array: for the ``(q+1) x 2(q+1)`` blocks.
+
+    The same reflections as :func:`tria`, written on a nested list of entries, so that under ``vmap``
+    over particles every operation is element-wise over the particles with nothing sliced or
+    scattered; for the 3 x 6 blocks of the block-diagonal filter this is about 1.5 times faster on
+    the CPU than the row form (``twinfer bench pn``). Equal to :func:`tria` to rounding (sums are
+    taken in another order).
+    """
+    n, m = a.shape
+    if m < n:
+        raise ValueError(f"tria_scalar: expected a wide matrix (n, m) with m >= n; received shape {a.shape}.")
+    r = [[a[j, i] for j in range(n)] for i in range(m)]  # r = A^T, entry by entry
+    for j in range(n):
+        x = [r[i][j] for i in range(j, m)]
+        alpha = jnp.sqrt(sum(xi * xi for xi in x))
+        v = [x[0] + jnp.where(x[0] >= 0, 1.0, -1.0) * alpha, *x[1:]]
+        vtv = sum(vi * vi for vi in v)
+        beta = jnp.where(vtv > 0, 2.0 / jnp.where(vtv > 0, vtv, 1.0), 0.0)
+        for k in range(j, n):
+            w = beta * sum(v[i - j] * r[i][k] for i in range(j, m))
+            for i in range(j, m):
+                r[i][k] = r[i][k] - v[i - j] * w
+    zero = jnp.zeros_like(r[0][0])
+    low = jnp.stack([jnp.stack([r[k][i] if k <= i else zero for k in range(n)]) for i in range(n)])
+    signs = jnp.where(jnp.diag(low) < 0, -1.0, 1.0)
+    return low * signs[None, :]
+
+
 def tria_rows(a: Any, k: int) -> Any:
     """``A Theta`` for an orthogonal ``Theta`` that makes the first ``k`` rows lower-triangular.
 
