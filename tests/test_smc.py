@@ -228,28 +228,29 @@ def test_next_lambda_hits_the_conditional_ess_target_and_bad_settings(problem):
 
 @pytest.mark.slow
 def test_cli_resume_continues_interrupted_run(tmp_path, monkeypatch):
-    """`twinfer run emps` interrupted after 48 observations, then `--resume`, gives the particles of an
-    uninterrupted run with the same seed; a fresh run does not pick up the old checkpoint."""
+    """`twinfer run emps` (adaptive tempering, its default sampler) interrupted after 2 stages, then
+    `--resume`, gives the particles of an uninterrupted run with the same seed; a fresh run does not pick
+    up the old checkpoint."""
     from typer.testing import CliRunner
 
     from twinfer.cli import app
     from twinfer.experiments import _pnsmc
 
     args = ["run", "emps", "--quick", "--out", str(tmp_path)]
-    args += ["--set", "n_obs=96", "--set", "n_particles=16", "--set", "checkpoint_every=16"]
+    args += ["--set", "n_obs=96", "--set", "n_particles=16", "--set", "tempering_moves=1"]
     args += ["--set", "test_samples=200", "--set", "test_particles=4"]
     runner = CliRunner()
-    real = _pnsmc.ibis
+    real = _pnsmc.tempering
 
     def interrupted(*a, **kw):
-        real(*a, **{**kw, "stop_at": 48})
+        real(*a, **{**kw, "stop_at": 2})
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(_pnsmc, "ibis", interrupted)
+    monkeypatch.setattr(_pnsmc, "tempering", interrupted)
     assert runner.invoke(app, args).exit_code != 0
     ckpts = list((tmp_path / ".checkpoints").glob("emps-*.npz"))
     assert len(ckpts) == 1
-    monkeypatch.setattr(_pnsmc, "ibis", real)
+    monkeypatch.setattr(_pnsmc, "tempering", real)
     resumed = runner.invoke(app, [*args, "--resume"])
     assert resumed.exit_code == 0, resumed.output
     assert not ckpts[0].exists()  # removed once the run finished
@@ -260,4 +261,5 @@ def test_cli_resume_continues_interrupted_run(tmp_path, monkeypatch):
     assert len(runs) == 2
     with np.load(runs[0] / "arrays.npz") as a, np.load(runs[1] / "arrays.npz") as b:
         np.testing.assert_array_equal(a["posterior_theta"], b["posterior_theta"])
-        np.testing.assert_array_equal(a["smc_resample_times"], b["smc_resample_times"])
+        assert a["tempering_lambdas"].size > 2
+        np.testing.assert_array_equal(a["tempering_lambdas"], b["tempering_lambdas"])
