@@ -39,11 +39,11 @@ independent MH proposal (Gaussian fit of the collapsed cloud, relative sd ~1e-5)
 training log-likelihood (same PN likelihood, ``diagnostic.train_loglik.*``) of its posterior was 6.8e4
 (128 particles) and 8.9e4 (500), below the IDIM estimates' 1.60e5, while 128 draws from the prior
 already reach 2.06e5. Tempering with 256 particles and 2 MH moves per stage (one independent, one
-random walk; seed 1) reached 2.32e5 in 24 stages (645 s CPU on one core), at M 91.26, Fv 179.1,
-Fc 23.21, offset -3.69 (IDIM: 95.1, 203.5, 20.4, -3.16), scoring 2.58e-6 m in the closed loop (IDIM
-2.46e-6 m). The likelihood has several local maxima: with 128 particles the mid-run MH acceptance fell
-to ~0.01 and the cloud settled at 2.12e5 (M 73.6, Fv 85.8, Fc 35.3; 8.9e-6 m closed loop), hence the
-default of 256 particles.
+random walk) reached 2.316e5 in 24 stages with seeds 0 and 1 alike (605 s and 645 s CPU on one core),
+at M 91.23 (sd 0.033), Fv 179.0 (0.085), Fc 23.21 (0.004), offset -3.688 (0.001) (IDIM: 95.1, 203.5,
+20.4, -3.16), scoring 2.58e-6 m in the closed loop (IDIM 2.46e-6 m). The likelihood has several local
+maxima: with 128 particles the mid-run MH acceptance fell to ~0.01 and the cloud settled at 2.12e5
+(M 73.6, Fv 85.8, Fc 35.3; 8.9e-6 m closed loop), hence the default of 256 particles.
 
 References:
     Longbottom, Champneys & Rogers, Sec. 4.3, Eq. (28), Table 2; Janot, Gautier & Brunot (2019).
