@@ -1,4 +1,4 @@
-"""Sequential Monte Carlo over static parameters: IBIS with independent MH rejuvenation."""
+"""Sequential Monte Carlo over static parameters: IBIS (independent MH moves) and adaptive tempering."""
 
 from twinfer.infer.smc._ibis import IBISResult, IBISState, IncrementalLikelihood, ess, ibis
 from twinfer.infer.smc._prior import TransformedNormalPrior
