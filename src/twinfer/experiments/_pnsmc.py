@@ -1,4 +1,4 @@
-"""Shared pieces of the PN-SMC cases (boucwen, silverbox, emps): run IBIS, simulate particles, score.
+"""Shared pieces of the PN-SMC cases (boucwen, silverbox, emps): run the sampler, simulate, score.
 
 References:
     Longbottom, Champneys & Rogers, Sec. 3-4 and Table 2 (specs/pn-smc.md 2, 4, 5).
@@ -10,40 +10,82 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pydantic
 
-from twinfer.experiments._case import Progress
-from twinfer.infer.pn import PNFilter, PNLikelihood
-from twinfer.infer.smc import IBISResult, TransformedNormalPrior, ibis
+from twinfer.experiments._case import CaseConfig, Progress
+from twinfer.infer.pn import PNFilter
+from twinfer.infer.smc import IBISResult, IncrementalLikelihood, TransformedNormalPrior, ibis, tempering
 from twinfer.models import AbstractModel, set_params
 from twinfer.sim import discretise
 
 
-def run_ibis(
-    seed: int,
-    lik: PNLikelihood,
-    prior: TransformedNormalPrior,
-    n_particles: int,
-    checkpoint: str,
-    checkpoint_every: int,
-    progress: Progress,
-) -> tuple[IBISResult, float]:
-    """IBIS with the case's checkpoint file (empty string: none); returns the result and its wall time."""
-    start = time.perf_counter()
-    res = ibis(
-        jax.random.key(seed),
-        lik,
-        prior,
-        n_particles,
-        checkpoint=Path(checkpoint) if checkpoint else None,
-        checkpoint_every=checkpoint_every,
-        progress=progress,
+class SMCSettings(CaseConfig):
+    """Sampler settings shared by the PN-SMC cases (``sampler``: the paper's IBIS or adaptive tempering)."""
+
+    n_particles: int = pydantic.Field(500, ge=8, description="SMC particles.")
+    sampler: Literal["ibis", "tempering"] = pydantic.Field(
+        "ibis", description="ibis: the paper's Algorithm 1; tempering: adaptive likelihood tempering."
     )
+    tempering_moves: int = pydantic.Field(2, ge=1, description="Tempering: MH moves per stage.")
+    tempering_ess: float = pydantic.Field(
+        0.5, gt=0, lt=1, description="Tempering: conditional ESS of each reweighting, fraction of N."
+    )
+    tempering_kernel: Literal["independent", "random_walk", "both"] = pydantic.Field(
+        "both", description="Tempering: MH kernel (both: alternate independent and random walk)."
+    )
+    checkpoint: str = pydantic.Field("", description="SMC checkpoint file (resumes if it exists).")
+    checkpoint_every: int = pydantic.Field(1024, ge=1, description="IBIS: observations between checkpoints.")
+
+
+def run_smc(
+    config: SMCSettings, lik: IncrementalLikelihood, prior: TransformedNormalPrior, progress: Progress
+) -> tuple[IBISResult, float]:
+    """Run the case's sampler with its checkpoint file (empty: none); returns the result and wall time."""
+    start = time.perf_counter()
+    ckpt = Path(config.checkpoint) if config.checkpoint else None
+    key = jax.random.key(config.seed)
+    if config.sampler == "tempering":
+        res = tempering(
+            key,
+            lik,
+            prior,
+            config.n_particles,
+            ess_target=config.tempering_ess,
+            n_moves=config.tempering_moves,
+            kernel=config.tempering_kernel,
+            checkpoint=ckpt,
+            progress=progress,
+        )
+    else:
+        res = ibis(
+            key,
+            lik,
+            prior,
+            config.n_particles,
+            checkpoint=ckpt,
+            checkpoint_every=config.checkpoint_every,
+            progress=progress,
+        )
     return res, time.perf_counter() - start
+
+
+def sampler_note(config: SMCSettings, res: IBISResult, n_obs: int, what: str) -> str:
+    """One line of the report notes naming the sampler and its run."""
+    if res.lambdas is not None:
+        return (
+            f"Adaptive tempering with {config.n_particles} particles over all {n_obs} {what} "
+            f"({len(res.lambdas)} stages, {config.tempering_moves} {config.tempering_kernel} MH moves per "
+            f"stage, conditional ESS target {config.tempering_ess} N)"
+        )
+    return (
+        f"IBIS with {config.n_particles} particles over {n_obs} {what} "
+        f"({len(res.resample_times)} resample-and-move events)"
+    )
 
 
 def _particle_params(base_params: Mapping[str, Any], names: tuple[str, ...], theta: Any) -> dict[str, Any]:
@@ -191,6 +233,8 @@ def posterior_metrics(res: IBISResult, names: tuple[str, ...]) -> dict[str, floa
     out["smc.resample_count"] = float(len(res.resample_times))
     out["smc.mean_acceptance"] = float(np.mean(res.acceptance)) if len(res.acceptance) else 0.0
     out["smc.final_ess"] = float(res.ess[-1])
+    if res.lambdas is not None:
+        out["smc.stages"] = float(len(res.lambdas))
     return out
 
 
@@ -204,18 +248,46 @@ def rmse_metrics(prefix: str, rmse: np.ndarray) -> dict[str, float]:
 
 
 def ibis_arrays(res: IBISResult, prior: TransformedNormalPrior) -> dict[str, Any]:
-    """Arrays saved in the run folder (posterior, prior, diagnostics) for figures and the netCDF."""
-    return {
+    """Arrays saved in the run folder (posterior, prior, diagnostics) for figures and the netCDF.
+
+    IBIS diagnostics per observation go to ``smc_*`` (the ESS figure of :func:`posterior_figures`);
+    tempering's per stage to ``tempering_*`` (:func:`tempering_figure`).
+    """
+    out: dict[str, Any] = {
         "posterior_theta": res.theta,
         "posterior_log_w": res.log_w,
         "posterior_names": np.array(list(prior.names)),
         "prior_loc": np.asarray(prior.loc),
         "prior_scale": np.asarray(prior.scale),
         "prior_log": np.asarray(prior.log),
-        "smc_ess": res.ess,
-        "smc_resample_times": res.resample_times,
-        "smc_acceptance": res.acceptance,
     }
+    if res.lambdas is not None:
+        out.update(tempering_lambdas=res.lambdas, tempering_ess=res.ess, tempering_acceptance=res.acceptance)
+    else:
+        out.update(smc_ess=res.ess, smc_resample_times=res.resample_times, smc_acceptance=res.acceptance)
+    return out
+
+
+def tempering_figure(arrays: Mapping[str, Any]) -> dict[str, Any]:
+    """Temperature, ESS after the reweighting and MH acceptance per tempering stage (empty for IBIS)."""
+    import matplotlib.pyplot as plt
+
+    if "tempering_lambdas" not in arrays:
+        return {}
+    lam = np.asarray(arrays["tempering_lambdas"])
+    stages = np.arange(1, lam.size + 1)
+    fig, (ax, ax_e) = plt.subplots(2, 1, figsize=(8, 4.5), sharex=True)
+    ax.semilogy(stages, lam, "o-", ms=3)
+    ax.set_ylabel("temperature lambda")
+    ax_e.plot(stages, np.asarray(arrays["tempering_ess"]), "o-", ms=3, label="ESS after reweighting")
+    ax_a = ax_e.twinx()
+    ax_a.plot(stages, np.asarray(arrays["tempering_acceptance"]), "C1s-", ms=3, label="MH acceptance")
+    ax_a.set_ylim(0, 1)
+    ax_a.set_ylabel("acceptance", color="C1")
+    ax_e.set_ylabel("ESS")
+    ax_e.set_xlabel("tempering stage")
+    fig.tight_layout()
+    return {"smc_tempering": fig}
 
 
 def make_pn(

@@ -37,7 +37,7 @@ import pydantic
 from twinfer.data import load_silverbox
 from twinfer.data._benchmarks import SILVERBOX_FS
 from twinfer.experiments import _pnsmc
-from twinfer.experiments._case import Case, CaseConfig, Progress, register
+from twinfer.experiments._case import Case, Progress, register
 from twinfer.infer.pn import PNLikelihood
 from twinfer.infer.smc import TransformedNormalPrior
 from twinfer.models import Chain
@@ -46,12 +46,11 @@ from twinfer.report import PaperValue, RunArtifacts, posterior_figures
 NAMES = ("m1", "c1", "k1", "kappa1")
 
 
-class SilverboxConfig(CaseConfig):
+class SilverboxConfig(_pnsmc.SMCSettings):
     """Configuration of ``silverbox``."""
 
     start: int = pydantic.Field(49277, ge=0, description="0-based first training sample (MATLAB 49278).")
     n_obs: int = pydantic.Field(3072, ge=16, description="Training samples.")
-    n_particles: int = pydantic.Field(500, ge=8, description="IBIS particles.")
     q: int = pydantic.Field(2, ge=1, le=4, description="IWP order.")
     method: Literal["ek0", "ek1"] = pydantic.Field("ek0", description="PN linearisation (paper: EK0).")
     noise_var: float = pydantic.Field(1e-6, gt=0, description="Measurement-noise variance [V^2].")
@@ -64,8 +63,7 @@ class SilverboxConfig(CaseConfig):
         "linear", description="Input between samples (linear: band-limited measured voltage)."
     )
     test_particles: int = pydantic.Field(0, ge=0, description="Particles simulated on the test set (0: all).")
-    checkpoint: str = pydantic.Field("", description="IBIS checkpoint file (resumes if it exists).")
-    checkpoint_every: int = pydantic.Field(512, ge=1, description="Observations between checkpoints.")
+    checkpoint_every: int = pydantic.Field(512, ge=1, description="IBIS: observations between checkpoints.")
 
 
 def least_squares_fit(u: np.ndarray, y: np.ndarray, h: float) -> dict[str, float]:
@@ -104,9 +102,7 @@ def run(config: SilverboxConfig, progress: Progress) -> RunArtifacts:
         substeps=config.pn_substeps,
         input_hold=config.input_hold,
     )
-    res, smc_s = _pnsmc.run_ibis(
-        config.seed, lik, prior, config.n_particles, config.checkpoint, config.checkpoint_every, progress
-    )
+    res, smc_s = _pnsmc.run_smc(config, lik, prior, progress)
     metrics: dict[str, float] = {"timing.smc_s": smc_s, "smc.n_particles": float(config.n_particles)}
     metrics.update(_pnsmc.posterior_metrics(res, NAMES))
     thetas = _pnsmc.equal_weight_particles(res, config.test_particles, config.seed)
@@ -124,9 +120,8 @@ def run(config: SilverboxConfig, progress: Progress) -> RunArtifacts:
     arrays: dict[str, Any] = dict(_pnsmc.ibis_arrays(res, prior))
     arrays.update(_pnsmc.band_arrays("arrow", y[window], sims[:, window]))
     notes = [
-        f"IBIS with {config.n_particles} particles over {config.n_obs} measured samples "
-        f"({len(res.resample_times)} resample-and-move events), "
-        f"PN filter {config.method.upper()}, q = {config.q}.",
+        _pnsmc.sampler_note(config, res, config.n_obs, "measured samples")
+        + f", PN filter {config.method.upper()}, q = {config.q}.",
         "Priors are log-normal around a least-squares fit to the training window (specs 6.19): "
         + ", ".join(f"{n} = {fit[n]:.4g}" for n in NAMES)
         + ".",
@@ -140,6 +135,7 @@ def run(config: SilverboxConfig, progress: Progress) -> RunArtifacts:
 def figures(arrays: Mapping[str, Any], config: SilverboxConfig) -> dict[str, Any]:
     """Prior vs posterior, ESS, and the arrow-head fit with the particle band."""
     figs = posterior_figures(arrays)
+    figs.update(_pnsmc.tempering_figure(arrays))
     figs.update(_pnsmc.band_figure(arrays, "arrow", SILVERBOX_FS, "V2 [V]"))
     return figs
 

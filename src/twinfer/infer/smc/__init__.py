@@ -1,4 +1,4 @@
-"""Sequential Monte Carlo over static parameters: IBIS with independent MH rejuvenation."""
+"""Sequential Monte Carlo over static parameters: IBIS (independent MH moves) and adaptive tempering."""
 
 from twinfer.infer.smc._ibis import IBISResult, IBISState, IncrementalLikelihood, ess, ibis
 from twinfer.infer.smc._prior import TransformedNormalPrior
@@ -7,3 +7,6 @@ __all__ = ["IBISResult", "IBISState", "IncrementalLikelihood", "TransformedNorma
 from twinfer.infer.smc._ibis import history_loglik  # noqa: E402
 
 __all__ += ["history_loglik"]
+from twinfer.infer.smc._tempering import conditional_ess, next_lambda, tempering  # noqa: E402
+
+__all__ += ["conditional_ess", "next_lambda", "tempering"]

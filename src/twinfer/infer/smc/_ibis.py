@@ -66,7 +66,13 @@ class IBISState(NamedTuple):
 
 
 class IBISResult(NamedTuple):
-    """Final particles and the run's diagnostics."""
+    """Final particles and the run's diagnostics.
+
+    From :func:`ibis`: ``ess`` after every observation, ``resample_times`` the observation counts at the
+    resample-and-move events, ``acceptance`` per event, ``lambdas`` None. From
+    :func:`~twinfer.infer.smc.tempering`: ``ess``, ``acceptance`` and ``lambdas`` per stage,
+    ``resample_times`` the stage numbers.
+    """
 
     z: np.ndarray
     theta: np.ndarray
@@ -75,6 +81,7 @@ class IBISResult(NamedTuple):
     ess: np.ndarray
     resample_times: np.ndarray
     acceptance: np.ndarray
+    lambdas: np.ndarray | None = None
 
 
 def ess(log_w: Any) -> Any:
@@ -201,31 +208,28 @@ def _select(mask: Any, new: Any, old: Any) -> Any:
     return jnp.where(mask.reshape((-1,) + (1,) * (old.ndim - 1)), new, old)
 
 
-def _save(path: Path, state: IBISState, ess_buf: Any, resample_times: list, acceptance: list) -> None:
+def _save(path: Path, state: Any, arrays: dict[str, Any], records: dict[str, Any]) -> None:
+    """Write a sampler state (any pytree of arrays), extra arrays and JSON records to ``path``."""
     leaves = jax.tree_util.tree_leaves(state)
-    arrays = {f"leaf{i}": np.asarray(leaf) for i, leaf in enumerate(leaves)}
-    arrays["ess"] = np.asarray(ess_buf)
-    arrays["records"] = np.array(json.dumps({"resample_times": resample_times, "acceptance": acceptance}))
-    write_npz(path, arrays)
+    out = {f"leaf{i}": np.asarray(leaf) for i, leaf in enumerate(leaves)}
+    out.update({name: np.asarray(a) for name, a in arrays.items()})
+    out["records"] = np.array(json.dumps(records))
+    write_npz(path, out)
 
 
-def _load(path: Path, template: IBISState) -> tuple[IBISState, Any, list, list]:
+def _load(path: Path, template: Any, names: tuple[str, ...]) -> tuple[Any, dict[str, Any], dict[str, Any]]:
+    """Read what :func:`_save` wrote; the state's leaves must have the shapes of ``template``'s."""
     with np.load(path, allow_pickle=False) as npz:
         leaves, treedef = jax.tree_util.tree_flatten(template)
         loaded = [jnp.asarray(npz[f"leaf{i}"]) for i in range(len(leaves))]
         for i, (a, b) in enumerate(zip(loaded, leaves, strict=True)):
             if a.shape != jnp.shape(b):
                 raise ValueError(
-                    f"IBIS checkpoint {path}: leaf {i} has shape {a.shape}, expected {jnp.shape(b)}; the "
+                    f"SMC checkpoint {path}: leaf {i} has shape {a.shape}, expected {jnp.shape(b)}; the "
                     "checkpoint belongs to a run with other settings (particles, model or data)."
                 )
-        records = json.loads(str(npz["records"][()]))
-        return (
-            jax.tree_util.tree_unflatten(treedef, loaded),
-            jnp.asarray(npz["ess"]),
-            records["resample_times"],
-            records["acceptance"],
-        )
+        arrays = {name: jnp.asarray(npz[name]) for name in names}
+        return jax.tree_util.tree_unflatten(treedef, loaded), arrays, json.loads(str(npz["records"][()]))
 
 
 def ibis(
@@ -290,7 +294,8 @@ def ibis(
     acceptance: list[float] = []
     path = Path(checkpoint) if checkpoint is not None else None
     if path is not None and path.is_file():
-        state, ess_buf, resample_times, acceptance = _load(path, state)
+        state, arrays, records = _load(path, state, ("ess",))
+        ess_buf, resample_times, acceptance = arrays["ess"], records["resample_times"], records["acceptance"]
     threshold = ess_threshold * n_particles
     end = total if stop_at is None else min(int(stop_at), total)
     while int(state.t) < end:
@@ -307,7 +312,8 @@ def ibis(
             resample_times.append(t_now)
             acceptance.append(float(rate))
         if path is not None and (t_now % checkpoint_every == 0 or t_now == end):
-            _save(path, state, ess_buf, resample_times, acceptance)
+            records = {"resample_times": resample_times, "acceptance": acceptance}
+            _save(path, state, {"ess": ess_buf}, records)
         if progress is not None:
             progress("IBIS over observations", t_now, total)
     z = np.asarray(state.z)
