@@ -29,6 +29,25 @@ def test_boucwen_vector_field_matches_equations():
         BoucWen(mass=2.0)
 
 
+def test_boucwen_beta_scaling_leaves_the_dynamics_unchanged():
+    """beta enters only as beta gamma and beta delta: (s beta, gamma / s, delta / s) is the same model.
+
+    This is why the case scores coverage of the two products rather than of beta, gamma, delta.
+    """
+    model = BoucWen()
+    scaled = {**model.params, "beta": 2.5 * model.params["beta"]}
+    scaled["gamma"] = model.params["gamma"] / 2.5
+    scaled["delta"] = model.params["delta"] / 2.5
+    other = {**model.params, "gamma": 0.9}  # a changed product is a different model
+    rng = np.random.default_rng(0)
+    for _ in range(5):
+        x = jnp.asarray(rng.normal(size=3) * [1e-3, 0.05, 20.0])  # z is a force [N]
+        u = jnp.asarray(rng.normal(size=1) * 50.0)
+        dx = np.asarray(model.vector_field(0.0, x, u, model.params))
+        np.testing.assert_allclose(np.asarray(model.vector_field(0.0, x, u, scaled)), dx, rtol=1e-12)
+        assert abs(float(model.vector_field(0.0, x, u, other)[2]) - dx[2]) > 1e-3 * abs(dx[2])
+
+
 def test_emps_vector_field_matches_equations():
     model = EMPS()
     dx = np.asarray(model.vector_field(0.0, jnp.array([0.1, -0.2]), jnp.array([30.0]), model.params))
@@ -49,6 +68,7 @@ def test_boucwen_quick_end_to_end(tmp_path):
     for key in ("sinesweep.test.rmse_mean", "multisine.test.rmse_mean", "smc.resample_count", "timing.run_s"):
         assert np.isfinite(metrics[key])
     assert metrics["posterior.m.sd"] > 0
+    assert metrics["posterior.beta_gamma.sd"] > 0 and "posterior.identified_truth_in_99" in metrics
     assert (run_dir / "posterior.nc").is_file() and (run_dir / "posterior_summary.md").is_file()
     assert (run_dir / "figures" / "prior_vs_posterior.png").is_file()
 
