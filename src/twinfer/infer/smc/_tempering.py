@@ -109,11 +109,13 @@ def next_lambda(log_w: np.ndarray, loglik: np.ndarray, lam: float, target: float
     return lam + lo if lo > 0 else lam + hi
 
 
-@eqx.filter_jit
-def _full_loglik(lik, prior, z: Any) -> Any:
+def _finite_full_loglik(lik, prior, z: Any) -> Any:
     """Each particle's log-likelihood of all the data (non-finite values as ``-inf``)."""
     ll = _history_loglik(lik, prior, z, lik.n_steps)[1]
     return jnp.where(jnp.isfinite(ll), ll, -jnp.inf)
+
+
+_full_loglik = eqx.filter_jit(_finite_full_loglik)
 
 
 @eqx.filter_jit
@@ -140,8 +142,7 @@ def _mh_move(
     else:
         z_new = z + (2.38 / np.sqrt(z.shape[1])) * eps @ chol.T
         log_q = jnp.zeros(z.shape[0])
-    ll_new = _history_loglik(lik, prior, z_new, lik.n_steps)[1]
-    ll_new = jnp.where(jnp.isfinite(ll_new), ll_new, -jnp.inf)
+    ll_new = _finite_full_loglik(lik, prior, z_new)
     log_alpha = prior.log_density(z_new) + lam * ll_new - prior.log_density(z) - lam * loglik + log_q
     accept = jnp.log(jax.random.uniform(k_acc, (z.shape[0],))) < log_alpha
     z = jnp.where(accept[:, None], z_new, z)
