@@ -20,6 +20,8 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
+from twinfer.linalg import spd_inverse
+
 
 class WlsStep(NamedTuple):
     """One WLS step's estimate, its covariance ``(Q^-1 + H^T R^-1 H)^-1`` and a finiteness flag."""
@@ -67,10 +69,12 @@ def wls_step(
     jac = jax.jacfwd(h)(x_bar, u) * mask[:, None].astype(x_bar.dtype)
     y = jnp.where(mask, y, y_bar)
     innov = y - y_bar if innovation is None else innovation(y, y_bar)
-    r_inv_jac = jnp.linalg.solve(r, jac)
-    precision = jnp.linalg.inv(q) + jac.T @ r_inv_jac
-    chol = jnp.linalg.cholesky(precision)
-    cov = jax.scipy.linalg.cho_solve((chol, True), jnp.eye(x_bar.shape[0], dtype=x_bar.dtype))
-    new_mean = x_bar + cov @ (r_inv_jac.T @ innov)
+    # Whitened by R's Cholesky factor L (A = L^-1 H, b = L^-1 innovation): precision Q^-1 + A^T A and
+    # mean step cov A^T b. Cholesky throughout: an LU here deadlocks XLA on 2 cores (twinfer.linalg).
+    chol_r = jnp.linalg.cholesky(r)
+    white_jac = jax.scipy.linalg.solve_triangular(chol_r, jac, lower=True)
+    white_innov = jax.scipy.linalg.solve_triangular(chol_r, innov, lower=True)
+    cov = spd_inverse(spd_inverse(q) + white_jac.T @ white_jac)
+    new_mean = x_bar + cov @ (white_jac.T @ white_innov)
     ok = jnp.all(jnp.isfinite(new_mean)) & jnp.all(jnp.isfinite(cov))
     return WlsStep(new_mean, cov, ok)

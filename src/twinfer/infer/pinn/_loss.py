@@ -26,6 +26,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float
 
+from twinfer.linalg import solve
 from twinfer.infer.pinn._network import StateNetwork
 from twinfer.infer.pinn._physics import PositiveParameters, chain_residuals, observed_dofs
 from twinfer.models import Chain
@@ -241,7 +242,7 @@ def projected_parameters(
     grad, hess = jax.grad(loss_of)(v0), jax.hessian(loss_of)(v0)
     # a relative ridge of 1e-12 keeps the solve defined when a parameter has no effect on the loss
     hess = hess + 1e-12 * jnp.diag(jnp.abs(jnp.diag(hess)) + 1e-300)
-    values = v0 - jnp.linalg.solve(hess, grad)
+    values = v0 - solve(hess, grad)  # QR, not LU: see twinfer.linalg
     scales = jnp.asarray(theta.scales)
     values = jnp.clip(values, bounds[0] * scales, bounds[1] * scales)
     return theta.with_values(jax.lax.stop_gradient(values))

@@ -1,0 +1,185 @@
+"""The grid hang (issue: runs on a default 2-core machine hung for ever at 0 % CPU).
+
+Cause, found by gdb on the hung process: two batched LAPACK calls (``lapack_dgetrf_ffi`` of the
+distributed WLS, one per sub-step group; with LU gone, ``lapack_dtrsm_ffi``) ran at once on the two
+workers of XLA's intra-op pool, and each blocked its worker waiting for batch pieces that only a free
+worker could run (jaxlib 0.10.2's ``ParallelBatchMap``; see ``twinfer.linalg``). The fix lowers batched
+factorisations to XLA's own expansions when twinfer is imported, and keeps LU out of twinfer's source.
+These tests check the compiled estimators hold no batched LAPACK call, and run the multi-group grid
+case unpinned on every core with a hard timeout, so a hang fails instead of stalling CI.
+"""
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import twinfer
+from twinfer.data import Partition, load_grid, partition_greedy
+from twinfer.infer.clusters import cluster_layout, run_clusters
+from twinfer.infer.filters import wls_step
+from twinfer.linalg import solve, spd_inverse, spd_solve
+
+SRC = Path(twinfer.__file__).parent
+LU_CALLS = re.compile(
+    r"(jnp|jax\.numpy|numpy_linalg)\.linalg\.(solve|inv|det|slogdet)\b"
+    r"|jax\.scipy\.linalg\.(solve|inv|lu|lu_factor|lu_solve|det)\b"
+    r"|jax\.lax\.linalg\.lu\b"
+)
+
+
+def batched_lapack_calls(compiled_text: str) -> list[str]:
+    """LAPACK custom calls in a compiled HLO module whose first operand/result carries a batch axis."""
+    found = []
+    for line in compiled_text.splitlines():
+        target = re.search(r'custom_call_target="(lapack_\w+)"', line)
+        shape = re.search(r"= \(?[a-z]\d+\[([\d,]*)\]", line)
+        if target and shape and shape.group(1).count(",") >= 2:
+            found.append(f"{target.group(1)} on [{shape.group(1)}]")
+    return found
+
+
+def test_package_source_calls_no_lu_factorisation():
+    offenders = []
+    for path in sorted(SRC.rglob("*.py")):
+        if path.relative_to(SRC) == Path("linalg.py"):
+            continue  # its docstring shows the call that hangs
+        for number, line in enumerate(path.read_text().splitlines(), 1):
+            code = line.split("#", 1)[0]
+            if LU_CALLS.search(code):
+                offenders.append(f"{path.relative_to(SRC)}:{number}: {line.strip()}")
+    assert not offenders, "LU inside jitted code can deadlock XLA on 2 cores:\n" + "\n".join(offenders)
+
+
+def test_newton_root_finders_name_a_non_lu_linear_solver():
+    """optimistix's default square solver is lineax's LU; every Newton in twinfer names another."""
+    offenders = []
+    for path in sorted(SRC.rglob("*.py")):
+        text = path.read_text()
+        for match in re.finditer(r"optx\.Newton\(", text):
+            depth, end = 1, match.end()
+            while depth:
+                depth += {"(": 1, ")": -1}.get(text[end], 0)
+                end += 1
+            if "linear_solver=" not in text[match.end() : end]:
+                offenders.append(f"{path.relative_to(SRC)}: {text[match.start() : end]}")
+    assert not offenders, "\n".join(offenders)
+
+
+def test_lu_free_solves_match_numpy():
+    rng = np.random.default_rng(0)
+    a = rng.normal(size=(6, 6)) + 6 * np.eye(6)
+    b = rng.normal(size=(6, 2))
+    spd = a @ a.T + np.eye(6)
+    np.testing.assert_allclose(solve(jnp.asarray(a), jnp.asarray(b)), np.linalg.solve(a, b), rtol=1e-12)
+    expected = np.linalg.solve(spd, b)
+    np.testing.assert_allclose(spd_solve(jnp.asarray(spd), jnp.asarray(b)), expected, rtol=1e-12)
+    np.testing.assert_allclose(spd_inverse(jnp.asarray(spd)), np.linalg.inv(spd), rtol=1e-11, atol=1e-14)
+
+
+def test_wls_step_matches_the_normal_equations():
+    """The Cholesky-whitened WLS step equals x_bar + (Q^-1 + H^T R^-1 H)^-1 H^T R^-1 (y - H x_bar)."""
+    rng = np.random.default_rng(1)
+    n, m = 4, 3
+    f_mat = rng.normal(size=(n, n)) * 0.3 + np.eye(n)
+    h_mat = rng.normal(size=(m, n))
+    g = rng.normal(size=(n, n))
+    q = g @ g.T + 0.5 * np.eye(n)
+    g = rng.normal(size=(m, m))
+    r = g @ g.T + 0.5 * np.eye(m)
+    mean, y = rng.normal(size=n), rng.normal(size=m)
+    out = wls_step(
+        lambda x, u: jnp.asarray(f_mat) @ x,
+        lambda x, u: jnp.asarray(h_mat) @ x,
+        jnp.asarray(mean),
+        jnp.asarray(q),
+        jnp.asarray(r),
+        None,
+        jnp.asarray(y),
+        jnp.ones(m, bool),
+    )
+    x_bar = f_mat @ mean
+    precision = np.linalg.inv(q) + h_mat.T @ np.linalg.solve(r, h_mat)
+    expected = x_bar + np.linalg.solve(precision, h_mat.T @ np.linalg.solve(r, y - h_mat @ x_bar))
+    np.testing.assert_allclose(out.mean, expected, rtol=1e-11)
+    np.testing.assert_allclose(out.cov, np.linalg.inv(precision), rtol=1e-10)
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("method", ["wls", "ukf"])
+def test_multi_group_grid_filters_compile_without_lapack_calls(method):
+    """The compiled distributed filters with two sub-step groups hold no (batched) LAPACK call."""
+    net = load_grid("ieee14")
+    index, weight = (np.asarray(a) for a in net.neighbours)
+    part = partition_greedy(net.coupling, net.gen_buses, 5)
+    groups = [Partition(labels=part.labels, clusters=part.clusters[i::2]) for i in range(2)]
+    layouts = tuple(cluster_layout(p, index, weight, part.max_size) for p in groups)
+    n = net.n_bus
+    fn = jax.jit(
+        lambda lay, ys: run_clusters(
+            lay, jnp.full(n, 0.2), ys, jnp.zeros((n, 3)), (0.25, 0.25, 1.0), (1e-4, 1e-4, 1e-6), 4e-4,
+            0.01, 1.0, (1, 2), method=method,
+        )
+    )  # fmt: skip
+    text = fn.lower(layouts, jnp.zeros((3, 2 * n))).compile().as_text()
+    assert not batched_lapack_calls(text)
+
+
+@pytest.mark.parametrize(
+    "op",
+    [
+        jnp.linalg.cholesky,
+        lambda a: jnp.linalg.solve(a, a[..., :1]),
+        lambda a: jax.scipy.linalg.solve_triangular(a, a[..., :2], lower=True),
+        lambda a: jnp.linalg.qr(a)[0],
+    ],
+    ids=["cholesky", "lu-solve", "triangular-solve", "qr"],
+)
+def test_batched_factorisations_lower_without_lapack_and_agree(op):
+    """Batched: XLA's expansions, equal to a per-matrix reference; unbatched: still LAPACK."""
+    rng = np.random.default_rng(2)
+    g = rng.normal(size=(9, 6, 6))
+    a = jnp.asarray(g @ np.swapaxes(g, 1, 2) + 6 * np.eye(6))
+    fn = jax.jit(op)
+    assert not batched_lapack_calls(fn.lower(a).compile().as_text())
+    assert re.findall(r'custom_call_target="lapack_', fn.lower(a[0]).compile().as_text())
+    batched = fn(a)
+    for k in range(a.shape[0]):
+        np.testing.assert_allclose(batched[k], fn(a[k]), rtol=1e-11, atol=1e-13)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(420)
+def test_grid_multi_group_case_completes_unpinned_on_every_core(tmp_path):
+    """pegase1354's default per-cluster sub-step groups (1, 2, 4): hung for ever before the fix.
+
+    Run as a user runs it: the CLI in a fresh process, allowed on every core, default XLA threading.
+    100 steps give the two groups' batched solves 200+ chances per call to start together; before the
+    fix the case hung on every attempt at this size and at the default 300 steps.
+    """
+    env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "JAX_PLATFORMS")}
+    env.update(TWINFER_CACHE_DIR="off", JAX_ENABLE_X64="1", MPLBACKEND="Agg")
+    cores = range(os.cpu_count() or 1)
+    twinfer_cli = str(Path(sys.executable).parent / "twinfer")
+    command = [twinfer_cli, "run", "grid", "--set", "case=pegase1354"]
+    command += ["--set", "steps=100", "--set", "central=no", "--out", str(tmp_path)]
+    try:
+        done = subprocess.run(
+            command,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=360,
+            preexec_fn=lambda: os.sched_setaffinity(0, cores),
+        )
+    except subprocess.TimeoutExpired as exc:
+        pytest.fail(f"twinfer run grid (pegase1354, multi-group) hung: no exit in {exc.timeout} s")
+    assert done.returncode == 0, done.stderr[-3000:]
+    metrics = next(tmp_path.glob("grid-*/metrics.json")).read_text()
+    assert '"distributed.coverage95_Omega"' in metrics and '"wls.run_s"' in metrics
