@@ -18,7 +18,7 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import jax
 import jax.numpy as jnp
@@ -65,7 +65,9 @@ class BouncingBallConfig(CaseConfig):
     events_per_step: int = pydantic.Field(
         4, ge=1, description="Most events inside one fixed step (a learned corner bounce can hit 3)."
     )
-    grad_mode: str = pydantic.Field("forward", description="Gradient mode: forward or reverse.")
+    grad_mode: Literal["forward", "reverse"] = pydantic.Field(
+        "forward", description="Gradient mode: forward or reverse."
+    )
     devices: int = pydantic.Field(
         1,
         ge=0,

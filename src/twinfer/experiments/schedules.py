@@ -51,7 +51,7 @@ class SchedulesConfig(CaseConfig):
     dt: Positive = pydantic.Field(1e-3, description="Step [s].")
     force_std: float = pydantic.Field(50.0, ge=0, description="Std of the random force at each DOF [N].")
     inner: int = pydantic.Field(1, ge=1, description="Inner iterations K per step.")
-    method: str = pydantic.Field("heun", pattern="^(euler|heun|rk4)$", description="Subsystem integrator.")
+    method: Literal["euler", "heun", "rk4"] = pydantic.Field("heun", description="Subsystem integrator.")
     reference: Literal["semi-implicit-euler", "same"] = pydantic.Field(
         "semi-implicit-euler",
         description="Monolith: authors' semi-implicit Euler ([REPO] script 04) or the subsystems' method.",
