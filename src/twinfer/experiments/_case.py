@@ -14,7 +14,7 @@ import unicodedata
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, get_args, get_origin
 
 import pydantic
 
@@ -77,6 +77,17 @@ class CaseConfig(pydantic.BaseModel):
     )
 
     seed: int = pydantic.Field(0, ge=0, le=INT64_MAX, description="Seed of every random draw in the run.")
+
+    @pydantic.field_validator("*", mode="before")
+    @classmethod
+    def _exact_choice(cls, value: Any, info: pydantic.ValidationInfo) -> Any:
+        """A ``Literal`` choice matches by type too: ``case = true`` or ``1.0`` is not the choice ``1``."""
+        field = cls.model_fields.get(info.field_name or "")
+        if field is not None and get_origin(field.annotation) is Literal:
+            choices = get_args(field.annotation)
+            if not any(type(value) is type(c) and value == c for c in choices):
+                raise ValueError(f"expected one of {', '.join(repr(c) for c in choices)}")
+        return value
 
     @pydantic.field_validator("*", mode="after")
     @classmethod
@@ -237,12 +248,12 @@ def _check_memory(case: Case, config: CaseConfig) -> None:
     have = available_memory()
     if have is None or need <= have:
         return
-    keys = ", ".join(repr(k) for k in case.size_keys) or "(config)"
-    received = ", ".join(f"{k} = {getattr(config, k)!r}" for k in case.size_keys)
+    keys = ", ".join(repr(k) for k in case.size_keys) or "'(config)'"
+    received = ", ".join(f"{k} = {getattr(config, k)!r}" for k in case.size_keys) or repr(config)
     raise ConfigError(
         f"Invalid configuration for case {case.name!r}:\n  {keys}: expected a run that fits in memory; "
         f"it needs about {need / 2**30:.3g} GiB (estimate), {have / 2**30:.3g} GiB are available; "
-        f"received {received or config!r}"
+        f"received {received}"
     )
 
 
