@@ -62,6 +62,17 @@ def test_horizon_beyond_memory_is_refused_with_the_estimate():
     _names(_error("schedules", "horizon=1e7"), "dt", "horizon = 10000000.0, dt = 0.001")
 
 
+def test_grid_steps_beyond_memory_are_refused_with_the_estimate():
+    """The grid's estimate grows with steps times buses; the largest network's default run fits 2 GiB."""
+    message = _error("grid", "steps=1000000000")
+    assert "'steps', 'case': expected a run that fits in memory" in message
+    assert "received steps = 1000000000, case = 'ieee300'" in message
+    case = get_case("grid")
+    assert case.memory_estimate is not None
+    big = case.memory_estimate(resolve_config(case, sets={"case": "pegase9241"}))
+    assert case.memory_estimate(resolve_config(case)) < big < 2 * 2**30
+
+
 def test_memory_check_uses_the_available_memory(monkeypatch):
     """The same config passes or fails with the memory there is; the default run fits in 1 GiB."""
     case = get_case("chain4")
