@@ -182,8 +182,8 @@ def read_arrays(run_dir: Path) -> dict[str, np.ndarray]:
             f"{run_dir}: expected a twinfer run folder containing arrays.npz; it is missing."
         )
     try:
-        with np.load(path, allow_pickle=False) as npz:
-            return {k: npz[k] for k in npz.files}
+        with path.open("rb") as handle, np.load(handle, allow_pickle=False) as npz:
+            return {k: npz[k] for k in npz.files}  # np.load(path) leaks its handle when the zip is bad
     except (OSError, ValueError, EOFError, zipfile.BadZipFile, KeyError) as exc:
         raise RunFolderError(
             f"{path}: expected an .npz archive of arrays; could not load it ({exc})."
