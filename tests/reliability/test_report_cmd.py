@@ -183,6 +183,16 @@ def test_nan_metric_is_refused_naming_the_metric(folder):
     _report_fails(folder, "metrics.json: expected a JSON object of metric name -> number")
 
 
+def test_unwritable_figures_folder_is_a_named_error_exit_1(folder):
+    """Failing to write (an environment fault, not a broken folder) exits 1 with the OS's reason."""
+    shutil.rmtree(folder / "figures")
+    (folder / "figures").write_text("a file where the figures folder should be")
+    result = runner.invoke(app, ["report", str(folder)])
+    text = " ".join(result.output.split())
+    assert result.exit_code == 1, result.output
+    assert "could not write the re-rendered report" in text and "Traceback" not in text
+
+
 def test_missing_folder_is_a_named_error(tmp_path):
     result = runner.invoke(app, ["report", str(tmp_path / "absent")])
     assert result.exit_code == 2 and "no such folder" in " ".join(result.output.split())

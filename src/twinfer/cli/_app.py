@@ -225,20 +225,24 @@ def report(run_dir: Annotated[Path, typer.Argument(help="A run folder written by
         _fail(escape(str(exc)))
         return
     names = []
-    for name, fig in figures.items():
-        write_figure(run_dir / "figures" / f"{name}.png", fig)
-        names.append(f"{name}.png")
     artifacts = RunArtifacts(metrics=metrics, arrays=arrays, notes=meta.get("notes", []))
-    text = render_report(
-        case_name,
-        the_case.description,
-        metrics,
-        the_case.paper_values(cfg),
-        to_toml(config),
-        artifacts.notes,
-        names,
-    )
-    write_text(run_dir / "report.md", text)
+    try:
+        for name, fig in figures.items():
+            write_figure(run_dir / "figures" / f"{name}.png", fig)
+            names.append(f"{name}.png")
+        text = render_report(
+            case_name,
+            the_case.description,
+            metrics,
+            the_case.paper_values(cfg),
+            to_toml(config),
+            artifacts.notes,
+            names,
+        )
+        write_text(run_dir / "report.md", text)
+    except OSError as exc:
+        _fail(escape(f"{run_dir}: could not write the re-rendered report ({exc})."), code=1)
+        return
     out.print(f"re-rendered {escape(str(run_dir / 'report.md'))} and {len(names)} figure(s)")
 
 
