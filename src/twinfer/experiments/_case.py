@@ -44,8 +44,8 @@ def _check_setting(value: Any) -> None:
     if isinstance(value, int):
         if not -INT64_MAX - 1 <= value <= INT64_MAX:
             raise ValueError(
-                f"expected an integer of at most 2**63 - 1 = {INT64_MAX} (int64: the largest seed "
-                "jax.random.key takes)"
+                f"expected an integer within int64, at most 2**63 - 1 = {INT64_MAX} (the largest "
+                "seed jax.random.key takes)"
             )
     elif isinstance(value, float):
         low, high = FLOAT_MAGNITUDE
