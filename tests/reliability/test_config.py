@@ -73,6 +73,24 @@ def test_grid_steps_beyond_memory_are_refused_with_the_estimate():
     assert case.memory_estimate(resolve_config(case)) < big < 2 * 2**30
 
 
+@pytest.mark.parametrize("case", ["pinn-sparse", "pinn-joint", "pinn-bayes"])
+def test_pinn_n_samples_beyond_memory_are_refused_with_the_estimate(case):
+    message = _error(case, "n_samples=10000000000")
+    assert "'n_samples', 'width', 'depth', 'n_fourier': expected a run that fits in memory" in message
+    assert "received n_samples = 10000000000" in message
+
+
+def test_shipped_configs_fit_the_memory_estimate_of_a_small_machine():
+    """The estimates refuse no default or --quick run on a 4 GiB machine; the scaling cases have one."""
+    with_estimate = {n for n, c in all_cases().items() if c.memory_estimate is not None}
+    assert {"chain4", "schedules", "grid", "pinn-sparse", "pinn-joint", "pinn-bayes"} <= with_estimate
+    for name in with_estimate:
+        case = get_case(name)
+        assert case.memory_estimate is not None
+        for quick in (False, True):
+            assert case.memory_estimate(resolve_config(case, quick=quick)) < 4 * 2**30, name
+
+
 def test_memory_check_uses_the_available_memory(monkeypatch):
     """The same config passes or fails with the memory there is; the default run fits in 1 GiB."""
     case = get_case("chain4")
