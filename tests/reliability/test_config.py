@@ -80,16 +80,18 @@ def test_pinn_n_samples_beyond_memory_are_refused_with_the_estimate(case):
     assert "received n_samples = 10000000000" in message
 
 
-def test_common_interface_sample_count_beyond_memory_is_refused_without_allocating():
+def test_sample_count_beyond_memory_is_refused_without_allocating():
     """The estimate counts samples arithmetically (t_end / dt = 1e200 would not fit as an array)."""
-    message = _error("common-interface", "t_end=1e100", "dt=1e-100")
-    assert "'t_end', 'dt': expected a run that fits in memory" in message
+    for case in ("common-interface", "bouncing-ball"):
+        message = _error(case, "t_end=1e100", "dt=1e-100")
+        assert "'t_end', 'dt': expected a run that fits in memory" in message
 
 
 def test_shipped_configs_fit_the_memory_estimate_of_a_small_machine():
     """The estimates refuse no default or --quick run on a 4 GiB machine; the scaling cases have one."""
     with_estimate = {n for n, c in all_cases().items() if c.memory_estimate is not None}
-    scaling = {"chain4", "schedules", "grid", "pinn-sparse", "pinn-joint", "pinn-bayes", "common-interface"}
+    scaling = {"chain4", "schedules", "grid", "pinn-sparse", "pinn-joint", "pinn-bayes"}
+    scaling |= {"common-interface", "bouncing-ball"}
     assert scaling <= with_estimate
     for name in with_estimate:
         case = get_case(name)
