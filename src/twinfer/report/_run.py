@@ -69,7 +69,7 @@ def check_metrics(metrics: Mapping[str, Any]) -> dict[str, float]:
         if not math.isfinite(number):
             raise ValueError(
                 f"metrics[{name!r}]: expected a finite number; received {number}. A NaN metric means "
-                "the run went wrong; it is never written silently."
+                "the run went wrong; it is never written or reported silently."
             )
         out[name] = number
     return out
