@@ -1,13 +1,16 @@
 """Atomic file writes shared by every layer: a crash never leaves a half-written file.
 
 The payload goes to a temporary file in the target folder, is flushed to disk, and is renamed over the
-target (``os.replace`` is atomic on one filesystem).
+target (``os.replace`` is atomic on one filesystem). The file gets the mode a plain ``open(path, "w")``
+would give it: the old file's mode when it replaces one, else ``0o666`` less the process umask (the
+temporary file's private ``0o600`` would hide results from colleagues).
 """
 
 from __future__ import annotations
 
 import io
 import os
+import stat
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
@@ -16,12 +19,37 @@ from typing import Any
 import numpy as np
 
 
+def umask() -> int:
+    """The process umask, read without changing it where Linux reports it (``/proc/self/status``)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)  # elsewhere the only way to read it is to set it (and put it back at once)
+    os.umask(mask)
+    return mask
+
+
+def _file_mode(path: Path) -> int:
+    try:
+        return stat.S_IMODE(path.stat().st_mode)
+    except OSError:
+        return 0o666 & ~umask()
+
+
 def write_bytes(path: str | Path, payload: bytes) -> Path:
-    """Write ``payload`` to ``path`` atomically; the old file, if any, survives a failure."""
+    """Write ``payload`` to ``path`` atomically; the old file, if any, survives a failure.
+
+    The new file has the old file's permissions, or those the umask gives a new file (``0o666 & ~umask``).
+    """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    mode = _file_mode(path)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
+        os.fchmod(fd, mode)
         with os.fdopen(fd, "wb") as handle:
             handle.write(payload)
             handle.flush()

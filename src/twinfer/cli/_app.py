@@ -188,39 +188,62 @@ def _print_metrics(case: str, metrics: dict[str, float], paper: dict | object) -
 
 @app.command()
 def report(run_dir: Annotated[Path, typer.Argument(help="A run folder written by `twinfer run`.")]):
-    """Re-render report.md and the figures of an existing run folder from its saved arrays."""
-    import numpy as np
+    """Re-render report.md and the figures of an existing run folder from its saved arrays.
 
-    from twinfer.experiments import get_case
-    from twinfer.report import RunArtifacts, read_run, write_figure, write_text
+    A run folder that breaks its contract (a file missing or unparsable, a config that no longer
+    validates, a metric that is not a finite number) is refused with one line naming the file and the
+    fault, exit status 2; nothing is rewritten.
+    """
+    from rich.markup import escape
+
+    from twinfer.experiments import ConfigError, get_case
+    from twinfer.experiments._case import validate_config
+    from twinfer.report import RunArtifacts, write_figure, write_text
     from twinfer.report._files import to_toml
     from twinfer.report._report import render_report
+    from twinfer.report._run import RunFolderError, read_arrays, read_run
 
     try:
         case_name, config, metrics, meta = read_run(run_dir)
-        the_case = get_case(case_name)
-        cfg = the_case.config_type.model_validate(config)
-    except (FileNotFoundError, KeyError) as exc:
-        _fail(str(exc))
+        try:
+            the_case = get_case(case_name)
+        except KeyError as exc:
+            raise RunFolderError(f"{run_dir / 'meta.json'}: {exc.args[0]}") from None
+        try:
+            cfg = validate_config(the_case, config)
+        except ConfigError as exc:
+            raise RunFolderError(f"{run_dir / 'config.toml'}: {exc}".replace("\n  ", " ")) from None
+        arrays = read_arrays(run_dir)
+        try:
+            figures = the_case.figures(arrays, cfg)
+        except (KeyError, IndexError, ValueError, TypeError) as exc:
+            raise RunFolderError(
+                f"{run_dir / 'arrays.npz'}: the saved arrays do not fit the figures of case "
+                f"{case_name!r} ({type(exc).__name__}: {exc})."
+            ) from None
+    except RunFolderError as exc:
+        _fail(escape(str(exc)))
         return
-    with np.load(run_dir / "arrays.npz") as npz:
-        arrays = {k: npz[k] for k in npz.files}
     names = []
-    for name, fig in the_case.figures(arrays, cfg).items():
-        write_figure(run_dir / "figures" / f"{name}.png", fig)
-        names.append(f"{name}.png")
     artifacts = RunArtifacts(metrics=metrics, arrays=arrays, notes=meta.get("notes", []))
-    text = render_report(
-        case_name,
-        the_case.description,
-        metrics,
-        the_case.paper_values(cfg),
-        to_toml(config),
-        artifacts.notes,
-        names,
-    )
-    write_text(run_dir / "report.md", text)
-    out.print(f"re-rendered {run_dir / 'report.md'} and {len(names)} figure(s)")
+    try:
+        for name, fig in figures.items():
+            write_figure(run_dir / "figures" / f"{name}.png", fig)
+            names.append(f"{name}.png")
+        text = render_report(
+            case_name,
+            the_case.description,
+            metrics,
+            the_case.paper_values(cfg),
+            to_toml(config),
+            artifacts.notes,
+            names,
+        )
+        write_text(run_dir / "report.md", text)
+    except OSError as exc:
+        _fail(escape(f"{run_dir}: could not write the re-rendered report ({exc})."), code=1)
+        return
+    out.print(f"re-rendered {escape(str(run_dir / 'report.md'))} and {len(names)} figure(s)")
 
 
 @app.command()

@@ -8,11 +8,13 @@ saved arrays alone, so ``twinfer report RUN_DIR`` can re-render them.
 from __future__ import annotations
 
 import importlib
+import os
 import tomllib
+import unicodedata
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, get_args, get_origin
 
 import pydantic
 
@@ -26,12 +28,72 @@ def no_progress(stage: str, completed: float, total: float) -> None:
     """A progress callback that does nothing."""
 
 
+INT64_MAX = 2**63 - 1
+"""Largest integer setting: what ``jax.random.key`` and int64 arrays take (seeds included)."""
+
+FLOAT_MAGNITUDE = (1e-100, 1e100)
+"""Smallest and largest magnitude of a non-zero float setting: the square and the reciprocal square of
+a setting stay inside float64's normal range, so no physical setting over- or underflows (a mass of
+1e-300 or a noise level of 1e300 describes no system; both turned into inf or NaN mid-run)."""
+
+
+def _check_setting(value: Any) -> None:
+    """Raise ValueError unless every number in ``value`` is representable and every string is one line."""
+    if isinstance(value, bool):
+        return
+    if isinstance(value, int):
+        if not -INT64_MAX - 1 <= value <= INT64_MAX:
+            raise ValueError(
+                f"expected an integer within int64, at most 2**63 - 1 = {INT64_MAX} (the largest "
+                "seed jax.random.key takes)"
+            )
+    elif isinstance(value, float):
+        low, high = FLOAT_MAGNITUDE
+        if value != 0 and not low <= abs(value) <= high:
+            raise ValueError(
+                f"expected 0 or a magnitude between {low:g} and {high:g} (a setting whose square "
+                "over- or underflows float64 describes no physical system)"
+            )
+    elif isinstance(value, str):
+        bad = next((c for c in value if unicodedata.category(c) in ("Cc", "Cs")), None)
+        if bad is not None:
+            raise ValueError(f"expected one line of text; it contains the control character U+{ord(bad):04X}")
+    elif isinstance(value, list | tuple):
+        for item in value:
+            _check_setting(item)
+
+
 class CaseConfig(pydantic.BaseModel):
-    """Base of every case configuration: frozen, unknown keys forbidden, values validated."""
+    """Base of every case configuration: frozen, unknown keys forbidden, values validated.
 
-    model_config = pydantic.ConfigDict(frozen=True, extra="forbid", validate_default=True)
+    Validation is strict for every case: a bool is not a number (``seed = true`` is an error, not 1), an
+    integer setting takes no float or string, a float setting takes no NaN or infinity, a choice among
+    strings is a ``Literal`` (checked before any setup), integers fit int64 and floats lie within
+    :data:`FLOAT_MAGNITUDE`.
+    """
 
-    seed: int = pydantic.Field(0, ge=0, description="Seed of every random draw in the run.")
+    model_config = pydantic.ConfigDict(
+        frozen=True, extra="forbid", validate_default=True, strict=True, allow_inf_nan=False
+    )
+
+    seed: int = pydantic.Field(0, ge=0, le=INT64_MAX, description="Seed of every random draw in the run.")
+
+    @pydantic.field_validator("*", mode="before")
+    @classmethod
+    def _exact_choice(cls, value: Any, info: pydantic.ValidationInfo) -> Any:
+        """A ``Literal`` choice matches by type too: ``case = true`` or ``1.0`` is not the choice ``1``."""
+        field = cls.model_fields.get(info.field_name or "")
+        if field is not None and get_origin(field.annotation) is Literal:
+            choices = get_args(field.annotation)
+            if not any(type(value) is type(c) and value == c for c in choices):
+                raise ValueError(f"expected one of {', '.join(repr(c) for c in choices)}")
+        return value
+
+    @pydantic.field_validator("*", mode="after")
+    @classmethod
+    def _representable(cls, value: Any) -> Any:
+        _check_setting(value)
+        return value
 
 
 class ConfigError(ValueError):
@@ -51,6 +113,12 @@ class Case:
     paper: Mapping[str, PaperValue] = field(default_factory=dict)
     paper_for: Callable[[Any], Mapping[str, PaperValue]] | None = None
     """Paper values that depend on the configuration (e.g. the grid's Table S2-S3 row of its network)."""
+    memory_estimate: Callable[[Any], int] | None = None
+    """Bytes a run of this configuration needs at its peak, for the cases whose size grows with a setting
+    (a horizon, a number of steps or samples): :func:`resolve_config` refuses a configuration whose
+    estimate exceeds the available memory, before any setup."""
+    size_keys: tuple[str, ...] = ()
+    """The settings :attr:`memory_estimate` grows with, named in the error."""
 
     def paper_values(self, config: Any) -> Mapping[str, PaperValue]:
         """The paper's values to set beside this configuration's metrics."""
@@ -108,16 +176,27 @@ def all_cases() -> dict[str, Case]:
 
 
 def parse_set(items: Iterable[str]) -> dict[str, Any]:
-    """Parse ``key=value`` overrides; values are read as TOML literals, else kept as strings."""
+    """Parse ``key=value`` overrides; values are read as TOML literals, else kept as strings.
+
+    Raises:
+        ConfigError: an item is not ``key=value``, or holds a line break (TOML would read the next line as
+            another setting and a string would carry it: either way part of the item would be lost).
+
+    """
     out: dict[str, Any] = {}
     for item in items:
         key, sep, raw = item.partition("=")
         key = key.strip()
         if not sep or not key:
             raise ConfigError(f"--set {item!r}: expected key=value (for example horizon=2.0).")
+        if "\n" in item or "\r" in item:
+            raise ConfigError(
+                f"--set {key!r}: expected a one-line value; received {raw!r}, which holds a line break "
+                "(give each setting its own --set)."
+            )
         try:
             value = tomllib.loads(f"v = {raw.strip()}")["v"]
-        except tomllib.TOMLDecodeError:
+        except (tomllib.TOMLDecodeError, RecursionError):
             value = raw.strip()
         out[key] = value
     return out
@@ -135,6 +214,67 @@ def _format_errors(case: Case, error: pydantic.ValidationError) -> str:
     return f"Invalid configuration for case {case.name!r}:\n  " + "\n  ".join(lines)
 
 
+def available_memory() -> int | None:
+    """Bytes of memory this process can still take, None where it is not known.
+
+    The kernel's ``MemAvailable``, capped by the cgroup's headroom when the process runs in a container.
+    """
+    candidates: list[int] = []
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                candidates.append(int(line.split()[1]) * 1024)
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        limit = Path("/sys/fs/cgroup/memory.max").read_text().strip()
+        current = Path("/sys/fs/cgroup/memory.current").read_text().strip()
+        if limit != "max":
+            candidates.append(max(int(limit) - int(current), 0))
+    except (OSError, ValueError):
+        pass
+    if not candidates:
+        try:
+            candidates.append(os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
+        except (OSError, ValueError, AttributeError):
+            return None
+    return min(candidates)
+
+
+def _check_memory(case: Case, config: CaseConfig) -> None:
+    if case.memory_estimate is None:
+        return
+    need = case.memory_estimate(config)
+    have = available_memory()
+    if have is None or need <= have:
+        return
+    keys = ", ".join(repr(k) for k in case.size_keys) or "'(config)'"
+    received = ", ".join(f"{k} = {getattr(config, k)!r}" for k in case.size_keys) or repr(config)
+    raise ConfigError(
+        f"Invalid configuration for case {case.name!r}:\n  {keys}: expected a run that fits in memory; "
+        f"it needs about {need / 2**30:.3g} GiB (estimate), {have / 2**30:.3g} GiB are available; "
+        f"received {received}"
+    )
+
+
+def _read_toml(config_file: Path) -> dict[str, Any]:
+    try:
+        payload = Path(config_file).read_bytes()
+    except OSError as exc:
+        raise ConfigError(f"--config {config_file}: could not read the file ({exc}).") from None
+    try:
+        text = payload.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(
+            f"--config {config_file}: expected a TOML file (UTF-8 text); received bytes that are not "
+            f"UTF-8 ({exc.reason} at byte {exc.start}). Is it the right file?"
+        ) from None
+    try:
+        return tomllib.loads(text)
+    except (tomllib.TOMLDecodeError, RecursionError) as exc:
+        raise ConfigError(f"--config {config_file}: could not read a TOML table ({exc}).") from None
+
+
 def resolve_config(
     case: Case,
     config_file: Path | None = None,
@@ -142,16 +282,33 @@ def resolve_config(
     seed: int | None = None,
     quick: bool = False,
 ) -> CaseConfig:
-    """Defaults, then ``--quick`` sizes, then the TOML file, then ``--set`` values, then ``--seed``."""
+    """Defaults, then ``--quick`` sizes, then the TOML file, then ``--set`` values, then ``--seed``.
+
+    Raises:
+        ConfigError: the file is unreadable or not TOML text, a value does not validate (the message
+            names each key, what it expects and what it received), or the run would need more memory
+            than is available (:attr:`Case.memory_estimate`).
+
+    """
     values: dict[str, Any] = dict(case.quick) if quick else {}
     if config_file is not None:
-        try:
-            values.update(tomllib.loads(Path(config_file).read_text()))
-        except (OSError, tomllib.TOMLDecodeError) as exc:
-            raise ConfigError(f"--config {config_file}: could not read a TOML table ({exc}).") from exc
+        values.update(_read_toml(config_file))
     values.update(sets or {})
     if seed is not None:
         values["seed"] = seed
+    config = validate_config(case, values)
+    _check_memory(case, config)
+    return config
+
+
+def validate_config(case: Case, values: Mapping[str, Any]) -> CaseConfig:
+    """The case's config from a mapping of settings (no defaults layered, no memory check).
+
+    Raises:
+        ConfigError: a value does not validate; the message names each key, what it expects and what it
+            received.
+
+    """
     try:
         return case.config_type.model_validate(values)
     except pydantic.ValidationError as exc:

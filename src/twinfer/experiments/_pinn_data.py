@@ -342,3 +342,17 @@ def ukf_rts_states(
         jax.vmap(lambda x, f: chain.acceleration(x, f, chain.params))(jnp.asarray(means), data.force_noisy)
     )
     return {"u": means[:, :n], "udot": means[:, n:], "uddot": acc, "u_sd": np.asarray(est.stds)[:, :n]}
+
+
+def pinn_memory_estimate(config: Any) -> int:
+    """Peak bytes of a PINN case's run, for :func:`~twinfer.experiments.resolve_config` to refuse one.
+
+    It grows with ``n_samples`` (the data, the points and their activations).
+
+    Measured on pinn-sparse at width 16, depth 4, 8 Fourier features: peak RSS 858 MB at 512 samples,
+    876 MB at 4 096, about 5 kB per sample, that is 64 bytes per sample and activation of a point
+    (2 n_fourier + depth width); the activations are taken to scale linearly with the width. Above a
+    512 MiB floor (the numerical stack itself).
+    """
+    per_sample = 64 * (2 * config.n_fourier + config.depth * config.width)
+    return 512 * 2**20 + per_sample * config.n_samples

@@ -30,7 +30,13 @@ import numpy as np
 import pydantic
 
 from twinfer.experiments._case import Case, Progress, register
-from twinfer.experiments._pinn_data import PinnTrainConfig, chain_of, checkpoint_path, train_settings
+from twinfer.experiments._pinn_data import (
+    PinnTrainConfig,
+    chain_of,
+    checkpoint_path,
+    pinn_memory_estimate,
+    train_settings,
+)
 from twinfer.infer.mcmc import laplace_whitening, nuts, summarise, to_inference_data, write_netcdf
 from twinfer.infer.pinn import (
     LossWeights,
@@ -416,6 +422,8 @@ CASE = register(
         run=run,
         figures=figures,
         quick=QUICK,  # fmt: skip
+        memory_estimate=pinn_memory_estimate,
+        size_keys=("n_samples", "width", "depth", "n_fourier"),
         paper={
             "posterior.c1.mean": PaperValue(0.984, _TAB6),
             "posterior.c2.mean": PaperValue(0.987, _TAB6),

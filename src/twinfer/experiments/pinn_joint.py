@@ -26,6 +26,7 @@ from twinfer.experiments._pinn_data import (
     evaluate_states,
     fitness_table,
     perturbation_factors,
+    pinn_memory_estimate,
     simulate_chain,
     train_sensor_pinn,
     ukf_rts_states,
@@ -175,6 +176,8 @@ CASE = register(
         run=run,
         figures=figures,
         quick=QUICK,  # fmt: skip
+        memory_estimate=pinn_memory_estimate,
+        size_keys=("n_samples", "width", "depth", "n_fourier"),
         paper={
             "param.k2": PaperValue(14.91, _TAB3),
             "param.k4": PaperValue(14.95, _TAB3),

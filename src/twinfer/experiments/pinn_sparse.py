@@ -27,6 +27,7 @@ from twinfer.experiments._pinn_data import (
     evaluate_states,
     fitness_table,
     perturbation_factors,
+    pinn_memory_estimate,
     simulate_chain,
     train_sensor_pinn,
     ukf_rts_states,
@@ -177,6 +178,8 @@ CASE = register(
         run=run,
         figures=figures,
         quick=QUICK,  # fmt: skip
+        memory_estimate=pinn_memory_estimate,
+        size_keys=("n_samples", "width", "depth", "n_fourier"),
         paper={
             "fitness.all_u": PaperValue(98.57, _TABLE2),
             "fitness.all_udot": PaperValue(99.30, _TABLE2),

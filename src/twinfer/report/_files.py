@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 import math
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -34,6 +35,43 @@ def write_figure(path: Path, figure: Any, dpi: int = 120) -> Path:
     return write_bytes(path, buffer.getvalue())
 
 
+_BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
+_ESCAPES = {'"': '\\"', "\\": "\\\\", "\b": "\\b", "\t": "\\t", "\n": "\\n", "\f": "\\f", "\r": "\\r"}
+
+
+def _toml_string(text: str) -> str:
+    """A TOML basic string holding exactly ``text``.
+
+    Only the quote, the backslash and control characters are escaped; every other character is written
+    as itself (UTF-8), never as a JSON-style surrogate pair (a backslash-u escape per half), which TOML
+    rejects.
+
+    Raises:
+        ValueError: ``text`` holds a lone surrogate (undecodable bytes of a file name, say): no TOML
+            string, and no UTF-8 file, can hold one.
+
+    """
+    out = []
+    for char in text:
+        code = ord(char)
+        if char in _ESCAPES:
+            out.append(_ESCAPES[char])
+        elif code < 0x20 or code == 0x7F:
+            out.append(f"\\u{code:04X}")
+        elif 0xD800 <= code <= 0xDFFF:
+            raise ValueError(
+                f"config string {text!r}: expected Unicode text; it holds the lone surrogate "
+                f"U+{code:04X} (undecodable bytes), which a TOML file cannot hold."
+            )
+        else:
+            out.append(char)
+    return '"' + "".join(out) + '"'
+
+
+def _toml_key(key: str) -> str:
+    return key if _BARE_KEY.fullmatch(key) else _toml_string(key)
+
+
 def _toml_value(value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
@@ -44,20 +82,23 @@ def _toml_value(value: Any) -> str:
             return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
         return repr(value)
     if isinstance(value, str):
-        return json.dumps(value)
+        return _toml_string(value)
     if isinstance(value, list | tuple):
         return "[" + ", ".join(_toml_value(v) for v in value) + "]"
     raise TypeError(f"config value {value!r}: expected bool, int, float, str or list; got {type(value)}")
 
 
 def to_toml(table: Mapping[str, Any]) -> str:
-    """Render a flat mapping (one level of sub-tables allowed) as TOML."""
+    """Render a flat mapping (one level of sub-tables allowed) as TOML that ``tomllib`` reads back equal.
+
+    Keys that are not bare TOML keys are quoted; ``None`` values are left out (TOML has no null).
+    """
     lines = []
     nested = {k: v for k, v in table.items() if isinstance(v, Mapping)}
     for key, value in table.items():
         if key not in nested and value is not None:
-            lines.append(f"{key} = {_toml_value(value)}")
+            lines.append(f"{_toml_key(key)} = {_toml_value(value)}")
     for key, sub in nested.items():
-        lines.append(f"\n[{key}]")
-        lines.extend(f"{k} = {_toml_value(v)}" for k, v in sub.items() if v is not None)
+        lines.append(f"\n[{_toml_key(key)}]")
+        lines.extend(f"{_toml_key(k)} = {_toml_value(v)}" for k, v in sub.items() if v is not None)
     return "\n".join(lines) + "\n"

@@ -18,8 +18,8 @@ class PaperValue:
 def _fmt(value: float | None) -> str:
     if value is None:
         return "-"
-    if isinstance(value, float) and not math.isfinite(value):
-        return str(value)
+    if not math.isfinite(value):
+        return f"{value} (invalid)"  # never rendered as if it were a result
     magnitude = abs(value)
     if magnitude != 0 and (magnitude >= 1e4 or magnitude < 1e-2):
         return f"{value:.3e}"

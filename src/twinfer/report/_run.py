@@ -7,10 +7,13 @@ import json
 import math
 import platform
 import tomllib
+import zipfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from twinfer._atomic import write_bytes
 from twinfer.report._files import to_toml, write_figure, write_json, write_npz, write_text
@@ -46,16 +49,27 @@ def new_run_dir(root: Path, case: str) -> Path:
 
 
 def check_metrics(metrics: Mapping[str, Any]) -> dict[str, float]:
-    """Metrics must be a flat mapping of dotted names to finite numbers."""
+    """Metrics must be a flat mapping of dotted names to finite numbers.
+
+    Raises:
+        ValueError: a name is not a non-empty string, or a value is not a finite number; the message
+            names the metric.
+
+    """
     out: dict[str, float] = {}
     for name, value in metrics.items():
         if not isinstance(name, str) or not name:
             raise ValueError(f"metrics: expected non-empty string names; received {name!r}.")
-        number = float(value)
+        try:
+            number = float(value)
+        except (TypeError, ValueError):
+            raise ValueError(
+                f"metrics[{name!r}]: expected a finite number; received {value!r} ({type(value).__name__})."
+            ) from None
         if not math.isfinite(number):
             raise ValueError(
                 f"metrics[{name!r}]: expected a finite number; received {number}. A NaN metric means "
-                "the run went wrong; it is never written silently."
+                "the run went wrong; it is never written or reported silently."
             )
         out[name] = number
     return out
@@ -100,15 +114,77 @@ def write_run(
     return run_dir
 
 
+class RunFolderError(ValueError):
+    """A run folder that is missing a file, or holds one that does not parse; the message names it."""
+
+
+def _read_file(run_dir: Path, name: str, parse: Any) -> Any:
+    path = run_dir / name
+    if not path.is_file():
+        raise RunFolderError(f"{run_dir}: expected a twinfer run folder containing {name}; it is missing.")
+    try:
+        return parse(path.read_bytes().decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise RunFolderError(
+            f"{path}: expected UTF-8 text; received undecodable bytes ({exc.reason} at byte {exc.start})."
+        ) from None
+    except (ValueError, RecursionError) as exc:  # JSONDecodeError and TOMLDecodeError are ValueErrors
+        raise RunFolderError(f"{path}: could not be parsed ({exc}).") from None
+    except OSError as exc:
+        raise RunFolderError(f"{path}: could not be read ({exc}).") from None
+
+
 def read_run(run_dir: Path) -> tuple[str, dict[str, Any], dict[str, float], dict[str, Any]]:
-    """``(case, config, metrics, meta)`` of an existing run folder, with clear errors if incomplete."""
+    """``(case, config, metrics, meta)`` of an existing run folder, checked against the folder contract.
+
+    Raises:
+        RunFolderError: ``config.toml``, ``metrics.json`` or ``meta.json`` is missing or does not parse,
+            ``meta.json`` names no case, or a metric is not a finite number (the message names the file
+            and the metric: a NaN metric is never rendered as if it were a result).
+
+    """
     run_dir = Path(run_dir)
-    for required in ("config.toml", "metrics.json", "meta.json"):
-        if not (run_dir / required).is_file():
-            raise FileNotFoundError(
-                f"{run_dir}: expected a twinfer run folder containing {required}; it is missing."
-            )
-    meta = json.loads((run_dir / "meta.json").read_text())
-    config = tomllib.loads((run_dir / "config.toml").read_text())
-    metrics = json.loads((run_dir / "metrics.json").read_text())
-    return meta["case"], config, metrics, meta
+    if not run_dir.is_dir():
+        raise RunFolderError(f"{run_dir}: expected a twinfer run folder; no such folder.")
+    config = _read_file(run_dir, "config.toml", tomllib.loads)
+    metrics = _read_file(run_dir, "metrics.json", json.loads)
+    meta = _read_file(run_dir, "meta.json", json.loads)
+    if not isinstance(meta, dict) or not isinstance(meta.get("case"), str):
+        raise RunFolderError(
+            f'{run_dir / "meta.json"}: expected a JSON object with the run\'s "case" name; received '
+            f"{meta!r:.200}."
+        )
+    if not isinstance(meta.get("notes", []), list):
+        raise RunFolderError(f'{run_dir / "meta.json"}: expected "notes" to be a list of strings.')
+    if not isinstance(metrics, dict):
+        raise RunFolderError(
+            f"{run_dir / 'metrics.json'}: expected a JSON object of metric name -> number; received "
+            f"{metrics!r:.200}."
+        )
+    try:
+        checked = check_metrics(metrics)
+    except ValueError as exc:
+        raise RunFolderError(f"{run_dir / 'metrics.json'}: {exc}") from None
+    return meta["case"], config, checked, meta
+
+
+def read_arrays(run_dir: Path) -> dict[str, np.ndarray]:
+    """The arrays of a run folder's ``arrays.npz``, loaded into memory.
+
+    Raises:
+        RunFolderError: the file is missing, is not an ``.npz`` archive, is truncated, or holds pickled
+            objects (never loaded: a run folder holds plain arrays only).
+
+    """
+    path = Path(run_dir) / "arrays.npz"
+    if not path.is_file():
+        raise RunFolderError(
+            f"{run_dir}: expected a twinfer run folder containing arrays.npz; it is missing."
+        )
+    try:
+        with path.open("rb") as handle, np.load(handle, allow_pickle=False) as npz:
+            return {k: npz[k] for k in npz.files}  # np.load(path) leaks its handle when the zip is bad
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile, KeyError) as exc:
+        raise RunFolderError(
+            f"{path}: expected an .npz archive of arrays; could not load it ({exc})."
+        ) from None
