@@ -81,6 +81,8 @@ def machine() -> dict[str, Any]:
         "devices": len(jax.devices()),
         "cpu_count": os.cpu_count(),
         "cpus_usable": len(os.sched_getaffinity(0)),
+        "pinned": len(os.sched_getaffinity(0)) < (os.cpu_count() or 1),
+        "xla_flags": os.environ.get("XLA_FLAGS", ""),
         "platform": platform.platform(),
     }
 

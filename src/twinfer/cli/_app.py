@@ -252,8 +252,24 @@ def bench(
     output: Annotated[Path, typer.Option("--output", help="Where to write bench.json.")] = Path("bench.json"),
     quick: Annotated[bool, typer.Option("--quick", help="Small sizes for a smoke run.")] = False,
     list_: Annotated[bool, typer.Option("--list", help="List the benchmarks.")] = False,
+    cores: Annotated[
+        int,
+        typer.Option(
+            "--cores",
+            min=0,
+            help="Pin the process to this many cores before JAX starts (0: every usable core, as a "
+            "user runs). Report both: twinfer bench NAME and twinfer bench NAME --cores 1.",
+        ),
+    ] = 0,
 ) -> None:
     """Run a benchmark: compile and run timed apart, medians of repeats, written to bench.json."""
+    import os
+
+    if cores:
+        usable = sorted(os.sched_getaffinity(0))
+        if cores > len(usable):
+            _fail(f"--cores: expected at most the {len(usable)} usable core(s); received {cores}.")
+        os.sched_setaffinity(0, usable[:cores])  # before JAX sizes its thread pools from the affinity
     from twinfer.bench import REGISTRY, load_benchmarks, write_bench_json
 
     load_benchmarks()
