@@ -15,7 +15,7 @@ from typing import Any
 
 import pydantic
 
-from twinfer.checkpoint import Checkpoint, run_fingerprint
+from twinfer.checkpoint import Checkpoint, digest, run_fingerprint
 from twinfer.experiments._case import CaseConfig
 
 NOT_FINGERPRINTED = ("checkpoint_dir", "resume")
@@ -32,6 +32,11 @@ class CheckpointSettings(CaseConfig):
     resume: bool = pydantic.Field(
         False, description="Continue from the checkpoints in checkpoint_dir (`twinfer run --resume`)."
     )
+
+
+def config_digest(config: CaseConfig, exclude: Iterable[str] = ()) -> str:
+    """Digest of the settings that determine a run's numbers (the ``config`` fingerprint part)."""
+    return digest(config.model_dump(exclude={*NOT_FINGERPRINTED, *exclude}))
 
 
 def case_checkpoint(
