@@ -71,7 +71,8 @@ def tiny_case(monkeypatch):
             raise control.fail_compute
         w = np.exp(res.log_w - res.log_w.max())
         mean = float(np.sum(w * res.theta[:, 0]) / w.sum())
-        return RunArtifacts(metrics={"posterior.mu.mean": mean}, arrays={"theta": res.theta, "log_w": res.log_w})
+        arrays = {"theta": res.theta, "log_w": res.log_w}
+        return RunArtifacts(metrics={"posterior.mu.mean": mean}, arrays=arrays)
 
     def figures(arrays, config):
         import matplotlib.pyplot as plt

@@ -89,7 +89,8 @@ def test_corrupt_checkpoint_on_resume_is_refused_by_name_with_exit_1(tiny_case, 
     payload[-20] ^= 0x01
     ckpt.write_bytes(bytes(payload))
     tiny_case.stop_at, tiny_case.fail_compute = None, None
-    result = cli("run", "tiny-smc", "--set", f"checkpoint_dir={folder}", "--out", tmp_path / "runs", "--resume")
+    args = ("run", "tiny-smc", "--set", f"checkpoint_dir={folder}", "--out", tmp_path / "runs")
+    result = cli(*args, "--resume")
     assert result.exit_code == 1
     assert f"checkpoint {ckpt}" in result.output and "corrupt" in result.output
     assert "Traceback" not in result.output

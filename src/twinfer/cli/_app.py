@@ -162,9 +162,7 @@ def run(
             lambda: the_case.figures(artifacts.arrays, cfg),
             paper,
             extras=(posterior,),
-            on_warning=lambda line: console.print(
-                f"[bold yellow]warning:[/] {escape(line)}", highlight=False
-            ),
+            on_warning=_warn,
         )
     except KeyboardInterrupt:
         _stopped("", folder, again)
@@ -177,11 +175,11 @@ def run(
     if managed and folder is not None:
         _remove_checkpoints(folder)  # the run folder is complete: nothing left to resume
     _print_metrics(the_case.name, dict(artifacts.metrics), paper)
-    out.print(f"run folder: [bold]{run_dir}[/] ({time.perf_counter() - start:.1f} s)")
+    out.print(f"run folder: [bold]{run_dir}[/] ({time.perf_counter() - start:.1f} s)", soft_wrap=True)
 
 
 def _warn(line: str) -> None:
-    console.print(f"[bold yellow]warning:[/] {escape(line)}", highlight=False)
+    console.print(f"[bold yellow]warning:[/] {escape(line)}", highlight=False, soft_wrap=True)
 
 
 def _stopped(what: str, folder: Path | None, again: str, error: bool = False) -> None:
@@ -297,6 +295,7 @@ def _with_checkpoint(
                 f"[dim]note: an interrupted {case} run with this config is kept in {waiting[0]}; this fresh "
                 "run leaves it alone (pass --resume to continue it instead).[/]",
                 highlight=False,
+                soft_wrap=True,
             )
     return cfg.model_copy(update={"checkpoint_dir": str(folder), "resume": asked}), folder, True
 
