@@ -95,3 +95,9 @@ def cli():
 
     runner = CliRunner()
     return lambda *args: runner.invoke(app, [str(a) for a in args])
+
+
+@pytest.fixture
+def gauss():
+    """``(data, prior)``: ``data(n_obs, offset=0.0)`` builds the Gaussian-mean likelihood of the tiny case."""
+    return gauss_data, PRIOR

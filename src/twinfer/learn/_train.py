@@ -247,11 +247,11 @@ def train(
         history["horizon"].append(int(h))
         if not np.isfinite(history["loss"][-1]):
             raise FloatingPointError(f"train: the loss became {value} at step {n}; lower the learning rate.")
-        if progress is not None and ((n + 1) % settings.progress_every == 0 or n + 1 == total):
-            progress(stage, n + 1, total)
         if ckpt is not None and ((n + 1) % settings.checkpoint_every == 0 or n + 1 == total):
             meta = {"step": n + 1, "horizon": int(h), "seconds": spent + time.perf_counter() - tic}
             ckpt.save("learn-train", (theta, opt_state), {**meta, "history": history})
+        if progress is not None and ((n + 1) % settings.progress_every == 0 or n + 1 == total):
+            progress(stage, n + 1, total)
     return TrainResult(
         params=full(theta),
         loss=np.asarray(history["loss"]),
