@@ -273,15 +273,23 @@ def test_learn_train_interrupted_and_resumed_equals_uninterrupted(tmp_path):
 
 
 # -- a real `twinfer run`: SIGINT, SIGKILL, resume; nothing written outside --out ----------------------
-BOUCWEN = ["run", "boucwen", "--quick", "--set", "n_obs=128", "--set", "n_particles=8", "--set",
-           "checkpoint_every=16", "--set", "test_samples=64", "--set", "test_particles=4"]  # fmt: skip
+BOUCWEN = ["run", "boucwen", "--set", "n_obs=128", "--set", "n_particles=8", "--set", "checkpoint_every=16",
+           "--set", "test_samples=64", "--set", "test_particles=4", "--quick"]  # fmt: skip
+
+
+THIRD_PARTY_CACHES = {"matplotlib", "arviz"}
+"""Libraries' own per-user caches (matplotlib's font list, ArviZ's once-a-day notice): the tests point the
+XDG cache and config folders away from HOME and check that nothing else is written there."""
 
 
 def _env(home: Path, tmp: Path) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("JAX_", "XLA_", "TWINFER_"))}
+    own = ("JAX_", "XLA_", "TWINFER_", "XDG_", "MPL")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(own)}
     src = str(Path(twinfer.__file__).resolve().parents[1])
+    caches = home.parent / "xdg"
     env.update(HOME=str(home), TMPDIR=str(tmp), PYTHONPATH=src, JAX_ENABLE_X64="1", MPLBACKEND="Agg",
-               TWINFER_CACHE_DIR="off")  # fmt: skip
+               TWINFER_CACHE_DIR="off", XDG_CACHE_HOME=str(caches / "cache"),
+               XDG_CONFIG_HOME=str(caches / "config"))  # fmt: skip
     return env
 
 
@@ -321,11 +329,15 @@ def _same(a: tuple[dict, dict], b: tuple[dict, dict]) -> None:
 
 @pytest.mark.timeout(300)
 def test_nothing_is_written_outside_out_during_a_run(reference):
-    """HOME and TMPDIR stay empty and the working folder holds only --out, which holds only the run
-    folder (the checkpoint folder is removed once the run folder is complete)."""
+    """HOME and TMPDIR stay empty, the user cache and config folders hold only third-party libraries'
+    own caches, and the working folder holds only --out, which holds only the run folder (the checkpoint
+    folder is removed once the run folder is complete)."""
     base, _ = reference
     leftovers = [p for folder in ("home", "tmp") for p in (base / folder).rglob("*")]
     assert leftovers == []
+    for kind in ("cache", "config"):
+        folder = base / "xdg" / kind
+        assert {p.name for p in folder.iterdir()} <= THIRD_PARTY_CACHES if folder.exists() else True
     assert [p.name for p in (base / "cwd").iterdir()] == ["out"]
     assert [p.name.split("-")[0] for p in (base / "cwd" / "out").iterdir()] == ["boucwen"]
 
