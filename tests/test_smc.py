@@ -251,8 +251,8 @@ def test_cli_resume_continues_interrupted_run(tmp_path, monkeypatch):
         raise KeyboardInterrupt
 
     monkeypatch.setattr(_pnsmc, "tempering", interrupted)
-    assert runner.invoke(app, args).exit_code != 0
-    ckpts = list((tmp_path / ".checkpoints").glob("emps-*.npz"))
+    assert runner.invoke(app, args).exit_code == 130
+    ckpts = list((tmp_path / ".checkpoints").glob("emps-*/smc.ckpt"))
     assert len(ckpts) == 1
     monkeypatch.setattr(_pnsmc, "tempering", real)
     resumed = runner.invoke(app, [*args, "--resume"])

@@ -253,7 +253,7 @@ def train_sensor_pinn(
     )
     settings = train_settings(config)
     inputs = (data.times, data.acc_noisy, data.force_noisy)
-    ckpt = case_checkpoint(case, config, "pinn", data=inputs, exclude=("compare_ukf",))
+    ckpt = case_checkpoint(case, config, case, data=inputs, exclude=("compare_ukf",))
     trainable = (net,) if theta is None else (net, theta)
 
     def loss_on(prob: Any, project: bool) -> Any:
