@@ -288,9 +288,10 @@ def _restore(ckpt: Checkpoint, template: TemperingState, max_stages: int) -> tup
     records = {k: snap.meta.get(k) for k in ("lambdas", "ess", "acceptance")}
     if not 0 <= stage <= max_stages or not 0.0 <= lam <= 1.0:
         raise snap.refuse(f"it records stage {stage} at lambda {lam}; expected 0..{max_stages} and 0..1.")
-    if any(not isinstance(v, list) or len(v) != stage for v in records.values()):
+    lists = {k: v for k, v in records.items() if isinstance(v, list) and len(v) == stage}
+    if len(lists) != len(records):
         raise snap.refuse(f"its per-stage records do not have {stage} entries (stage {stage}).")
-    lams = records["lambdas"]
+    lams = lists["lambdas"]
     if stage and (lams[-1] != lam or any(b <= a for a, b in zip(lams, lams[1:], strict=False))):
         raise snap.refuse("its temperatures are not increasing up to the saved lambda.")
-    return state, records
+    return state, lists
