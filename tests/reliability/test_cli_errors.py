@@ -45,15 +45,18 @@ def _unwritable(tmp_path: Path) -> Path:
 
 
 def test_unwritable_out_is_refused_before_computing(tiny_case, cli, tmp_path):
-    """`--out` where nothing can be written exits 2 with a named error, and the case never runs."""
+    """`--out` (or `checkpoint_dir`) where nothing can be written exits 2 with a named error, and the case
+    never runs."""
     out = _unwritable(tmp_path)
     try:
         result = cli("run", "tiny-smc", "--out", out)
+        ckpt = cli("run", "tiny-smc", "--set", f"checkpoint_dir={out / 'ck'}", "--out", tmp_path / "runs")
     finally:
         if out.is_relative_to(tmp_path):
             out.chmod(stat.S_IRWXU)
     assert result.exit_code == 2, result.output
     assert str(out) in result.output and "cannot be written" in result.output
+    assert ckpt.exit_code == 2 and "checkpoint_dir" in ckpt.output and "cannot be written" in ckpt.output
     assert tiny_case.calls == 0
 
 

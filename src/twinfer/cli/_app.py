@@ -250,6 +250,7 @@ def _with_checkpoint(
     import datetime as dt
 
     from twinfer.experiments._checkpointing import config_digest
+    from twinfer.report import check_output_folder
 
     asked = resume or resume_from is not None
     if "checkpoint_dir" not in type(cfg).model_fields:
@@ -259,6 +260,10 @@ def _with_checkpoint(
     if cfg.checkpoint_dir:
         if resume_from is not None:
             _fail("--resume-from and --set checkpoint_dir both name a checkpoint folder; give only one.")
+        try:
+            check_output_folder(Path(cfg.checkpoint_dir), "checkpoint_dir")
+        except OSError as exc:
+            _fail(f"checkpoint_dir: {exc}")
         return cfg.model_copy(update={"resume": resume}), Path(cfg.checkpoint_dir), False
     root = out_dir / ".checkpoints"
     wanted = {"case": case, "config": config_digest(cfg)}

@@ -33,8 +33,10 @@ def versions() -> dict[str, str]:
     return out
 
 
-def check_output_folder(root: Path) -> Path:
-    """Make sure run folders can be written under ``root`` (created if missing), before any computing.
+def check_output_folder(root: Path, option: str = "--out") -> Path:
+    """Make sure files can be written under ``root`` (created if missing), before any computing.
+
+    ``option`` names the setting that gave the folder, in the messages.
 
     Raises:
         NotADirectoryError: ``root`` (or a parent) is a file.
@@ -44,7 +46,7 @@ def check_output_folder(root: Path) -> Path:
     root = Path(root)
     for parent in (root, *root.parents):
         if parent.exists() and not parent.is_dir():
-            raise NotADirectoryError(f"{parent} is a file, not a folder; give --out a folder of run folders.")
+            raise NotADirectoryError(f"{parent} is a file, not a folder; give {option} a folder.")
     try:
         root.mkdir(parents=True, exist_ok=True)
         probe = root / f".twinfer-write-probe-{secrets.token_hex(4)}"
@@ -52,7 +54,7 @@ def check_output_folder(root: Path) -> Path:
         probe.unlink()
     except OSError as exc:
         raise PermissionError(
-            f"{root} cannot be written to ({exc.strerror or exc}); give --out a writable folder."
+            f"{root} cannot be written to ({exc.strerror or exc}); give {option} a writable folder."
         ) from None
     return root
 
