@@ -120,6 +120,7 @@ def run(
     1 for an error during the run, 2 for a bad command line or config, 130 when interrupted.
     """
     _use_compilation_cache()
+    from twinfer.checkpoint import CheckpointError
     from twinfer.experiments import ConfigError, get_case, parse_set, resolve_config
     from twinfer.report import check_output_folder, new_run_dir, write_posterior, write_run
 
@@ -170,7 +171,10 @@ def run(
     except Exception as exc:
         if debug:
             raise
-        _stopped(f"{the_case.name} failed: {type(exc).__name__}: {exc}", folder, again, error=True)
+        if isinstance(exc, CheckpointError):  # names the file and how to start fresh
+            console.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
+        else:
+            _stopped(f"{the_case.name} failed: {type(exc).__name__}: {exc}", folder, again, error=True)
         raise typer.Exit(1) from None
     if managed and folder is not None:
         _remove_checkpoints(folder)  # the run folder is complete: nothing left to resume
@@ -264,6 +268,8 @@ def _with_checkpoint(
             check_output_folder(Path(cfg.checkpoint_dir), "checkpoint_dir")
         except OSError as exc:
             _fail(f"checkpoint_dir: {exc}")
+        if resume and not any(Path(cfg.checkpoint_dir).glob("*.ckpt")):
+            _fail(f"--resume: no checkpoint files (*.ckpt) in {cfg.checkpoint_dir}; run without --resume.")
         return cfg.model_copy(update={"resume": resume}), Path(cfg.checkpoint_dir), False
     root = out_dir / ".checkpoints"
     wanted = {"case": case, "config": config_digest(cfg)}
