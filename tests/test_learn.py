@@ -5,6 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from twinfer.checkpoint import Checkpoint, inspect
 from twinfer.learn import MLP, TrainSettings, apply_mlp, train, trajectory_loss
 from twinfer.models import AbstractModel
 
@@ -54,7 +55,7 @@ def test_checkpoint_resume_is_exact(loss, tmp_path):
         steps=6, lr_start=0.05, lr_end=0.01, horizon_start=3, checkpoint_every=2, progress_every=2
     )
     full = train(loss, {"k": jnp.asarray(0.5)}, ["k"], 2, len(TS), settings)
-    ckpt = tmp_path / "ck.npz"
+    ckpt = Checkpoint(tmp_path / "ck.ckpt", {"problem": "decay"})
 
     def stop_after_4(stage, done, total):
         if done == 4:
@@ -64,8 +65,8 @@ def test_checkpoint_resume_is_exact(loss, tmp_path):
         train(
             loss, {"k": jnp.asarray(0.5)}, ["k"], 2, len(TS), settings, checkpoint=ckpt, progress=stop_after_4
         )
-    with np.load(ckpt) as data:
-        before = float(data["seconds"])
+    before = float(inspect(ckpt.path)["meta"]["seconds"])
+    ckpt = Checkpoint(ckpt.path, {"problem": "decay"}, resume=True)
     resumed = train(loss, {"k": jnp.asarray(0.5)}, ["k"], 2, len(TS), settings, checkpoint=ckpt)
     assert float(resumed["params"]["k"]) == float(full["params"]["k"])
     np.testing.assert_array_equal(resumed["loss"], full["loss"])

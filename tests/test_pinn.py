@@ -6,6 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from twinfer.checkpoint import Checkpoint, CheckpointError
 from twinfer.infer.pinn import (
     LossWeights,
     PositiveParameters,
@@ -213,10 +214,11 @@ def test_checkpoint_resume_gives_the_same_parameters(tmp_path):
     full = train(trainable, loss_fn, settings)
     assert full.epochs == 40 and len(full.history["loss"]) == 4
     leaves_full = jax.tree.leaves(eqx.filter(full.trainable, eqx.is_inexact_array))
-    ckpt = tmp_path / "pinn.ckpt"  # interrupted inside the L-BFGS phase, after the Adam phase
+    ckpt = Checkpoint(tmp_path / "pinn.ckpt", {"problem": "t"})  # interrupted in L-BFGS, after Adam
     with pytest.raises(_Interrupt):
-        train(trainable, loss_fn, settings, checkpoint=ckpt, fingerprint="t", progress=_interrupt_at(30))
-    resumed = train(trainable, loss_fn, settings, checkpoint=ckpt, fingerprint="t")
+        train(trainable, loss_fn, settings, checkpoint=ckpt, progress=_interrupt_at(30))
+    ckpt = Checkpoint(ckpt.path, {"problem": "t"}, resume=True)
+    resumed = train(trainable, loss_fn, settings, checkpoint=ckpt)
     assert resumed.resumed_from == 30 and resumed.epochs == 40
     leaves_res = jax.tree.leaves(eqx.filter(resumed.trainable, eqx.is_inexact_array))
     for a, b in zip(leaves_full, leaves_res, strict=True):
@@ -224,10 +226,12 @@ def test_checkpoint_resume_gives_the_same_parameters(tmp_path):
     assert resumed.history["loss"] == full.history["loss"]
     # L-BFGS lowers the loss below where Adam left it
     assert full.history["loss"][-1] < full.history["loss"][1] < full.history["loss"][0]
-    again = train(trainable, loss_fn, settings, checkpoint=ckpt, fingerprint="t")
+    again = train(trainable, loss_fn, settings, checkpoint=ckpt)
     assert again.resumed_from == 40 and again.epochs == 40  # a finished run is not trained again
-    with pytest.raises(ValueError, match="written for problem 't', expected 'other'"):
-        train(trainable, loss_fn, settings, checkpoint=ckpt, fingerprint="other")
+    with pytest.raises(CheckpointError, match="fingerprint differs in problem"):
+        train(
+            trainable, loss_fn, settings, checkpoint=Checkpoint(ckpt.path, {"problem": "other"}, resume=True)
+        )
 
 
 def test_trainer_stops_on_plateau_and_refuses_nan():

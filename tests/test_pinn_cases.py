@@ -29,14 +29,14 @@ def test_unobserved_sets_of_specs():
 
 @pytest.mark.slow
 def test_pinn_sparse_and_joint_quick(tmp_path):
-    """pinn-sparse writes Table 2 metrics with the UKF/RTS comparison; a second run resumes from the
-    checkpoint; pinn-joint reports parameters with their errors."""
+    """pinn-sparse writes Table 2 metrics with the UKF/RTS comparison; a second run with resume=True
+    continues from the finished checkpoint; pinn-joint reports parameters with their errors."""
     art, run_dir = _run("pinn-sparse", tmp_path)
     metrics = json.loads((run_dir / "metrics.json").read_text())
     for key in ("fitness.all_u", "fitness.unobs_u", "fitness.f1", "ukf_rts.all_u", "timing.train_s"):
         assert np.isfinite(metrics[key])
     assert metrics["train.epochs"] == 150 and metrics["ukf_rts.all_u"] > 90.0
-    again, _ = _run("pinn-sparse", tmp_path)
+    again, _ = _run("pinn-sparse", tmp_path, resume=True)
     assert again.metrics["train.resumed_from"] == 150
     assert again.metrics["fitness.all_u"] == art.metrics["fitness.all_u"]
     joint, _ = _run("pinn-joint", tmp_path, compare_ukf=False)

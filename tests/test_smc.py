@@ -9,6 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from twinfer.checkpoint import Checkpoint
 from twinfer.infer.pn import PNFilter, PNLikelihood
 from twinfer.infer.smc import (
     TransformedNormalPrior,
@@ -94,11 +95,14 @@ def test_resume_gives_identical_particles(problem, tmp_path):
     """A run interrupted at observation 37 and resumed from its checkpoint ends with the same particles,
     weights, ESS record and resampling times as an uninterrupted run with the same seed."""
     lik, prior = problem
-    full = ibis(jax.random.key(3), lik, prior, 200, checkpoint=tmp_path / "a.npz", checkpoint_every=10)
-    ckpt = tmp_path / "b.npz"
+    full = ibis(
+        jax.random.key(3), lik, prior, 200, checkpoint=Checkpoint(tmp_path / "a"), checkpoint_every=10
+    )
+    ckpt = Checkpoint(tmp_path / "b.ckpt", {"run": "test"})
     part = ibis(jax.random.key(3), lik, prior, 200, checkpoint=ckpt, checkpoint_every=10, stop_at=37)
     assert part.ess[40:].sum() == 0
-    resumed = ibis(jax.random.key(3), lik, prior, 200, checkpoint=ckpt, checkpoint_every=10)
+    resume = Checkpoint(ckpt.path, {"run": "test"}, resume=True)
+    resumed = ibis(jax.random.key(3), lik, prior, 200, checkpoint=resume, checkpoint_every=10)
     np.testing.assert_array_equal(resumed.z, full.z)
     np.testing.assert_array_equal(resumed.log_w, full.log_w)
     np.testing.assert_array_equal(resumed.ess, full.ess)
@@ -190,11 +194,11 @@ def test_tempering_resume_gives_identical_particles(problem, tmp_path):
     """Tempering stopped after 2 stages and resumed from its checkpoint ends with the particles,
     log-likelihoods, temperatures and acceptance rates of an uninterrupted run with the same seed."""
     lik, prior = problem
-    full = tempering(jax.random.key(5), lik, prior, 1000, checkpoint=tmp_path / "a.npz")
-    ckpt = tmp_path / "b.npz"
+    full = tempering(jax.random.key(5), lik, prior, 1000, checkpoint=Checkpoint(tmp_path / "a"))
+    ckpt = Checkpoint(tmp_path / "b.ckpt")
     part = tempering(jax.random.key(5), lik, prior, 1000, checkpoint=ckpt, stop_at=2)
     assert part.lambdas is not None and len(part.lambdas) == 2 and part.lambdas[-1] < 1.0
-    resumed = tempering(jax.random.key(5), lik, prior, 1000, checkpoint=ckpt)
+    resumed = tempering(jax.random.key(5), lik, prior, 1000, checkpoint=Checkpoint(ckpt.path, resume=True))
     assert full.lambdas is not None and resumed.lambdas is not None and len(full.lambdas) > 2
     np.testing.assert_array_equal(resumed.z, full.z)
     np.testing.assert_array_equal(resumed.loglik, full.loglik)
@@ -247,8 +251,8 @@ def test_cli_resume_continues_interrupted_run(tmp_path, monkeypatch):
         raise KeyboardInterrupt
 
     monkeypatch.setattr(_pnsmc, "tempering", interrupted)
-    assert runner.invoke(app, args).exit_code != 0
-    ckpts = list((tmp_path / ".checkpoints").glob("emps-*.npz"))
+    assert runner.invoke(app, args).exit_code == 130
+    ckpts = list((tmp_path / ".checkpoints").glob("emps-*/smc.ckpt"))
     assert len(ckpts) == 1
     monkeypatch.setattr(_pnsmc, "tempering", real)
     resumed = runner.invoke(app, [*args, "--resume"])

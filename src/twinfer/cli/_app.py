@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shlex
 import sys
 import time
 from pathlib import Path
@@ -10,6 +11,7 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
@@ -25,7 +27,7 @@ out = Console()
 
 
 def _fail(message: str, code: int = 2) -> None:
-    console.print(f"[bold red]error:[/] {message}", highlight=False)
+    console.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
     raise typer.Exit(code)
 
 
@@ -100,17 +102,27 @@ def run(
     out_dir: Annotated[Path, typer.Option("--out", help="Parent folder of run folders.")] = Path("runs"),
     quick: Annotated[bool, typer.Option("--quick", help="Small sizes for a smoke run.")] = False,
     resume: Annotated[
-        bool, typer.Option("--resume", help="Continue the interrupted run of this case and config.")
+        bool,
+        typer.Option("--resume", help="Continue the latest interrupted run of this case and config."),
     ] = False,
     resume_from: Annotated[
         Path | None,
-        typer.Option("--resume-from", help="Like --resume, with checkpoints kept in this folder."),
+        typer.Option("--resume-from", help="Like --resume, from this checkpoint folder."),
     ] = None,
+    debug: Annotated[bool, typer.Option("--debug", help="Show the full traceback of an error.")] = False,
 ) -> None:
-    """Run a case study and write its run folder (config, metrics, arrays, figures, report)."""
+    """Run a case study and write its run folder (config, metrics, arrays, figures, report).
+
+    Cases with long runs checkpoint into a folder of their own, ``OUT/.checkpoints/<case>-<time>/``:
+    a fresh run never reads or removes another run's checkpoints; ``--resume`` continues the latest
+    interrupted run of the same case and config; the folder is removed once the run folder is complete.
+    ``--set checkpoint_dir=DIR`` keeps the checkpoints in DIR instead (never removed). Exit status: 0,
+    1 for an error during the run, 2 for a bad command line or config, 130 when interrupted.
+    """
     _use_compilation_cache()
+    from twinfer.checkpoint import CheckpointError
     from twinfer.experiments import ConfigError, get_case, parse_set, resolve_config
-    from twinfer.report import new_run_dir, write_run
+    from twinfer.report import check_output_folder, new_run_dir, write_posterior, write_run
 
     try:
         the_case = get_case(case)
@@ -118,59 +130,194 @@ def run(
     except (KeyError, ConfigError) as exc:
         _fail(str(exc.args[0]) if isinstance(exc, KeyError) else str(exc))
         return
-    cfg, ckpt, managed = _with_checkpoint(cfg, the_case.name, resume_from or out_dir / ".checkpoints")
-    if managed and ckpt is not None and not (resume or resume_from) and ckpt.exists():
-        ckpt.unlink()  # a fresh run never continues an old one
-    if (resume or resume_from) and (ckpt is None or not ckpt.exists()):
-        _fail(
-            f"--resume: no checkpoint of an interrupted {case!r} run with this config"
-            + (f" at {ckpt}" if ckpt is not None else " (the case has no checkpoint setting)")
-            + "."
-        )
-        return
-    start = time.perf_counter()
-    with _progress() as progress:
-        artifacts = the_case.run(cfg, _Bar(progress))
-    if managed and ckpt is not None and ckpt.exists():
-        ckpt.unlink()  # the run finished: nothing left to resume
-    figs = the_case.figures(artifacts.arrays, cfg)
-    run_dir = new_run_dir(out_dir, the_case.name)
-    write_run(
-        run_dir,
-        the_case.name,
-        the_case.description,
-        cfg.model_dump(),
-        artifacts,
-        figs,
-        the_case.paper_values(cfg),
+    try:
+        check_output_folder(out_dir)
+    except OSError as exc:
+        _fail(f"--out: {exc}")
+    if "resume" in type(cfg).model_fields:
+        cfg = cfg.model_copy(update={"resume": False})  # resuming is --resume's job, never the config's
+    run_cfg, folder, managed = _with_checkpoint(cfg, the_case.name, out_dir, resume, resume_from)
+    again = shlex.join(
+        ["twinfer", "run", case, *(["--config", str(config)] if config else [])]
+        + [arg for item in set_ or [] for arg in ("--set", item)]
+        + ([] if seed is None else ["--seed", str(seed)])
+        + (["--quick"] if quick else [])
+        + ["--out", str(out_dir)]
+        + (["--resume-from", str(resume_from)] if resume_from else ["--resume"])
     )
-    from twinfer.report import write_posterior
+    start = time.perf_counter()
+    try:
+        with _progress() as progress:
+            artifacts = the_case.run(run_cfg, _Bar(progress))
+        paper = the_case.paper_values(cfg)
 
-    write_posterior(run_dir, artifacts.arrays)  # posterior.nc + summary when the case sampled a posterior
-    _print_metrics(the_case.name, dict(artifacts.metrics), the_case.paper_values(cfg))
-    out.print(f"run folder: [bold]{run_dir}[/] ({time.perf_counter() - start:.1f} s)")
+        def posterior(folder: Path) -> object:  # posterior.nc + summary when the case sampled a posterior
+            return write_posterior(folder, artifacts.arrays)
+
+        run_dir = write_run(
+            new_run_dir(out_dir, the_case.name),
+            the_case.name,
+            the_case.description,
+            cfg.model_dump(),
+            artifacts,
+            lambda: the_case.figures(artifacts.arrays, cfg),
+            paper,
+            extras=(posterior,),
+            on_warning=_warn,
+        )
+    except KeyboardInterrupt:
+        _stopped("", folder, again)
+        raise typer.Exit(130) from None
+    except Exception as exc:
+        if debug:
+            raise
+        if isinstance(exc, CheckpointError):  # names the file and how to start fresh
+            console.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
+        else:
+            _stopped(f"{the_case.name} failed: {type(exc).__name__}: {exc}", folder, again, error=True)
+        raise typer.Exit(1) from None
+    if managed and folder is not None:
+        _remove_checkpoints(folder)  # the run folder is complete: nothing left to resume
+    _print_metrics(the_case.name, dict(artifacts.metrics), paper)
+    out.print(f"run folder: [bold]{run_dir}[/] ({time.perf_counter() - start:.1f} s)", soft_wrap=True)
 
 
-def _with_checkpoint(cfg: Any, case: str, folder: Path) -> tuple[Any, Path | None, bool]:
-    """Give a case with an empty ``checkpoint`` setting a file named by the case and its config.
+def _warn(line: str) -> None:
+    console.print(f"[bold yellow]warning:[/] {escape(line)}", highlight=False, soft_wrap=True)
 
-    The name hashes every other setting, so ``--resume`` finds the checkpoint of the same case and
-    config only; such a managed file is removed when a fresh run starts and when a run finishes. A
-    checkpoint set explicitly (``--set checkpoint=FILE``) is used as given and never removed.
-    Returns the config, the checkpoint file (None: the case has no checkpoint setting) and whether
-    the file is managed here.
+
+def _stopped(what: str, folder: Path | None, again: str, error: bool = False) -> None:
+    """Say why the run stopped, what it saved and the exact command that continues it."""
+    from twinfer.checkpoint import CheckpointError, inspect
+
+    saved = []
+    for file in sorted(folder.glob("*.ckpt")) if folder is not None else []:
+        try:
+            saved.append(f"{file.name} ({_progress_of(inspect(file))})")
+        except CheckpointError:
+            continue
+    head = "[bold red]error:[/]" if error else "[bold yellow]interrupted.[/]"
+    line = escape(what.splitlines()[0]) if error else ""
+    if saved:
+        tail = f" Saved in {folder}: {', '.join(saved)}. Continue with: {again}"
+    elif folder is not None:
+        tail = " Nothing was saved yet (no checkpoint had been written). Run the same command to start again."
+        _remove_checkpoints(folder, only_empty=True)
+    else:
+        tail = " This case keeps no checkpoints. Run the same command to start again."
+    hint = " (--debug shows the traceback)" if error else ""
+    console.print(f"{head} {line}{escape(tail)}{hint}".replace("  ", " "), highlight=False, soft_wrap=True)
+
+
+def _progress_of(header: dict[str, Any]) -> str:
+    """A few words on how far a checkpointed computation got."""
+    meta, kind = header.get("meta", {}), header.get("kind", "?")
+    if kind == "ibis":
+        return f"IBIS, {meta.get('t')} observations assimilated"
+    if kind == "tempering":
+        lams = meta.get("lambdas") or [0.0]
+        return f"tempering, stage {len(meta.get('lambdas', []))}, lambda {lams[-1]:.3g}"
+    if kind == "pinn-train":
+        return f"PINN training, epoch {meta.get('epoch')}"
+    if kind == "learn-train":
+        return f"training, step {meta.get('step')}"
+    return kind
+
+
+def _remove_checkpoints(folder: Path, only_empty: bool = False) -> None:
+    """Remove a managed checkpoint folder: its checkpoint files and run.json (nothing else)."""
+    files = [] if only_empty else list(folder.glob("*.ckpt"))
+    if only_empty and any(folder.glob("*.ckpt")):
+        return
+    for file in [*files, folder / "run.json"]:
+        file.unlink(missing_ok=True)
+    for empty in (folder, folder.parent):
+        try:
+            empty.rmdir()
+        except OSError:
+            break
+
+
+def _with_checkpoint(
+    cfg: Any, case: str, out_dir: Path, resume: bool, resume_from: Path | None
+) -> tuple[Any, Path | None, bool]:
+    """Give a case with a ``checkpoint_dir`` setting its checkpoint folder and ``resume``.
+
+    A fresh run gets a new folder ``OUT/.checkpoints/<case>-<time>/`` holding ``run.json`` (case and the
+    digest of its config): it never reads, overwrites or removes another run's checkpoints, and says
+    when an interrupted run of the same case and config is waiting for ``--resume``. ``--resume`` picks
+    the newest such folder; ``--resume-from DIR`` names one. ``--set checkpoint_dir=DIR`` is used as
+    given, resumed only with ``--resume`` and never removed. Returns the config to run, the checkpoint
+    folder (None: the case keeps no checkpoints) and whether the folder is managed (removed here once
+    the run folder is complete).
     """
-    import hashlib
+    import datetime as dt
 
-    if "checkpoint" not in type(cfg).model_fields:
+    from twinfer.experiments._checkpointing import config_digest
+    from twinfer.report import check_output_folder
+
+    asked = resume or resume_from is not None
+    if "checkpoint_dir" not in type(cfg).model_fields:
+        if asked:
+            _fail(f"--resume: case {case!r} keeps no checkpoints; run it without --resume.")
         return cfg, None, False
-    if cfg.checkpoint:
-        return cfg, Path(cfg.checkpoint), False
-    settings = cfg.model_dump(exclude={"checkpoint"})
-    digest = hashlib.sha256(json.dumps(settings, sort_keys=True, default=str).encode()).hexdigest()[:16]
-    path = Path(folder) / f"{case}-{digest}.npz"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    return cfg.model_copy(update={"checkpoint": str(path)}), path, True
+    if cfg.checkpoint_dir:
+        if resume_from is not None:
+            _fail("--resume-from and --set checkpoint_dir both name a checkpoint folder; give only one.")
+        try:
+            check_output_folder(Path(cfg.checkpoint_dir), "checkpoint_dir")
+        except OSError as exc:
+            _fail(f"checkpoint_dir: {exc}")
+        if resume and not any(Path(cfg.checkpoint_dir).glob("*.ckpt")):
+            _fail(f"--resume: no checkpoint files (*.ckpt) in {cfg.checkpoint_dir}; run without --resume.")
+        return cfg.model_copy(update={"resume": resume}), Path(cfg.checkpoint_dir), False
+    root = out_dir / ".checkpoints"
+    wanted = {"case": case, "config": config_digest(cfg)}
+    waiting = [d for d in sorted(root.glob(f"{case}-*"), reverse=True) if _belongs(d, wanted)]
+    if resume_from is not None:
+        if not any(resume_from.glob("*.ckpt")):
+            _fail(
+                f"--resume-from {resume_from}: no checkpoint files (*.ckpt) there; run without it to start "
+                "fresh."
+            )
+        folder = resume_from
+    elif resume:
+        if not waiting:
+            _fail(
+                f"--resume: no checkpoint of an interrupted {case!r} run with this config under {root}; "
+                "run without --resume to start fresh."
+            )
+        folder = waiting[0]
+    else:
+        stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+        root.mkdir(parents=True, exist_ok=True)
+        folder = root / f"{case}-{stamp}"
+        n = 0
+        while True:
+            try:
+                folder.mkdir()
+                break
+            except FileExistsError:
+                n += 1
+                folder = root / f"{case}-{stamp}-{n}"
+        (folder / "run.json").write_text(json.dumps(wanted, indent=2) + "\n")
+        if waiting:
+            console.print(
+                f"[dim]note: an interrupted {case} run with this config is kept in {waiting[0]}; this fresh "
+                "run leaves it alone (pass --resume to continue it instead).[/]",
+                highlight=False,
+                soft_wrap=True,
+            )
+    return cfg.model_copy(update={"checkpoint_dir": str(folder), "resume": asked}), folder, True
+
+
+def _belongs(folder: Path, wanted: dict[str, str]) -> bool:
+    """Whether a checkpoint folder holds checkpoints of this case and config."""
+    try:
+        info = json.loads((folder / "run.json").read_text())
+    except (OSError, ValueError):
+        return False
+    return info == wanted and any(folder.glob("*.ckpt"))
 
 
 def _print_metrics(case: str, metrics: dict[str, float], paper: dict | object) -> None:
@@ -294,6 +441,23 @@ def main() -> None:
     jax.config.update("jax_enable_x64", True)
     try:
         app()
-    except KeyboardInterrupt:
-        console.print("interrupted")
-        sys.exit(130)
+    except KeyboardInterrupt:  # outside a command (e.g. while importing)
+        console.print("[bold yellow]interrupted[/] before a run started; nothing was saved.")
+        _exit_now(130)
+    except SystemExit as exc:
+        if exc.code == 130:
+            _exit_now(130)
+        raise
+
+
+def _exit_now(code: int) -> None:
+    """Exit at once after an interrupt, output flushed.
+
+    XLA's threads may still run the interrupted computation; tearing the interpreter down under them
+    can crash (exit 139) instead of exiting with ``code``.
+    """
+    import os
+
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)

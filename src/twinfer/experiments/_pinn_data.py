@@ -9,12 +9,8 @@ per-channel SNR noise with its seeds. Every number comes from the library (model
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import json
-import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Literal
 
 import equinox as eqx
@@ -25,7 +21,8 @@ import pydantic
 
 from twinfer import metrics
 from twinfer.data import Dataset
-from twinfer.experiments._case import CaseConfig, Progress
+from twinfer.experiments._case import Progress
+from twinfer.experiments._checkpointing import CheckpointSettings, case_checkpoint
 from twinfer.infer.filters import smooth
 from twinfer.infer.pinn import (
     LossWeights,
@@ -159,7 +156,7 @@ def fitness_table(
 
 
 # -- shared PINN driver of pinn-sparse and pinn-joint ---------------------------------------------------
-class PinnTrainConfig(CaseConfig):
+class PinnTrainConfig(CheckpointSettings):
     """Network, loss and trainer settings shared by the PINN cases (specs D1: the paper gives none)."""
 
     width: int = pydantic.Field(128, ge=1, description="Hidden width (repository: 256).")
@@ -193,20 +190,6 @@ class PinnTrainConfig(CaseConfig):
     obs_stride: int = pydantic.Field(8, ge=1, description="Observation every n-th sample (repository: 8).")
     col_stride: int = pydantic.Field(8, ge=1, description="Collocation every n-th sample (repository: 8).")
     compare_ukf: bool = pydantic.Field(True, description="Also run the UKF + RTS smoother on the same data.")
-    checkpoint_dir: str = pydantic.Field("", description="Checkpoint folder ('' = system temp folder).")
-
-
-def checkpoint_path(
-    case: str, config: PinnTrainConfig, after_training: Sequence[str] = ()
-) -> tuple[Path, str]:
-    """A checkpoint file named by the hash of the resolved config, and that hash as the fingerprint.
-
-    ``after_training`` names fields that only act after the network is trained (they leave the hash alone).
-    """
-    payload = json.dumps(config.model_dump(exclude={"checkpoint_dir", *after_training}), sort_keys=True)
-    digest = hashlib.sha1(f"{case}:{payload}".encode()).hexdigest()[:16]
-    root = Path(config.checkpoint_dir or Path(tempfile.gettempdir()) / "twinfer-checkpoints")
-    return root / f"{case}-{digest}.ckpt", digest
 
 
 def scales(acc_noisy: np.ndarray) -> tuple[float, float, float]:
@@ -269,7 +252,8 @@ def train_sensor_pinn(
         initial_state=np.zeros(model.n_state) if config.anchor_rest else None,
     )
     settings = train_settings(config)
-    path, fingerprint = checkpoint_path(case, config)
+    inputs = (data.times, data.acc_noisy, data.force_noisy)
+    ckpt = case_checkpoint(case, config, case, data=inputs, exclude=("compare_ukf",))
     trainable = (net,) if theta is None else (net, theta)
 
     def loss_on(prob: Any, project: bool) -> Any:
@@ -290,8 +274,8 @@ def train_sensor_pinn(
     second = dataclasses.replace(problem, weights=w._replace(cc=w.cc * fac, ode=w.ode * fac))
     project = theta is not None and config.param_solve == "projection"
     result = train(
-        trainable, loss_on(problem, False), settings, progress=progress, checkpoint=path,
-        fingerprint=fingerprint, lbfgs_loss_fn=loss_on(second, True) if (fac != 1.0 or project) else None,
+        trainable, loss_on(problem, False), settings, progress=progress, checkpoint=ckpt,
+        lbfgs_loss_fn=loss_on(second, True) if (fac != 1.0 or project) else None,
     )  # fmt: skip
     if project:  # the L-BFGS phase solved for the parameters; give the solution at the final network
         net_fit, th_fit = result.trainable

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
-from pathlib import Path
 from typing import Any, Literal
 
 import jax
@@ -17,14 +16,15 @@ import jax.numpy as jnp
 import numpy as np
 import pydantic
 
-from twinfer.experiments._case import CaseConfig, Progress
+from twinfer.experiments._case import Progress
+from twinfer.experiments._checkpointing import CheckpointSettings, case_checkpoint
 from twinfer.infer.pn import PNFilter
 from twinfer.infer.smc import IBISResult, IncrementalLikelihood, TransformedNormalPrior, ibis, tempering
 from twinfer.models import AbstractModel, set_params
 from twinfer.sim import discretise
 
 
-class SMCSettings(CaseConfig):
+class SMCSettings(CheckpointSettings):
     """Sampler settings shared by the PN-SMC cases (``sampler``: the paper's IBIS or adaptive tempering)."""
 
     n_particles: int = pydantic.Field(500, ge=8, description="SMC particles.")
@@ -38,16 +38,23 @@ class SMCSettings(CaseConfig):
     tempering_kernel: Literal["independent", "random_walk", "both"] = pydantic.Field(
         "both", description="Tempering: MH kernel (both: alternate independent and random walk)."
     )
-    checkpoint: str = pydantic.Field("", description="SMC checkpoint file (resumes if it exists).")
     checkpoint_every: int = pydantic.Field(1024, ge=1, description="IBIS: observations between checkpoints.")
 
 
 def run_smc(
-    config: SMCSettings, lik: IncrementalLikelihood, prior: TransformedNormalPrior, progress: Progress
+    case: str,
+    config: SMCSettings,
+    lik: IncrementalLikelihood,
+    prior: TransformedNormalPrior,
+    progress: Progress,
 ) -> tuple[IBISResult, float]:
-    """Run the case's sampler with its checkpoint file (empty: none); returns the result and wall time."""
+    """Run the case's sampler, checkpointed to ``checkpoint_dir/smc.ckpt`` if the config names a folder.
+
+    The checkpoint's fingerprint is the case, its config, the version and (added by the sampler) the
+    likelihood's data and the prior; it resumes only with ``resume``. Returns the result and wall time.
+    """
     start = time.perf_counter()
-    ckpt = Path(config.checkpoint) if config.checkpoint else None
+    ckpt = case_checkpoint(case, config, "smc")
     key = jax.random.key(config.seed)
     if config.sampler == "tempering":
         res = tempering(

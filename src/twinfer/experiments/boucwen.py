@@ -192,7 +192,7 @@ def run(config: BoucWenConfig, progress: Progress) -> RunArtifacts:
         y_mask=jnp.ones((config.n_obs, 1), bool),
         chol_R=float(data["noise_std"]) * jnp.eye(1),
     )
-    res, smc_s = _pnsmc.run_smc(config, lik, prior, progress)
+    res, smc_s = _pnsmc.run_smc("boucwen", config, lik, prior, progress)
     metrics: dict[str, float] = {"timing.smc_s": smc_s, "smc.n_particles": float(config.n_particles)}
     metrics.update(_pnsmc.posterior_metrics(res, NAMES))
     # final weights are used for a resample so every scored particle has equal weight (specs 6.25)

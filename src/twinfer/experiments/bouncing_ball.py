@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any, Literal
 
 import jax
@@ -25,7 +24,8 @@ import jax.numpy as jnp
 import numpy as np
 import pydantic
 
-from twinfer.experiments._case import Case, CaseConfig, Progress, register
+from twinfer.experiments._case import Case, Progress, register
+from twinfer.experiments._checkpointing import CheckpointSettings, case_checkpoint
 from twinfer.learn import MLP, TrainSettings, train, trajectory_loss
 from twinfer.models import BLOCKS, TOPOLOGIES, BouncingBall2D, CombinedModel, System, psd
 from twinfer.report import PaperValue, RunArtifacts, matrix_figure, weight_summary
@@ -43,7 +43,7 @@ LAYOUT = (("in", 0), ("net", 0), ("in", 2), ("net", 1))
 STATE = ("x1", "x2", "x3", "x4")
 
 
-class BouncingBallConfig(CaseConfig):
+class BouncingBallConfig(CheckpointSettings):
     """Configuration of ``bouncing-ball``; defaults are the paper's and the authors' settings."""
 
     topologies: list[str] = pydantic.Field(
@@ -76,7 +76,6 @@ class BouncingBallConfig(CaseConfig):
             "XLA_FLAGS=--xla_force_host_platform_device_count=N gives N)."
         ),
     )
-    checkpoint_dir: str = pydantic.Field("", description="Folder of training checkpoints ('' for none).")
 
     @pydantic.field_validator("topologies")
     @classmethod
@@ -160,7 +159,7 @@ def run(config: BouncingBallConfig, progress: Progress) -> RunArtifacts:
             grad_mode=config.grad_mode,
             devices=config.devices,
         )
-        ckpt = Path(config.checkpoint_dir) / f"{topology}.npz" if config.checkpoint_dir else None
+        ckpt = case_checkpoint("bouncing-ball", config, topology, data=(ts, x0s, truth))
         result = train(
             loss,
             cm.params,

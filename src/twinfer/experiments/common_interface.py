@@ -15,14 +15,14 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 import jax
 import numpy as np
 import pydantic
 
-from twinfer.experiments._case import Case, CaseConfig, Progress, register
+from twinfer.experiments._case import Case, Progress, register
+from twinfer.experiments._checkpointing import CheckpointSettings, case_checkpoint
 from twinfer.learn import RNN, SecondOrderNeuralODE, TrainSettings, train, trajectory_loss
 from twinfer.models import AbstractModel, BouncingBall2D
 from twinfer.report import RunArtifacts
@@ -39,7 +39,7 @@ SCHEDULES: dict[str, tuple[float, tuple[tuple[float, int], ...]]] = {
 }
 
 
-class CommonInterfaceConfig(CaseConfig):
+class CommonInterfaceConfig(CheckpointSettings):
     """Configuration of ``common-interface``; defaults are the authors' settings (specs 3.8)."""
 
     models: list[str] = pydantic.Field(default_factory=lambda: list(SCHEDULES), description="Models.")
@@ -50,7 +50,6 @@ class CommonInterfaceConfig(CaseConfig):
     dt: pydantic.PositiveFloat = pydantic.Field(0.01, description="Sampling period of the data [s].")
     horizon_threshold: pydantic.PositiveFloat = pydantic.Field(0.06, description="Grow below this loss.")
     fixed_steps: int = pydantic.Field(2, ge=1, description="RK4 steps per sample in training.")
-    checkpoint_dir: str = pydantic.Field("", description="Folder of training checkpoints ('' for none).")
 
     @pydantic.field_validator("models")
     @classmethod
@@ -100,7 +99,7 @@ def run(config: CommonInterfaceConfig, progress: Progress) -> RunArtifacts:
             seed=config.seed,
             progress_every=max(1, sum(n for _, n in stages) // 20),
         )
-        ckpt = Path(config.checkpoint_dir) / f"{name}.npz" if config.checkpoint_dir else None
+        ckpt = case_checkpoint("common-interface", config, name, data=(ts, x0, truth))
         result = train(
             loss, model.params, ["theta"], 1, len(ts), settings, checkpoint=ckpt, progress=progress,
             stage=name,

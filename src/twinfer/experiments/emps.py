@@ -131,7 +131,7 @@ def run(config: EMPSConfig, progress: Progress) -> RunArtifacts:
     lik, prior = training_likelihood(config, train)
     model = EMPS()
     n = config.n_obs
-    res, smc_s = _pnsmc.run_smc(config, lik, prior, progress)
+    res, smc_s = _pnsmc.run_smc("emps", config, lik, prior, progress)
     metrics: dict[str, float] = {"timing.smc_s": smc_s, "smc.n_particles": float(config.n_particles)}
     metrics.update(_pnsmc.posterior_metrics(res, NAMES))
     thetas = _pnsmc.equal_weight_particles(res, config.test_particles, config.seed)

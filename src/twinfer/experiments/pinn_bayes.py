@@ -30,13 +30,8 @@ import numpy as np
 import pydantic
 
 from twinfer.experiments._case import Case, Progress, register
-from twinfer.experiments._pinn_data import (
-    PinnTrainConfig,
-    chain_of,
-    checkpoint_path,
-    pinn_memory_estimate,
-    train_settings,
-)
+from twinfer.experiments._checkpointing import case_checkpoint
+from twinfer.experiments._pinn_data import PinnTrainConfig, chain_of, pinn_memory_estimate, train_settings
 from twinfer.infer.mcmc import laplace_whitening, nuts, summarise, to_inference_data, write_netcdf
 from twinfer.infer.pinn import (
     LossWeights,
@@ -193,7 +188,8 @@ def train_stage1(
         max_cycles=config.max_cycles,
     )  # fmt: skip
     settings = train_settings(config)
-    path, fingerprint = checkpoint_path("pinn-bayes", config, ("nuts_points", "nuts_force", "stage2"))
+    after = ("nuts_points", "nuts_force", "stage2")
+    ckpt = case_checkpoint("pinn-bayes", config, "stage1", data=data, exclude=after)
 
     def stage1_loss(project: bool) -> Any:
         def loss_fn(tr: tuple[Any, ...]) -> tuple[Any, dict[str, Any]]:
@@ -205,8 +201,8 @@ def train_stage1(
 
     project = config.param_solve == "projection"
     result = train(
-        (net, theta), stage1_loss(False), settings, progress=progress, checkpoint=path,
-        fingerprint=fingerprint, stage="stage 1: PINN with learned parameters",
+        (net, theta), stage1_loss(False), settings, progress=progress, checkpoint=ckpt,
+        stage="stage 1: PINN with learned parameters",
         lbfgs_loss_fn=stage1_loss(True) if project else None,
     )  # fmt: skip
     net_fit, theta_fit = result.trainable

@@ -102,7 +102,7 @@ def run(config: SilverboxConfig, progress: Progress) -> RunArtifacts:
         substeps=config.pn_substeps,
         input_hold=config.input_hold,
     )
-    res, smc_s = _pnsmc.run_smc(config, lik, prior, progress)
+    res, smc_s = _pnsmc.run_smc("silverbox", config, lik, prior, progress)
     metrics: dict[str, float] = {"timing.smc_s": smc_s, "smc.n_particles": float(config.n_particles)}
     metrics.update(_pnsmc.posterior_metrics(res, NAMES))
     thetas = _pnsmc.equal_weight_particles(res, config.test_particles, config.seed)

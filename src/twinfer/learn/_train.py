@@ -18,7 +18,6 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import jax
@@ -27,7 +26,7 @@ import numpy as np
 import optax
 from jax.flatten_util import ravel_pytree
 
-from twinfer._atomic import write_npz
+from twinfer.checkpoint import Checkpoint, Snapshot, array_digest, as_checkpoint, digest
 from twinfer.models import AbstractModel, Params
 from twinfer.sim import simulate_events
 
@@ -153,7 +152,7 @@ def train(
     n_samples: int,
     settings: TrainSettings,
     *,
-    checkpoint: Path | None = None,
+    checkpoint: Checkpoint | None = None,
     progress: Callable[[str, float, float], None] | None = None,
     stage: str = "train",
 ) -> TrainResult:
@@ -166,12 +165,20 @@ def train(
         n_scenarios: number of training scenarios (i is drawn uniformly from 0..n_scenarios-1).
         n_samples: samples per scenario (the horizon never exceeds it).
         settings: steps, schedule, horizon rule, seed, checkpoint and progress periods.
-        checkpoint: an ``.npz`` file; written every ``checkpoint_every`` steps and resumed from if present.
+        checkpoint: where the parameters, optimiser state and history are saved every
+            ``checkpoint_every`` steps (:class:`~twinfer.checkpoint.Checkpoint`; None: none). Its
+            fingerprint should name the loss (case, config, data); this loop adds its settings, the
+            trainable groups and their initial values. With ``resume`` set and the file present, training
+            continues from it after the fingerprint, shapes, dtypes and step counters are checked.
         progress: ``progress(stage, done, total)``.
         stage: name shown with the progress.
 
     Returns:
         :class:`TrainResult`.
+
+    Raises:
+        twinfer.checkpoint.CheckpointError: a checkpoint of another run, corrupt, of other shapes or
+            dtypes, with impossible counters, or present while ``resume`` is off.
 
     """
     missing = [g for g in trainable if g not in params]
@@ -186,8 +193,15 @@ def train(
     horizon, start = int(min(settings.horizon_start, n_samples)), 0
     history = {"loss": [], "worst": [], "horizon": []}
     spent = 0.0
-    if checkpoint is not None and Path(checkpoint).is_file():
-        theta, opt_state, start, horizon, history, spent = _restore(checkpoint, theta, opt_state)
+    ckpt = as_checkpoint(checkpoint, "learn.train")
+    if ckpt is not None:
+        own = {"settings": repr(settings), "trainable": list(trainable), "scenarios": n_scenarios,
+               "samples": n_samples, "initial": array_digest(theta)}  # fmt: skip
+        ckpt = ckpt.extended(trainer=digest(own))
+    if ckpt is not None and ckpt.begin():
+        snap = ckpt.load("learn-train")
+        theta, opt_state = snap.state((theta, opt_state))
+        start, horizon, history, spent = _counters(snap, total, n_samples)
 
     def full(th):
         return dict(fixed, **th)
@@ -233,10 +247,11 @@ def train(
         history["horizon"].append(int(h))
         if not np.isfinite(history["loss"][-1]):
             raise FloatingPointError(f"train: the loss became {value} at step {n}; lower the learning rate.")
+        if ckpt is not None and ((n + 1) % settings.checkpoint_every == 0 or n + 1 == total):
+            meta = {"step": n + 1, "horizon": int(h), "seconds": spent + time.perf_counter() - tic}
+            ckpt.save("learn-train", (theta, opt_state), {**meta, "history": history})
         if progress is not None and ((n + 1) % settings.progress_every == 0 or n + 1 == total):
             progress(stage, n + 1, total)
-        if checkpoint is not None and ((n + 1) % settings.checkpoint_every == 0 or n + 1 == total):
-            _save(checkpoint, theta, opt_state, n + 1, int(h), history, spent + time.perf_counter() - tic)
     return TrainResult(
         params=full(theta),
         loss=np.asarray(history["loss"]),
@@ -274,26 +289,16 @@ def _split_over(mesh: jax.sharding.Mesh | None) -> Callable[..., Any]:
     return split
 
 
-def _save(
-    path: Path, theta: Params, opt_state: Any, step: int, horizon: int, history: dict, seconds: float
-) -> None:
-    leaves = jax.tree_util.tree_leaves(opt_state)
-    arrays = {f"theta.{k}": v for k, v in theta.items()}
-    arrays.update({f"opt.{i}": leaf for i, leaf in enumerate(leaves)})
-    arrays.update(
-        {"step": step, "horizon": horizon, "seconds": seconds},
-        **{f"history.{k}": np.asarray(v) for k, v in history.items()},
-    )
-    write_npz(path, arrays)
-
-
-def _restore(path: Path, theta: Params, opt_state: Any) -> tuple[Params, Any, int, int, dict, float]:
-    with np.load(path) as data:
-        new_theta = {k: jnp.asarray(data[f"theta.{k}"]) for k in theta}
-        leaves, tree = jax.tree_util.tree_flatten(opt_state)
-        state = jax.tree_util.tree_unflatten(
-            tree, [jnp.asarray(data[f"opt.{i}"]) for i in range(len(leaves))]
+def _counters(snap: Snapshot, total: int, n_samples: int) -> tuple[int, int, dict, float]:
+    """Step, horizon, history and seconds of a checkpoint, refused unless they fit this training."""
+    step, horizon, history = snap.meta.get("step"), snap.meta.get("horizon"), snap.meta.get("history")
+    if not isinstance(step, int) or not isinstance(horizon, int) or not isinstance(history, dict):
+        raise snap.refuse("its step, horizon or history records are missing.")
+    if not 0 <= step <= total or not 1 <= horizon <= n_samples:
+        raise snap.refuse(
+            f"it records step {step} at horizon {horizon}; this training has {total} steps of at most "
+            f"{n_samples} samples."
         )
-        history = {k: data[f"history.{k}"].tolist() for k in ("loss", "worst", "horizon")}
-        seconds = float(data["seconds"]) if "seconds" in data else 0.0
-        return new_theta, state, int(data["step"]), int(data["horizon"]), history, seconds
+    if sorted(history) != ["horizon", "loss", "worst"] or any(len(v) != step for v in history.values()):
+        raise snap.refuse(f"its history does not hold {step} steps.")
+    return step, horizon, history, float(snap.meta.get("seconds", 0.0))

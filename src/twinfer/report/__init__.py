@@ -2,11 +2,12 @@
 
 from twinfer.report._files import to_toml, write_figure, write_json, write_npz, write_text
 from twinfer.report._report import PaperValue, render_report
-from twinfer.report._run import RunArtifacts, new_run_dir, read_run, write_run
+from twinfer.report._run import RunArtifacts, check_output_folder, new_run_dir, read_run, write_run
 
 __all__ = [
     "PaperValue",
     "RunArtifacts",
+    "check_output_folder",
     "new_run_dir",
     "read_run",
     "render_report",

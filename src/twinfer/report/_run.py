@@ -5,10 +5,13 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import math
+import os
 import platform
+import secrets
+import shutil
 import tomllib
 import zipfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -33,8 +36,37 @@ def versions() -> dict[str, str]:
     return out
 
 
+def check_output_folder(root: Path, option: str = "--out") -> Path:
+    """Make sure files can be written under ``root`` (created if missing), before any computing.
+
+    ``option`` names the setting that gave the folder, in the messages.
+
+    Raises:
+        NotADirectoryError: ``root`` (or a parent) is a file.
+        PermissionError: ``root`` cannot be created or written to (checked by writing a probe file).
+
+    """
+    root = Path(root)
+    for parent in (root, *root.parents):
+        if parent.exists() and not parent.is_dir():
+            raise NotADirectoryError(f"{parent} is a file, not a folder; give {option} a folder.")
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        probe = root / f".twinfer-write-probe-{secrets.token_hex(4)}"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as exc:
+        raise PermissionError(
+            f"{root} cannot be written to ({exc.strerror or exc}); give {option} a writable folder."
+        ) from None
+    return root
+
+
 def new_run_dir(root: Path, case: str) -> Path:
-    """Create and return a fresh ``root/<case>-<YYYYmmdd-HHMMSS>[-n]`` folder."""
+    """Reserve and return a fresh ``root/<case>-<YYYYmmdd-HHMMSS>[-n]`` folder (created empty).
+
+    :func:`write_run` fills it atomically; it removes the empty folder again if writing fails.
+    """
     stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
     root = Path(root)
     root.mkdir(parents=True, exist_ok=True)
@@ -86,31 +118,81 @@ class RunArtifacts:
     """Extra files by name relative to the run folder (for example an ArviZ ``posterior.nc``)."""
 
 
+Figures = Mapping[str, Any] | Callable[[], Mapping[str, Any]]
+
+
 def write_run(
     run_dir: Path,
     case: str,
     description: str,
     config: Mapping[str, Any],
     artifacts: RunArtifacts,
-    figures: Mapping[str, Any],
+    figures: Figures,
     paper: Mapping[str, PaperValue],
+    *,
+    extras: Sequence[Callable[[Path], object]] = (),
+    on_warning: Callable[[str], None] | None = None,
 ) -> Path:
-    """Write config.toml, metrics.json, arrays.npz, figures/*.png, meta.json and report.md."""
+    """Write a run folder atomically: config, metrics, arrays, extra files, figures, meta and report.
+
+    Everything is written into a temporary folder beside ``run_dir`` (same parent, so the same
+    filesystem), which is then renamed onto ``run_dir`` (an empty folder reserved by
+    :func:`new_run_dir`, or absent): a crash, a full disk or an interrupt leaves either the complete
+    folder or nothing (DESIGN.md, Conventions: "Written atomically"). ``config.toml``, ``metrics.json``
+    and ``arrays.npz`` come first; making or writing a figure, or an ``extras`` writer, that fails is not
+    fatal: it is skipped, reported through ``on_warning`` and listed in ``meta.json`` and the report.
+
+    Args:
+        run_dir: the run folder to create.
+        case: case name.
+        description: one line on the case.
+        config: the resolved config (written as ``config.toml``).
+        artifacts: metrics, arrays, notes and extra files of the run.
+        figures: name -> matplotlib figure, or a function making them (its failure is a warning too).
+        paper: the paper's values beside the metrics in ``report.md``.
+        extras: writers of further artefacts into the folder being written (e.g. ``posterior.nc``).
+        on_warning: called with each warning line.
+
+    Returns:
+        ``run_dir``.
+
+    """
+    run_dir = Path(run_dir)
     metrics = check_metrics(artifacts.metrics)
     config_toml = to_toml(config)
-    write_text(run_dir / "config.toml", config_toml)
-    write_npz(run_dir / "arrays.npz", artifacts.arrays)
-    for name, payload in artifacts.files.items():
-        write_bytes(run_dir / name, payload)
-    names = []
-    for name, fig in figures.items():
-        write_figure(run_dir / "figures" / f"{name}.png", fig)
-        names.append(f"{name}.png")
-    meta = {"case": case, "versions": versions(), "notes": list(artifacts.notes)}
-    write_json(run_dir / "meta.json", meta)
-    write_json(run_dir / "metrics.json", metrics)
-    report = render_report(case, description, metrics, paper, config_toml, artifacts.notes, names)
-    write_text(run_dir / "report.md", report)
+    warnings: list[str] = []
+
+    def warn(message: str) -> None:
+        warnings.append(message)
+        if on_warning is not None:
+            on_warning(message)
+
+    run_dir.parent.mkdir(parents=True, exist_ok=True)
+    tmp = run_dir.parent / f".{run_dir.name}.{secrets.token_hex(4)}.tmp"
+    tmp.mkdir()
+    try:
+        write_text(tmp / "config.toml", config_toml)
+        write_json(tmp / "metrics.json", metrics)
+        write_npz(tmp / "arrays.npz", artifacts.arrays)
+        for name, payload in artifacts.files.items():
+            write_bytes(tmp / name, payload)
+        for writer in extras:
+            try:
+                writer(tmp)
+            except Exception as exc:
+                warn(f"{getattr(writer, '__name__', 'extra output')} failed and was skipped: {_why(exc)}")
+        names = _write_figures(tmp, figures, warn)
+        notes = [*artifacts.notes, *(f"Warning: {w}" for w in warnings)]
+        meta = {"case": case, "versions": versions(), "notes": list(artifacts.notes), "warnings": warnings}
+        write_json(tmp / "meta.json", meta)
+        report = render_report(case, description, metrics, paper, config_toml, notes, names)
+        write_text(tmp / "report.md", report)
+        os.rename(tmp, run_dir)  # atomic; replaces the empty folder reserved by new_run_dir
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if run_dir.is_dir() and not any(run_dir.iterdir()):
+            run_dir.rmdir()
+        raise
     return run_dir
 
 
@@ -132,6 +214,28 @@ def _read_file(run_dir: Path, name: str, parse: Any) -> Any:
         raise RunFolderError(f"{path}: could not be parsed ({exc}).") from None
     except OSError as exc:
         raise RunFolderError(f"{path}: could not be read ({exc}).") from None
+
+
+def _why(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}".splitlines()[0]
+
+
+def _write_figures(folder: Path, figures: Figures, warn: Callable[[str], None]) -> list[str]:
+    """Write each figure to ``folder/figures``; failures become warnings. Returns the file names."""
+    try:
+        made = figures() if callable(figures) else figures
+        items = list(made.items())
+    except Exception as exc:
+        warn(f"the figures could not be made: {_why(exc)}; the run's numbers are complete.")
+        return []
+    names = []
+    for name, fig in items:
+        try:
+            write_figure(folder / "figures" / f"{name}.png", fig)
+            names.append(f"{name}.png")
+        except Exception as exc:
+            warn(f"figure {name!r} could not be written: {_why(exc)}")
+    return names
 
 
 def read_run(run_dir: Path) -> tuple[str, dict[str, Any], dict[str, float], dict[str, Any]]:

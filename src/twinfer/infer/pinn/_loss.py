@@ -26,9 +26,9 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float
 
-from twinfer.linalg import solve
 from twinfer.infer.pinn._network import StateNetwork
 from twinfer.infer.pinn._physics import PositiveParameters, chain_residuals, observed_dofs
+from twinfer.linalg import solve
 from twinfer.models import Chain
 
 

@@ -17,11 +17,8 @@ References:
 
 from __future__ import annotations
 
-import io
-import json
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any, NamedTuple
 
 import equinox as eqx
@@ -29,7 +26,7 @@ import jax
 import numpy as np
 import optax
 
-from twinfer._atomic import write_bytes
+from twinfer.checkpoint import Checkpoint, array_digest, as_checkpoint, digest
 
 Progress = Callable[[str, float, float], None]
 LossFn = Callable[[Any], tuple[Any, dict[str, Any]]]
@@ -102,33 +99,13 @@ def _optimiser(trainable: tuple[Any, ...], settings: TrainSettings) -> optax.Gra
     )
 
 
-def _serialise(meta: dict[str, Any], state: Any) -> bytes:
-    header = json.dumps(meta).encode()
-    buffer = io.BytesIO()
-    eqx.tree_serialise_leaves(buffer, state)
-    return len(header).to_bytes(8, "little") + header + buffer.getvalue()
-
-
-def _read_meta(payload: bytes) -> dict[str, Any]:
-    size = int.from_bytes(payload[:8], "little")
-    return json.loads(payload[8 : 8 + size].decode())
-
-
-def _deserialise(payload: bytes, like: Any) -> tuple[dict[str, Any], Any]:
-    size = int.from_bytes(payload[:8], "little")
-    meta = _read_meta(payload)
-    state = eqx.tree_deserialise_leaves(io.BytesIO(payload[8 + size :]), like)
-    return meta, state
-
-
 def train(
     trainable: tuple[Any, ...],
     loss_fn: LossFn,
     settings: TrainSettings,
     *,
     progress: Progress | None = None,
-    checkpoint: str | Path | None = None,
-    fingerprint: str = "",
+    checkpoint: Checkpoint | None = None,
     stage: str = "train PINN",
     lbfgs_loss_fn: LossFn | None = None,
 ) -> TrainResult:
@@ -139,9 +116,11 @@ def train(
         loss_fn: ``trainable -> (loss, {part: value})``, pure and traceable.
         settings: :class:`TrainSettings`.
         progress: ``progress(stage, epoch, epochs)`` callback.
-        checkpoint: file to resume from (if present) and to write between chunks; None for no checkpoint.
-        fingerprint: a string identifying the problem; a checkpoint written for another fingerprint is
-            refused rather than silently resumed.
+        checkpoint: where to save the trainables and optimiser state between chunks
+            (:class:`~twinfer.checkpoint.Checkpoint`; None: none). Its fingerprint should name the loss
+            (case, config, data); the trainer adds its settings and the initial trainables. With
+            ``resume`` set and the file present, training continues from it after the fingerprint,
+            shapes, dtypes and epoch counters are checked.
         stage: progress label.
         lbfgs_loss_fn: the loss of the L-BFGS phase if it differs from ``loss_fn`` (for instance heavier
             physics weights once Adam has fitted the data); None to keep ``loss_fn``.
@@ -150,8 +129,9 @@ def train(
         :class:`TrainResult` with the final trainables.
 
     Raises:
-        ValueError: for bad settings, a checkpoint of another problem, or a non-finite loss (named with
-            the epoch where it appeared).
+        ValueError: for bad settings or a non-finite loss (named with the epoch where it appeared).
+        twinfer.checkpoint.CheckpointError: a checkpoint of another run, corrupt, of other shapes or
+            dtypes, with impossible counters, or present while ``resume`` is off.
 
     """
     _check(settings)
@@ -200,20 +180,26 @@ def train(
     epoch, best, stall, history = 0, np.inf, 0, {"epoch": [], "loss": []}
     phase, adam_end, previous_s = "adam", -1, 0.0
     total = settings.epochs + settings.lbfgs_steps
-    path = None if checkpoint is None else Path(checkpoint)
-    if path is not None and path.is_file():
-        payload = path.read_bytes()
-        meta = _read_meta(payload)
-        if meta["fingerprint"] != fingerprint:
-            raise ValueError(
-                f"checkpoint {path}: written for problem {meta['fingerprint']!r}, expected {fingerprint!r}. "
-                "Delete it or give another checkpoint path."
+    ckpt = as_checkpoint(checkpoint, "train")
+    if ckpt is not None:
+        ckpt = ckpt.extended(trainer=digest(settings._asdict()), initial=array_digest(dynamic))
+    if ckpt is not None and ckpt.begin():
+        snap = ckpt.load("pinn-train")
+        meta = snap.meta
+        phase, adam_end = str(meta.get("phase")), int(meta.get("adam_end", -1))
+        epoch, history = meta.get("epoch"), meta.get("history")
+        known = phase in ("adam", "lbfgs", "done")
+        if not known or not isinstance(epoch, int) or not isinstance(history, dict):
+            raise snap.refuse("its training records (phase, epoch, history) are missing or unknown.")
+        chunks = len(history.get("loss", []))
+        if not 0 <= epoch <= total + 2 * settings.chunk or chunks * settings.chunk != epoch:
+            raise snap.refuse(
+                f"it records epoch {epoch} with {chunks} chunks; this training has at most {total} epochs "
+                f"in chunks of {settings.chunk}."
             )
-        phase, adam_end = meta.get("phase", "adam"), meta.get("adam_end", -1)
-        like = (dynamic, opt_state if meta.get("optimiser", "adam") == "adam" else lbfgs.init(dynamic))
-        meta, (dynamic, opt_state) = _deserialise(payload, like)
-        epoch, best, stall, history = meta["epoch"], meta["best"], meta["stall"], meta["history"]
-        previous_s = meta.get("train_s", 0.0)
+        like = (dynamic, opt_state if meta.get("optimiser") == "adam" else lbfgs.init(dynamic))
+        dynamic, opt_state = snap.state(like)
+        best, stall, previous_s = meta["best"], meta["stall"], meta.get("train_s", 0.0)
     resumed_from, stopped, done = epoch, False, phase == "done"
     start = time.perf_counter()
     n_chunks = 0
@@ -249,11 +235,11 @@ def train(
             done, stopped = True, plateau
         if done:
             phase = "done"
-        if path is not None and (n_chunks % settings.checkpoint_every == 0 or done):
-            meta = {"fingerprint": fingerprint, "epoch": epoch, "best": best, "stall": stall, "phase": phase,
+        if ckpt is not None and (n_chunks % settings.checkpoint_every == 0 or done):
+            meta = {"epoch": epoch, "best": best, "stall": stall, "phase": phase, "history": history,
                     "optimiser": "lbfgs" if adam_end >= 0 else "adam", "adam_end": adam_end,
                     "train_s": previous_s + time.perf_counter() - start}  # fmt: skip
-            write_bytes(path, _serialise({**meta, "history": history}, (dynamic, opt_state)))
+            ckpt.save("pinn-train", (dynamic, opt_state), meta)
         if progress is not None:
             progress(stage, min(epoch, total), total)
     if progress is not None:

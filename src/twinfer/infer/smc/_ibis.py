@@ -21,9 +21,7 @@ References:
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any, NamedTuple, Protocol
 
 import equinox as eqx
@@ -32,7 +30,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.scipy.special import logsumexp
 
-from twinfer._atomic import write_npz
+from twinfer.checkpoint import Checkpoint, array_digest, as_checkpoint, digest
 from twinfer.infer.filters import systematic_resample
 from twinfer.infer.smc._prior import TransformedNormalPrior
 
@@ -208,30 +206,6 @@ def _select(mask: Any, new: Any, old: Any) -> Any:
     return jnp.where(mask.reshape((-1,) + (1,) * (old.ndim - 1)), new, old)
 
 
-def _save(path: Path, state: Any, arrays: dict[str, Any], records: dict[str, Any]) -> None:
-    """Write a sampler state (any pytree of arrays), extra arrays and JSON records to ``path``."""
-    leaves = jax.tree_util.tree_leaves(state)
-    out = {f"leaf{i}": np.asarray(leaf) for i, leaf in enumerate(leaves)}
-    out.update({name: np.asarray(a) for name, a in arrays.items()})
-    out["records"] = np.array(json.dumps(records))
-    write_npz(path, out)
-
-
-def _load(path: Path, template: Any, names: tuple[str, ...]) -> tuple[Any, dict[str, Any], dict[str, Any]]:
-    """Read what :func:`_save` wrote; the state's leaves must have the shapes of ``template``'s."""
-    with np.load(path, allow_pickle=False) as npz:
-        leaves, treedef = jax.tree_util.tree_flatten(template)
-        loaded = [jnp.asarray(npz[f"leaf{i}"]) for i in range(len(leaves))]
-        for i, (a, b) in enumerate(zip(loaded, leaves, strict=True)):
-            if a.shape != jnp.shape(b):
-                raise ValueError(
-                    f"SMC checkpoint {path}: leaf {i} has shape {a.shape}, expected {jnp.shape(b)}; the "
-                    "checkpoint belongs to a run with other settings (particles, model or data)."
-                )
-        arrays = {name: jnp.asarray(npz[name]) for name in names}
-        return jax.tree_util.tree_unflatten(treedef, loaded), arrays, json.loads(str(npz["records"][()]))
-
-
 def ibis(
     key: Any,
     likelihood: IncrementalLikelihood,
@@ -241,7 +215,7 @@ def ibis(
     ess_threshold: float = 0.5,
     n_moves: int = 1,
     jitter: float = 1e-9,
-    checkpoint: str | Path | None = None,
+    checkpoint: Checkpoint | None = None,
     checkpoint_every: int = 500,
     stop_at: int | None = None,
     progress: Progress | None = None,
@@ -256,8 +230,11 @@ def ibis(
         ess_threshold: resample and move when ESS < ess_threshold * N (specs 6.6: 0.5).
         n_moves: independent MH moves per rejuvenation (specs 6.9: 1 as in the paper).
         jitter: relative diagonal jitter of the proposal covariance.
-        checkpoint: file to write the sampler state to every ``checkpoint_every`` observations; if it
-            exists, the run resumes from it.
+        checkpoint: where to save the sampler state every ``checkpoint_every`` observations
+            (:class:`~twinfer.checkpoint.Checkpoint`; None: no checkpoint). With ``resume`` set and the
+            file present, the run continues from it, after checking its fingerprint (the caller's parts
+            plus this sampler's settings, key and the likelihood's and prior's arrays), leaf shapes and
+            dtypes and progress counters.
         checkpoint_every: observations between checkpoints.
         stop_at: stop after this many observations (to emulate an interruption; the checkpoint is
             written there).
@@ -266,6 +243,10 @@ def ibis(
     Returns:
         :class:`IBISResult` with the final particles, ESS after every step, the times of the
         resampling events and the acceptance rate of each rejuvenation.
+
+    Raises:
+        twinfer.checkpoint.CheckpointError: a checkpoint of another run, corrupt, of other shapes or
+            dtypes, with counters beyond the data, or present while ``resume`` is off.
 
     References:
         Chopin (2002); Longbottom et al., Eq. (20)-(25), Algorithm 1 (corrected per specs 2.5, 6.7).
@@ -292,10 +273,13 @@ def ibis(
     ess_buf = jnp.zeros(total)
     resample_times: list[int] = []
     acceptance: list[float] = []
-    path = Path(checkpoint) if checkpoint is not None else None
-    if path is not None and path.is_file():
-        state, arrays, records = _load(path, state, ("ess",))
-        ess_buf, resample_times, acceptance = arrays["ess"], records["resample_times"], records["acceptance"]
+    ckpt = as_checkpoint(checkpoint, "ibis")
+    if ckpt is not None:
+        settings = {"n_particles": n_particles, "ess_threshold": ess_threshold, "n_moves": n_moves,
+                    "jitter": jitter, "key": np.asarray(jax.random.key_data(key)).tolist()}  # fmt: skip
+        ckpt = ckpt.extended(sampler=digest(settings), problem=array_digest(likelihood, prior))
+        if ckpt.begin():
+            state, ess_buf, resample_times, acceptance = _restore(ckpt, state, ess_buf, total)
     threshold = ess_threshold * n_particles
     end = total if stop_at is None else min(int(stop_at), total)
     while int(state.t) < end:
@@ -311,9 +295,9 @@ def ibis(
             )
             resample_times.append(t_now)
             acceptance.append(float(rate))
-        if path is not None and (t_now % checkpoint_every == 0 or t_now == end):
-            records = {"resample_times": resample_times, "acceptance": acceptance}
-            _save(path, state, {"ess": ess_buf}, records)
+        if ckpt is not None and (t_now % checkpoint_every == 0 or t_now == end):
+            records = {"t": t_now, "resample_times": resample_times, "acceptance": acceptance}
+            ckpt.save("ibis", state, records, {"ess": ess_buf})
         if progress is not None:
             progress("IBIS over observations", t_now, total)
     z = np.asarray(state.z)
@@ -326,3 +310,23 @@ def ibis(
         resample_times=np.asarray(resample_times, dtype=np.int64),
         acceptance=np.asarray(acceptance, dtype=np.float64),
     )
+
+
+def _restore(ckpt: Checkpoint, template: IBISState, ess_buf: Any, total: int) -> tuple[Any, Any, list, list]:
+    """The state, ESS buffer and rejuvenation records of a verified IBIS checkpoint.
+
+    Refuses a checkpoint whose observation count lies outside ``0..total``, disagrees with its state,
+    or whose records do not fit it (a finished run of longer data is not a finished posterior here).
+    """
+    snap = ckpt.load("ibis")
+    state = snap.state(template)
+    ess_saved = snap.array("ess", ess_buf)
+    t = int(state.t)
+    times, rates = snap.meta.get("resample_times"), snap.meta.get("acceptance")
+    if not (0 <= t <= total) or snap.meta.get("t") != t:
+        raise snap.refuse(f"it records {t} observations assimilated; this run's data have {total}.")
+    if not isinstance(times, list) or not isinstance(rates, list) or len(times) != len(rates):
+        raise snap.refuse("its rejuvenation records are missing or inconsistent.")
+    if any(not isinstance(r, int) or not 0 < r <= t for r in times):
+        raise snap.refuse(f"its rejuvenation times {times} do not lie in 1..{t}.")
+    return state, ess_saved, times, rates

@@ -33,7 +33,6 @@ References:
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any, Literal, NamedTuple
 
 import equinox as eqx
@@ -41,15 +40,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from twinfer.checkpoint import Checkpoint, array_digest, as_checkpoint, digest
 from twinfer.infer.filters import systematic_resample
 from twinfer.infer.smc._ibis import (
     IBISResult,
     IncrementalLikelihood,
     Progress,
     _history_loglik,
-    _load,
     _mvn_logpdf,
-    _save,
     _weighted_gaussian,
     ess,
 )
@@ -160,7 +158,7 @@ def tempering(
     kernel: Kernel = "both",
     jitter: float = 1e-9,
     max_stages: int = 500,
-    checkpoint: str | Path | None = None,
+    checkpoint: Checkpoint | None = None,
     stop_at: int | None = None,
     progress: Progress | None = None,
 ) -> IBISResult:
@@ -178,7 +176,10 @@ def tempering(
             (that covariance times ``2.38^2 / d``) or ``"both"`` (alternating, independent first).
         jitter: relative diagonal jitter of the fitted covariance.
         max_stages: error if ``lambda = 1`` is not reached within this many stages.
-        checkpoint: file written after every stage; if it exists, the run resumes from it.
+        checkpoint: where the state is saved after every stage (:class:`~twinfer.checkpoint.Checkpoint`;
+            None: none). With ``resume`` set and the file present, the run continues from it after
+            checking its fingerprint (the caller's parts plus these settings, the key and the
+            likelihood's and prior's arrays), leaf shapes and dtypes and stage records.
         stop_at: stop after this many stages (to emulate an interruption; the checkpoint is written).
         progress: ``progress(stage, completed, total)`` callback, ``completed = lambda``, ``total = 1``.
 
@@ -187,6 +188,10 @@ def tempering(
         log-likelihoods; per stage: ``ess`` (ESS after the reweighting), ``acceptance`` (mean over
         the moves), ``lambdas`` (the temperatures reached); ``resample_times`` are the stage numbers
         1..S (every stage resamples).
+
+    Raises:
+        twinfer.checkpoint.CheckpointError: a checkpoint of another run, corrupt, of other shapes or
+            dtypes, with inconsistent stage records, or present while ``resume`` is off.
 
     References:
         Del Moral, Doucet & Jasra (2006), Sec. 3.3.2; Jasra et al. (2011); Zhou, Johansen & Aston
@@ -214,9 +219,14 @@ def tempering(
         stage=jnp.zeros((), jnp.int32),
     )
     records: dict[str, list[float]] = {"lambdas": [], "ess": [], "acceptance": []}
-    path = Path(checkpoint) if checkpoint is not None else None
-    if path is not None and path.is_file():
-        state, _, records = _load(path, template, ())
+    ckpt = as_checkpoint(checkpoint, "tempering")
+    if ckpt is not None:
+        settings = {"n_particles": n_particles, "ess_target": ess_target, "n_moves": n_moves,
+                    "kernel": kernel, "jitter": jitter,
+                    "key": np.asarray(jax.random.key_data(key)).tolist()}  # fmt: skip
+        ckpt = ckpt.extended(sampler=digest(settings), problem=array_digest(likelihood, prior))
+    if ckpt is not None and ckpt.begin():
+        state, records = _restore(ckpt, template, max_stages)
     else:
         loglik = _full_loglik(likelihood, prior, z0)
         state = template._replace(loglik=loglik)
@@ -242,8 +252,8 @@ def tempering(
         records["acceptance"].append(float(np.mean(rates)))
         uniform = jnp.full(n_particles, -jnp.log(n_particles))
         state = TemperingState(z, loglik, uniform, jnp.asarray(lam), jnp.asarray(stage, jnp.int32))
-        if path is not None:
-            _save(path, state, {}, records)
+        if ckpt is not None:
+            ckpt.save("tempering", state, records)
         if progress is not None:
             progress(f"tempering (stage {stage})", lam, 1.0)
     if float(state.lam) < 1.0 and stop_at is None:
@@ -268,3 +278,20 @@ def _check_finite(loglik: np.ndarray) -> None:
         raise FloatingPointError(
             "tempering: every particle's full-data log-likelihood is non-finite (all filters diverged)."
         )
+
+
+def _restore(ckpt: Checkpoint, template: TemperingState, max_stages: int) -> tuple[TemperingState, dict]:
+    """State and per-stage records of a verified tempering checkpoint (counters must agree)."""
+    snap = ckpt.load("tempering")
+    state = snap.state(template)
+    stage, lam = int(state.stage), float(state.lam)
+    records = {k: snap.meta.get(k) for k in ("lambdas", "ess", "acceptance")}
+    if not 0 <= stage <= max_stages or not 0.0 <= lam <= 1.0:
+        raise snap.refuse(f"it records stage {stage} at lambda {lam}; expected 0..{max_stages} and 0..1.")
+    lists = {k: v for k, v in records.items() if isinstance(v, list) and len(v) == stage}
+    if len(lists) != len(records):
+        raise snap.refuse(f"its per-stage records do not have {stage} entries (stage {stage}).")
+    lams = lists["lambdas"]
+    if stage and (lams[-1] != lam or any(b <= a for a, b in zip(lams, lams[1:], strict=False))):
+        raise snap.refuse("its temperatures are not increasing up to the saved lambda.")
+    return state, lists
