@@ -90,8 +90,7 @@ class Chain(AbstractModel):
             params["kappa"] = _vector("cubic_stiffness", cubic_stiffness, n_dof)
         if vdp_damping is not None:
             params["mu"] = _vector("vdp_damping", vdp_damping, n_dof)
-        if np.any(np.asarray(params["m"]) <= 0):
-            raise ValueError(f"Chain mass: expected positive values; received {params['m'].tolist()}.")
+        self.check_params(params)
         self.params = params
         dofs = tuple(range(1, n_dof + 1)) if forced_dofs is None else tuple(int(d) for d in forced_dofs)
         for d in dofs:
@@ -107,6 +106,28 @@ class Chain(AbstractModel):
                     f"received {name!r}."
                 )
         self.outputs = outs
+
+    def check_params(self, params: Params) -> None:
+        """Masses > 0, stiffnesses and damping coefficients >= 0 (Duffing and Van der Pol terms: any sign).
+
+        Raises:
+            ValueError: naming the parameter (``k2``), what is allowed and the value received.
+
+        """
+        for group, label, cond in (
+            ("m", "mass", "positive"),
+            ("k", "stiffness", ">= 0"),
+            ("c", "damping", ">= 0"),
+        ):
+            values = np.asarray(params[group], dtype=np.float64).reshape(-1)
+            bad = values <= 0 if cond == "positive" else values < 0
+            if bad.any():
+                i = int(np.argmax(bad))
+                raise ValueError(
+                    f"Chain {label}: expected {cond} values; received {values.tolist()} "
+                    f"({group}{i + 1} = {float(values[i])!r}). A negative {label} makes the chain "
+                    "unstable or non-physical; check the sign and units."
+                )
 
     @property
     def state_names(self) -> tuple[str, ...]:
