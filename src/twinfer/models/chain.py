@@ -32,7 +32,7 @@ from twinfer.models._base import AbstractModel, Input, Output, Params, State
 _OUTPUT = re.compile(r"^(?P<kind>[xva])(?P<dof>[0-9]+)$")
 
 
-def _vector(name: str, value: Any, n: int) -> Array:
+def _vector(name: str, value: Any, n: int) -> np.ndarray:
     arr = np.asarray(value, dtype=np.float64)
     if arr.ndim == 0:
         arr = np.full(n, float(arr))
@@ -40,7 +40,7 @@ def _vector(name: str, value: Any, n: int) -> Array:
         raise ValueError(f"Chain {name}: expected {n} values (one per DOF); received shape {arr.shape}.")
     if not np.all(np.isfinite(arr)):
         raise ValueError(f"Chain {name}: expected finite values; received {arr.tolist()}.")
-    return jnp.asarray(arr)
+    return arr
 
 
 class Chain(AbstractModel):
@@ -90,8 +90,8 @@ class Chain(AbstractModel):
             params["kappa"] = _vector("cubic_stiffness", cubic_stiffness, n_dof)
         if vdp_damping is not None:
             params["mu"] = _vector("vdp_damping", vdp_damping, n_dof)
-        self.check_params(params)
-        self.params = params
+        self.check_params(params)  # on the host values, before they become (possibly traced) JAX arrays
+        self.params = {group: jnp.asarray(value) for group, value in params.items()}
         dofs = tuple(range(1, n_dof + 1)) if forced_dofs is None else tuple(int(d) for d in forced_dofs)
         for d in dofs:
             if not 1 <= d <= n_dof:

@@ -7,6 +7,7 @@ and parameter trajectories with standard deviations.
 
 from __future__ import annotations
 
+import functools
 import warnings
 from collections.abc import Mapping
 from typing import Any, Literal, NamedTuple
@@ -57,6 +58,32 @@ class EstimateResult(NamedTuple):
 _JIT_GAUSSIAN = eqx.filter_jit(gaussian_filter)
 
 
+class _Transition(eqx.Module):
+    """``(x, u) -> x_next`` as a pytree, so repeated calls with the same model structure reuse the jit."""
+
+    step: Any
+    params: Any
+
+    def __call__(self, x: Any, u: Any) -> Any:
+        return self.step.transition(0.0, x, u, self.params)
+
+
+class _Output(eqx.Module):
+    """``(x, u) -> y`` as a pytree (see :class:`_Transition`)."""
+
+    model: AbstractModel
+    params: Any
+
+    def __call__(self, x: Any, u: Any) -> Any:
+        return self.model.output(0.0, x, u, self.params)
+
+
+@functools.lru_cache(maxsize=16)
+def _unscented(weights: UnscentedWeights) -> Any:
+    """One linearisation function per weights (a stable static argument of the jitted filter)."""
+    return unscented(weights)
+
+
 def _vector(where: str, name: str, value: Any, names: tuple[str, ...], *, lower: str = ">= 0") -> Any:
     """``value`` as ``len(names)`` finite float64 values (a scalar is broadcast) with sign ``lower``.
 
@@ -80,7 +107,13 @@ def _vector(where: str, name: str, value: Any, names: tuple[str, ...], *, lower:
     arr = np.broadcast_to(arr.astype(np.float64), (n,))
     if not np.all(np.isfinite(arr)):
         raise ValueError(f"{where} {name}: expected finite values; received {arr.tolist()}.")
-    if lower == "> 0" and np.any(arr <= 0):
+    with np.errstate(over="ignore", under="ignore"):
+        square = arr**2
+    if lower != "any" and not np.all(np.isfinite(square)):
+        raise ValueError(
+            f"{where} {name}: expected values whose square (a variance) is finite; received {arr.tolist()}."
+        )
+    if lower == "> 0" and np.any((arr <= 0) | (square <= 0)):
         raise ValueError(f"{where} {name}: expected values > 0; received {arr.tolist()}.{_ZERO_HINT[name]}")
     if lower == ">= 0" and np.any(arr < 0):
         raise ValueError(
@@ -88,6 +121,11 @@ def _vector(where: str, name: str, value: Any, names: tuple[str, ...], *, lower:
         )
     return jnp.asarray(arr)
 
+
+_ARGS_HINT = (
+    "In filter terms: Q comes from process_sd (and the random-walk sd in unknown), R from noise_sd, the "
+    "initial covariance from state_sd (and the prior sd in unknown), the initial mean from x0."
+)
 
 _ZERO_HINT = {
     "noise_sd": " A noise-free measurement makes the innovation covariance singular and the filter "
@@ -128,6 +166,17 @@ def _unknown(where: str, model: AbstractModel, unknown: Any) -> dict[str, tuple[
                 f"{where} unknown[{name!r}]: expected a finite initial value, prior sd > 0 and random-walk "
                 f"sd >= 0; received ({init!r}, {sd0!r}, {sdq!r})."
             )
+        with np.errstate(over="ignore", under="ignore"):
+            var0, varq = np.float64(sd0) ** 2, np.float64(sdq) ** 2
+        if not (np.isfinite(var0) and var0 > 0 and np.isfinite(varq)):
+            raise ValueError(
+                f"{where} unknown[{name!r}]: expected sds whose squares (variances) are finite and, for the "
+                f"prior sd, > 0 in float64; received ({init!r}, {sd0!r}, {sdq!r})."
+            )
+        try:
+            model.with_params(**{name: init})
+        except ValueError as error:
+            raise ValueError(f"{where} unknown[{name!r}]: initial value {init!r} refused: {error}") from None
         out[name] = (init, sd0, sdq)
     return out
 
@@ -207,25 +256,28 @@ def _run(
         raise ValueError(f"{where} discretisation: {error}") from None
     params = aug.params
     us = data.inputs[:-1] if data.inputs is not None else np.zeros((data.n_steps - 1, 0))
-    f = lambda x, u: step.transition(0.0, x, u, params)
-    h = lambda x, u: aug.output(0.0, x, u, params)
+    f = _Transition(step, params)
+    h = _Output(aug, params)
     ys, masks = jnp.asarray(np.nan_to_num(data.observations[1:])), jnp.asarray(data.mask[1:])
     if method == "ukf":
-        out = run_ukf(
-            f,
-            h,
-            x_init,
-            jnp.diag(sd0**2),
-            jnp.diag(sdq**2),
-            jnp.diag(sdr**2),
-            jnp.asarray(us),
-            ys,
-            masks,
-            weights=weights,
-            times=data.times[1:],
-        )
+        try:
+            out = run_ukf(
+                f,
+                h,
+                x_init,
+                jnp.diag(sd0**2),
+                jnp.diag(sdq**2),
+                jnp.diag(sdr**2),
+                jnp.asarray(us),
+                ys,
+                masks,
+                weights=weights,
+                times=data.times[1:],
+            )
+        except DivergenceError as error:
+            raise DivergenceError(f"{where}: {error} {_ARGS_HINT}") from None
     else:
-        lin = taylor if method == "ekf" else unscented(weights or UnscentedWeights.merwe())
+        lin = taylor if method == "ekf" else _unscented(weights or UnscentedWeights.merwe())
         sq = _JIT_GAUSSIAN(
             f,
             h,
@@ -242,7 +294,7 @@ def _run(
             raise DivergenceError(
                 f"{where}: {method} diverged at step {int(sq.first_bad_step)} "
                 f"(t = {float(data.times[1 + int(sq.first_bad_step)]):g}): non-finite state or covariance. "
-                "Check the model, process_sd, noise_sd and state_sd."
+                f"Check the model. {_ARGS_HINT}"
             )
         gram = lambda c: jnp.einsum("tij,tkj->tik", c, c)
         out = FilterOutput(

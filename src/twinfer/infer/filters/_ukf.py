@@ -317,9 +317,17 @@ def run_ukf(
     n, m, steps = x0.shape[0], ys.shape[-1], ys.shape[0]
     n_u = us.shape[-1] if us.ndim == 2 else -1
     expected = {"cov0": (n, n), "q": (n, n), "r": (m, m), "us": (steps, n_u)}
+    source = {
+        "cov0": f"n = {n} is the length of x0",
+        "q": f"n = {n} is the length of x0",
+        "r": f"m = {m} is the number of columns of ys",
+        "us": f"T = {steps} is the number of rows of ys",
+    }
     for name, arr in {"cov0": cov0, "q": q, "r": r, "us": us}.items():
         if arr.shape != expected[name]:
-            raise ValueError(f"run_ukf {name}: expected shape {expected[name]}; received {arr.shape}.")
+            raise ValueError(
+                f"run_ukf {name}: expected shape {expected[name]}; received {arr.shape} ({source[name]})."
+            )
     for name, arr in {"x0": x0, "cov0": cov0, "q": q, "r": r, "us": us}.items():
         if not bool(jnp.all(jnp.isfinite(arr))):
             raise ValueError(f"run_ukf {name}: expected finite values; received {_first_bad(arr)}.")

@@ -520,17 +520,18 @@ def run(
     us, ys = _record("us", us), _record("ys", ys)
     if us.shape[0] != ys.shape[0]:
         raise ValueError(
-            f"run us: expected {ys.shape[0]} rows (one per row of ys); received shape {us.shape}."
+            f"run us, ys: expected the same number of rows T (input k and measurement k+1 per row); "
+            f"received us {us.shape}, ys {ys.shape}."
         )
     _check_finite("us", us, allow_nan=False)
     _check_finite("ys", ys, allow_nan=True)
     for gi, g in enumerate(compiled.groups):
-        for field, arr in (("inputs", us), ("outputs", ys)):
+        for field, arr, arg in (("inputs", us, "us"), ("outputs", ys, "ys")):
             for i, cols in zip(g.members, np.asarray(numbers.groups[gi][field]), strict=True):
                 if cols.size and cols.max() >= arr.shape[1]:
                     raise ValueError(
-                        f"run: subsystem {compiled.names[i]!r} {field}: expected columns < {arr.shape[1]}; "
-                        f"received {cols.tolist()}."
+                        f"run: subsystem {compiled.names[i]!r} {field}: expected columns < {arr.shape[1]} "
+                        f"(the columns of {arg}, shape {arr.shape}); received {cols.tolist()}."
                     )
     _check_numbers(compiled, numbers)
     masks = ~np.isnan(ys)
