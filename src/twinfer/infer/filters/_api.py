@@ -371,18 +371,33 @@ def filter(  # noqa: A001  (the name users look for)
         model: a continuous-time twinfer model.
         data: a :class:`twinfer.data.Dataset` with uniform times and the model's outputs (masked entries
             are skipped).
-        x0: prior mean of the state (scalar broadcast).
-        state_sd: prior standard deviation of each state.
-        process_sd: per-step process-noise standard deviation of each state.
-        noise_sd: measurement-noise standard deviation of each output.
-        unknown: ``{name: (initial value, prior sd, random-walk sd per step)}`` of parameters to estimate.
+        x0: prior mean of the state (a scalar, broadcast, or one value per state).
+        state_sd: prior standard deviation of each state, > 0 (scalar or one per state).
+        process_sd: per-step process-noise standard deviation of each state, >= 0.
+        noise_sd: measurement-noise standard deviation of each output, > 0 (a noise-free sensor makes the
+            innovation covariance singular and is refused).
+        unknown: ``{name: (initial value, prior sd > 0, random-walk sd per step >= 0)}`` of scalar
+            parameters of the model to estimate; the initial value must be one the model accepts.
         method: ``"ukf"`` (sigma points, covariance form), ``"ukf-sqrt"`` (square-root statistical linear
             regression) or ``"ekf"`` (square-root, Taylor).
         discretisation: ``"euler"``, ``"heun"``, ``"rk4"`` or ``"exact"`` (:func:`twinfer.sim.discretise`).
         weights: sigma-point weights (default Merwe alpha=1, beta=2, kappa=0).
 
     Returns:
-        :class:`EstimateResult`.
+        :class:`EstimateResult`, with ``nis`` the mean normalised innovation squared (about 1 when the
+        model and noise levels fit the data).
+
+    Raises:
+        ValueError: naming the argument, the expected and the received value, for a model/dataset
+            mismatch (outputs, input count or names), wrong lengths, non-finite or out-of-range sds, a
+            malformed ``unknown``, an unknown ``method`` or ``discretisation``.
+        TypeError: when ``model``, ``data``, ``unknown`` or ``weights`` has the wrong type.
+        DivergenceError: (a ``ValueError``) when the filter's state becomes non-finite or its
+            covariance stops being positive semi-definite, naming the step and time.
+
+    Warns:
+        FilterConsistencyWarning: when ``nis`` exceeds ``NIS_WARN`` (10): the innovations are far wider
+            than the filter predicts, so the model or the noise levels do not fit the data.
 
     """
     return _run(
