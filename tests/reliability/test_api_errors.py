@@ -128,6 +128,16 @@ def test_run_ukf_names_a_covariance_that_loses_positive_definiteness():
     assert np.all(np.linalg.eigvalsh(np.asarray(out.covs)) > 0)  # up to step 27 it is fine
 
 
+def test_filter_divergence_names_the_step_and_the_filter_arguments():
+    """RK4 at omega dt = 100 blows up: a DivergenceError with the step, time and the arguments to check
+    (ekf on the same model stays finite but its NIS of ~1e4 is flagged)."""
+    kw = {**KW, "unknown": None}
+    with pytest.raises(DivergenceError, match=r"filter: UKF diverged at step 4 \(t = 0.05\).*noise_sd"):
+        run_filter(_model(1e8), _data(), **kw)
+    with pytest.warns(FilterConsistencyWarning, match="NIS"):
+        run_filter(_model(1e8), _data(), **{**kw, "method": "ekf"})
+
+
 def test_filter_checks_input_count_and_names():
     """A model with 1 input on a dataset with 2 gave a raw JAX broadcast error; names were unchecked."""
     data = _data()

@@ -114,10 +114,10 @@ class Chain(AbstractModel):
             ValueError: naming the parameter (``k2``), what is allowed and the value received.
 
         """
-        for group, label, cond in (
-            ("m", "mass", "positive"),
-            ("k", "stiffness", ">= 0"),
-            ("c", "damping", ">= 0"),
+        for group, label, cond, wrong in (
+            ("m", "mass", "positive", "non-positive"),
+            ("k", "stiffness", ">= 0", "negative"),
+            ("c", "damping", ">= 0", "negative"),
         ):
             values = np.asarray(params[group], dtype=np.float64).reshape(-1)
             bad = values <= 0 if cond == "positive" else values < 0
@@ -125,7 +125,7 @@ class Chain(AbstractModel):
                 i = int(np.argmax(bad))
                 raise ValueError(
                     f"Chain {label}: expected {cond} values; received {values.tolist()} "
-                    f"({group}{i + 1} = {float(values[i])!r}). A negative {label} makes the chain "
+                    f"({group}{i + 1} = {float(values[i])!r}). A {wrong} {label} makes the chain "
                     "unstable or non-physical; check the sign and units."
                 )
 
