@@ -565,22 +565,26 @@ def _check_finite(name: str, arr: np.ndarray, *, allow_nan: bool) -> None:
 
 
 def _check_numbers(compiled: Compiled, numbers: Numbers) -> None:
-    """Every subsystem's x0 finite, P0, Q and R finite and positive semi-definite."""
+    """Every subsystem's x0 finite, P0, Q and R finite and positive semi-definite (one batch per group)."""
     for gi, g in enumerate(compiled.groups):
         arr = numbers.groups[gi]
         for field in ("x0", "P0", "Q", "R"):
             values = np.asarray(arr[field])
-            for j, i in enumerate(g.members):
-                v = values[j]
-                where = f"run: subsystem {compiled.names[i]!r} {field}"
-                if not np.isfinite(v).all():
-                    raise ValueError(f"{where}: expected finite values; received {v.tolist()}.")
-                if field != "x0" and first_not_psd(v[None]) >= 0:
-                    eig = float(np.linalg.eigvalsh(0.5 * (v + v.T))[0])
-                    raise ValueError(
-                        f"{where}: expected a positive semi-definite covariance; received a matrix with "
-                        f"eigenvalue {eig:.3g}."
-                    )
+            finite: np.ndarray = np.isfinite(values).reshape(len(g.members), -1).all(axis=1)
+            j = int(np.argmax(~finite)) if not finite.all() else -1
+            if j < 0 and field != "x0":
+                j = first_not_psd(values)
+            if j < 0:
+                continue
+            v = values[j]
+            where = f"run: subsystem {compiled.names[g.members[j]]!r} {field}"
+            if not finite[j]:
+                raise ValueError(f"{where}: expected finite values; received {v.tolist()}.")
+            eig = float(np.linalg.eigvalsh(0.5 * (v + v.T))[0])
+            raise ValueError(
+                f"{where}: expected a positive semi-definite covariance; received a matrix with eigenvalue "
+                f"{eig:.3g}."
+            )
 
 
 def _diverged_message(who: str, hint: str = "") -> str:
