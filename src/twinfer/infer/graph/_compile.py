@@ -570,7 +570,8 @@ def _check_numbers(compiled: Compiled, numbers: Numbers) -> None:
         arr = numbers.groups[gi]
         for field in ("x0", "P0", "Q", "R"):
             values = np.asarray(arr[field])
-            finite: np.ndarray = np.isfinite(values).reshape(len(g.members), -1).all(axis=1)
+            finite = np.all(np.isfinite(values).reshape(len(g.members), -1), axis=1, keepdims=False)
+            finite = np.asarray(finite, dtype=bool)
             j = int(np.argmax(~finite)) if not finite.all() else -1
             if j < 0 and field != "x0":
                 j = first_not_psd(values)
