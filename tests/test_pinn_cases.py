@@ -28,6 +28,10 @@ def test_unobserved_sets_of_specs():
 
 
 @pytest.mark.slow
+# The UKF/RTS baseline's innovations are ~13 predicted sds wide (NIS ~180) and smooth() now says so. A
+# likely cause: R holds only the acceleration noise, while the noisy measured force enters the
+# acceleration output directly. Its states still fit (ukf_rts.all_u > 90 %); its sds are overconfident.
+@pytest.mark.filterwarnings("ignore::twinfer.infer.filters.FilterConsistencyWarning")
 def test_pinn_sparse_and_joint_quick(tmp_path):
     """pinn-sparse writes Table 2 metrics with the UKF/RTS comparison; a second run with resume=True
     continues from the finished checkpoint; pinn-joint reports parameters with their errors."""

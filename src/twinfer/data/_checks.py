@@ -22,7 +22,7 @@ def float64_array(value: Any, field: str, ndim: int) -> np.ndarray:
     than widened: their lost digits cannot be recovered, and DESIGN.md forbids silently computing
     from them as if they were float64. Booleans, complex numbers and objects are refused.
     """
-    array = np.asarray(value)
+    array = as_array(value, field, "a real float64 array")
     kind = array.dtype.kind
     if kind == "f" and array.dtype != np.float64:
         raise fail(
@@ -33,12 +33,22 @@ def float64_array(value: Any, field: str, ndim: int) -> np.ndarray:
         )
     if kind not in "fiu":
         raise fail(field, "a real float64 array", f"dtype {array.dtype}")
+    if kind in "iu" and array.size and np.abs(array.astype(np.float64)).max() > 2.0**53:
+        raise fail(field, "integers of magnitude <= 2**53 (exact in float64)", f"max {np.abs(array).max()}")
     if array.ndim != ndim:
         hint = " (reshape a single channel with x.reshape(-1, 1))" if ndim == 2 and array.ndim == 1 else ""
         raise fail(field, f"a {ndim}-D array{hint}", f"shape {array.shape}")
     out = np.array(array, dtype=np.float64, copy=True)
     out.flags.writeable = False
     return out
+
+
+def as_array(value: Any, field: str, expected: str) -> np.ndarray:
+    """``np.asarray(value)``, with a ragged nested sequence reported in the house format."""
+    try:
+        return np.asarray(value)
+    except (ValueError, TypeError) as error:
+        raise fail(field, f"{expected} (a rectangular array)", f"{type(value).__name__}: {error}") from None
 
 
 def check_finite(array: np.ndarray, field: str, where: np.ndarray | None = None) -> None:
@@ -74,6 +84,8 @@ def names(value: Iterable[str] | None, field: str, width: int, prefix: str) -> t
         return tuple(f"{prefix}{i + 1}" for i in range(width))
     if isinstance(value, str):
         raise fail(field, "a sequence of names, not one string", repr(value))
+    if not isinstance(value, Iterable):
+        raise fail(field, "a sequence of names", repr(value))
     result = tuple(value)
     if len(result) != width:
         raise fail(field, f"{width} names (one per column)", f"{len(result)}: {result}")

@@ -83,7 +83,7 @@ class Dataset:
         if mask is None:
             m = np.ones(y.shape, dtype=bool)
         else:
-            m = np.array(mask, copy=True)
+            m = np.array(ck.as_array(mask, "mask", "a boolean array"), copy=True)
             if m.dtype != np.bool_:
                 raise ck.fail("mask", "a boolean array (True = observed)", f"dtype {m.dtype}")
             if m.shape != y.shape:
@@ -238,8 +238,8 @@ class Dataset:
 
     def window(self, t_start: float | None = None, t_end: float | None = None) -> Dataset:
         """The steps with ``t_start <= t <= t_end`` (both ends inclusive; None means unbounded)."""
-        lo = -np.inf if t_start is None else float(t_start)
-        hi = np.inf if t_end is None else float(t_end)
+        lo = -np.inf if t_start is None else _bound("t_start", t_start)
+        hi = np.inf if t_end is None else _bound("t_end", t_end)
         if lo > hi:
             raise ck.fail("window", "t_start <= t_end", f"t_start={lo!r}, t_end={hi!r}")
         keep = (self._times >= lo) & (self._times <= hi)
@@ -293,6 +293,16 @@ class Dataset:
         from twinfer.data._io import load_npz
 
         return load_npz(path)
+
+
+def _bound(name: str, value: Any) -> float:
+    try:
+        bound = float(value)
+    except (TypeError, ValueError):
+        raise ck.fail("window", f"a number or None for {name}", repr(value)) from None
+    if np.isnan(bound):
+        raise ck.fail("window", f"a number or None for {name}", "nan")
+    return bound
 
 
 def _from_dict(fields: dict[str, Any]) -> Dataset:

@@ -23,6 +23,7 @@ import abc
 from typing import Any
 
 import equinox as eqx
+import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float
 
@@ -146,8 +147,25 @@ class AbstractModel(eqx.Module):
         """New ``(x, z)`` right after the events flagged in ``which`` (super-dense time)."""
         return x, z
 
+    def check_params(self, params: Params) -> None:
+        """Raise ``ValueError`` naming a parameter whose value this model cannot take (default: none).
+
+        Called on concrete values by the constructor of a model that overrides it and by
+        :meth:`with_params`; estimators that substitute traced values inside ``jit`` do not call it.
+        """
+
     def with_params(self, **updates: Any) -> AbstractModel:
-        """A copy of this model with some named scalar parameters replaced (``k4=3e4``)."""
+        """A copy of this model with some named scalar parameters replaced (``k4=3e4``).
+
+        Raises:
+            ValueError: when a new value is one the model cannot take (:meth:`check_params`).
+
+        """
         from twinfer.models._params import set_params
 
-        return eqx.tree_at(lambda m: m.params, self, set_params(self.params, updates))
+        new = eqx.tree_at(lambda m: m.params, self, set_params(self.params, updates))
+        try:
+            new.check_params(new.params)
+        except jax.errors.TracerArrayConversionError:
+            pass  # traced values inside jit: the estimators' divergence checks apply there
+        return new

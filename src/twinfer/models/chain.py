@@ -32,7 +32,7 @@ from twinfer.models._base import AbstractModel, Input, Output, Params, State
 _OUTPUT = re.compile(r"^(?P<kind>[xva])(?P<dof>[0-9]+)$")
 
 
-def _vector(name: str, value: Any, n: int) -> Array:
+def _vector(name: str, value: Any, n: int) -> np.ndarray:
     arr = np.asarray(value, dtype=np.float64)
     if arr.ndim == 0:
         arr = np.full(n, float(arr))
@@ -40,7 +40,7 @@ def _vector(name: str, value: Any, n: int) -> Array:
         raise ValueError(f"Chain {name}: expected {n} values (one per DOF); received shape {arr.shape}.")
     if not np.all(np.isfinite(arr)):
         raise ValueError(f"Chain {name}: expected finite values; received {arr.tolist()}.")
-    return jnp.asarray(arr)
+    return arr
 
 
 class Chain(AbstractModel):
@@ -90,9 +90,8 @@ class Chain(AbstractModel):
             params["kappa"] = _vector("cubic_stiffness", cubic_stiffness, n_dof)
         if vdp_damping is not None:
             params["mu"] = _vector("vdp_damping", vdp_damping, n_dof)
-        if np.any(np.asarray(params["m"]) <= 0):
-            raise ValueError(f"Chain mass: expected positive values; received {params['m'].tolist()}.")
-        self.params = params
+        self.check_params(params)  # on the host values, before they become (possibly traced) JAX arrays
+        self.params = {group: jnp.asarray(value) for group, value in params.items()}
         dofs = tuple(range(1, n_dof + 1)) if forced_dofs is None else tuple(int(d) for d in forced_dofs)
         for d in dofs:
             if not 1 <= d <= n_dof:
@@ -107,6 +106,28 @@ class Chain(AbstractModel):
                     f"received {name!r}."
                 )
         self.outputs = outs
+
+    def check_params(self, params: Params) -> None:
+        """Masses > 0, stiffnesses and damping coefficients >= 0 (Duffing and Van der Pol terms: any sign).
+
+        Raises:
+            ValueError: naming the parameter (``k2``), what is allowed and the value received.
+
+        """
+        for group, label, cond, wrong in (
+            ("m", "mass", "positive", "non-positive"),
+            ("k", "stiffness", ">= 0", "negative"),
+            ("c", "damping", ">= 0", "negative"),
+        ):
+            values = np.asarray(params[group], dtype=np.float64).reshape(-1)
+            bad = values <= 0 if cond == "positive" else values < 0
+            if bad.any():
+                i = int(np.argmax(bad))
+                raise ValueError(
+                    f"Chain {label}: expected {cond} values; received {values.tolist()} "
+                    f"({group}{i + 1} = {float(values[i])!r}). A {wrong} {label} makes the chain "
+                    "unstable or non-physical; check the sign and units."
+                )
 
     @property
     def state_names(self) -> tuple[str, ...]:

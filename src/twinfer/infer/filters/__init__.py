@@ -3,6 +3,7 @@
 from twinfer.infer.filters._api import EstimateResult, filter, smooth
 from twinfer.infer.filters._atoms import UpdateInfo, predict, tria, update
 from twinfer.infer.filters._augment import Augmented, augment
+from twinfer.infer.filters._errors import NIS_WARN, DivergenceError, FilterConsistencyWarning
 from twinfer.infer.filters._gaussian_filter import (
     GaussianFilterOutput,
     gaussian_filter,
@@ -16,8 +17,11 @@ from twinfer.infer.filters._ukf import FilterOutput, UkfStep, UnscentedWeights, 
 from twinfer.infer.filters._wls import WlsStep, wls_step
 
 __all__ = [
+    "NIS_WARN",
     "Augmented",
+    "DivergenceError",
     "EstimateResult",
+    "FilterConsistencyWarning",
     "FilterOutput",
     "GaussianFilterOutput",
     "ParticleOutput",

@@ -7,6 +7,8 @@ and parameter trajectories with standard deviations.
 
 from __future__ import annotations
 
+import functools
+import warnings
 from collections.abc import Mapping
 from typing import Any, Literal, NamedTuple
 
@@ -16,6 +18,7 @@ import numpy as np
 
 from twinfer.data import Dataset
 from twinfer.infer.filters._augment import augment
+from twinfer.infer.filters._errors import NIS_WARN, DivergenceError, FilterConsistencyWarning, first_not_psd
 from twinfer.infer.filters._gaussian_filter import gaussian_filter, taylor, unscented
 from twinfer.infer.filters._smoother import rts_smooth
 from twinfer.infer.filters._ukf import FilterOutput, UnscentedWeights, run_ukf
@@ -36,6 +39,9 @@ class EstimateResult(NamedTuple):
         state_names: names of the columns.
         params: ``{name: (mean (N+1,), sd (N+1,))}`` for each unknown parameter.
         loglik: log-likelihood of the measurements y_1..y_N under the filter.
+        nis: mean normalised innovation squared per observed measurement, ``v^T S^-1 v`` averaged: about
+            1 when the model and the noise levels fit the data, far above 1 when they do not (a
+            :class:`FilterConsistencyWarning` is issued above ``NIS_WARN``); None without measurements.
 
     """
 
@@ -46,16 +52,162 @@ class EstimateResult(NamedTuple):
     state_names: tuple[str, ...]
     params: dict[str, tuple[Any, Any]]
     loglik: float
+    nis: float | None = None
 
 
 _JIT_GAUSSIAN = eqx.filter_jit(gaussian_filter)
 
 
-def _vector(name: str, value: Any, n: int) -> Any:
-    arr = np.broadcast_to(np.asarray(value, dtype=np.float64), (n,))
-    if not np.all(np.isfinite(arr)) or np.any(arr < 0):
-        raise ValueError(f"{name}: expected {n} finite values >= 0; received {np.asarray(value)}.")
+class _Transition(eqx.Module):
+    """``(x, u) -> x_next`` as a pytree, so repeated calls with the same model structure reuse the jit."""
+
+    step: Any
+    params: Any
+
+    def __call__(self, x: Any, u: Any) -> Any:
+        return self.step.transition(0.0, x, u, self.params)
+
+
+class _Output(eqx.Module):
+    """``(x, u) -> y`` as a pytree (see :class:`_Transition`)."""
+
+    model: AbstractModel
+    params: Any
+
+    def __call__(self, x: Any, u: Any) -> Any:
+        return self.model.output(0.0, x, u, self.params)
+
+
+@functools.lru_cache(maxsize=16)
+def _unscented(weights: UnscentedWeights) -> Any:
+    """One linearisation function per weights (a stable static argument of the jitted filter)."""
+    return unscented(weights)
+
+
+def _vector(where: str, name: str, value: Any, names: tuple[str, ...], *, lower: str = ">= 0") -> Any:
+    """``value`` as ``len(names)`` finite float64 values (a scalar is broadcast) with sign ``lower``.
+
+    ``lower``: ``"any"`` (a mean), ``">= 0"`` or ``"> 0"`` (standard deviations).
+    """
+    n = len(names)
+    try:
+        arr = np.asarray(value)
+    except ValueError:  # ragged nested sequences
+        raise ValueError(f"{where} {name}: expected a scalar or {n} numbers; received {value!r}.") from None
+    if arr.dtype.kind not in "fiu" or arr.dtype == np.float16 or arr.dtype == np.float32:
+        raise ValueError(
+            f"{where} {name}: expected a scalar or {n} float64 numbers ({', '.join(names)}); received "
+            f"dtype {arr.dtype}."
+        )
+    if arr.ndim != 0 and arr.shape != (n,):
+        raise ValueError(
+            f"{where} {name}: expected a scalar or {n} values, one per {', '.join(names)}; received "
+            f"shape {arr.shape}."
+        )
+    arr = np.broadcast_to(arr.astype(np.float64), (n,))
+    if not np.all(np.isfinite(arr)):
+        raise ValueError(f"{where} {name}: expected finite values; received {arr.tolist()}.")
+    with np.errstate(over="ignore", under="ignore"):
+        square = arr**2
+    if lower != "any" and not np.all(np.isfinite(square)):
+        raise ValueError(
+            f"{where} {name}: expected values whose square (a variance) is finite; received {arr.tolist()}."
+        )
+    if lower == "> 0" and np.any((arr <= 0) | (square <= 0)):
+        raise ValueError(f"{where} {name}: expected values > 0; received {arr.tolist()}.{_ZERO_HINT[name]}")
+    if lower == ">= 0" and np.any(arr < 0):
+        raise ValueError(
+            f"{where} {name}: expected values >= 0 (standard deviations); received {arr.tolist()}."
+        )
     return jnp.asarray(arr)
+
+
+_ARGS_HINT = (
+    "In filter terms: Q comes from process_sd (and the random-walk sd in unknown), R from noise_sd, the "
+    "initial covariance from state_sd (and the prior sd in unknown), the initial mean from x0."
+)
+
+_ZERO_HINT = {
+    "noise_sd": " A noise-free measurement makes the innovation covariance singular and the filter "
+    "trusts the model over the data without limit; give the sensor's real noise level.",
+    "state_sd": " The prior covariance must be positive-definite; use a small value for a state known "
+    "almost exactly.",
+}
+
+
+def _unknown(where: str, model: AbstractModel, unknown: Any) -> dict[str, tuple[float, float, float]]:
+    """Validated ``{parameter name: (initial value, prior sd > 0, random-walk sd >= 0)}``."""
+    if unknown is None:
+        return {}
+    if not isinstance(unknown, Mapping):
+        raise TypeError(
+            f"{where} unknown: expected a mapping {{name: (initial value, prior sd, random-walk sd)}}; "
+            f"received {type(unknown).__name__}."
+        )
+    out: dict[str, tuple[float, float, float]] = {}
+    for name, spec in unknown.items():
+        if not isinstance(name, str) or name not in model.param_names:
+            raise ValueError(
+                f"{where} unknown: expected parameter names of the model ({', '.join(model.param_names)}); "
+                f"received {name!r}."
+            )
+        try:
+            values = np.asarray(spec)
+        except ValueError:
+            values = np.asarray([0.0])  # ragged: reported below
+        if values.shape != (3,) or values.dtype.kind not in "fiu" or values.dtype in (np.float16, np.float32):
+            raise ValueError(
+                f"{where} unknown[{name!r}]: expected 3 float64 numbers (initial value, prior sd, "
+                f"random-walk sd per step); received {spec!r}."
+            )
+        init, sd0, sdq = (float(v) for v in values)
+        if not all(np.isfinite([init, sd0, sdq])) or sd0 <= 0 or sdq < 0:
+            raise ValueError(
+                f"{where} unknown[{name!r}]: expected a finite initial value, prior sd > 0 and random-walk "
+                f"sd >= 0; received ({init!r}, {sd0!r}, {sdq!r})."
+            )
+        with np.errstate(over="ignore", under="ignore"):
+            var0, varq = np.float64(sd0) ** 2, np.float64(sdq) ** 2
+        if not (np.isfinite(var0) and var0 > 0 and np.isfinite(varq)):
+            raise ValueError(
+                f"{where} unknown[{name!r}]: expected sds whose squares (variances) are finite and, for the "
+                f"prior sd, > 0 in float64; received ({init!r}, {sd0!r}, {sdq!r})."
+            )
+        try:
+            model.with_params(**{name: init})
+        except ValueError as error:
+            raise ValueError(f"{where} unknown[{name!r}]: initial value {init!r} refused: {error}") from None
+        out[name] = (init, sd0, sdq)
+    return out
+
+
+def _check_data(where: str, model: AbstractModel, data: Any) -> None:
+    """The dataset against the model: its type, at least two steps, the inputs' count and names, outputs."""
+    if not isinstance(model, AbstractModel):
+        raise TypeError(
+            f"{where} model: expected a twinfer model (AbstractModel); received {type(model).__name__}."
+        )
+    if not isinstance(data, Dataset):
+        raise TypeError(f"{where} data: expected a twinfer.data.Dataset; received {type(data).__name__}.")
+    if data.n_steps < 2:
+        raise ValueError(f"{where} data: expected at least 2 time steps; received {data.n_steps}.")
+    if data.output_names != model.output_names:
+        raise ValueError(
+            f"{where} dataset outputs: expected {model.output_names} (the model's outputs); "
+            f"received {data.output_names}."
+        )
+    n_u = 0 if data.inputs is None else data.inputs.shape[1]
+    if n_u != model.n_input:
+        raise ValueError(
+            f"{where} dataset inputs: expected {model.n_input} columns {model.input_names} (the model's "
+            f"inputs); received {n_u} columns {data.input_names}."
+        )
+    default = tuple(f"u{i + 1}" for i in range(n_u))
+    if data.input_names not in (default, model.input_names):
+        raise ValueError(
+            f"{where} dataset inputs: expected the names {model.input_names} (the model's inputs, or the "
+            f"default unnamed {default}); received {data.input_names}."
+        )
 
 
 def _run(
@@ -72,48 +224,60 @@ def _run(
     weights: UnscentedWeights | None,
     smooth: bool,
 ) -> EstimateResult:
+    where = "smooth" if smooth else "filter"
     if method not in METHODS:
-        raise ValueError(f"method: expected one of {', '.join(METHODS)}; received {method!r}.")
-    unknown = dict(unknown or {})
+        raise ValueError(f"{where} method: expected one of {', '.join(METHODS)}; received {method!r}.")
+    _check_data(where, model, data)
+    unknown = _unknown(where, model, unknown)
     aug = augment(model, list(unknown)) if unknown else model
     n_base = model.n_state
-    if data.output_names != model.output_names:
-        raise ValueError(
-            f"dataset outputs: expected {model.output_names} (the model's outputs); "
-            f"received {data.output_names}."
-        )
-    x_init = jnp.asarray(np.broadcast_to(np.asarray(x0, dtype=np.float64), (n_base,)))
-    if unknown:
-        x_init = jnp.concatenate([x_init, jnp.asarray([v[0] for v in unknown.values()])])
+    base_names = model.state_names
+    x_init = _vector(where, "x0", x0, base_names, lower="any")
     sd0 = jnp.concatenate(
-        [_vector("state_sd", state_sd, n_base), jnp.asarray([v[1] for v in unknown.values()])]
+        [
+            _vector(where, "state_sd", state_sd, base_names, lower="> 0"),
+            jnp.asarray([v[1] for v in unknown.values()]),
+        ]
     )
     sdq = jnp.concatenate(
-        [_vector("process_sd", process_sd, n_base), jnp.asarray([v[2] for v in unknown.values()])]
+        [_vector(where, "process_sd", process_sd, base_names), jnp.asarray([v[2] for v in unknown.values()])]
     )
-    sdr = _vector("noise_sd", noise_sd, model.n_output)
-    step = discretise(aug, data.dt, discretisation)
+    sdr = _vector(where, "noise_sd", noise_sd, model.output_names, lower="> 0")
+    if unknown:
+        x_init = jnp.concatenate([x_init, jnp.asarray([v[0] for v in unknown.values()])])
+    if weights is not None and not isinstance(weights, UnscentedWeights):
+        raise TypeError(
+            f"{where} weights: expected UnscentedWeights or None; received {type(weights).__name__}."
+        )
+    dt = data.dt
+    try:
+        step = discretise(aug, dt, discretisation)
+    except ValueError as error:
+        raise ValueError(f"{where} discretisation: {error}") from None
     params = aug.params
     us = data.inputs[:-1] if data.inputs is not None else np.zeros((data.n_steps - 1, 0))
-    f = lambda x, u: step.transition(0.0, x, u, params)
-    h = lambda x, u: aug.output(0.0, x, u, params)
+    f = _Transition(step, params)
+    h = _Output(aug, params)
     ys, masks = jnp.asarray(np.nan_to_num(data.observations[1:])), jnp.asarray(data.mask[1:])
     if method == "ukf":
-        out = run_ukf(
-            f,
-            h,
-            x_init,
-            jnp.diag(sd0**2),
-            jnp.diag(sdq**2),
-            jnp.diag(sdr**2),
-            jnp.asarray(us),
-            ys,
-            masks,
-            weights=weights,
-            times=data.times[1:],
-        )
+        try:
+            out = run_ukf(
+                f,
+                h,
+                x_init,
+                jnp.diag(sd0**2),
+                jnp.diag(sdq**2),
+                jnp.diag(sdr**2),
+                jnp.asarray(us),
+                ys,
+                masks,
+                weights=weights,
+                times=data.times[1:],
+            )
+        except DivergenceError as error:
+            raise DivergenceError(f"{where}: {error} {_ARGS_HINT}") from None
     else:
-        lin = taylor if method == "ekf" else unscented(weights or UnscentedWeights.merwe())
+        lin = taylor if method == "ekf" else _unscented(weights or UnscentedWeights.merwe())
         sq = _JIT_GAUSSIAN(
             f,
             h,
@@ -127,9 +291,10 @@ def _run(
             linearisation=lin,
         )
         if int(sq.first_bad_step) >= 0:
-            raise ValueError(
-                f"{method} diverged at step {int(sq.first_bad_step)} "
-                f"(t = {float(data.times[1 + int(sq.first_bad_step)]):g}): non-finite state or covariance."
+            raise DivergenceError(
+                f"{where}: {method} diverged at step {int(sq.first_bad_step)} "
+                f"(t = {float(data.times[1 + int(sq.first_bad_step)]):g}): non-finite state or covariance. "
+                f"Check the model. {_ARGS_HINT}"
             )
         gram = lambda c: jnp.einsum("tij,tkj->tik", c, c)
         out = FilterOutput(
@@ -140,15 +305,36 @@ def _run(
             sq.cross_covs,
             sq.loglik,
             sq.first_bad_step,
+            sq.nis,
         )
     cov0 = jnp.diag(sd0**2)
     if smooth:
         sm = rts_smooth(out, x_init, cov0)
         means, covs = sm.means, sm.covs
+        bad = first_not_psd(covs)
+        finite = np.isfinite(np.asarray(means)).all(axis=1)
+        if not finite.all():
+            bad = min(k for k in (bad, int(np.argmax(~finite))) if k >= 0)
+        if bad >= 0:
+            raise DivergenceError(
+                f"smooth: the RTS smoother diverged at row {bad} (t = {float(data.times[bad]):g}): "
+                "non-finite state or a covariance that is not positive semi-definite (a singular "
+                "predicted covariance: try a larger process_sd)."
+            )
     else:
         means = jnp.concatenate([x_init[None], out.means])
         covs = jnp.concatenate([cov0[None], out.covs])
-    stds = jnp.sqrt(jnp.diagonal(covs, axis1=1, axis2=2))
+    stds = jnp.sqrt(jnp.maximum(jnp.diagonal(covs, axis1=1, axis2=2), 0.0))
+    nis = float(out.nis) if bool(np.asarray(data.mask[1:]).any()) else None
+    if nis is not None and nis > NIS_WARN:
+        warnings.warn(
+            f"{where}: the normalised innovation squared (NIS) averages {nis:.3g} per measurement; a "
+            f"consistent filter gives about 1 (warning above {NIS_WARN:g}). The model, its parameters or "
+            "the noise levels (noise_sd, process_sd) do not fit the data, so the estimates and the "
+            f"log-likelihood ({float(out.loglik):.4g}) are not trustworthy.",
+            FilterConsistencyWarning,
+            stacklevel=3,
+        )
     named = {name: (means[:, n_base + i], stds[:, n_base + i]) for i, name in enumerate(unknown)}
     return EstimateResult(
         times=data.times,
@@ -158,6 +344,7 @@ def _run(
         state_names=aug.state_names,
         params=named,
         loglik=float(out.loglik),
+        nis=nis,
     )
 
 
@@ -184,18 +371,33 @@ def filter(  # noqa: A001  (the name users look for)
         model: a continuous-time twinfer model.
         data: a :class:`twinfer.data.Dataset` with uniform times and the model's outputs (masked entries
             are skipped).
-        x0: prior mean of the state (scalar broadcast).
-        state_sd: prior standard deviation of each state.
-        process_sd: per-step process-noise standard deviation of each state.
-        noise_sd: measurement-noise standard deviation of each output.
-        unknown: ``{name: (initial value, prior sd, random-walk sd per step)}`` of parameters to estimate.
+        x0: prior mean of the state (a scalar, broadcast, or one value per state).
+        state_sd: prior standard deviation of each state, > 0 (scalar or one per state).
+        process_sd: per-step process-noise standard deviation of each state, >= 0.
+        noise_sd: measurement-noise standard deviation of each output, > 0 (a noise-free sensor makes the
+            innovation covariance singular and is refused).
+        unknown: ``{name: (initial value, prior sd > 0, random-walk sd per step >= 0)}`` of scalar
+            parameters of the model to estimate; the initial value must be one the model accepts.
         method: ``"ukf"`` (sigma points, covariance form), ``"ukf-sqrt"`` (square-root statistical linear
             regression) or ``"ekf"`` (square-root, Taylor).
         discretisation: ``"euler"``, ``"heun"``, ``"rk4"`` or ``"exact"`` (:func:`twinfer.sim.discretise`).
         weights: sigma-point weights (default Merwe alpha=1, beta=2, kappa=0).
 
     Returns:
-        :class:`EstimateResult`.
+        :class:`EstimateResult`, with ``nis`` the mean normalised innovation squared (about 1 when the
+        model and noise levels fit the data).
+
+    Raises:
+        ValueError: naming the argument, the expected and the received value, for a model/dataset
+            mismatch (outputs, input count or names), wrong lengths, non-finite or out-of-range sds, a
+            malformed ``unknown``, an unknown ``method`` or ``discretisation``.
+        TypeError: when ``model``, ``data``, ``unknown`` or ``weights`` has the wrong type.
+        DivergenceError: (a ``ValueError``) when the filter's state becomes non-finite or its
+            covariance stops being positive semi-definite, naming the step and time.
+
+    Warns:
+        FilterConsistencyWarning: when ``nis`` exceeds ``NIS_WARN`` (10): the innovations are far wider
+            than the filter predicts, so the model or the noise levels do not fit the data.
 
     """
     return _run(

@@ -23,6 +23,7 @@ from typing import Any, NamedTuple
 import equinox as eqx
 import jax
 import jax.numpy as jnp
+from jax.scipy.linalg import solve_triangular
 
 from twinfer.infer.filters._atoms import predict, tria, update
 from twinfer.infer.filters._ukf import _DIVERGED, UnscentedWeights
@@ -73,6 +74,8 @@ class GaussianFilterOutput(NamedTuple):
     cross_covs: Any
     loglik: Any
     first_bad_step: Any
+    nis: Any = None
+    """Mean normalised innovation squared per observed component (1 for a consistent filter)."""
 
 
 def gaussian_filter(
@@ -119,7 +122,7 @@ def gaussian_filter(
     extra = jnp.zeros((ys.shape[0], n, 1), x0.dtype) if extra_chol_Q is None else extra_chol_Q
 
     def step(carry, inp):
-        mean, chol, loglik, bad, k = carry
+        mean, chol, loglik, bad, k, nis = carry
         u, y, mask, chol_extra = inp
         A, b, chol_omega = linearisation(lambda x: f(x, u), mean, chol)
         m_pred, c_pred = predict(mean, chol, A, b, jnp.concatenate([chol_Q, chol_omega, chol_extra], 1))
@@ -129,10 +132,15 @@ def gaussian_filter(
         ok = jnp.all(jnp.isfinite(m_new)) & jnp.all(jnp.isfinite(c_new)) & jnp.isfinite(info.loglik)
         bad = jnp.where((bad < 0) & ~ok, k, bad)
         cross = chol @ (chol.T @ A.T)
-        return (m_new, c_new, loglik + info.loglik, bad, k + 1), (m_new, c_new, m_pred, c_pred, cross)
+        z = solve_triangular(info.chol_S, info.innovation, lower=True)
+        carry = (m_new, c_new, loglik + info.loglik, bad, k + 1, nis + z @ z)
+        return carry, (m_new, c_new, m_pred, c_pred, cross)
 
-    init = (x0, chol_P0, jnp.zeros((), x0.dtype), jnp.array(-1), jnp.array(0))
-    (_, _, loglik, bad, _), (ms, cs, pm, pc, cc) = jax.lax.scan(step, init, (us, ys, masks, extra))
+    zero = jnp.zeros((), x0.dtype)
+    init = (x0, chol_P0, zero, jnp.array(-1), jnp.array(0), zero)
+    (_, _, loglik, bad, _, nis), (ms, cs, pm, pc, cc) = jax.lax.scan(step, init, (us, ys, masks, extra))
     if check:
         loglik = eqx.error_if(loglik, bad >= 0, _DIVERGED)
-    return GaussianFilterOutput(ms, cs, pm, pc, cc, loglik, bad)
+    n_obs = jnp.sum(masks)
+    nis = jnp.where(n_obs > 0, nis / jnp.maximum(n_obs, 1), 0.0)
+    return GaussianFilterOutput(ms, cs, pm, pc, cc, loglik, bad, nis)

@@ -8,8 +8,10 @@ from typing import Any, NamedTuple
 import equinox as eqx
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from twinfer.infer.filters import _small
+from twinfer.infer.filters._errors import DivergenceError, first_not_psd
 
 
 class UnscentedWeights(eqx.Module):
@@ -72,6 +74,8 @@ class FilterOutput(NamedTuple):
     cross_covs: Any
     loglik: Any
     first_bad_step: Any
+    nis: Any = None
+    """Mean normalised innovation squared per observed component (1 for a consistent filter)."""
 
 
 def _masked_gaussian_loglik(innov: Any, chol_s: Any, mask: Any) -> Any:
@@ -86,7 +90,10 @@ def _masked_gaussian_loglik(innov: Any, chol_s: Any, mask: Any) -> Any:
 
 
 class UkfStep(NamedTuple):
-    """One UKF step's result: the posterior, the log-likelihood increment, and the smoother's inputs."""
+    """One UKF step's result: the posterior, the log-likelihood increment, and the smoother's inputs.
+
+    ``nis`` is the normalised innovation squared ``v^T S^{-1} v`` over the observed components.
+    """
 
     mean: Any
     cov: Any
@@ -95,6 +102,7 @@ class UkfStep(NamedTuple):
     pred_mean: Any
     pred_cov: Any
     cross_cov: Any
+    nis: Any = None
 
 
 def ukf_step(
@@ -137,6 +145,7 @@ def ukf_step(
     """
     pts, wm, wc = weights.sigma_points(mean, cov)
     xp = jax.vmap(lambda p: f(p, u))(pts)
+    _check_shape("f", "f(x, u)", jnp.shape(xp)[1:], mean.shape, "the state")
     x_pred = wm @ xp
     dx = xp - x_pred
     cross = ((pts - mean).T * wc) @ dx
@@ -152,7 +161,8 @@ def ukf_step(
         dx = pts_y - x_pred
     else:
         pts_y = xp
-    yp = jax.vmap(lambda p: h(p, u))(pts_y)
+    yp: Any = jax.vmap(lambda p: h(p, u))(pts_y)
+    _check_shape("h", "h(x, u)", jnp.shape(yp)[1:], jnp.shape(y), "one value per measured output")
     y_pred = wm @ yp
     dy = yp - y_pred
     # One weighted product gives cov(x), cov(x, y) and cov(y) together (one batched dot under vmap).
@@ -163,6 +173,14 @@ def ukf_step(
         p_pred = joint[:n_x, :n_x] + q
     p_xy, p_yy = joint[:n_x, n_x:], joint[n_x:, n_x:]
     return _update(x_pred, p_pred, y_pred, p_xy, p_yy, r, y, mask, cross, innovation)
+
+
+def _check_shape(name: str, call: str, got: tuple[int, ...], want: tuple[int, ...], what: str) -> None:
+    """Trace-time check (static shapes) that ``f`` / ``h`` return what the filter needs."""
+    if tuple(got) != tuple(want):
+        raise ValueError(
+            f"UKF {name}: expected {call} to return shape {tuple(want)} ({what}); received {tuple(got)}."
+        )
 
 
 def _update(x_pred, p_pred, y_pred, p_xy, p_yy, r, y, mask, cross, innovation) -> UkfStep:
@@ -178,8 +196,9 @@ def _update(x_pred, p_pred, y_pred, p_xy, p_yy, r, y, mask, cross, innovation) -
     new_cov = p_pred - gain @ p_xy.T  # = P - K S K^T, since K S = P_xy
     new_cov = 0.5 * (new_cov + new_cov.T)
     ll = _masked_gaussian_loglik(innov, chol_s, mask)
+    z = _small.solve_lower(chol_s, innov)
     ok = jnp.all(jnp.isfinite(new_mean)) & jnp.all(jnp.diag(new_cov) > 0) & jnp.isfinite(ll)
-    return UkfStep(new_mean, new_cov, ll, ok, x_pred, p_pred, cross)
+    return UkfStep(new_mean, new_cov, ll, ok, x_pred, p_pred, cross, z @ z)
 
 
 def ukf_scan(
@@ -213,7 +232,7 @@ def ukf_scan(
         r: measurement-noise covariance (m, m).
         us: inputs (T, n_u).
         ys: measurements (T, m); entries with ``masks`` False are ignored.
-        masks: boolean (T, m), default all observed.
+        masks: boolean (T, m), default: observed where ``ys`` is finite (NaN marks a missing value).
         weights: sigma-point weights (default ``UnscentedWeights.merwe()``).
         redraw: redraw sigma points for the measurement.
         innovation: residual function (see :func:`ukf_step`).
@@ -225,24 +244,27 @@ def ukf_scan(
 
     """
     weights = UnscentedWeights.merwe() if weights is None else weights
-    masks = jnp.ones(ys.shape, dtype=bool) if masks is None else masks
+    masks = jnp.isfinite(ys) if masks is None else masks
     ys_clean = jnp.where(masks, ys, 0.0)
 
     def step(carry, inp):
-        mean, cov, loglik, bad, k = carry
+        mean, cov, loglik, bad, k, nis = carry
         u, y, mask = inp
         out = ukf_step(
             f, h, mean, cov, q, r, u, y, mask, weights=weights, redraw=redraw, innovation=innovation
         )
         bad = jnp.where((bad < 0) & ~out.ok, k, bad)
-        carry = (out.mean, out.cov, loglik + out.loglik, bad, k + 1)
+        carry = (out.mean, out.cov, loglik + out.loglik, bad, k + 1, nis + out.nis)
         return carry, (out.mean, out.cov, out.pred_mean, out.pred_cov, out.cross_cov)
 
-    init = (x0, cov0, jnp.zeros((), x0.dtype), jnp.array(-1), jnp.array(0))
-    (_, _, loglik, bad, _), (means, covs, pm, pc, cc) = jax.lax.scan(step, init, (us, ys_clean, masks))
+    zero = jnp.zeros((), x0.dtype)
+    init = (x0, cov0, zero, jnp.array(-1), jnp.array(0), zero)
+    (_, _, loglik, bad, _, nis), (means, covs, pm, pc, cc) = jax.lax.scan(step, init, (us, ys_clean, masks))
     if check:
         loglik = eqx.error_if(loglik, bad >= 0, _DIVERGED)
-    return FilterOutput(means, covs, pm, pc, cc, loglik, bad)
+    n_obs = jnp.sum(masks)
+    nis = jnp.where(n_obs > 0, nis / jnp.maximum(n_obs, 1), 0.0)
+    return FilterOutput(means, covs, pm, pc, cc, loglik, bad, nis)
 
 
 _JITTED_SCAN = eqx.filter_jit(ukf_scan)
@@ -266,34 +288,89 @@ def run_ukf(
 ) -> FilterOutput:
     """:func:`ukf_scan` with boundary checks, jitted, raising if the filter diverges.
 
+    Missing values: with ``masks=None`` a NaN in ``ys`` marks a missing measurement (masked, as in
+    :class:`twinfer.data.Dataset`); with ``masks`` given, observed entries must be finite. An infinite
+    measurement is always an error: it is a sensor fault, not a missing value.
+
     Raises:
-        ValueError: on wrong shapes, non-finite inputs or float32 arrays, and when the covariance stops
-            being positive-definite or the state becomes non-finite, naming the first such step (and its
-            time when ``times`` (T,) is given).
+        ValueError: on wrong shapes (also of what ``f`` and ``h`` return), non-finite inputs, infinite
+            measurements or float32 arrays, naming the argument, the expected and the received value.
+        DivergenceError: (a ``ValueError``) when a covariance stops being positive semi-definite or the
+            state becomes non-finite, naming the first such step (and its time when ``times`` (T,) is
+            given).
 
     """
-    x0, cov0, q, r, us, ys = (jnp.asarray(a) for a in (x0, cov0, q, r, us, ys))
+    arrays = {"x0": x0, "cov0": cov0, "q": q, "r": r, "us": us, "ys": ys}
+    for name, value in arrays.items():
+        kind = np.asarray(value).dtype if not hasattr(value, "dtype") else np.dtype(value.dtype)
+        if kind != np.float64:
+            hint = " Enable jax_enable_x64" if kind == np.float32 else ""
+            raise ValueError(
+                f"run_ukf {name}: expected float64; received {kind}.{hint} (convert with "
+                "np.asarray(x, dtype=np.float64) only if the lost digits do not matter)."
+            )
+    x0, cov0, q, r, us, ys = (jnp.asarray(a) for a in arrays.values())
+    if x0.ndim != 1:
+        raise ValueError(f"run_ukf x0: expected shape (n,); received {x0.shape}.")
+    if ys.ndim != 2:
+        raise ValueError(f"run_ukf ys: expected shape (T, m); received {ys.shape}.")
     n, m, steps = x0.shape[0], ys.shape[-1], ys.shape[0]
     n_u = us.shape[-1] if us.ndim == 2 else -1
     expected = {"cov0": (n, n), "q": (n, n), "r": (m, m), "us": (steps, n_u)}
+    source = {
+        "cov0": f"n = {n} is the length of x0",
+        "q": f"n = {n} is the length of x0",
+        "r": f"m = {m} is the number of columns of ys",
+        "us": f"T = {steps} is the number of rows of ys",
+    }
     for name, arr in {"cov0": cov0, "q": q, "r": r, "us": us}.items():
         if arr.shape != expected[name]:
-            raise ValueError(f"run_ukf {name}: expected shape {expected[name]}; received {arr.shape}.")
-    for name, arr in {"x0": x0, "cov0": cov0, "q": q, "r": r, "us": us}.items():
-        if arr.dtype != jnp.float64:
             raise ValueError(
-                f"run_ukf {name}: expected float64; received {arr.dtype}. Enable jax_enable_x64."
+                f"run_ukf {name}: expected shape {expected[name]}; received {arr.shape} ({source[name]})."
             )
+    for name, arr in {"x0": x0, "cov0": cov0, "q": q, "r": r, "us": us}.items():
         if not bool(jnp.all(jnp.isfinite(arr))):
-            raise ValueError(f"run_ukf {name}: expected finite values.")
+            raise ValueError(f"run_ukf {name}: expected finite values; received {_first_bad(arr)}.")
+    ys_host = np.asarray(ys)
+    if masks is None:
+        if np.isinf(ys_host).any():
+            raise ValueError(
+                f"run_ukf ys: expected finite values or NaN (missing); received {_first_bad(ys_host)}."
+            )
+        masks = jnp.asarray(~np.isnan(ys_host))
+    else:
+        mask_host = np.asarray(masks)
+        if mask_host.dtype != np.bool_ or mask_host.shape != ys.shape:
+            raise ValueError(
+                f"run_ukf masks: expected a boolean array of shape {ys.shape}; received dtype "
+                f"{mask_host.dtype}, shape {mask_host.shape}."
+            )
+        if not np.isfinite(ys_host[mask_host]).all():
+            where = np.where(mask_host, ys_host, 0.0)
+            raise ValueError(
+                f"run_ukf ys: expected finite values where masks is True; received {_first_bad(where)}."
+            )
+        masks = jnp.asarray(mask_host)
+    if not callable(h) and jnp.shape(h) != (m, n):
+        raise ValueError(f"run_ukf h: expected a matrix of shape ({m}, {n}); received shape {jnp.shape(h)}.")
     out = _JITTED_SCAN(
         f, h, x0, cov0, q, r, us, ys, masks, weights=weights, redraw=redraw, innovation=innovation
     )
     bad = int(out.first_bad_step)
+    lost_psd = first_not_psd(out.covs if bad < 0 else out.covs[:bad])
+    if lost_psd >= 0:
+        bad = lost_psd
     if bad >= 0:
         when = f" (t = {float(times[bad]):g})" if times is not None else ""
-        raise ValueError(
+        raise DivergenceError(
             f"UKF diverged at step {bad}{when}: the covariance is no longer positive-definite or the "
             "state is non-finite. Check the model, Q and R, or the initial covariance."
         )
     return out
+
+
+def _first_bad(arr: Any) -> str:
+    """``"<value> at index (i, j)"`` for the first non-finite entry of ``arr``."""
+    a = np.asarray(arr)
+    index = tuple(int(i) for i in np.argwhere(~np.isfinite(a))[0])
+    return f"{a[index]} at index {index}"

@@ -29,7 +29,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from twinfer.infer.filters import UnscentedWeights, gaussian_filter, linear, taylor, ukf_step
+from twinfer.infer.filters import DivergenceError, UnscentedWeights, gaussian_filter, linear, taylor, ukf_step
+from twinfer.infer.filters._errors import first_not_psd
 from twinfer.infer.graph._graph import Graph
 from twinfer.infer.graph._parts import Interface, Subsystem
 
@@ -149,7 +150,8 @@ def compile(graph: Graph, schedule: Schedule | str = "jacobi") -> Compiled:  # n
 
     Returns:
         :class:`Compiled` with ``numbers`` (the graph's arrays), ``step(numbers, carry, (u, y, mask))``
-        and ``scan(numbers, us, ys, masks)``, both jitted; numbers can be swapped without retracing.
+        and ``scan(numbers, us, ys, masks, check=False)``, both jitted; numbers can be swapped without
+        retracing. ``check=True`` makes the scan raise inside ``jit`` when a subsystem diverges.
 
     Raises:
         ValueError: naming the schedule option when it is unknown.
@@ -205,8 +207,10 @@ def compile(graph: Graph, schedule: Schedule | str = "jacobi") -> Compiled:  # n
         n_slots,
         colours,
         max(colour_of.values()) + 1,
+        names,
     )
-    return Compiled(names, engine, numbers, jax.jit(engine.step), jax.jit(engine.scan))
+    scan = jax.jit(engine.scan, static_argnames=("check",))
+    return Compiled(names, engine, numbers, jax.jit(engine.step), scan)
 
 
 def numbers_of(
@@ -328,6 +332,7 @@ class _Engine:
     n_slots: int
     colours: tuple[np.ndarray, ...]
     n_colours: int
+    names: tuple[str, ...] = ()  # subsystem names in compile order (for error messages)
 
     def ports(self, means: tuple[Any, ...], covs: tuple[Any, ...]) -> tuple[Any, Any]:
         """Flat interface variables (n_ports,) and their block-diagonal covariance (n_ports, n_ports)."""
@@ -453,10 +458,25 @@ class _Engine:
         ports = tuple(mu[:, g.port_idx] for mu, g in zip(means, self.groups, strict=True))
         return (means, covs, var0, ports, jnp.ones((), bool))
 
-    def scan(self, num: Numbers, us: Any, ys: Any, masks: Any):
-        """Scan :meth:`step` over T steps: step k uses ``us[k]`` and ``ys[k]`` (measured at t_{k+1})."""
+    def scan(self, num: Numbers, us: Any, ys: Any, masks: Any, check: bool = False):
+        """Scan :meth:`step` over T steps: step k uses ``us[k]`` and ``ys[k]`` (measured at t_{k+1}).
+
+        With ``check`` (static) the jitted scan raises (``eqx.branched_error_if``) naming the first
+        subsystem, in compile order, whose state became non-finite or whose covariance lost its
+        positive diagonal; :func:`run` checks on the host instead and also names the step.
+        """
         ys_clean = jnp.where(masks, ys, 0.0)
         _, outs = jax.lax.scan(lambda c, i: self.step(num, c, i), self.init(num), (us, ys_clean, masks))
+        if check:
+            bad = []  # (n_subsystems,) in group order, True where any step diverged
+            for mu, cov in zip(outs[0], outs[1], strict=True):
+                diag = jnp.diagonal(cov, axis1=-2, axis2=-1)
+                finite = jnp.isfinite(mu).all(-1) & jnp.isfinite(cov).all((-2, -1)) & (diag >= 0).all(-1)
+                bad.append(~finite.all(0))
+            flags = jnp.concatenate(bad)
+            order = [i for g in self.groups for i in g.members]
+            msgs = tuple(_diverged_message(f"subsystem {self.names[i]!r}") for i in order)
+            outs = eqx.branched_error_if(outs, flags.any(), jnp.argmax(flags), msgs)
         return outs
 
 
@@ -473,31 +493,136 @@ def run(
     """Run the compiled graph over a record and return each subsystem's estimates by name.
 
     The record is a :class:`twinfer.data.Dataset` (step k applies ``inputs[k]`` over [t_k, t_{k+1}) and
-    updates with ``observations[k+1]``) or arrays ``us`` (T, n_u) and ``ys`` (T, n_y) aligned that way;
-    NaN observations are skipped.
+    updates with ``observations[k+1]``) or arrays ``us`` (T, n_u) and ``ys`` (T, n_y) aligned that way.
+    Missing values: a NaN observation is missing and skipped (the Dataset's masked entries are NaN);
+    an infinite one is an error, as is any non-finite input.
 
     Raises:
-        ValueError: when the graph references data columns the record does not have.
+        ValueError: when the graph references data columns the record does not have, when ``us``/``ys``
+            have the wrong shape or dtype (float64 required) or hold an infinite observation or a
+            non-finite input, and when a subsystem's x0, P0, Q or R is non-finite or not positive
+            semi-definite, naming the field, the expected and the received value.
+        DivergenceError: (a ``ValueError``) when a subsystem's state becomes non-finite or its
+            covariance stops being positive semi-definite, naming the subsystem, the first such step
+            (and its time with a dataset) and the likely causes.
 
     """
     compiled = compile(graph, schedule) if compiled is None else compiled
     numbers = compiled.numbers if numbers is None else numbers
+    times = None
     if dataset is not None:
         n = len(dataset.times) - 1
         us = np.zeros((n, 0)) if dataset.inputs is None else np.asarray(dataset.inputs)[:-1]
         ys = np.asarray(dataset.observations)[1:]
+        times = np.asarray(dataset.times)
     if us is None or ys is None:
         raise ValueError("run: expected a dataset or both us and ys; received neither.")
-    us, ys = jnp.asarray(us, jnp.float64), jnp.asarray(ys, jnp.float64)
+    us, ys = _record("us", us), _record("ys", ys)
+    if us.shape[0] != ys.shape[0]:
+        raise ValueError(
+            f"run us, ys: expected the same number of rows T (input k and measurement k+1 per row); "
+            f"received us {us.shape}, ys {ys.shape}."
+        )
+    _check_finite("us", us, allow_nan=False)
+    _check_finite("ys", ys, allow_nan=True)
     for gi, g in enumerate(compiled.groups):
-        for field, arr in (("inputs", us), ("outputs", ys)):
+        for field, arr, arg in (("inputs", us, "us"), ("outputs", ys, "ys")):
             for i, cols in zip(g.members, np.asarray(numbers.groups[gi][field]), strict=True):
                 if cols.size and cols.max() >= arr.shape[1]:
                     raise ValueError(
-                        f"run: subsystem {compiled.names[i]!r} {field}: expected columns < {arr.shape[1]}; "
-                        f"received {cols.tolist()}."
+                        f"run: subsystem {compiled.names[i]!r} {field}: expected columns < {arr.shape[1]} "
+                        f"(the columns of {arg}, shape {arr.shape}); received {cols.tolist()}."
                     )
-    return unpack(compiled, numbers, compiled.scan(numbers, us, ys, jnp.isfinite(ys)))
+    _check_numbers(compiled, numbers)
+    masks = ~np.isnan(ys)
+    outs = compiled.scan(numbers, jnp.asarray(us), jnp.asarray(np.where(masks, ys, 0.0)), jnp.asarray(masks))
+    result = unpack(compiled, numbers, outs)
+    _check_divergence(graph, result, times)
+    return result
+
+
+def _record(name: str, value: Any) -> np.ndarray:
+    """``value`` as a 2-D float64 host array (integers converted exactly; float16/32 refused)."""
+    arr = np.asarray(value)
+    if arr.dtype.kind not in "fiu" or arr.dtype in (np.float16, np.float32):
+        raise ValueError(
+            f"run {name}: expected a float64 array; received dtype {arr.dtype} (convert with "
+            "np.asarray(x, dtype=np.float64) only if the lost digits do not matter)."
+        )
+    if arr.ndim != 2:
+        raise ValueError(f"run {name}: expected a 2-D array (T, columns); received shape {arr.shape}.")
+    return arr.astype(np.float64)
+
+
+def _check_finite(name: str, arr: np.ndarray, *, allow_nan: bool) -> None:
+    bad = np.isinf(arr) if allow_nan else ~np.isfinite(arr)
+    if bad.any():
+        row, col = (int(i) for i in np.argwhere(bad)[0])
+        allowed = "finite values or NaN (missing)" if allow_nan else "finite values"
+        raise ValueError(
+            f"run {name}: expected {allowed}; received {arr[row, col]} at row {row}, column {col}."
+        )
+
+
+def _check_numbers(compiled: Compiled, numbers: Numbers) -> None:
+    """Every subsystem's x0 finite, P0, Q and R finite and positive semi-definite (one batch per group)."""
+    for gi, g in enumerate(compiled.groups):
+        arr = numbers.groups[gi]
+        for field in ("x0", "P0", "Q", "R"):
+            values = np.asarray(arr[field])
+            finite = np.all(np.isfinite(values).reshape(len(g.members), -1), axis=1, keepdims=False)
+            finite = np.asarray(finite, dtype=bool)
+            j = int(np.argmax(~finite)) if not finite.all() else -1
+            if j < 0 and field != "x0":
+                j = first_not_psd(values)
+            if j < 0:
+                continue
+            v = values[j]
+            where = f"run: subsystem {compiled.names[g.members[j]]!r} {field}"
+            if not finite[j]:
+                raise ValueError(f"{where}: expected finite values; received {v.tolist()}.")
+            eig = float(np.linalg.eigvalsh(0.5 * (v + v.T))[0])
+            raise ValueError(
+                f"{where}: expected a positive semi-definite covariance; received a matrix with eigenvalue "
+                f"{eig:.3g}."
+            )
+
+
+def _diverged_message(who: str, hint: str = "") -> str:
+    return (
+        f"graph run diverged: {who}: the state became non-finite or the covariance stopped being "
+        "positive semi-definite. Likely causes: process noise Q too small (or P0 too large) for the "
+        "model, a step size too large for the transition, or an interface law/gamma whose messages "
+        f"grow without bound{hint}."
+    )
+
+
+def _check_divergence(graph: Graph, result: dict[str, GraphResult], times: Any) -> None:
+    """Raise :class:`DivergenceError` for the subsystem that diverged first (ties: graph order)."""
+    first: list[tuple[int, str]] = []
+    for name, res in result.items():
+        finite = np.isfinite(res.means[1:]).all(axis=1)
+        bad = -1 if finite.all() else int(np.argmax(~finite))
+        lost = first_not_psd(res.covs[1:] if bad < 0 else res.covs[1 : bad + 1])
+        bad = lost if lost >= 0 else bad
+        if bad >= 0:
+            first.append((bad, name))
+    if not first:
+        return
+    step, name = min(first)
+    _, edges = graph.flatten()
+    incoming = [f"{e.kind} from {e.sender!r}" for e in edges if e.receiver == name]
+    kinds = f"; its incoming messages: {', '.join(incoming)}" if incoming else ""
+    when = f" (t = {float(times[step + 1]):g})" if times is not None else ""
+    others = sorted(n for _, n in first if n != name)
+    also = f" Also diverged later: {others}." if others else ""
+    raise DivergenceError(
+        _diverged_message(
+            f"subsystem {name!r} at step {step}{when}",
+            kinds + "; probabilistic messages add their covariance to Q",
+        )
+        + also
+    )
 
 
 def unpack(compiled: Compiled, numbers: Numbers, outs: Any) -> dict[str, GraphResult]:

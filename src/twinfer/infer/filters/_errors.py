@@ -1,0 +1,48 @@
+"""Named failures of the estimators: divergence (an error) and an inconsistent filter (a warning).
+
+DESIGN.md, Conventions: a diverging filter gets an error naming what diverged and where; nothing turns
+into NaN without a message.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+NIS_WARN = 10.0
+"""Mean normalised innovation squared above which :func:`twinfer.infer.filters.filter` warns.
+
+A consistent filter gives a mean NIS of 1 per observed component (Bar-Shalom, Li & Kirubarajan,
+Estimation with Applications to Tracking and Navigation, Sec. 5.4.2); 10 means the innovations are on
+average more than three predicted standard deviations away: the model or the noise levels are wrong.
+"""
+
+PSD_RTOL = 1e-8
+"""A covariance whose smallest eigenvalue is below ``-PSD_RTOL`` times its largest has lost PSD."""
+
+
+class DivergenceError(ValueError):
+    """An estimator's state became non-finite or a covariance stopped being positive semi-definite."""
+
+
+class FilterConsistencyWarning(UserWarning):
+    """The filter's innovations are far larger than its own predicted innovation covariance allows."""
+
+
+def first_not_psd(covs: Any) -> int:
+    """Index of the first (n, n) matrix of ``covs`` (T, n, n) that is non-finite or not PSD; -1 if none.
+
+    Not PSD: the smallest eigenvalue below ``-PSD_RTOL`` times the largest absolute one (far above the
+    rounding of a symmetric eigenvalue solver, ~1e-16 relative).
+    """
+    c = np.asarray(covs)
+    if c.size == 0:
+        return -1
+    finite = np.isfinite(c).reshape(c.shape[0], -1).all(axis=1)
+    bad: np.ndarray = np.logical_not(finite)
+    if finite.any():
+        eig = np.linalg.eigvalsh(0.5 * (c[finite] + np.swapaxes(c[finite], -1, -2)))
+        scale = np.max(np.abs(eig), axis=-1)
+        bad[finite] = eig[:, 0] < -PSD_RTOL * scale
+    return int(np.argmax(bad)) if bad.any() else -1
