@@ -19,19 +19,21 @@ inline, which is how the hang hid behind pinned benchmarks. gdb on the hung ``tw
 Unbatched calls run inline and never hung (three concurrent 300 x 300 solves, 300 calls).
 
 The workaround (:func:`use_batch_safe_lowerings`, applied when twinfer is imported): on the CPU, the
-batched forms of Cholesky, triangular solve, LU and QR are lowered to XLA's own HLO operations, which
-its compiler expands into loops over the whole batch (``CholeskyExpander``, ``TriangularSolveExpander``,
-``QrExpander``; LU by jax's portable implementation); unbatched calls keep LAPACK. Results agree with
-LAPACK's to rounding; for the many small matrices of vmapped filters the expanded loops are also faster
-than one LAPACK call per matrix. ``TWINFER_LAPACK_BATCHED=1`` keeps jaxlib's lowerings (for a jaxlib
+batched forms of Cholesky and triangular solve on matrices up to :data:`UNROLL_MAX` are lowered to
+kernels written out here, column by column over the whole batch (straight-line element-wise code that
+XLA fuses: the grid's distributed UKF on PEGASE 9241 runs as fast as with LAPACK), larger ones and LU
+and QR to XLA's own HLO operations, which its compiler expands into loops (``CholeskyExpander``,
+``TriangularSolveExpander``, ``QrExpander``; LU by jax's portable implementation; 2.3x slower than
+LAPACK on that case, so kept for the rare large batched factorisation); unbatched calls keep LAPACK.
+Results agree with LAPACK's to rounding. ``TWINFER_LAPACK_BATCHED=1`` keeps jaxlib's lowerings (for a jaxlib
 that fixes the bug). ``tests/reliability/test_no_lu_deadlock.py`` checks the compiled estimators and runs
 the multi-group grid case unpinned on every core under a hard timeout.
 
-Besides, twinfer factorises symmetric positive-definite systems by Cholesky (:func:`spd_solve`,
-:func:`spd_inverse`) and general square ones by Householder QR (:func:`solve`), never by LU.
+Besides, symmetric positive-definite systems are solved by Cholesky (:func:`spd_solve`,
+:func:`spd_inverse`), not by LU.
 
 References:
-    Golub & Van Loan, Matrix Computations (4th ed.), Alg. 4.2.1 (Cholesky) and 5.2.1 (Householder QR).
+    Golub & Van Loan, Matrix Computations (4th ed.), Alg. 4.2.1 (Cholesky).
 
 """
 
@@ -45,11 +47,65 @@ import jax.numpy as jnp
 
 _APPLIED = False
 
+UNROLL_MAX = 32
+"""Largest batched matrix factorised or solved by the written-out kernels below; larger batched ones go
+to XLA's HLO expansions (loops over blocks of columns, slower for small matrices)."""
+
+
+def _batched_cholesky(a: Any) -> Any:
+    """Lower Cholesky factor of each matrix of ``a`` (..., n, n), columns written out (Alg. 4.2.1).
+
+    Column j of L is ``(a[j:, j] - L[j:, :j] L[j, :j]^T) / sqrt(...)``: n steps of element-wise
+    operations over the whole batch, which XLA fuses; NaN where a matrix is not positive-definite.
+    """
+    n = a.shape[-1]
+    low = jnp.zeros_like(a)
+    for j in range(n):
+        col = a[..., j:, j]
+        if j:
+            col = col - jnp.sum(low[..., j:, :j] * low[..., j, None, :j], axis=-1)
+        diag = jnp.sqrt(col[..., :1])
+        low = low.at[..., j:, j].set(jnp.concatenate([diag, col[..., 1:] / diag], axis=-1))
+    return low
+
+
+def _batched_triangular_solve(
+    a: Any, b: Any, *, left_side: bool, lower: bool, transpose_a: bool, conjugate_a: bool, unit_diagonal: bool
+) -> Any:
+    """``op(a) x = b`` (left) or ``x op(a) = b`` (right) for each matrix of the batch, by substitution.
+
+    Real matrices only (``conjugate_a`` is then a no-op). A right-side solve is the left-side solve of the
+    transposed system; ``op(a) = a^T`` swaps lower and upper. Rows are eliminated one at a time with
+    element-wise products over the batch and the right-hand sides (Golub & Van Loan Alg. 3.1.1-3.1.2).
+    """
+    del conjugate_a
+    if not left_side:  # x op(a) = b  <=>  op(a)^T x^T = b^T
+        xt = _batched_triangular_solve(
+            a, jnp.swapaxes(b, -1, -2), left_side=True, lower=lower, transpose_a=not transpose_a,
+            conjugate_a=False, unit_diagonal=unit_diagonal,
+        )  # fmt: skip
+        return jnp.swapaxes(xt, -1, -2)
+    m = jnp.swapaxes(a, -1, -2) if transpose_a else a
+    forward = lower != transpose_a
+    n = m.shape[-1]
+    order = range(n) if forward else range(n - 1, -1, -1)
+    rows: dict[int, Any] = {}
+    for i in order:
+        acc = b[..., i, :]
+        done = sorted(rows)
+        if done:
+            solved = jnp.stack([rows[k] for k in done], axis=-2)  # (..., len(done), k)
+            acc = acc - jnp.sum(m[..., i, done][..., :, None] * solved, axis=-2)
+        rows[i] = acc if unit_diagonal else acc / m[..., i, i][..., None]
+    return jnp.stack([rows[i] for i in range(n)], axis=-2)
+
 
 def use_batch_safe_lowerings() -> bool:
-    """Lower batched Cholesky, triangular solve, LU and QR on the CPU to XLA's HLO expansions.
+    """Lower batched Cholesky, triangular solve, LU and QR on the CPU without LAPACK's batch fan-out.
 
-    Idempotent; returns whether the CPU lowerings are now the batch-safe ones (False when
+    Batched real matrices up to :data:`UNROLL_MAX` go to the written-out kernels above (Cholesky and
+    triangular solve), larger or complex ones, and LU and QR, to XLA's HLO expansions; unbatched calls
+    keep LAPACK. Idempotent; returns whether the lowerings are now the batch-safe ones (False when
     ``TWINFER_LAPACK_BATCHED=1`` keeps jaxlib's). See the module docstring for the hang this avoids.
     """
     global _APPLIED
@@ -61,6 +117,10 @@ def use_batch_safe_lowerings() -> bool:
     from jax._src.lax import linalg as lax_linalg
 
     cpu_rules = mlir._platform_specific_lowerings["cpu"]
+    unrolled = {
+        lax_linalg.cholesky_p: mlir.lower_fun(_batched_cholesky, multiple_results=False),
+        lax_linalg.triangular_solve_p: mlir.lower_fun(_batched_triangular_solve, multiple_results=False),
+    }
     generic = {
         lax_linalg.cholesky_p: lax_linalg._cholesky_lowering,
         lax_linalg.triangular_solve_p: lax_linalg._triangular_solve_lowering,
@@ -68,22 +128,22 @@ def use_batch_safe_lowerings() -> bool:
         lax_linalg.geqrf_p: lax_linalg._geqrf_lowering_rule,
         lax_linalg.householder_product_p: lax_linalg._householder_product_lowering,
     }
-    for prim, batched_rule in generic.items():
+    for prim, expanded in generic.items():
         lapack_rule = cpu_rules[prim].rule
+        small = unrolled.get(prim)
 
-        def rule(ctx, *args, _lapack=lapack_rule, _batched=batched_rule, **params):
-            batched = len(ctx.avals_in[0].shape) > 2
-            return (_batched if batched else _lapack)(ctx, *args, **params)
+        def rule(ctx, *args, _lapack=lapack_rule, _expanded=expanded, _small=small, **params):
+            aval = ctx.avals_in[0]
+            if len(aval.shape) <= 2:
+                return _lapack(ctx, *args, **params)
+            real = jnp.issubdtype(aval.dtype, jnp.floating)
+            if _small is not None and real and aval.shape[-1] <= UNROLL_MAX:
+                return _small(ctx, *args, **params)
+            return _expanded(ctx, *args, **params)
 
         mlir.register_lowering(prim, rule, platform="cpu")
     _APPLIED = True
     return True
-
-
-def solve(a: Any, b: Any) -> Any:
-    """``a^-1 b`` for a square nonsingular ``a`` (n, n) by Householder QR; ``b`` is (n,) or (n, k)."""
-    q, r = jnp.linalg.qr(a)
-    return jax.scipy.linalg.solve_triangular(r, q.T @ b, lower=False)
 
 
 def spd_solve(a: Any, b: Any) -> Any:

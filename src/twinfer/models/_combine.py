@@ -29,7 +29,6 @@ from typing import Any, Literal
 import equinox as eqx
 import jax
 import jax.numpy as jnp
-import lineax as lx
 import numpy as np
 import optimistix as optx
 from scipy.sparse import csr_matrix
@@ -276,7 +275,7 @@ class Combination(eqx.Module):
             n_unknown = sum(sizes[n] for n in comp)
             sol = optx.root_find(
                 residual,
-                optx.Newton(rtol=1e-10, atol=1e-10, linear_solver=lx.QR()),  # not LU: twinfer.linalg
+                optx.Newton(rtol=1e-10, atol=1e-10),
                 jnp.zeros(n_unknown),
                 args=dict(val),
                 throw=False,

@@ -22,7 +22,6 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array
 
-from twinfer.linalg import solve
 from twinfer.models._base import AbstractModel, Input, Output, Params, State
 from twinfer.models._combine import Combination
 
@@ -159,7 +158,7 @@ class CombinedModel(AbstractModel):
             r = residual(xg)
             jac = jax.jacfwd(residual)(xg)
             # minimum-norm Gauss-Newton step J^T (J J^T)^-1 r: insensitive entries stay unchanged
-            return xg - jac.T @ solve(jac @ jac.T, r), None  # QR, not LU: see twinfer.linalg
+            return xg - jac.T @ jnp.linalg.solve(jac @ jac.T, r), None
 
         x_new, _ = jax.lax.scan(step, x, None, length=self.backsolve_steps)
         bad = ~(jnp.max(jnp.abs(residual(x_new))) < 1e-8)

@@ -23,7 +23,6 @@ import diffrax
 import equinox as eqx
 import jax
 import jax.numpy as jnp
-import lineax as lx
 import numpy as np
 import optimistix as optx
 
@@ -143,11 +142,7 @@ def simulate_events(
             return lambda t, y, args, **kw: model.event_indicators(t, y, args[0], u_fn(t), args[1])[i]
 
         conds = tuple(indicator(i) for i in range(n_ev))
-        event = diffrax.Event(
-            conds,
-            root_finder=optx.Newton(rtol=event_tol, atol=event_tol, linear_solver=lx.QR()),
-            direction=False,
-        )
+        event = diffrax.Event(conds, root_finder=optx.Newton(rtol=event_tol, atol=event_tol), direction=False)
 
     def solve_piece(t, x, z, t_next):
         """One solve from t to min(t_next, next time event), stopped early by a state event."""

@@ -28,7 +28,6 @@ from jaxtyping import Array, Float
 
 from twinfer.infer.pinn._network import StateNetwork
 from twinfer.infer.pinn._physics import PositiveParameters, chain_residuals, observed_dofs
-from twinfer.linalg import solve
 from twinfer.models import Chain
 
 
@@ -242,7 +241,7 @@ def projected_parameters(
     grad, hess = jax.grad(loss_of)(v0), jax.hessian(loss_of)(v0)
     # a relative ridge of 1e-12 keeps the solve defined when a parameter has no effect on the loss
     hess = hess + 1e-12 * jnp.diag(jnp.abs(jnp.diag(hess)) + 1e-300)
-    values = v0 - solve(hess, grad)  # QR, not LU: see twinfer.linalg
+    values = v0 - jnp.linalg.solve(hess, grad)
     scales = jnp.asarray(theta.scales)
     values = jnp.clip(values, bounds[0] * scales, bounds[1] * scales)
     return theta.with_values(jax.lax.stop_gradient(values))
