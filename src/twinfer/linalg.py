@@ -24,7 +24,8 @@ kernels written out here, column by column over the whole batch (straight-line e
 XLA fuses: the grid's distributed UKF on PEGASE 9241 runs as fast as with LAPACK), larger ones and LU
 and QR to XLA's own HLO operations, which its compiler expands into loops (``CholeskyExpander``,
 ``TriangularSolveExpander``, ``QrExpander``; LU by jax's portable implementation; 2.3x slower than
-LAPACK on that case, so kept for the rare large batched factorisation); unbatched calls keep LAPACK.
+LAPACK on that case, so kept for the rare large batched factorisation); unbatched calls and batches
+of one keep LAPACK.
 Results agree with LAPACK's to rounding. ``TWINFER_LAPACK_BATCHED=1`` keeps jaxlib's lowerings (for a jaxlib
 that fixes the bug). ``tests/reliability/test_no_lu_deadlock.py`` checks the compiled estimators and runs
 the multi-group grid case unpinned on every core under a hard timeout.
@@ -39,6 +40,7 @@ References:
 
 from __future__ import annotations
 
+import math
 import os
 from typing import Any
 
@@ -100,12 +102,28 @@ def _batched_triangular_solve(
     return jnp.stack([rows[i] for i in range(n)], axis=-2)
 
 
+def _unbatched(prim: Any) -> Any:
+    """A lowering that drops a batch of one, binds ``prim`` on the matrices (LAPACK), and restores it."""
+    from jax._src.interpreters import mlir
+
+    def fun(*args, **params):
+        lead = args[0].shape[:-2]
+        squeezed = [a.reshape(a.shape[len(lead) :]) for a in args]
+        out = prim.bind(*squeezed, **params)
+        if prim.multiple_results:
+            return [o.reshape(lead + o.shape) for o in out]
+        return out.reshape(lead + out.shape)
+
+    return mlir.lower_fun(fun, multiple_results=prim.multiple_results)
+
+
 def use_batch_safe_lowerings() -> bool:
     """Lower batched Cholesky, triangular solve, LU and QR on the CPU without LAPACK's batch fan-out.
 
     Batched real matrices up to :data:`UNROLL_MAX` go to the written-out kernels above (Cholesky and
     triangular solve), larger or complex ones, and LU and QR, to XLA's HLO expansions; unbatched calls
-    keep LAPACK. Idempotent; returns whether the lowerings are now the batch-safe ones (False when
+    and batches of one (a centralised filter vmapped over one cluster) keep LAPACK. Idempotent; returns
+    whether the lowerings are now the batch-safe ones (False when
     ``TWINFER_LAPACK_BATCHED=1`` keeps jaxlib's). See the module docstring for the hang this avoids.
     """
     global _APPLIED
@@ -132,10 +150,12 @@ def use_batch_safe_lowerings() -> bool:
         lapack_rule = cpu_rules[prim].rule
         small = unrolled.get(prim)
 
-        def rule(ctx, *args, _lapack=lapack_rule, _expanded=expanded, _small=small, **params):
+        def rule(ctx, *args, _prim=prim, _lapack=lapack_rule, _expanded=expanded, _small=small, **params):
             aval = ctx.avals_in[0]
             if len(aval.shape) <= 2:
                 return _lapack(ctx, *args, **params)
+            if math.prod(aval.shape[:-2]) == 1:  # a batch of one (a vmap over one cluster): LAPACK
+                return _unbatched(_prim)(ctx, *args, **params)
             real = jnp.issubdtype(aval.dtype, jnp.floating)
             if _small is not None and real and aval.shape[-1] <= UNROLL_MAX:
                 return _small(ctx, *args, **params)

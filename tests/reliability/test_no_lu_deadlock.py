@@ -171,3 +171,16 @@ def test_batched_cholesky_of_a_non_positive_definite_matrix_is_nan_there_only():
     spd = jnp.broadcast_to(2.0 * jnp.eye(4), (3, 4, 4)).at[1].set(-jnp.eye(4))
     low = jax.jit(jnp.linalg.cholesky)(spd)
     assert bool(jnp.isnan(low[1]).any()) and bool(jnp.isfinite(low[jnp.array([0, 2])]).all())
+
+
+def test_a_batch_of_one_keeps_lapack():
+    """A centralised filter is a vmap over one cluster: its large factorisations stay LAPACK calls."""
+    rng = np.random.default_rng(4)
+    g = rng.normal(size=(1, 40, 40))
+    a = jnp.asarray(g @ np.swapaxes(g, 1, 2) + 40 * np.eye(40))
+    fn = jax.jit(lambda a: (jnp.linalg.cholesky(a), jnp.linalg.qr(a)[0]))
+    text = fn.lower(a).compile().as_text()
+    assert {"lapack_dpotrf_ffi", "lapack_dgeqrf_ffi"} <= set(re.findall(r'target="(lapack_\w+)"', text))
+    low, q = fn(a)
+    np.testing.assert_allclose(low[0], np.linalg.cholesky(np.asarray(a[0])), rtol=1e-12, atol=1e-13)
+    np.testing.assert_allclose(np.abs(q[0].T @ q[0]), np.eye(40), atol=1e-12)
