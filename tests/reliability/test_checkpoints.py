@@ -23,6 +23,7 @@ import numpy as np
 import pytest
 
 import twinfer
+from test_learn import _Decay  # the dx/dt = -k x model of the training tests
 from twinfer.checkpoint import Checkpoint, CheckpointError, inspect, run_fingerprint
 from twinfer.infer.pinn import StateNetwork
 from twinfer.infer.pinn import TrainSettings as PinnSettings
@@ -30,7 +31,6 @@ from twinfer.infer.pinn import train as pinn_train
 from twinfer.infer.smc import ibis, tempering
 from twinfer.learn import TrainSettings, trajectory_loss
 from twinfer.learn import train as learn_train
-from twinfer.models import AbstractModel
 
 RNG = random.Random(20261124)  # the seeded "random" interruption points
 N_OBS = 40
@@ -218,25 +218,6 @@ def test_pinn_training_interrupted_and_resumed_equals_uninterrupted(tmp_path):
 
 
 # -- hybrid training (learn.train) --------------------------------------------------------------------
-class _Decay(AbstractModel):
-    """dx/dt = -k x."""
-
-    params: dict
-
-    def __init__(self, k):
-        self.params = {"k": jnp.asarray(k)}
-
-    state_names = property(lambda self: ("x",))
-    input_names = property(lambda self: ())
-    output_names = property(lambda self: ("x",))
-
-    def vector_field(self, t, x, u, params):
-        return -params["k"] * x
-
-    def output(self, t, x, u, params):
-        return x
-
-
 GRID = np.round(np.arange(0.0, 1.0 + 1e-9, 0.05), 10)
 X0 = np.array([[1.0], [2.0]])
 

@@ -13,7 +13,6 @@ import os
 import re
 import subprocess
 import sys
-from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -129,19 +128,14 @@ def test_grid_multi_group_case_completes_unpinned_on_every_core(tmp_path):
     """
     env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "JAX_PLATFORMS")}
     env.update(TWINFER_CACHE_DIR="off", JAX_ENABLE_X64="1", MPLBACKEND="Agg")
-    cores = range(os.cpu_count() or 1)
-    twinfer_cli = str(Path(sys.executable).parent / "twinfer")
-    command = [twinfer_cli, "run", "grid", "--set", "case=pegase1354"]
+    every_core = (
+        "import os, sys; os.sched_setaffinity(0, range(os.cpu_count())); from twinfer.cli import main; "
+        "sys.argv[0] = 'twinfer'; main()"
+    )  # the child widens its own affinity before JAX starts: no fork of this (threaded) process
+    command = [sys.executable, "-c", every_core, "run", "grid", "--set", "case=pegase1354"]
     command += ["--set", "steps=100", "--set", "central=no", "--out", str(tmp_path)]
     try:
-        done = subprocess.run(
-            command,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=360,
-            preexec_fn=lambda: os.sched_setaffinity(0, cores),
-        )
+        done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=360)
     except subprocess.TimeoutExpired as exc:
         pytest.fail(f"twinfer run grid (pegase1354, multi-group) hung: no exit in {exc.timeout} s")
     assert done.returncode == 0, done.stderr[-3000:]

@@ -31,6 +31,36 @@ def _fail(message: str, code: int = 2) -> None:
     raise typer.Exit(code)
 
 
+class _Interrupts:
+    """Ctrl-C that cannot be lost: a SIGINT is remembered as well as raised.
+
+    Python raises KeyboardInterrupt wherever the main thread is when the signal arrives; inside a
+    garbage-collection or finaliser callback (JAX registers one) it is printed as "Exception ignored"
+    and swallowed, and the run would go on as if nothing had been pressed. The remembered flag is
+    checked again at every progress report and after the computation, so the run still stops there.
+    """
+
+    def __init__(self) -> None:
+        self.seen = False
+
+    def install(self) -> None:
+        import signal
+
+        self.seen = False
+        signal.signal(signal.SIGINT, self._handler)
+
+    def _handler(self, signum: int, frame: object) -> None:
+        self.seen = True
+        raise KeyboardInterrupt
+
+    def check(self) -> None:
+        if self.seen:
+            raise KeyboardInterrupt
+
+
+_INTERRUPTS = _Interrupts()
+
+
 class _Bar:
     """Turns ``progress(stage, completed, total)`` callbacks into rich progress bars."""
 
@@ -39,6 +69,7 @@ class _Bar:
         self.tasks: dict[str, object] = {}
 
     def __call__(self, stage: str, completed: float, total: float) -> None:
+        _INTERRUPTS.check()  # a Ctrl-C swallowed inside a callback stops the run here
         if stage not in self.tasks:
             self.tasks[stage] = self.progress.add_task(stage, total=total)
         self.progress.update(self.tasks[stage], completed=completed, total=total)  # type: ignore[arg-type]
@@ -147,8 +178,10 @@ def run(
     )
     start = time.perf_counter()
     try:
+        _INTERRUPTS.install()
         with _progress() as progress:
             artifacts = the_case.run(run_cfg, _Bar(progress))
+        _INTERRUPTS.check()
         paper = the_case.paper_values(cfg)
 
         def posterior(folder: Path) -> object:  # posterior.nc + summary when the case sampled a posterior
