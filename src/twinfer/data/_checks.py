@@ -51,13 +51,24 @@ def as_array(value: Any, field: str, expected: str) -> np.ndarray:
         raise fail(field, f"{expected} (a rectangular array)", f"{type(value).__name__}: {error}") from None
 
 
+def first_bad(array: Any, bad: np.ndarray | None = None) -> tuple[tuple[int, ...], Any] | None:
+    """Index and value of the first entry of ``array`` flagged by ``bad`` (default: non-finite); None."""
+    array = np.asarray(array)
+    flags = ~np.isfinite(array) if bad is None else bad
+    if not flags.any():
+        return None
+    index = tuple(int(i) for i in np.argwhere(flags)[0])
+    return index, array[index]
+
+
 def check_finite(array: np.ndarray, field: str, where: np.ndarray | None = None) -> None:
     """Raise naming the first non-finite entry of ``array`` (restricted to ``where`` if given)."""
     bad = ~np.isfinite(array)
     if where is not None:
         bad &= where
-    if bad.any():
-        index = tuple(int(i) for i in np.argwhere(bad)[0])
+    found = first_bad(array, bad)
+    if found is not None:
+        index, value = found
         if array.ndim == 2:
             row, col = index
             at = f"{field}[{row}, {col}] (row {row}, column {col})"
@@ -66,7 +77,7 @@ def check_finite(array: np.ndarray, field: str, where: np.ndarray | None = None)
         raise fail(
             field,
             "finite values" + (" where observed" if where is not None else ""),
-            f"{array[index]} at {at}",
+            f"{value} at {at}",
         )
 
 

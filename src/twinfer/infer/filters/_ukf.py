@@ -10,6 +10,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from twinfer.data._checks import first_bad
 from twinfer.infer.filters import _small
 from twinfer.infer.filters._errors import DivergenceError, first_not_psd
 
@@ -371,6 +372,5 @@ def run_ukf(
 
 def _first_bad(arr: Any) -> str:
     """``"<value> at index (i, j)"`` for the first non-finite entry of ``arr``."""
-    a = np.asarray(arr)
-    index = tuple(int(i) for i in np.argwhere(~np.isfinite(a))[0])
-    return f"{a[index]} at index {index}"
+    index, value = first_bad(arr)  # type: ignore[misc]  # called only where a non-finite entry exists
+    return f"{value} at index {index}"

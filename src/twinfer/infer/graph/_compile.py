@@ -29,6 +29,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from twinfer.data._checks import first_bad
 from twinfer.infer.filters import DivergenceError, UnscentedWeights, gaussian_filter, linear, taylor, ukf_step
 from twinfer.infer.filters._errors import first_not_psd
 from twinfer.infer.graph._graph import Graph
@@ -555,13 +556,11 @@ def _record(name: str, value: Any) -> np.ndarray:
 
 
 def _check_finite(name: str, arr: np.ndarray, *, allow_nan: bool) -> None:
-    bad = np.isinf(arr) if allow_nan else ~np.isfinite(arr)
-    if bad.any():
-        row, col = (int(i) for i in np.argwhere(bad)[0])
+    found = first_bad(arr, np.isinf(arr) if allow_nan else None)
+    if found is not None:
+        (row, col), value = found
         allowed = "finite values or NaN (missing)" if allow_nan else "finite values"
-        raise ValueError(
-            f"run {name}: expected {allowed}; received {arr[row, col]} at row {row}, column {col}."
-        )
+        raise ValueError(f"run {name}: expected {allowed}; received {value} at row {row}, column {col}.")
 
 
 def _check_numbers(compiled: Compiled, numbers: Numbers) -> None:
