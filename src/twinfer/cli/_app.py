@@ -284,10 +284,8 @@ def _with_checkpoint(
     folder (None: the case keeps no checkpoints) and whether the folder is managed (removed here once
     the run folder is complete).
     """
-    import datetime as dt
-
     from twinfer.experiments._checkpointing import config_digest
-    from twinfer.report import check_output_folder
+    from twinfer.report import check_output_folder, new_run_dir
 
     asked = resume or resume_from is not None
     if "checkpoint_dir" not in type(cfg).model_fields:
@@ -322,17 +320,7 @@ def _with_checkpoint(
             )
         folder = waiting[0]
     else:
-        stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
-        root.mkdir(parents=True, exist_ok=True)
-        folder = root / f"{case}-{stamp}"
-        n = 0
-        while True:
-            try:
-                folder.mkdir()
-                break
-            except FileExistsError:
-                n += 1
-                folder = root / f"{case}-{stamp}-{n}"
+        folder = new_run_dir(root, case)  # OUT/.checkpoints/<case>-<time>[-n], like a run folder
         (folder / "run.json").write_text(json.dumps(wanted, indent=2) + "\n")
         if waiting:
             console.print(
