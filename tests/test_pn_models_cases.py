@@ -73,38 +73,6 @@ def test_boucwen_quick_end_to_end(tmp_path):
     assert (run_dir / "figures" / "prior_vs_posterior.png").is_file()
 
 
-def test_small_tria_matches_lapack_tria():
-    """The element-wise Householder ``tria`` equals the QR-based one, also for rank-deficient blocks."""
-    from twinfer.infer.filters import tria as tria_qr
-    from twinfer.infer.pn._small import tria
-
-    a = np.random.default_rng(0).normal(size=(6, 12))
-    a[:, 3] = 0.0
-    np.testing.assert_allclose(tria(jnp.asarray(a)), tria_qr(jnp.asarray(a)), atol=1e-12)
-    a[2] = a[1] * 2.0  # rank deficient: the factor is not unique, its product is
-    low = np.asarray(tria(jnp.asarray(a)))
-    np.testing.assert_allclose(low @ low.T, a @ a.T, atol=1e-12)
-    assert np.all(np.isfinite(low)) and np.all(np.diag(low) >= 0) and np.allclose(low, np.tril(low))
-
-
-def test_tria_rows_gives_the_update_factors_of_the_full_tria():
-    """k reflections: T lower-triangular with T T^T = A1 A1^T (T equals the full tria's top block), the
-    cross block G T^T = A2 A1^T, and the remaining factor B B^T = A2 A2^T - G G^T (the updated covariance)."""
-    from twinfer.infer.pn._small import tria, tria_rows
-
-    a = np.random.default_rng(1).normal(size=(9, 9))
-    k = 3
-    out = np.asarray(tria_rows(jnp.asarray(a), k))
-    T, G, B = out[:k, :k], out[k:, :k], out[k:, k:]
-    np.testing.assert_allclose(out[:k, k:], 0.0, atol=0)
-    assert np.allclose(T, np.tril(T)) and np.all(np.diag(T) >= 0)
-    np.testing.assert_allclose(T, np.asarray(tria(jnp.asarray(a)))[:k, :k], atol=1e-12)
-    np.testing.assert_allclose(G @ T.T, a[k:] @ a[:k].T, atol=1e-12)
-    np.testing.assert_allclose(B @ B.T, a[k:] @ a[k:].T - G @ G.T, atol=1e-12)
-    with pytest.raises(ValueError, match="tria_rows k"):
-        tria_rows(jnp.asarray(a), 0)
-
-
 def test_fine_input_linear_midpoints_and_hold():
     from twinfer.experiments._pnsmc import fine_input
 

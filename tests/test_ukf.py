@@ -121,12 +121,12 @@ def test_masked_component_equals_reduced_model():
     masks = np.ones(ys.shape, bool)
     masks[::3, 1] = False
     f = lambda x, u: jnp.asarray(F_LIN) @ x
-    args = (np.zeros(2), np.eye(2), Q_LIN)
+    args = (np.zeros(2), np.eye(2), np.linalg.cholesky(Q_LIN))
     full = ukf_scan(
         f,
         lambda x, u: jnp.asarray(H_LIN) @ x,
         *args,
-        R_LIN,
+        np.linalg.cholesky(R_LIN),
         jnp.zeros((25, 1)),
         jnp.where(masks, ys, jnp.nan),
         jnp.asarray(masks),
@@ -136,7 +136,7 @@ def test_masked_component_equals_reduced_model():
         f,
         lambda x, u: jnp.asarray(H_LIN[[0, 2]]) @ x,
         *args,
-        R_LIN[:2, :2],
+        np.linalg.cholesky(R_LIN[:2, :2]),
         jnp.zeros((25, 1)),
         jnp.asarray(ys[:, [0, 2]]),
         redraw=True,
@@ -162,8 +162,8 @@ def test_calibration_of_filtered_states():
             h,
             jnp.zeros(2),
             jnp.eye(2),
-            jnp.asarray(Q_LIN),
-            jnp.asarray(R_LIN),
+            jnp.asarray(np.linalg.cholesky(Q_LIN)),
+            jnp.asarray(np.linalg.cholesky(R_LIN)),
             jnp.zeros((40, 1)),
             ys,
             redraw=True,
@@ -403,7 +403,8 @@ def test_a_linear_measurement_given_as_a_matrix_updates_as_its_sigma_points_woul
     mean, y = rng.normal(size=n), rng.normal(size=m)
     h_mat = rng.normal(size=(m, n))
     f = lambda x, u: jnp.sin(x) + 0.5 * x  # noqa: E731
-    args = (jnp.asarray(mean), jnp.asarray(cov), 0.1 * jnp.eye(n), 0.2 * jnp.eye(m), None, jnp.asarray(y))
+    chols = (np.linalg.cholesky(cov), np.sqrt(0.1) * np.eye(n), np.sqrt(0.2) * np.eye(m))
+    args = (jnp.asarray(mean), *map(jnp.asarray, chols), None, jnp.asarray(y))
     weights = UnscentedWeights.merwe(1.0, 2.0, 0.0)
     for mask, redraw in (
         (np.ones(m, bool), False),

@@ -86,7 +86,8 @@ def bench_filters(quick: bool, progress: Progress) -> dict[str, float]:
     h = lambda x, u: model.output(0.0, x, u, params)
 
     def one(u, y):
-        return ukf_scan(f, h, x0, cov0, q, r, u, y, weights=weights, redraw=False).loglik
+        chols = (jnp.linalg.cholesky(cov0), jnp.linalg.cholesky(q), jnp.linalg.cholesky(r))
+        return ukf_scan(f, h, x0, *chols, u, y, weights=weights, redraw=False).loglik
 
     batched = jax.jit(jax.vmap(one))
     single = jax.jit(one)

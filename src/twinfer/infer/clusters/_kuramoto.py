@@ -464,21 +464,32 @@ def run_clusters(
         spec = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec(mesh.axis_names[0]))
         shard = lambda a: jax.lax.with_sharding_constraint(a, spec)
 
-    def local_step(mean, cov, ext, q_d, y, mask, damp, internal, *, k):
+    def local_step(mean, chol, ext, q_d, y, mask, damp, internal, *, k):
+        """One cluster's step: (mean, lower factor, variances, ok)."""
         f = heun_transition(dt, damp, internal, k)
         s = mean.shape[0] // 3
-        q_local = jnp.diag(q_d)
-        r_local = r * jnp.eye(2 * s)
         if method == "wls":
-            return wls_step(f, _measure, mean, q_local, r_local, ext, y, mask, innovation=_wrapped_innovation)
+            out = wls_step(
+                f,
+                _measure,
+                mean,
+                jnp.diag(q_d),
+                r * jnp.eye(2 * s),
+                ext,
+                y,
+                mask,
+                innovation=_wrapped_innovation,
+            )
+            return out.mean, chol, jnp.diagonal(out.cov), out.ok
         select = jnp.eye(2 * s, 3 * s)  # phases and frequencies measured: linear, the exact Kalman update
-        return ukf_step(
-            f, select, mean, cov, q_local, r_local, ext, y, mask,
+        out = ukf_step(
+            f, select, mean, chol, jnp.diag(jnp.sqrt(q_d)), math.sqrt(r) * jnp.eye(2 * s), ext, y, mask,
             weights=weights, innovation=_wrapped_innovation,
         )  # fmt: skip
+        return out.mean, out.chol, jnp.sum(out.chol**2, axis=1), out.ok
 
     groups: list[_Group] = []
-    mean0, cov0 = [], []
+    mean0, chol0 = [], []
     for lay, k in zip(layouts, steps_of, strict=True):
         c, s = lay.bus.shape
         q_diag = jnp.repeat(jnp.asarray(q, float), s)
@@ -486,14 +497,18 @@ def run_clusters(
         mask = jnp.concatenate([lay.valid, lay.valid], axis=1)
         groups.append(_Group(lay, k, damp, q_diag, tuple(map(shard, (mask, damp, lay.internal)))))
         mean0.append(shard(jnp.transpose(x0_ext[lay.bus], (0, 2, 1)).reshape(c, 3 * s)))
-        cov0.append(
-            shard(jnp.broadcast_to(jnp.diag(jnp.repeat(jnp.asarray(var0, float), s)), (c, 3 * s, 3 * s)))
+        chol0.append(
+            shard(
+                jnp.broadcast_to(
+                    jnp.diag(jnp.sqrt(jnp.repeat(jnp.asarray(var0, float), s))), (c, 3 * s, 3 * s)
+                )
+            )
         )
     batched = {k: jax.vmap(functools.partial(local_step, k=k)) for k in set(steps_of)}
     sizes = [g.lay.bus.shape[1] for g in groups]
 
     def step(carry, y):
-        means, covs, register = carry
+        means, chols, register = carry
         if messages == "held":
             # Jacobi: the previous step's phases of out-of-cluster neighbours, summed once per step.
             exts = [external_sums(register[0], g.lay) for g in groups]
@@ -509,22 +524,22 @@ def run_clusters(
                 q_cs.append(g.q_diag + jnp.concatenate([zero, dt**2 * var_f, zero], axis=1))
         y_ext = jnp.concatenate([y.reshape(2, n), jnp.zeros((2, 1))], axis=1)
         outs = []
-        for g, m, p, e, q_c in zip(groups, means, covs, exts, q_cs, strict=True):
+        for g, m, p, e, q_c in zip(groups, means, chols, exts, q_cs, strict=True):
             y_local = jnp.concatenate([y_ext[0][g.lay.bus], y_ext[1][g.lay.bus]], axis=1)
             outs.append(batched[g.k](shard(m), shard(p), shard(e), shard(q_c), shard(y_local), *g.static))
-        variances = [jnp.diagonal(o.cov, axis1=1, axis2=2) for o in outs]
+        variances = [o[2] for o in outs]
         theta_var = [v[:, :s] + dt**2 / 3.0 * v[:, s : 2 * s] for v, s in zip(variances, sizes, strict=True)]
         register = jnp.stack(
             [
-                _register([o.mean[:, :s] for o, s in zip(outs, sizes, strict=True)], pos),
+                _register([o[0][:, :s] for o, s in zip(outs, sizes, strict=True)], pos),
                 _register(theta_var, pos),
             ]
         )
-        ok = jnp.all(jnp.stack([jnp.all(o.ok) for o in outs]))
-        carry = ([shard(o.mean) for o in outs], [shard(o.cov) for o in outs], register)
-        return carry, ([o.mean for o in outs], [jnp.sqrt(v) for v in variances], ok)
+        ok = jnp.all(jnp.stack([jnp.all(o[3]) for o in outs]))
+        carry = ([shard(o[0]) for o in outs], [shard(o[1]) for o in outs], register)
+        return carry, ([o[0] for o in outs], [jnp.sqrt(v) for v in variances], ok)
 
-    _, (means, stds, ok) = jax.lax.scan(step, (mean0, cov0, register0), ys)
+    _, (means, stds, ok) = jax.lax.scan(step, (mean0, chol0, register0), ys)
     mean_out = jnp.zeros((ys.shape[0], n + 1, 3))
     std_out = jnp.zeros((ys.shape[0], n + 1, 3))
     for g, m, sd in zip(groups, means, stds, strict=True):

@@ -18,10 +18,18 @@ import numpy as np
 
 from twinfer.data import Dataset
 from twinfer.infer.filters._augment import augment
-from twinfer.infer.filters._errors import NIS_WARN, DivergenceError, FilterConsistencyWarning, first_not_psd
-from twinfer.infer.filters._gaussian_filter import gaussian_filter, taylor, unscented
+from twinfer.infer.filters._errors import (
+    NIS_LOW,
+    NIS_MIN_COUNT,
+    NIS_WARN,
+    DivergenceError,
+    FilterConsistencyWarning,
+    first_not_psd,
+)
+from twinfer.infer.filters._gaussian_filter import gaussian_filter
 from twinfer.infer.filters._smoother import rts_smooth
-from twinfer.infer.filters._ukf import FilterOutput, UnscentedWeights, run_ukf
+from twinfer.infer.filters._ukf import run_ukf
+from twinfer.infer.gaussian import UnscentedWeights, taylor, unscented
 from twinfer.models import AbstractModel
 from twinfer.sim import discretise
 
@@ -296,17 +304,7 @@ def _run(
                 f"(t = {float(data.times[1 + int(sq.first_bad_step)]):g}): non-finite state or covariance. "
                 f"Check the model. {_ARGS_HINT}"
             )
-        gram = lambda c: jnp.einsum("tij,tkj->tik", c, c)
-        out = FilterOutput(
-            sq.means,
-            gram(sq.chols),
-            sq.pred_means,
-            gram(sq.pred_chols),
-            sq.cross_covs,
-            sq.loglik,
-            sq.first_bad_step,
-            sq.nis,
-        )
+        out = sq
     cov0 = jnp.diag(sd0**2)
     if smooth:
         sm = rts_smooth(out, x_init, cov0)
@@ -325,13 +323,23 @@ def _run(
         means = jnp.concatenate([x_init[None], out.means])
         covs = jnp.concatenate([cov0[None], out.covs])
     stds = jnp.sqrt(jnp.maximum(jnp.diagonal(covs, axis1=1, axis2=2), 0.0))
-    nis = float(out.nis) if bool(np.asarray(data.mask[1:]).any()) else None
+    n_obs = int(np.asarray(data.mask[1:]).sum())
+    nis = float(out.nis) if n_obs else None
     if nis is not None and nis > NIS_WARN:
         warnings.warn(
             f"{where}: the normalised innovation squared (NIS) averages {nis:.3g} per measurement; a "
             f"consistent filter gives about 1 (warning above {NIS_WARN:g}). The model, its parameters or "
             "the noise levels (noise_sd, process_sd) do not fit the data, so the estimates and the "
             f"log-likelihood ({float(out.loglik):.4g}) are not trustworthy.",
+            FilterConsistencyWarning,
+            stacklevel=3,
+        )
+    elif nis is not None and n_obs >= NIS_MIN_COUNT and nis < NIS_LOW:
+        warnings.warn(
+            f"{where}: the normalised innovation squared (NIS) averages {nis:.3g} per measurement over "
+            f"{n_obs} values; a consistent filter gives about 1 (warning below {NIS_LOW:g}). The filter's "
+            "variances are far larger than the data justify: an unstable discretisation (try a smaller "
+            "time step or another discretisation) or noise levels (noise_sd, process_sd) far too high.",
             FilterConsistencyWarning,
             stacklevel=3,
         )
@@ -378,8 +386,9 @@ def filter(  # noqa: A001  (the name users look for)
             innovation covariance singular and is refused).
         unknown: ``{name: (initial value, prior sd > 0, random-walk sd per step >= 0)}`` of scalar
             parameters of the model to estimate; the initial value must be one the model accepts.
-        method: ``"ukf"`` (sigma points, covariance form), ``"ukf-sqrt"`` (square-root statistical linear
-            regression) or ``"ekf"`` (square-root, Taylor).
+        method: ``"ukf"`` (sigma points propagated to the measurement, the paper's Alg. 6),
+            ``"ukf-sqrt"`` (statistical linear regression with points redrawn for the measurement) or
+            ``"ekf"`` (Taylor); all square-root (:mod:`twinfer.infer.gaussian`).
         discretisation: ``"euler"``, ``"heun"``, ``"rk4"`` or ``"exact"`` (:func:`twinfer.sim.discretise`).
         weights: sigma-point weights (default Merwe alpha=1, beta=2, kappa=0).
 

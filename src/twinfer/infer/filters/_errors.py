@@ -18,6 +18,17 @@ Estimation with Applications to Tracking and Navigation, Sec. 5.4.2); 10 means t
 average more than three predicted standard deviations away: the model or the noise levels are wrong.
 """
 
+NIS_LOW = 0.1
+"""Mean NIS below which :func:`twinfer.infer.filters.filter` warns, given at least :data:`NIS_MIN_COUNT`
+observed values: the filter predicts innovations far larger than those measured, so its variances are
+far too large (an unstable discretisation whose uncertainty explodes while the data pin the state, or a
+noise level far too high). For a consistent filter with 10 observations, a mean below 0.1 has a
+probability of about 2e-4 (chi-square with 10 degrees of freedom below 1).
+"""
+
+NIS_MIN_COUNT = 10
+"""Observed values needed before a low mean NIS is reported (fewer scatter too much)."""
+
 PSD_RTOL = 1e-8
 """A covariance whose smallest eigenvalue is below ``-PSD_RTOL`` times its largest has lost PSD."""
 

@@ -1,13 +1,9 @@
 """One square-root Gaussian filter driver; KF, EKF and the square-root UKF differ only in linearisation.
 
-A linearisation maps ``(fn, mean, chol_P)`` to ``(A, b, chol_Omega)`` with ``fn(x) ~ A x + b + e``,
-``e ~ N(0, Omega)`` near the Gaussian ``N(mean, P)``:
-
-* ``linear``: the function is affine; its Jacobian is exact and Omega = 0 (the KF, Alg. 4).
-* ``taylor``: first-order Taylor expansion at the mean with ``jax.jacfwd`` (the EKF, Alg. 5).
-* ``unscented``: statistical linear regression on sigma points (the UKF, S13-S15, with sigma points
-  redrawn for the measurement). Needs non-negative covariance weights (e.g. Merwe alpha = 1); for the
-  paper-code "no redraw" convention and negative weights use :func:`twinfer.infer.filters.ukf_scan`.
+The step is the core's atoms (:mod:`twinfer.infer.gaussian`): linearise the transition at the posterior,
+:func:`~twinfer.infer.gaussian.predict`, linearise the measurement at the prediction (sigma points
+redrawn for the UKF), :func:`~twinfer.infer.gaussian.update`. The paper code's UKF, which does not
+redraw, is :func:`twinfer.infer.filters.ukf_scan`.
 
 References:
     Särkkä & Svensson, Bayesian Filtering and Smoothing (2nd ed.), Sec. 9.4 (statistical linear
@@ -23,48 +19,25 @@ from typing import Any, NamedTuple
 import equinox as eqx
 import jax
 import jax.numpy as jnp
-from jax.scipy.linalg import solve_triangular
 
-from twinfer.infer.filters._atoms import predict, tria, update
-from twinfer.infer.filters._ukf import _DIVERGED, UnscentedWeights
+from twinfer.infer.gaussian import Linearisation, predict, taylor, tria, update
 
-Linearisation = Callable[[Callable[[Any], Any], Any, Any], tuple[Any, Any, Any]]
-
-
-def linear(fn: Callable[[Any], Any], mean: Any, chol_P: Any) -> tuple[Any, Any, Any]:
-    """Exact for affine ``fn``: A = d fn / dx, b = fn(0)-style offset, Omega = 0."""
-    A = jax.jacfwd(fn)(mean)
-    out = fn(mean)
-    return A, out - A @ mean, jnp.zeros((out.shape[0], 1), mean.dtype)
+_DIVERGED = (
+    "filter diverged: a covariance stopped being positive-definite or the state became non-finite "
+    "(first_bad_step in the output names the step; run_ukf reports it)."
+)
 
 
-def taylor(fn: Callable[[Any], Any], mean: Any, chol_P: Any) -> tuple[Any, Any, Any]:
-    """First-order Taylor expansion at the mean (the EKF); the remainder is ignored (Omega = 0)."""
-    return linear(fn, mean, chol_P)
-
-
-def unscented(weights: UnscentedWeights) -> Linearisation:
-    """Statistical linear regression through the unscented transform with the given weights."""
-
-    def linearise(fn: Callable[[Any], Any], mean: Any, chol_P: Any) -> tuple[Any, Any, Any]:
-        cov = chol_P @ chol_P.T
-        pts, wm, wc = weights.sigma_points(mean, cov)
-        vals = jax.vmap(fn)(pts)
-        mu = wm @ vals
-        dx, dy = pts - mean, vals - mu
-        cross = (dx.T * wc) @ dy  # cov(x, fn(x))
-        A = jax.scipy.linalg.cho_solve((chol_P, True), cross).T
-        resid = dy - dx @ A.T  # residual of the regression at each sigma point
-        chol_omega = tria(resid.T * jnp.sqrt(jnp.maximum(wc, 0.0)))
-        return A, mu - A @ mean, chol_omega
-
-    return linearise
+def _gram(chols: Any) -> Any:
+    return jnp.einsum("...ij,...kj->...ik", chols, chols)
 
 
 class GaussianFilterOutput(NamedTuple):
     """Filtered means/factors over t_1..t_T, predicted means/factors, the log-likelihood, first bad step.
 
-    ``cross_covs[k]`` = cov(x_k, x_{k+1}) under the linearisation (P_k A_k^T), for the RTS smoother.
+    Every Gaussian filter of twinfer (KF, EKF, both UKFs) returns this. ``chols`` are lower-triangular
+    factors of the covariances; ``covs`` and ``pred_covs`` form the covariances from them.
+    ``cross_covs[k]`` = cov(x_k, x_{k+1} | y_1..y_k), the input of the RTS smoother.
     """
 
     means: Any
@@ -76,6 +49,16 @@ class GaussianFilterOutput(NamedTuple):
     first_bad_step: Any
     nis: Any = None
     """Mean normalised innovation squared per observed component (1 for a consistent filter)."""
+
+    @property
+    def covs(self) -> Any:
+        """Filtered covariances ``chols @ chols^T``."""
+        return _gram(self.chols)
+
+    @property
+    def pred_covs(self) -> Any:
+        """One-step predictive covariances."""
+        return _gram(self.pred_chols)
 
 
 def gaussian_filter(
@@ -132,8 +115,7 @@ def gaussian_filter(
         ok = jnp.all(jnp.isfinite(m_new)) & jnp.all(jnp.isfinite(c_new)) & jnp.isfinite(info.loglik)
         bad = jnp.where((bad < 0) & ~ok, k, bad)
         cross = chol @ (chol.T @ A.T)
-        z = solve_triangular(info.chol_S, info.innovation, lower=True)
-        carry = (m_new, c_new, loglik + info.loglik, bad, k + 1, nis + z @ z)
+        carry = (m_new, c_new, loglik + info.loglik, bad, k + 1, nis + info.nis)
         return carry, (m_new, c_new, m_pred, c_pred, cross)
 
     zero = jnp.zeros((), x0.dtype)

@@ -7,7 +7,8 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from twinfer.infer.filters._ukf import FilterOutput
+from twinfer.infer.filters._gaussian_filter import GaussianFilterOutput
+from twinfer.infer.gaussian import cho_solve
 
 
 class SmootherOutput(NamedTuple):
@@ -17,7 +18,7 @@ class SmootherOutput(NamedTuple):
     covs: Any
 
 
-def rts_smooth(filtered: FilterOutput, x0: Any, cov0: Any) -> SmootherOutput:
+def rts_smooth(filtered: GaussianFilterOutput, x0: Any, cov0: Any) -> SmootherOutput:
     """Backward pass over a UKF (or KF) output: the smoothed marginals given all measurements.
 
     With the filter's cross-covariance C_k = cov(x_k, x_{k+1}) and predicted covariance P^-_{k+1},
@@ -26,8 +27,8 @@ def rts_smooth(filtered: FilterOutput, x0: Any, cov0: Any) -> SmootherOutput:
     it is the unscented RTS smoother (the sigma-point cross-covariance replaces F P).
 
     Args:
-        filtered: output of :func:`ukf_scan` / :func:`run_ukf` (or any tuple with ``means``, ``covs``,
-            ``pred_means``, ``pred_covs`` and ``cross_covs``).
+        filtered: output of any Gaussian filter (:func:`gaussian_filter`, :func:`ukf_scan`,
+            :func:`run_ukf`): ``means``, ``covs``, ``pred_means``, ``pred_chols`` and ``cross_covs``.
         x0: the filter's initial mean (time t_0).
         cov0: the filter's initial covariance.
 
@@ -40,14 +41,14 @@ def rts_smooth(filtered: FilterOutput, x0: Any, cov0: Any) -> SmootherOutput:
 
     def back(carry, inp):
         m_next, p_next = carry
-        m, p, m_pred, p_pred, cross = inp
-        chol = jnp.linalg.cholesky(p_pred)
-        gain = jax.scipy.linalg.cho_solve((chol, True), cross.T).T
+        m, p, m_pred, chol_pred, cross = inp
+        p_pred = chol_pred @ chol_pred.T
+        gain = cho_solve(chol_pred, cross.T).T
         m_s = m + gain @ (m_next - m_pred)
         p_s = p + gain @ (p_next - p_pred) @ gain.T
         p_s = 0.5 * (p_s + p_s.T)
         return (m_s, p_s), (m_s, p_s)
 
-    inputs = (means[:-1], covs[:-1], filtered.pred_means, filtered.pred_covs, filtered.cross_covs)
+    inputs = (means[:-1], covs[:-1], filtered.pred_means, filtered.pred_chols, filtered.cross_covs)
     _, (ms, ps) = jax.lax.scan(back, (means[-1], covs[-1]), inputs, reverse=True)
     return SmootherOutput(means=jnp.concatenate([ms, means[-1:]]), covs=jnp.concatenate([ps, covs[-1:]]))

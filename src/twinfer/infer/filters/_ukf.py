@@ -1,4 +1,18 @@
-"""Unscented Kalman filter over one time scan (Alg. 6, S13-S15 of the compositional-inference paper)."""
+"""Unscented Kalman filter in square-root form over one time scan (Alg. 6, S13-S15).
+
+The paper code's UKF does not redraw sigma points for the measurement: ``y`` is read at the propagated
+points, so the joint Gaussian of the predicted state and the measurement comes from one set of points.
+In square-root form that joint is one factor, rows ``[y; x]``, of the weighted point deviations plus
+the noise factors, and the update is the core's :func:`~twinfer.infer.gaussian.condition` on it: no
+covariance is ever formed or refactorised (except for a negative central weight, see
+:func:`~twinfer.infer.gaussian.deviation_factor`). With ``redraw`` the points are drawn again from the
+predicted Gaussian, which equals :func:`gaussian_filter` with the unscented linearisation.
+
+References:
+    compositional-inference paper, Alg. 6 and S13-S15; Van der Merwe & Wan (2001), "The square-root
+    unscented Kalman filter for state and parameter estimation".
+
+"""
 
 from __future__ import annotations
 
@@ -9,129 +23,75 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jaxtyping import Array, Bool, Float
 
 from twinfer.data._checks import first_bad
-from twinfer.infer.filters import _small
-from twinfer.infer.filters._errors import DivergenceError, first_not_psd
-
-
-class UnscentedWeights(eqx.Module):
-    """Sigma-point spread and weights.
-
-    ``merwe(alpha, beta, kappa)``: lambda = alpha^2 (L + kappa) - L, spread sqrt(L + lambda),
-    W0m = lambda/(L+lambda), W0c = W0m + 1 - alpha^2 + beta, Wi = 1/(2(L + lambda)) (S13-S15).
-    ``paper_code(gamma)``: the authors' convention c = L + gamma, W0 = gamma / c, Wi = 1/(2c), equal
-    mean and covariance weights (specs/compositional-inference.md 2.3 [REPO], section 7 item 1).
-    """
-
-    alpha: float = eqx.field(static=True)
-    beta: float = eqx.field(static=True)
-    kappa: float = eqx.field(static=True)
-
-    @classmethod
-    def merwe(cls, alpha: float = 1.0, beta: float = 2.0, kappa: float = 0.0) -> UnscentedWeights:
-        if not alpha > 0:
-            raise ValueError(f"UnscentedWeights alpha: expected > 0; received {alpha}.")
-        return cls(alpha=float(alpha), beta=float(beta), kappa=float(kappa))
-
-    @classmethod
-    def paper_code(cls, gamma: float = 0.0) -> UnscentedWeights:
-        return cls(alpha=1.0, beta=0.0, kappa=float(gamma))
-
-    def weights(self, n: int) -> tuple[Any, Any, float]:
-        """``(w_mean, w_cov, c)`` for 2n+1 points with spread sqrt(c)."""
-        lam = self.alpha**2 * (n + self.kappa) - n
-        c = n + lam
-        if c <= 0:
-            raise ValueError(f"UnscentedWeights: n + lambda = {c} must be > 0 (n={n}, kappa={self.kappa}).")
-        wm = jnp.full(2 * n + 1, 0.5 / c).at[0].set(lam / c)
-        wc = wm.at[0].add(1.0 - self.alpha**2 + self.beta)
-        return wm, wc, c
-
-    def sigma_points(self, mean: Any, cov: Any) -> tuple[Any, Any, Any]:
-        n = mean.shape[0]
-        wm, wc, c = self.weights(n)
-        chol = _small.cholesky(c * 0.5 * (cov + cov.T))
-        pts = jnp.concatenate([mean[None], mean[None] + chol.T, mean[None] - chol.T])
-        return pts, wm, wc
-
-
-_DIVERGED = (
-    "filter diverged: a covariance stopped being positive-definite or the state became non-finite "
-    "(first_bad_step in the output names the step; run_ukf reports it)."
+from twinfer.infer.filters._errors import DivergenceError
+from twinfer.infer.filters._gaussian_filter import _DIVERGED, GaussianFilterOutput
+from twinfer.infer.gaussian import (
+    UnscentedWeights,
+    condition,
+    deviation_factor,
+    noise_factor,
+    psd_factor,
+    tria,
 )
 
-
-class FilterOutput(NamedTuple):
-    """Filtered and one-step predictive moments over t_1..t_T, the log-likelihood, the first bad step.
-
-    ``cross_covs[k]`` is cov(x_k, x_{k+1} | y_1..y_k), the input of the RTS smoother.
-    """
-
-    means: Any
-    covs: Any
-    pred_means: Any
-    pred_covs: Any
-    cross_covs: Any
-    loglik: Any
-    first_bad_step: Any
-    nis: Any = None
-    """Mean normalised innovation squared per observed component (1 for a consistent filter)."""
-
-
-def _masked_gaussian_loglik(innov: Any, chol_s: Any, mask: Any) -> Any:
-    """Log N(innov; 0, S) over the observed components only.
-
-    ``chol_s`` is the Cholesky factor of S with masked rows and columns replaced by the identity and
-    ``innov`` is zero there, so masked components add nothing (static shapes, no recompilation).
-    """
-    z = _small.solve_lower(chol_s, innov)
-    n_obs = jnp.sum(mask.astype(innov.dtype))
-    return -0.5 * (z @ z) - jnp.sum(jnp.log(jnp.diag(chol_s))) - 0.5 * n_obs * jnp.log(2 * jnp.pi)
+FilterOutput = GaussianFilterOutput
+"""The output of every Gaussian filter (kept as the UKF's name for it)."""
 
 
 class UkfStep(NamedTuple):
     """One UKF step's result: the posterior, the log-likelihood increment, and the smoother's inputs.
 
-    ``nis`` is the normalised innovation squared ``v^T S^{-1} v`` over the observed components.
+    ``chol``/``pred_chol`` are lower-triangular factors; ``nis`` is the normalised innovation squared
+    ``v^T S^{-1} v`` over the observed components.
     """
 
     mean: Any
-    cov: Any
+    chol: Any
     loglik: Any
     ok: Any
     pred_mean: Any
-    pred_cov: Any
+    pred_chol: Any
     cross_cov: Any
     nis: Any = None
+
+    @property
+    def cov(self) -> Any:
+        return self.chol @ self.chol.T
+
+    @property
+    def pred_cov(self) -> Any:
+        return self.pred_chol @ self.pred_chol.T
 
 
 def ukf_step(
     f: Callable[[Any, Any], Any],
     h: Callable[[Any, Any], Any] | Any,
-    mean: Any,
-    cov: Any,
-    q: Any,
-    r: Any,
+    mean: Float[Array, " n"],
+    chol: Float[Array, "n n"],
+    chol_Q: Float[Array, "n q"],
+    chol_R: Float[Array, "m r"],
     u: Any,
-    y: Any,
-    mask: Any,
+    y: Float[Array, " m"],
+    mask: Bool[Array, " m"],
     *,
     weights: UnscentedWeights,
     redraw: bool = False,
     innovation: Callable[[Any, Any], Any] | None = None,
 ) -> UkfStep:
-    """One predict-update step of the UKF (Alg. 6, S13-S15); pure, so it vmaps over subsystems.
+    """One predict-update step of the square-root UKF (Alg. 6, S13-S15); pure, so it vmaps over subsystems.
 
     Args:
         f: transition ``(x, u) -> x_next``.
-        h: measurement ``(x, u) -> y``, or a matrix H (m, n) for a linear one: ``P_xy = P H^T`` and
-            ``S = H P H^T + R`` in closed form, the moments the sigma points give exactly for a linear map
-            (P the points' covariance, with Q only when ``redraw``), without the (n + m)^2 joint product.
+        h: measurement ``(x, u) -> y``, or a matrix H (m, n) for a linear one (the sigma points' ``y``
+            is then ``H`` times theirs, without evaluating a function per point).
         mean: filtered mean at the previous step (n,).
-        cov: its covariance (n, n).
-        q: process-noise covariance (n, n).
-        r: measurement-noise covariance (m, m).
+        chol: lower Cholesky factor of its covariance (n, n) (the sigma points are the covariance-form
+            UKF's).
+        chol_Q: factor of the process noise (n, q).
+        chol_R: factor of the measurement noise (m, r).
         u: input of this step.
         y: measurement (m,); entries with ``mask`` False are ignored (their value is never read).
         mask: boolean (m,).
@@ -141,39 +101,45 @@ def ukf_step(
             so that a measured phase near -pi and a prediction near pi differ by a small angle.
 
     Returns:
-        :class:`UkfStep`; ``ok`` is False when the posterior is non-finite or not positive-definite.
+        :class:`UkfStep`; ``ok`` is False when the posterior is non-finite.
 
     """
-    pts, wm, wc = weights.sigma_points(mean, cov)
+    n = mean.shape[0]
+    centre = weights.centre_weight(n)
+    pts, wm, wc = weights.sigma_points(mean, chol)
     xp = jax.vmap(lambda p: f(p, u))(pts)
     _check_shape("f", "f(x, u)", jnp.shape(xp)[1:], mean.shape, "the state")
     x_pred = wm @ xp
     dx = xp - x_pred
     cross = ((pts - mean).T * wc) @ dx
-    if not callable(h):
-        h_mat = jnp.asarray(h)
-        p_points = (dx.T * wc) @ dx
-        p_pred = p_points + q
-        p_xy = (p_pred if redraw else p_points) @ h_mat.T  # as the (redrawn or propagated) points give
-        return _update(x_pred, p_pred, h_mat @ x_pred, p_xy, h_mat @ p_xy, r, y, mask, cross, innovation)
+    pred_chol = tria(deviation_factor(dx, wc, centre, chol_Q))
     if redraw:
-        p_pred = (dx.T * wc) @ dx + q
-        pts_y, _, _ = weights.sigma_points(x_pred, p_pred)
-        dx = pts_y - x_pred
+        pts_y, _, _ = weights.sigma_points(x_pred, pred_chol)
+        dx_y, q_cols = pts_y - x_pred, None
     else:
-        pts_y = xp
-    yp: Any = jax.vmap(lambda p: h(p, u))(pts_y)
-    _check_shape("h", "h(x, u)", jnp.shape(yp)[1:], jnp.shape(y), "one value per measured output")
+        pts_y, dx_y, q_cols = xp, dx, chol_Q
+    if callable(h):
+        yp: Any = jax.vmap(lambda p: h(p, u))(pts_y)
+        _check_shape("h", "h(x, u)", jnp.shape(yp)[1:], jnp.shape(y), "one value per measured output")
+    else:
+        yp = pts_y @ jnp.asarray(h).T
     y_pred = wm @ yp
-    dy = yp - y_pred
-    # One weighted product gives cov(x), cov(x, y) and cov(y) together (one batched dot under vmap).
-    dz = jnp.concatenate([dx, dy], axis=1)
-    joint = (dz.T * wc) @ dz
-    n_x = dx.shape[1]
-    if not redraw:
-        p_pred = joint[:n_x, :n_x] + q
-    p_xy, p_yy = joint[:n_x, n_x:], joint[n_x:, n_x:]
-    return _update(x_pred, p_pred, y_pred, p_xy, p_yy, r, y, mask, cross, innovation)
+    m_f = mask.astype(mean.dtype)
+    dy = (yp - y_pred) * m_f[None, :]
+    n_y = y.shape[0]
+    # Joint factor, rows [y; x]: point deviations, then Q on x (not on y: no redraw), R on y, and a unit
+    # variance for every unobserved component (the core's masking rule).
+    noise = jnp.zeros((n_y + n, 0), mean.dtype)
+    if q_cols is not None:
+        noise = jnp.concatenate([jnp.zeros((n_y, q_cols.shape[1]), mean.dtype), q_cols], axis=0)
+    r_cols = noise_factor(chol_R, mask, square=False)
+    noise = jnp.concatenate([noise, jnp.concatenate([r_cols, jnp.zeros((n, r_cols.shape[1]))], axis=0)], 1)
+    joint = deviation_factor(jnp.concatenate([dy, dx_y], axis=1), wc, centre, noise)
+    y = jnp.where(mask, y, y_pred)
+    innov = y - y_pred if innovation is None else innovation(y, y_pred)
+    new_mean, new_chol, info = condition(x_pred, joint, innov, mask)
+    ok = jnp.all(jnp.isfinite(new_mean)) & jnp.all(jnp.isfinite(new_chol)) & jnp.isfinite(info.loglik)
+    return UkfStep(new_mean, new_chol, info.loglik, ok, x_pred, pred_chol, cross, info.nis)
 
 
 def _check_shape(name: str, call: str, got: tuple[int, ...], want: tuple[int, ...], what: str) -> None:
@@ -184,41 +150,23 @@ def _check_shape(name: str, call: str, got: tuple[int, ...], want: tuple[int, ..
         )
 
 
-def _update(x_pred, p_pred, y_pred, p_xy, p_yy, r, y, mask, cross, innovation) -> UkfStep:
-    """The measurement update from the predicted moments (S15), masked components ignored."""
-    m = mask.astype(x_pred.dtype)
-    p_xy = p_xy * m[None, :]
-    s_eff = (p_yy + r) * jnp.outer(m, m) + jnp.diag(1.0 - m)
-    chol_s = _small.cholesky(s_eff)
-    gain = _small.cho_solve(chol_s, p_xy.T).T
-    y = jnp.where(mask, y, y_pred)
-    innov = (y - y_pred if innovation is None else innovation(y, y_pred)) * m
-    new_mean = x_pred + gain @ innov
-    new_cov = p_pred - gain @ p_xy.T  # = P - K S K^T, since K S = P_xy
-    new_cov = 0.5 * (new_cov + new_cov.T)
-    ll = _masked_gaussian_loglik(innov, chol_s, mask)
-    z = _small.solve_lower(chol_s, innov)
-    ok = jnp.all(jnp.isfinite(new_mean)) & jnp.all(jnp.diag(new_cov) > 0) & jnp.isfinite(ll)
-    return UkfStep(new_mean, new_cov, ll, ok, x_pred, p_pred, cross, z @ z)
-
-
 def ukf_scan(
     f: Callable[[Any, Any], Any],
-    h: Callable[[Any, Any], Any],
-    x0: Any,
-    cov0: Any,
-    q: Any,
-    r: Any,
+    h: Callable[[Any, Any], Any] | Any,
+    x0: Float[Array, " n"],
+    chol_P0: Float[Array, "n n"],
+    chol_Q: Float[Array, "n q"],
+    chol_R: Float[Array, "m r"],
     us: Any,
-    ys: Any,
-    masks: Any = None,
+    ys: Float[Array, "T m"],
+    masks: Bool[Array, "T m"] | None = None,
     *,
     weights: UnscentedWeights | None = None,
     redraw: bool = False,
     innovation: Callable[[Any, Any], Any] | None = None,
     check: bool = False,
 ) -> FilterOutput:
-    """Run the UKF over T steps (pure, jit- and vmap-able): :func:`ukf_step` scanned over time.
+    """Run the square-root UKF over T steps (pure, jit- and vmap-able): :func:`ukf_step` scanned over time.
 
     Step k predicts x_{k+1} from x_k with ``f(x, u_k)`` and updates with ``ys[k] ~ h(x_{k+1}, u_k)``.
     Without ``redraw`` the measurement sigma points are the propagated ones (Alg. 6, filterpy); with it
@@ -226,11 +174,11 @@ def ukf_scan(
 
     Args:
         f: transition ``(x, u) -> x_next``.
-        h: measurement ``(x, u) -> y``.
+        h: measurement ``(x, u) -> y`` or a matrix (see :func:`ukf_step`).
         x0: initial mean (n,).
-        cov0: initial covariance (n, n).
-        q: process-noise covariance (n, n).
-        r: measurement-noise covariance (m, m).
+        chol_P0: lower Cholesky factor of the initial covariance (n, n).
+        chol_Q: factor of the process-noise covariance (n, q).
+        chol_R: factor of the measurement-noise covariance (m, r).
         us: inputs (T, n_u).
         ys: measurements (T, m); entries with ``masks`` False are ignored.
         masks: boolean (T, m), default: observed where ``ys`` is finite (NaN marks a missing value).
@@ -241,7 +189,7 @@ def ukf_scan(
             raises outside with the step's index and time.
 
     Returns:
-        :class:`FilterOutput`.
+        :class:`FilterOutput` (:class:`GaussianFilterOutput`).
 
     """
     weights = UnscentedWeights.merwe() if weights is None else weights
@@ -249,23 +197,34 @@ def ukf_scan(
     ys_clean = jnp.where(masks, ys, 0.0)
 
     def step(carry, inp):
-        mean, cov, loglik, bad, k, nis = carry
+        mean, chol, loglik, bad, k, nis = carry
         u, y, mask = inp
         out = ukf_step(
-            f, h, mean, cov, q, r, u, y, mask, weights=weights, redraw=redraw, innovation=innovation
+            f,
+            h,
+            mean,
+            chol,
+            chol_Q,
+            chol_R,
+            u,
+            y,
+            mask,
+            weights=weights,
+            redraw=redraw,
+            innovation=innovation,
         )
         bad = jnp.where((bad < 0) & ~out.ok, k, bad)
-        carry = (out.mean, out.cov, loglik + out.loglik, bad, k + 1, nis + out.nis)
-        return carry, (out.mean, out.cov, out.pred_mean, out.pred_cov, out.cross_cov)
+        carry = (out.mean, out.chol, loglik + out.loglik, bad, k + 1, nis + out.nis)
+        return carry, (out.mean, out.chol, out.pred_mean, out.pred_chol, out.cross_cov)
 
     zero = jnp.zeros((), x0.dtype)
-    init = (x0, cov0, zero, jnp.array(-1), jnp.array(0), zero)
-    (_, _, loglik, bad, _, nis), (means, covs, pm, pc, cc) = jax.lax.scan(step, init, (us, ys_clean, masks))
+    init = (x0, chol_P0, zero, jnp.array(-1), jnp.array(0), zero)
+    (_, _, loglik, bad, _, nis), (means, chols, pm, pc, cc) = jax.lax.scan(step, init, (us, ys_clean, masks))
     if check:
         loglik = eqx.error_if(loglik, bad >= 0, _DIVERGED)
     n_obs = jnp.sum(masks)
     nis = jnp.where(n_obs > 0, nis / jnp.maximum(n_obs, 1), 0.0)
-    return FilterOutput(means, covs, pm, pc, cc, loglik, bad, nis)
+    return FilterOutput(means, chols, pm, pc, cc, loglik, bad, nis)
 
 
 _JITTED_SCAN = eqx.filter_jit(ukf_scan)
@@ -354,13 +313,24 @@ def run_ukf(
         masks = jnp.asarray(mask_host)
     if not callable(h) and jnp.shape(h) != (m, n):
         raise ValueError(f"run_ukf h: expected a matrix of shape ({m}, {n}); received shape {jnp.shape(h)}.")
+    chol_P0, chol_Q, chol_R = (
+        jnp.asarray(psd_factor(v, f"run_ukf {k}")) for k, v in (("cov0", cov0), ("q", q), ("r", r))
+    )
     out = _JITTED_SCAN(
-        f, h, x0, cov0, q, r, us, ys, masks, weights=weights, redraw=redraw, innovation=innovation
+        f,
+        h,
+        x0,
+        chol_P0,
+        chol_Q,
+        chol_R,
+        us,
+        ys,
+        masks,
+        weights=weights,
+        redraw=redraw,
+        innovation=innovation,
     )
     bad = int(out.first_bad_step)
-    lost_psd = first_not_psd(out.covs if bad < 0 else out.covs[:bad])
-    if lost_psd >= 0:
-        bad = lost_psd
     if bad >= 0:
         when = f" (t = {float(times[bad]):g})" if times is not None else ""
         raise DivergenceError(

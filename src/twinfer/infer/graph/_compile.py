@@ -30,8 +30,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from twinfer.data._checks import first_bad
-from twinfer.infer.filters import DivergenceError, UnscentedWeights, gaussian_filter, linear, taylor, ukf_step
+from twinfer.infer.filters import DivergenceError, gaussian_filter, ukf_step
 from twinfer.infer.filters._errors import first_not_psd
+from twinfer.infer.gaussian import UnscentedWeights, cholesky, linear, predict, psd_factor, taylor
 from twinfer.infer.graph._graph import Graph
 from twinfer.infer.graph._parts import Interface, Subsystem
 
@@ -232,6 +233,7 @@ def numbers_of(
                 "P0": stack([s.P0 for s in ms]),
                 "Q": stack([s.Q for s in ms]),
                 "R": stack([s.R for s in ms]),
+                **{f"chol_{k}": _factors(stack([getattr(s, k) for s in ms])) for k in ("P0", "Q", "R")},
                 "inputs": np.asarray([s.inputs for s in ms], dtype=int).reshape(len(ms), -1),
                 "outputs": np.asarray([s.outputs for s in ms], dtype=int).reshape(len(ms), -1),
             }
@@ -242,6 +244,21 @@ def numbers_of(
         for eg in edge_groups
     )
     return Numbers(tuple(gs), gammas, prob)
+
+
+def _factors(stacked: Any) -> Any:
+    """Lower factors of a stack of covariances; NaN for one that is not PSD (named by ``run``'s check)."""
+    try:
+        return psd_factor(stacked)
+    except ValueError:
+        return np.stack([_one_factor(m) for m in np.asarray(stacked)])
+
+
+def _one_factor(m: np.ndarray) -> np.ndarray:
+    try:
+        return psd_factor(m)
+    except ValueError:
+        return np.full_like(m, np.nan)
 
 
 def _stack_leaves(xs: tuple[Any, ...]) -> Any:
@@ -275,53 +292,53 @@ def _psd_part(a: Any) -> Any:
     return (v * jnp.maximum(w, 0.0)) @ v.T
 
 
+def _psd_root(a: Any) -> Any:
+    """A square factor ``F F^T = a`` of a positive semi-definite matrix (sqrt for scalars)."""
+    if a.shape[-1] == 1:
+        return jnp.sqrt(jnp.maximum(a, 0.0))
+    w, v = jnp.linalg.eigh(0.5 * (a + a.T))
+    return v * jnp.sqrt(jnp.maximum(w, 0.0))[None, :]
+
+
 def _local_step(
     tmpl: _Template,
     arr: dict[str, Any],
     x: Any,
-    P: Any,
+    chol: Any,
     u_all: Any,
     y_all: Any,
     mask_all: Any,
     m: Any,
     cm: Any,
 ):
-    """One predict/update of one subsystem with message mean ``m`` and message covariance ``cm``."""
+    """One predict/update of one subsystem with message mean ``m`` and message covariance ``cm``.
+
+    The probabilistic messages enter as extra process noise ``G cm G^T`` (G = d x_next / d m, S40-S44),
+    appended to the factor of Q as ``G F`` with ``F F^T = cm``. Returns filtered and predicted means and
+    lower factors and the log-likelihood increment.
+    """
     u = u_all[arr["inputs"]]
     y = y_all[arr["outputs"]]
     mask = mask_all[arr["outputs"]]
     params = arr["params"]
     f = lambda xx, uu: tmpl.transition(xx, uu, m, params)  # noqa: E731
     h = lambda xx, uu: tmpl.output(xx, uu, m, params)  # noqa: E731
-    q = arr["Q"]
+    chol_q = arr["chol_Q"]
     if tmpl.n_msg:
         gain = jax.jacfwd(lambda mm: tmpl.transition(x, u, mm, params))(m)  # d x_next / d m (S40-S44)
-        q = q + gain @ cm @ gain.T
+        chol_q = jnp.concatenate([chol_q, gain @ _psd_root(cm)], axis=1)
     if tmpl.estimator == "none":
         jac = jax.jacfwd(lambda xx: f(xx, u))(x)
-        mean = f(x, u)
-        cov = jac @ P @ jac.T + q
-        return mean, cov, mean, cov, jnp.zeros((), x.dtype)
+        mean, chol_p = predict(x, chol, jac, f(x, u) - jac @ x, chol_q)
+        return mean, chol_p, mean, chol_p, jnp.zeros((), x.dtype)
     if tmpl.estimator == "ukf":
-        out = ukf_step(f, h, x, P, q, arr["R"], u, y, mask, weights=tmpl.weights)
-        return out.mean, out.cov, out.pred_mean, out.pred_cov, out.loglik
+        out = ukf_step(f, h, x, chol, chol_q, arr["chol_R"], u, y, mask, weights=tmpl.weights)
+        return out.mean, out.chol, out.pred_mean, out.pred_chol, out.loglik
     lin = linear if tmpl.estimator == "kf" else taylor
-    n, ny = x.shape[0], arr["R"].shape[0]
-    jit = 1e-300
     out = gaussian_filter(
-        f,
-        h,
-        x,
-        jnp.linalg.cholesky(P + jit * jnp.eye(n)),
-        jnp.linalg.cholesky(q + jit * jnp.eye(n)),
-        jnp.linalg.cholesky(arr["R"] + jit * jnp.eye(ny)),
-        u[None],
-        y[None],
-        mask[None],
-        linearisation=lin,
+        f, h, x, chol, chol_q, arr["chol_R"], u[None], y[None], mask[None], linearisation=lin
     )
-    c, pc = out.chols[0], out.pred_chols[0]
-    return out.means[0], c @ c.T, out.pred_means[0], pc @ pc.T, out.loglik
+    return out.means[0], out.chols[0], out.pred_means[0], out.pred_chols[0], out.loglik
 
 
 @dataclasses.dataclass(frozen=True)
@@ -335,14 +352,15 @@ class _Engine:
     n_colours: int
     names: tuple[str, ...] = ()  # subsystem names in compile order (for error messages)
 
-    def ports(self, means: tuple[Any, ...], covs: tuple[Any, ...]) -> tuple[Any, Any]:
+    def ports(self, means: tuple[Any, ...], chols: tuple[Any, ...]) -> tuple[Any, Any]:
         """Flat interface variables (n_ports,) and their block-diagonal covariance (n_ports, n_ports)."""
         vals, cov = [], jnp.zeros((self.n_ports, self.n_ports))
         base = 0
-        for g, mu, P in zip(self.groups, means, covs, strict=True):
+        for g, mu, L in zip(self.groups, means, chols, strict=True):
             p, G = g.port_idx.size, len(g.members)
             vals.append(mu[:, g.port_idx].reshape(-1))
-            blocks = P[:, g.port_idx][:, :, g.port_idx]
+            rows = L[:, g.port_idx, :]
+            blocks = jnp.einsum("gik,gjk->gij", rows, rows)
             idx = base + np.arange(G)[:, None] * p + np.arange(p)[None, :]
             cov = cov.at[idx[:, :, None], idx[:, None, :]].set(blocks)
             base += G * p
@@ -370,7 +388,7 @@ class _Engine:
                 z = jnp.concatenate([a, b])
                 cz = jax.scipy.linalg.block_diag(ca, cb)
                 fn = lambda zz: jnp.atleast_1d(law(zz[:ps], zz[ps:], g))  # noqa: E731
-                pts, wm, wc = _UT.sigma_points(z, cz)
+                pts, wm, wc = _UT.sigma_points(z, cholesky(0.5 * (cz + cz.T)))
                 vals = jax.vmap(fn)(pts)
                 d = vals - wm @ vals
                 return (d.T * wc) @ d  # var(F) = a^T (P_s1 + P_s2) a for linear laws (S33)
@@ -399,7 +417,7 @@ class _Engine:
             sl = base + np.arange(G)[:, None] * nm + np.arange(nm)[None, :]
             base += G * nm
             fn = lambda a, x, P, mm, cc, tmpl=g.template: _local_step(tmpl, a, x, P, u, y, mask, mm, cc)  # noqa: E731
-            arr_v = {k: v for k, v in arr.items() if k not in ("x0", "P0")}
+            arr_v = {k: v for k, v in arr.items() if k not in ("x0", "P0", "chol_P0", "Q", "R")}
             args = (arr_v, start[0][gi], start[1][gi], m[sl], cm[sl[:, :, None], sl[:, None, :]])
             if G == 1:  # a lone member runs unbatched: vmap over one adds ~30 % to the compile time
                 lone = fn(*jax.tree_util.tree_map(lambda a: a[0], args))
@@ -418,20 +436,20 @@ class _Engine:
 
     def step(self, num: Numbers, carry: Any, inp: Any):
         """One time step: K inner iterations of the schedule; returns the new carry and the estimates."""
-        means, covs, var_prev, prev_ports, first = carry
+        means, chols, var_prev, prev_ports, first = carry
         u, y, mask = inp
-        start = (means, covs)
+        start = (means, chols)
         zero_ll = tuple(jnp.zeros(len(g.members)) for g in self.groups)
-        iterate = (means, covs, means, covs, zero_ll)
+        iterate = (means, chols, means, chols, zero_ll)
         kind = self.schedule.kind
-        src = (means, covs)
+        src = (means, chols)
         if kind == "ab2":
             idx = [g.port_idx for g in self.groups]
             extrap = tuple(
                 mu.at[:, ix].set(jnp.where(first, mu[:, ix], 1.5 * mu[:, ix] - 0.5 * pp))
                 for mu, ix, pp in zip(means, idx, prev_ports, strict=True)
             )
-            src = (extrap, covs)
+            src = (extrap, chols)
 
         def one(it, src_, own=None):
             if kind == "gauss_seidel":
@@ -441,7 +459,7 @@ class _Engine:
                 return it, new_var
             return self.sweep(num, start, it, src_, var_prev, u, y, mask, None, own)
 
-        it, new_var = one(iterate, src, (means, covs) if kind == "ab2" else None)
+        it, new_var = one(iterate, src, (means, chols) if kind == "ab2" else None)
         if self.schedule.inner > 1:
             it, new_var = jax.lax.fori_loop(
                 1, self.schedule.inner, lambda _, c: one(c[0], (c[0][0], c[0][1])), (it, new_var)
@@ -452,12 +470,12 @@ class _Engine:
 
     def init(self, num: Numbers) -> Any:
         means = tuple(a["x0"] for a in num.groups)
-        covs = tuple(a["P0"] for a in num.groups)
+        chols = tuple(a["chol_P0"] for a in num.groups)
         var0 = tuple(
             jnp.zeros((len(eg.members), eg.target.shape[1], eg.target.shape[1])) for eg in self.edge_groups
         )
         ports = tuple(mu[:, g.port_idx] for mu, g in zip(means, self.groups, strict=True))
-        return (means, covs, var0, ports, jnp.ones((), bool))
+        return (means, chols, var0, ports, jnp.ones((), bool))
 
     def scan(self, num: Numbers, us: Any, ys: Any, masks: Any, check: bool = False):
         """Scan :meth:`step` over T steps: step k uses ``us[k]`` and ``ys[k]`` (measured at t_{k+1}).
@@ -470,9 +488,8 @@ class _Engine:
         _, outs = jax.lax.scan(lambda c, i: self.step(num, c, i), self.init(num), (us, ys_clean, masks))
         if check:
             bad = []  # (n_subsystems,) in group order, True where any step diverged
-            for mu, cov in zip(outs[0], outs[1], strict=True):
-                diag = jnp.diagonal(cov, axis1=-2, axis2=-1)
-                finite = jnp.isfinite(mu).all(-1) & jnp.isfinite(cov).all((-2, -1)) & (diag >= 0).all(-1)
+            for mu, chol in zip(outs[0], outs[1], strict=True):
+                finite = jnp.isfinite(mu).all(-1) & jnp.isfinite(chol).all((-2, -1))
                 bad.append(~finite.all(0))
             flags = jnp.concatenate(bad)
             order = [i for g in self.groups for i in g.members]
@@ -626,7 +643,9 @@ def _check_divergence(graph: Graph, result: dict[str, GraphResult], times: Any) 
 
 def unpack(compiled: Compiled, numbers: Numbers, outs: Any) -> dict[str, GraphResult]:
     """Split the stacked outputs of ``compiled.scan`` into one :class:`GraphResult` per subsystem."""
-    means, covs, pm, pc, ll = jax.tree_util.tree_map(np.asarray, outs)  # index on the host
+    means, chols, pm, pchols, ll = jax.tree_util.tree_map(np.asarray, outs)  # index on the host
+    gram = lambda c: np.einsum("...ij,...kj->...ik", c, c)  # noqa: E731
+    covs, pc = [gram(c) for c in chols], [gram(c) for c in pchols]
     out: dict[str, GraphResult] = {}
     for gi, g in enumerate(compiled.groups):
         x0, P0 = np.asarray(numbers.groups[gi]["x0"]), np.asarray(numbers.groups[gi]["P0"])

@@ -61,7 +61,7 @@ class Subsystem(eqx.Module):
         outputs: columns of the dataset observations it measures.
         ports: interface ports by name.
         n_msg: length of the message vector ``m``.
-        estimator: ``"ukf"`` (paper-code covariance UKF, Alg. 6), ``"kf"`` (Alg. 4), ``"ekf"``
+        estimator: ``"ukf"`` (paper-code UKF, Alg. 6, square-root), ``"kf"`` (Alg. 4), ``"ekf"``
             (Alg. 5) or ``"none"`` (deterministic propagation, no update).
         weights: sigma-point weights of the UKF (default: paper code, gamma = 0).
 

@@ -1,5 +1,6 @@
 """Probabilistic-numeric ODE solver: IWP prior, EK0/EK1 Gaussian ODE filter with a data update."""
 
+from twinfer.infer.gaussian import condition_exact
 from twinfer.infer.pn._filter import (
     METHODS,
     PNFilter,
@@ -11,7 +12,6 @@ from twinfer.infer.pn._filter import (
 from twinfer.infer.pn._likelihood import PNLikelihood
 from twinfer.infer.pn._prior import iwp_chol_q_1d, iwp_transition, iwp_transition_1d, projection
 from twinfer.infer.pn._structure import STRUCTURES
-from twinfer.infer.pn._update import condition_exact
 
 __all__ = [
     "METHODS",

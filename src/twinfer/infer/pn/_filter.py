@@ -21,7 +21,7 @@ Everything is square-root: the prediction is one QR (``tria``); each update is t
 and gain factors and a square (not triangular) factor of the updated covariance: the rest of a full QR
 would only re-triangularise that factor, which the next prediction's QR does anyway (in the Bouc-Wen
 step this removes 18 of 31 reflections). The reflections are written out element by element for the
-small blocks (:mod:`twinfer.infer.pn._small`), which under ``vmap`` over particles avoids one LAPACK
+small blocks (:mod:`twinfer.infer.gaussian`), which under ``vmap`` over particles avoids one LAPACK
 call per particle.
 
 Covariance structure (``PNFilter.structure``, :mod:`twinfer.infer.pn._structure`): with EK0, a diagonal
@@ -52,8 +52,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from twinfer.infer.gaussian import condition_exact, tria, tria_scalar, update, update_scalar
 from twinfer.infer.pn._prior import iwp_chol_q_1d, iwp_transition, iwp_transition_1d, projection
-from twinfer.infer.pn._small import tria, tria_scalar
 from twinfer.infer.pn._structure import (
     STRUCTURES,
     from_blocks,
@@ -61,7 +61,6 @@ from twinfer.infer.pn._structure import (
     probe_measurement_blocks,
     to_blocks,
 )
-from twinfer.infer.pn._update import condition_exact, update, update_scalar
 from twinfer.models import AbstractModel
 
 METHODS = ("ek0", "ek1")
@@ -288,7 +287,8 @@ class PNFilter(eqx.Module):
         g = lambda X: self.observe(X, u, params, t)
         Hy = jax.jacfwd(g)(mean_o)
         dy = g(mean_o) - Hy @ mean_o
-        mean_f, chol_f, loglik = update(mean_o, chol_o, Hy, dy, chol_R, y, y_mask)
+        mean_f, chol_f, info = update(mean_o, chol_o, Hy, dy, chol_R, y, y_mask, triangular=False)
+        loglik = info.loglik
         new = PNState(mean=mean_f, chol=chol_f, diffusion=diffusion, n_calibrated=n_new, t=t)
         return new, PNInfo(loglik=loglik, residual=residual, local_diffusion=local)
 
@@ -313,7 +313,7 @@ class PNFilter(eqx.Module):
         Per block ``i``: predict with ``A1``, ``chol Q1 sqrt(Gamma_i)``; condition on the scalar residual
         row ``e_1`` (Eq. 17); then one scalar data update per measured component on the block it touches,
         all linearised at the ODE-updated mean, as the dense joint update with a diagonal ``R``. The
-        updates are scalar square-root (Potter) updates (:func:`~twinfer.infer.pn._update.update_scalar`)
+        updates are scalar square-root (Potter) updates (:func:`~twinfer.infer.gaussian.update_scalar`)
         and the small products are written element-wise, so the step has no batched matrix product.
         """
         blocks = self.blocks(params, u)

@@ -1,0 +1,224 @@
+"""Square-root Gaussian atoms on ``(mean, chol)``: predict, condition, update, the masked likelihood.
+
+Every Kalman-family computation in twinfer reduces to these: the KF, EKF and UKF drivers
+(:mod:`twinfer.infer.filters`), every node of a compositional graph, the grid's clusters and the
+probabilistic ODE filter (:mod:`twinfer.infer.pn`). Covariances never leave square-root form: sums of
+covariances are formed by :func:`~twinfer.infer.gaussian.tria` of stacked factors, and conditioning is
+the first reflections of a QR of the joint factor.
+
+One masking rule, in :func:`condition`: a component that is not observed gets a zero row in the joint
+factor and a unit innovation variance of its own, so its innovation is zero, it adds nothing to the
+likelihood and shapes stay static (no recompilation when the observed set changes). Measurement noise
+may be correlated: the noise factor of the observed components is that of the marginal of ``R`` on them.
+
+References:
+    Särkkä & Svensson, Bayesian Filtering and Smoothing (2nd ed.), Ch. 6 and 9 (square-root forms);
+    Krämer & Hennig (2020), "Stable implementation of probabilistic ODE solvers", Sec. 3 (zero-noise
+    square-root updates); compositional-inference paper, Alg. 4-5 and (S12) (the covariance-form
+    equations these reproduce).
+
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import jax.numpy as jnp
+from jaxtyping import Array, Bool, Float
+
+from twinfer.infer.gaussian._linalg import HOUSEHOLDER_MAX, cholesky, solve_lower, tria, tria_rows
+
+_LOG_2PI = float(jnp.log(2 * jnp.pi))
+
+
+class UpdateInfo(NamedTuple):
+    """Per-update diagnostics: log-likelihood increment, masked innovation, factor of its covariance.
+
+    ``nis`` is the normalised innovation squared ``v^T S^{-1} v`` over the observed components.
+    """
+
+    loglik: Any
+    innovation: Any
+    chol_S: Any
+    nis: Any
+
+
+def masked_loglik(
+    z: Float[Array, " m"], chol_S: Float[Array, "m m"], mask: Bool[Array, " m"]
+) -> Float[Array, ""]:
+    """``log N(v; 0, S)`` over the observed components, from the whitened innovation ``z = L_S^{-1} v``.
+
+    Unobserved components have ``z = 0`` and a unit diagonal in ``chol_S`` (the masking rule of
+    :func:`condition`), so they add nothing.
+    """
+    n_obs = jnp.sum(mask.astype(z.dtype))
+    return -0.5 * (z @ z) - jnp.sum(jnp.log(jnp.diag(chol_S))) - 0.5 * n_obs * _LOG_2PI
+
+
+def predict(
+    mean: Float[Array, " n"],
+    chol_P: Float[Array, "n n"],
+    A: Float[Array, "k n"],
+    b: Float[Array, " k"],
+    chol_Q: Float[Array, "k q"],
+) -> tuple[Float[Array, " k"], Float[Array, "k k"]]:
+    """``x' = A x + b + w``, ``w ~ N(0, Q)``: mean ``A m + b`` and factor ``tria([A L_P, L_Q])`` (S12)."""
+    return A @ mean + b, tria(jnp.concatenate([A @ chol_P, chol_Q], axis=1))
+
+
+def noise_factor(
+    chol_R: Float[Array, "m r"] | None, mask: Bool[Array, " m"], *, square: bool = True
+) -> Float[Array, "m k"]:
+    """Factor of ``M R M + (I - M)``: the marginal noise on the observed components, unit elsewhere.
+
+    The masking rule of every update: the rows of ``L_R`` of unobserved components are zeroed (exact,
+    also for correlated sensors: ``(M L_R)(M L_R)^T = M R M``) and each of them gets a unit column of
+    its own. ``square=False`` returns those ``r + m`` columns; ``square=True`` refactors them into an
+    (m, m) factor (:func:`cholesky`, written out for a few sensors). ``chol_R = None`` is noise-free
+    (an exact pseudo-observation).
+    """
+    m = mask.astype(jnp.result_type(float))
+    unobserved = jnp.diag(1.0 - m)
+    if chol_R is None:
+        return unobserved
+    rows = chol_R * m[:, None]
+    if not square:
+        return jnp.concatenate([rows, unobserved], axis=1)
+    if chol_R.shape == (1, 1):
+        return jnp.abs(rows) + unobserved
+    return cholesky(rows @ rows.T + unobserved)
+
+
+def condition(
+    mean: Float[Array, " n"],
+    joint: Float[Array, "mn c"],
+    innovation: Float[Array, " m"],
+    mask: Bool[Array, " m"],
+    *,
+    triangular: bool = True,
+) -> tuple[Float[Array, " n"], Float[Array, "n n"], UpdateInfo]:
+    """Condition a Gaussian on the observed part of a jointly Gaussian measurement, in square-root form.
+
+    ``joint`` is a factor, rows ``[y; x]``, of the joint covariance of the measurement ``y`` (m rows,
+    noise included) and the state ``x`` (n rows) with any number of columns; ``innovation`` is ``y``
+    minus its predicted mean. The first ``m`` reflections of a QR of ``joint`` (:func:`tria_rows`, or a
+    full QR above :data:`~twinfer.infer.gaussian.HOUSEHOLDER_MAX` rows) give the innovation factor
+    ``L_S``, the gain factor ``G`` (gain ``K = G L_S^{-1}``) and a factor of the posterior covariance.
+
+    The caller applies the masking rule to ``joint``: rows of unobserved components zero except a unit
+    entry of their own (:func:`update` and :func:`noise_factor` do this); here their innovation is
+    zeroed. ``triangular=False`` returns the square, non-triangular posterior factor the first
+    reflections leave (enough when the next step triangularises anyway); it needs ``joint`` with
+    ``m + n`` columns.
+
+    Returns:
+        Posterior mean, posterior factor, :class:`UpdateInfo`.
+
+    """
+    n_y, n_x = innovation.shape[0], mean.shape[0]
+    innovation = innovation * mask.astype(innovation.dtype)
+    if joint.shape[0] > HOUSEHOLDER_MAX:
+        big = tria(joint)  # lower-triangular (m + n) square: its lower-right block is triangular
+        chol_post = big[n_y:, n_y:]
+    else:
+        big = tria_rows(joint, n_y)
+        chol_post = tria(big[n_y:, n_y:]) if triangular else big[n_y:, n_y : n_y + n_x]
+    chol_S, gain_factor = big[:n_y, :n_y], big[n_y:, :n_y]
+    z = solve_lower(chol_S, innovation)
+    info = UpdateInfo(masked_loglik(z, chol_S, mask), innovation, chol_S, z @ z)
+    return mean + gain_factor @ z, chol_post, info
+
+
+def update(
+    mean: Float[Array, " n"],
+    chol_P: Float[Array, "n n"],
+    H: Float[Array, "m n"],
+    d: Float[Array, " m"],
+    chol_R: Float[Array, "m r"] | None,
+    y: Float[Array, " m"],
+    mask: Bool[Array, " m"],
+    *,
+    triangular: bool = True,
+) -> tuple[Float[Array, " n"], Float[Array, "n n"], UpdateInfo]:
+    """Condition on ``y = H x + d + v``, ``v ~ N(0, R)``, in square-root form; masked entries ignored.
+
+    The joint factor of ``(y, x)`` is ``[[L_R, H L_P], [0, L_P]]`` (the square-root form of Alg. 4's
+    update) with the masking rule of :func:`condition`; ``chol_R = None`` conditions on an exact
+    (noise-free) observation, e.g. an ODE residual (Krämer & Hennig 2020, Sec. 3).
+    """
+    m_f = mask.astype(mean.dtype)
+    n_x = mean.shape[0]
+    n_y = y.shape[0]
+    joint = jnp.concatenate(
+        [
+            jnp.concatenate([noise_factor(chol_R, mask), (H * m_f[:, None]) @ chol_P], axis=1),
+            jnp.concatenate([jnp.zeros((n_x, n_y), mean.dtype), chol_P], axis=1),
+        ],
+        axis=0,
+    )
+    innovation = jnp.where(mask, y - (H @ mean + d), 0.0)
+    return condition(mean, joint, innovation, mask, triangular=triangular)
+
+
+def condition_exact(
+    mean: Float[Array, " n"],
+    chol: Float[Array, "n n"],
+    H: Float[Array, "m n"],
+    residual: Float[Array, " m"],
+    mask: Bool[Array, " m"],
+) -> tuple[Float[Array, " n"], Float[Array, "n n"]]:
+    """Condition on ``0 = H x + d`` with zero noise (``residual = H mean + d``); masked rows are ignored.
+
+    :func:`update` with ``chol_R = None`` and ``y - (H m + d) = -residual``; returns the posterior mean
+    and a square (not triangular) factor.
+    """
+    zero = jnp.zeros_like(residual)
+    new_mean, new_chol, _ = update(mean, chol, H, residual - H @ mean, None, zero, mask, triangular=False)
+    return new_mean, new_chol
+
+
+def update_scalar(
+    mean: Float[Array, " n"],
+    chol: Float[Array, "n n"],
+    h: Float[Array, " n"],
+    innovation: Float[Array, ""],
+    std_r: Float[Array, ""] | float,
+    mask: Bool[Array, ""],
+) -> tuple[Float[Array, " n"], Float[Array, "n n"], Float[Array, ""]]:
+    """Square-root update on one scalar ``y = h x + v``, ``v ~ N(0, std_r^2)`` (Potter's form).
+
+    With ``a = L^T h`` and ``s^2 = std_r^2 + a^T a`` the innovation variance, the gain is ``L a / s^2``
+    and ``L (I - beta a a^T)`` with ``beta = 1 / (s (s + std_r))`` is a square factor of the updated
+    covariance ``L (I - a a^T / s^2) L^T`` (the square of ``I - beta a a^T`` is that middle factor, and
+    this ``beta`` has no cancellation, also for ``std_r = 0``, the ODE residual). Element-wise
+    arithmetic only: under ``vmap`` over particles and blocks it fuses, unlike a batch of tiny matrix
+    products. Equals :func:`update` with one row to rounding.
+
+    Args:
+        mean: prior mean ``(n,)``.
+        chol: a square factor of its covariance ``(n, n)``.
+        h: the measurement row ``(n,)``.
+        innovation: ``y - h mean - d`` (for the ODE residual: minus the residual).
+        std_r: noise standard deviation (0: exact observation).
+        mask: whether the component is observed; if not (or if ``s = 0``), nothing changes.
+
+    Returns:
+        Posterior mean, a square factor of the posterior covariance, log innovation density (0 if
+        unobserved).
+
+    References:
+        Potter's square-root measurement update, as in Bierman (1977), "Factorization Methods for
+        Discrete Sequential Estimation", Sec. V.3; Särkkä & Svensson (2023), Sec. 6.2 (sequential
+        scalar updates).
+
+    """
+    std_r = jnp.abs(std_r)
+    a = jnp.sum(chol * h[:, None], axis=0)
+    la = jnp.sum(chol * a[None, :], axis=1)
+    s = jnp.sqrt(std_r**2 + jnp.sum(a**2))
+    ok = mask & (s > 0)
+    s_safe = jnp.where(ok, s, 1.0)
+    z = jnp.where(ok, innovation / s_safe, 0.0)
+    beta = jnp.where(ok, 1.0 / (s_safe * (s_safe + std_r)), 0.0)
+    loglik = jnp.where(mask, -0.5 * z**2 - jnp.log(s_safe) - 0.5 * _LOG_2PI, 0.0)
+    return mean + la * (z / s_safe), chol - beta * la[:, None] * a[None, :], loglik

@@ -1,0 +1,175 @@
+"""The Gaussian core (twinfer.infer.gaussian) against closed forms and independent references."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from scipy.stats import multivariate_normal
+
+from oracle_ukf import ukf_cov_scan
+from twinfer.infer.filters import run_ukf, ukf_scan
+from twinfer.infer.gaussian import (
+    HOUSEHOLDER_MAX,
+    UnscentedWeights,
+    cho_solve,
+    cholesky,
+    condition_exact,
+    psd_factor,
+    solve_lower,
+    tria,
+    tria_rows,
+    tria_scalar,
+    update,
+    update_scalar,
+)
+
+
+def _dense_update(m, P, H, d, R, y, mask):
+    """The covariance-form Kalman update on the observed components only (numpy, for reference)."""
+    o = np.flatnonzero(mask)
+    Ho, Ro = H[o], R[np.ix_(o, o)]
+    S = Ho @ P @ Ho.T + Ro
+    K = P @ Ho.T @ np.linalg.inv(S)
+    v = y[o] - Ho @ m - d[o]
+    ll = multivariate_normal(np.zeros(len(o)), S).logpdf(v) if len(o) else 0.0
+    return m + K @ v, P - K @ S @ K.T, ll
+
+
+@pytest.mark.parametrize("n", [1, 3, 4, 7])
+def test_small_cholesky_and_solves_equal_lapack(n):
+    """The written-out factorisation and solves equal LAPACK's to rounding, below and above UNROLL_MAX."""
+    a = jax.random.normal(jax.random.key(n), (n, n))
+    spd = a @ a.T + n * jnp.eye(n)
+    b = jax.random.normal(jax.random.key(n + 100), (n, 2))
+    low = cholesky(spd)
+    np.testing.assert_allclose(low, jnp.linalg.cholesky(spd), rtol=0, atol=1e-12)
+    np.testing.assert_allclose(cho_solve(low, b), jnp.linalg.solve(spd, b), rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(
+        solve_lower(low, b[:, 0]), jax.scipy.linalg.solve_triangular(low, b[:, 0], lower=True), atol=1e-12
+    )
+
+
+def test_small_cholesky_is_nan_on_indefinite_and_vmaps():
+    """An indefinite matrix gives NaN (so the filters' divergence check fires); vmap works."""
+    assert bool(jnp.any(jnp.isnan(cholesky(jnp.array([[1.0, 2.0], [2.0, 1.0]])))))
+    mats = jnp.stack([jnp.eye(3) * (i + 1.0) for i in range(4)])
+    np.testing.assert_allclose(jax.vmap(cholesky)(mats), jnp.linalg.cholesky(mats), atol=1e-14)
+
+
+@pytest.mark.parametrize("shape", [(6, 12), (3, 6), (HOUSEHOLDER_MAX + 3, 2 * HOUSEHOLDER_MAX)])
+def test_tria_kernels_agree_and_factor(shape):
+    """Householder rows, the entry-by-entry form and QR (above HOUSEHOLDER_MAX) give the same lower factor
+    of A A^T with a non-negative diagonal, also for a rank-deficient A."""
+    a = np.random.default_rng(0).normal(size=shape)
+    a[:, 3] = 0.0
+    low = np.asarray(tria(jnp.asarray(a)))
+    np.testing.assert_allclose(low @ low.T, a @ a.T, atol=1e-10)
+    assert np.allclose(low, np.tril(low)) and np.all(np.diag(low) >= 0)
+    np.testing.assert_allclose(low, np.linalg.cholesky(a @ a.T), atol=1e-9)
+    if shape[0] <= 6:
+        np.testing.assert_allclose(tria_scalar(jnp.asarray(a)), low, atol=1e-12)
+    a[2] = a[1] * 2.0  # rank deficient: the factor is not unique, its product is
+    low = np.asarray(tria(jnp.asarray(a)))
+    np.testing.assert_allclose(low @ low.T, a @ a.T, atol=1e-10)
+    assert np.all(np.isfinite(low)) and np.all(np.diag(low) >= 0)
+
+
+def test_tria_rows_gives_the_update_factors_of_the_full_tria():
+    """k reflections: T lower-triangular with T T^T = A1 A1^T (the full tria's top block), the cross block
+    G T^T = A2 A1^T, and the remaining factor B B^T = A2 A2^T - G G^T (the updated covariance)."""
+    a = np.random.default_rng(1).normal(size=(9, 9))
+    k = 3
+    out = np.asarray(tria_rows(jnp.asarray(a), k))
+    T, G, B = out[:k, :k], out[k:, :k], out[k:, k:]
+    np.testing.assert_allclose(out[:k, k:], 0.0, atol=0)
+    np.testing.assert_allclose(T, np.asarray(tria(jnp.asarray(a)))[:k, :k], atol=1e-12)
+    np.testing.assert_allclose(G @ T.T, a[k:] @ a[:k].T, atol=1e-12)
+    np.testing.assert_allclose(B @ B.T, a[k:] @ a[k:].T - G @ G.T, atol=1e-12)
+    with pytest.raises(ValueError, match="tria_rows k"):
+        tria_rows(jnp.asarray(a), 0)
+
+
+@pytest.mark.parametrize("n_x", [3, 40])
+def test_update_with_correlated_noise_and_a_mask_equals_the_dense_update(n_x):
+    """One masking rule: the marginal of a correlated R on the observed components, both kernels (Householder
+    rows below HOUSEHOLDER_MAX, QR above), against the covariance-form update and scipy's density."""
+    rng = np.random.default_rng(2)
+    n_y = 4
+    a = rng.normal(size=(n_x, n_x))
+    P = a @ a.T + np.eye(n_x)
+    b = rng.normal(size=(n_y, n_y))
+    R = b @ b.T + 0.5 * np.eye(n_y)
+    m, H, d, y = rng.normal(size=n_x), rng.normal(size=(n_y, n_x)), rng.normal(size=n_y), rng.normal(size=n_y)
+    for mask in (np.ones(n_y, bool), np.array([True, False, True, False]), np.zeros(n_y, bool)):
+        args = [jnp.asarray(v) for v in (m, np.linalg.cholesky(P), H, d, np.linalg.cholesky(R), y)]
+        mean, chol, info = update(*args, jnp.asarray(mask))
+        ref_m, ref_P, ref_ll = _dense_update(m, P, H, d, R, y, mask)
+        np.testing.assert_allclose(mean, ref_m, rtol=1e-9, atol=1e-12)
+        np.testing.assert_allclose(np.asarray(chol @ chol.T), ref_P, rtol=1e-9, atol=1e-10)
+        np.testing.assert_allclose(float(info.loglik), ref_ll, rtol=1e-10, atol=1e-12)
+        assert np.allclose(chol, np.tril(chol))
+        y_missing = jnp.where(
+            jnp.asarray(mask), args[5], jnp.nan
+        )  # the value of a masked entry is never read
+        np.testing.assert_allclose(update(*args[:5], y_missing, jnp.asarray(mask))[0], mean, rtol=0)
+
+
+def test_scalar_and_exact_updates_equal_the_dense_update():
+    """Potter's scalar square-root update equals the QR-based update (mean, covariance, log density), for a
+    noisy and a zero-noise (ODE residual) row; an exact observation leaves zero variance along h."""
+    rng = np.random.default_rng(5)
+    chol = jnp.asarray(np.tril(rng.normal(size=(3, 3))))
+    mean, h = jnp.asarray(rng.normal(size=3)), jnp.asarray(rng.normal(size=3))
+    y, d = 0.7, 0.2
+    m1, c1, info = update(
+        mean, chol, h[None], jnp.array([d]), jnp.array([[0.3]]), jnp.array([y]), jnp.array([True])
+    )
+    m2, c2, ll2 = update_scalar(mean, chol, h, y - h @ mean - d, 0.3, jnp.array(True))
+    np.testing.assert_allclose(m2, m1, rtol=1e-12)
+    np.testing.assert_allclose(c2 @ c2.T, c1 @ c1.T, rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(ll2, info.loglik, rtol=1e-12)
+    residual = h @ mean + d
+    m1, c1 = condition_exact(mean, chol, h[None], jnp.array([residual]), jnp.array([True]))
+    m2, c2, _ = update_scalar(mean, chol, h, -residual, 0.0, jnp.array(True))
+    np.testing.assert_allclose(m2, m1, rtol=1e-12)
+    np.testing.assert_allclose(c2 @ c2.T, c1 @ c1.T, rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(np.asarray(c2 @ c2.T) @ np.asarray(h), 0.0, atol=1e-13)
+    m3, c3, ll3 = update_scalar(mean, chol, h, 1.0, 0.3, jnp.array(False))
+    assert np.all(m3 == mean) and np.all(c3 == chol) and ll3 == 0.0
+
+
+def test_psd_factor_accepts_singular_covariances_and_names_indefinite_ones():
+    sing = np.diag([2.0, 0.0, 1.0])
+    low = psd_factor(sing)
+    np.testing.assert_allclose(low @ low.T, sing, atol=1e-14)
+    with pytest.raises(ValueError, match=r"Q: expected a positive semi-definite covariance; received .* -1"):
+        psd_factor(np.diag([1.0, -1.0]), "Q")
+
+
+@pytest.mark.parametrize(
+    ("alpha", "beta", "kappa", "redraw"),
+    [(1.0, 0.0, 0.0, False), (1.0, 0.0, 1.0, False), (1.0, 2.0, 0.0, True), (0.5, 2.0, 0.0, False)],
+)
+def test_square_root_ukf_equals_the_covariance_form_oracle(alpha, beta, kappa, redraw):
+    """The square-root UKF (paper-code weights, Merwe's, redrawn points, and a negative central weight)
+    reproduces the covariance-form equations of Alg. 6 on a nonlinear oscillator with missing data."""
+    rng = np.random.default_rng(3)
+    f = lambda x, u: jnp.stack([x[0] + 0.05 * x[1], x[1] - 0.05 * (x[0] + x[0] ** 3) + u[0]])  # noqa: E731
+    h = lambda x, u: jnp.stack([jnp.sin(x[0]), x[0] * x[1]])  # noqa: E731
+    T = 60
+    us = jnp.asarray(rng.normal(size=(T, 1)) * 0.1)
+    ys = jnp.asarray(rng.normal(size=(T, 2)) * 0.3)
+    masks = jnp.asarray(rng.random((T, 2)) > 0.3)
+    x0, P0 = jnp.array([0.5, 0.0]), jnp.diag(jnp.array([0.2, 0.1]))
+    Q, R = jnp.array([[1e-3, 2e-4], [2e-4, 2e-3]]), jnp.array([[0.09, 0.02], [0.02, 0.05]])
+    w = UnscentedWeights(alpha=alpha, beta=beta, kappa=kappa)
+    ref_m, ref_P, ref_ll = ukf_cov_scan(
+        f, h, x0, P0, Q, R, us, ys, masks, alpha=alpha, beta=beta, kappa=kappa, redraw=redraw
+    )
+    chol = [jnp.linalg.cholesky(a) for a in (P0, Q, R)]
+    out = ukf_scan(f, h, x0, *chol, us, ys, masks, weights=w, redraw=redraw)
+    np.testing.assert_allclose(out.means, ref_m, rtol=1e-9, atol=1e-11)
+    np.testing.assert_allclose(out.covs, ref_P, rtol=1e-8, atol=1e-12)
+    np.testing.assert_allclose(float(out.loglik), float(ref_ll), rtol=1e-10)
+    via_run = run_ukf(f, h, x0, P0, Q, R, us, ys, masks, weights=w, redraw=redraw)
+    np.testing.assert_allclose(via_run.means, out.means, rtol=1e-12, atol=1e-14)
