@@ -169,15 +169,20 @@ def compile(graph: Graph, schedule: Schedule | str = "jacobi") -> Compiled:  # n
         keyed.setdefault(_group_key(s), []).append(i)
     groups, port_base, slot_base = [], {}, {}
     n_ports = n_slots = 0
+    port_owner: list[tuple[int, int]] = []  # (member position, local index) of every interface variable
+    slot_owner: list[tuple[int, int]] = []  # the same for every message slot
     for members in keyed.values():
         tmpl = subs[members[0]]
         pidx = np.asarray([i for _, p in sorted(tmpl.ports.items()) for i in p.state], dtype=int)
         spec = _Template(tmpl.transition, tmpl.output, tmpl.estimator, tmpl.weights, tmpl.n_msg)
         groups.append(_Group(spec, tuple(members), pidx))
         for i in members:
+            position = len(port_base)
             port_base[i], slot_base[i] = n_ports, n_slots
             n_ports += pidx.size
             n_slots += tmpl.n_msg
+            port_owner += [(position, j) for j in range(pidx.size)]
+            slot_owner += [(position, j) for j in range(tmpl.n_msg)]
     colour_of = graph.colours()
     colours = tuple(np.asarray([colour_of[names[i]] for i in g.members]) for g in groups)
     ekeyed: dict[tuple[Any, ...], list[int]] = {}
@@ -210,6 +215,8 @@ def compile(graph: Graph, schedule: Schedule | str = "jacobi") -> Compiled:  # n
         colours,
         max(colour_of.values()) + 1,
         names,
+        np.asarray(port_owner, dtype=int).reshape(-1, 2),
+        np.asarray(slot_owner, dtype=int).reshape(-1, 2),
     )
     scan = jax.jit(engine.scan, static_argnames=("check",))
     return Compiled(names, engine, numbers, jax.jit(engine.step), scan)
@@ -351,30 +358,48 @@ class _Engine:
     colours: tuple[np.ndarray, ...]
     n_colours: int
     names: tuple[str, ...] = ()  # subsystem names in compile order (for error messages)
+    port_owner: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros((0, 2), int))
+    slot_owner: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros((0, 2), int))
+
+    @property
+    def _p_max(self) -> int:
+        return max([1] + [g.port_idx.size for g in self.groups])
+
+    @property
+    def _m_max(self) -> int:
+        return max([1] + [g.template.n_msg for g in self.groups])
 
     def ports(self, means: tuple[Any, ...], chols: tuple[Any, ...]) -> tuple[Any, Any]:
-        """Flat interface variables (n_ports,) and their block-diagonal covariance (n_ports, n_ports)."""
-        vals, cov = [], jnp.zeros((self.n_ports, self.n_ports))
-        base = 0
+        """Flat interface variables (n_ports,) and each member's port covariance (M, p_max, p_max).
+
+        The covariance is block-diagonal over subsystems, so only the blocks are kept (padded to the
+        largest port): memory O(M p^2), not O(n_ports^2), whatever the size of the graph.
+        """
+        vals, blocks = [], []
+        p_max = self._p_max
         for g, mu, L in zip(self.groups, means, chols, strict=True):
-            p, G = g.port_idx.size, len(g.members)
+            p = g.port_idx.size
             vals.append(mu[:, g.port_idx].reshape(-1))
             rows = L[:, g.port_idx, :]
-            blocks = jnp.einsum("gik,gjk->gij", rows, rows)
-            idx = base + np.arange(G)[:, None] * p + np.arange(p)[None, :]
-            cov = cov.at[idx[:, :, None], idx[:, None, :]].set(blocks)
-            base += G * p
+            block = jnp.einsum("gik,gjk->gij", rows, rows)
+            blocks.append(jnp.pad(block, ((0, 0), (0, p_max - p), (0, p_max - p))))
         flat = jnp.concatenate(vals) if vals else jnp.zeros(0)
-        return flat, cov
+        return flat, jnp.concatenate(blocks)
+
+    def _port_cov(self, blocks: Any, idx: np.ndarray) -> Any:
+        """Covariances (E, p, p) of the interface variables ``idx`` (E, p), each row one member's."""
+        owner, local = self.port_owner[idx[:, 0], 0], self.port_owner[idx, 1]
+        return blocks[owner[:, None, None], local[:, :, None], local[:, None, :]]
 
     def messages(self, num: Numbers, s: Any, s_cov: Any, var_prev: tuple[Any, ...], s_own: Any = None):
-        """Summed message means (n_slots,), injected covariances (n_slots, n_slots), new edge variances.
+        """Summed message means (n_slots,), per-receiver injected covariances, new edge variances.
 
-        Senders' interface variables come from ``s``, receivers' from ``s_own`` (default ``s``).
+        The injected covariances are one (m_max, m_max) block per subsystem (M of them). Senders'
+        interface variables come from ``s``, receivers' from ``s_own`` (default ``s``).
         """
         s_own = s if s_own is None else s_own
         m = jnp.zeros(self.n_slots)
-        cm = jnp.zeros((self.n_slots, self.n_slots))
+        cm = jnp.zeros((len(self.names), self._m_max, self._m_max))
         new_var = []
         for eg, gamma, prob, vprev in zip(
             self.edge_groups, num.gammas, num.probabilistic, var_prev, strict=True
@@ -393,12 +418,12 @@ class _Engine:
                 d = vals - wm @ vals
                 return (d.T * wc) @ d  # var(F) = a^T (P_s1 + P_s2) a for linear laws (S33)
 
-            ca = s_cov[eg.send[:, :, None], eg.send[:, None, :]]
-            cb = s_cov[eg.recv[:, :, None], eg.recv[:, None, :]]
+            ca, cb = self._port_cov(s_cov, eg.send), self._port_cov(s_cov, eg.recv)
             var = jax.vmap(law_var)(s_send, s_recv, gamma, ca, cb)
             var = jnp.where((prob > 0)[:, None, None], jnp.nan_to_num(var), 0.0)
             used = jax.vmap(_psd_part)(var - vprev)  # incremental rule (S46)
-            cm = cm.at[eg.target[:, :, None], eg.target[:, None, :]].add(used)
+            owner, local = self.slot_owner[eg.target[:, 0], 0], self.slot_owner[eg.target, 1]
+            cm = cm.at[owner[:, None, None], local[:, :, None], local[:, None, :]].add(used)
             new_var.append(var)
         return m, cm, tuple(new_var)
 
@@ -411,14 +436,16 @@ class _Engine:
         s_own = None if own_src is None else self.ports(*own_src)[0]
         m, cm, new_var = self.messages(num, s, s_cov, var_prev, s_own)
         outs = []
-        base = 0
+        base = position = 0
         for gi, (g, arr) in enumerate(zip(self.groups, num.groups, strict=True)):
             G, nm = len(g.members), g.template.n_msg
             sl = base + np.arange(G)[:, None] * nm + np.arange(nm)[None, :]
+            cm_g = cm[position : position + G, :nm, :nm]
             base += G * nm
+            position += G
             fn = lambda a, x, P, mm, cc, tmpl=g.template: _local_step(tmpl, a, x, P, u, y, mask, mm, cc)  # noqa: E731
             arr_v = {k: v for k, v in arr.items() if k not in ("x0", "P0", "chol_P0", "Q", "R")}
-            args = (arr_v, start[0][gi], start[1][gi], m[sl], cm[sl[:, :, None], sl[:, None, :]])
+            args = (arr_v, start[0][gi], start[1][gi], m[sl], cm_g)
             if G == 1:  # a lone member runs unbatched: vmap over one adds ~30 % to the compile time
                 lone = fn(*jax.tree_util.tree_map(lambda a: a[0], args))
                 res = jax.tree_util.tree_map(lambda r: r[None], lone)
