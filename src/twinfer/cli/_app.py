@@ -141,6 +141,27 @@ def run(
         typer.Option("--resume-from", help="Like --resume, from this checkpoint folder."),
     ] = None,
     debug: Annotated[bool, typer.Option("--debug", help="Show the full traceback of an error.")] = False,
+    coordinator: Annotated[
+        str | None,
+        typer.Option(
+            "--coordinator",
+            help="HOST:PORT of process 0, to run as one of several processes (with --num-processes and "
+            "--process-id).",
+            rich_help_panel="Several processes",
+        ),
+    ] = None,
+    num_processes: Annotated[
+        int | None,
+        typer.Option("--num-processes", help="How many processes join.", rich_help_panel="Several processes"),
+    ] = None,
+    process_id: Annotated[
+        int | None,
+        typer.Option(
+            "--process-id",
+            help="This process's number, 0 .. N-1; process 0 writes the run folder.",
+            rich_help_panel="Several processes",
+        ),
+    ] = None,
 ) -> None:
     """Run a case study and write its run folder (config, metrics, arrays, figures, report).
 
@@ -149,7 +170,14 @@ def run(
     interrupted run of the same case and config; the folder is removed once the run folder is complete.
     ``--set checkpoint_dir=DIR`` keeps the checkpoints in DIR instead (never removed). Exit status: 0,
     1 for an error during the run, 2 for a bad command line or config, 130 when interrupted.
+
+    Several processes (on one or several machines) run one case together when each is started with the
+    same command plus ``--coordinator HOST:PORT --num-processes N --process-id I`` (I = 0 .. N-1; HOST is
+    process 0's machine): they join JAX's distributed runtime before the case runs, so a case's
+    ``devices=0`` spans the devices of every process. Every process computes; only process 0 writes the
+    run folder. ``--resume`` is not available with several processes.
     """
+    joined = _distributed_options(coordinator, num_processes, process_id, resume or resume_from is not None)
     _use_compilation_cache()
     from twinfer.checkpoint import CheckpointError
     from twinfer.experiments import ConfigError, get_case, parse_set, resolve_config
@@ -161,13 +189,20 @@ def run(
     except (KeyError, ConfigError) as exc:
         _fail(str(exc.args[0]) if isinstance(exc, KeyError) else str(exc))
         return
-    try:
-        check_output_folder(out_dir)
-    except OSError as exc:
-        _fail(f"--out: {exc}")
+    writer = joined is None or joined[2] == 0  # with several processes, process 0 writes
+    if writer:
+        try:
+            check_output_folder(out_dir)
+        except OSError as exc:
+            _fail(f"--out: {exc}")
     if "resume" in type(cfg).model_fields:
         cfg = cfg.model_copy(update={"resume": False})  # resuming is --resume's job, never the config's
-    run_cfg, folder, managed = _with_checkpoint(cfg, the_case.name, out_dir, resume, resume_from)
+    if writer:
+        run_cfg, folder, managed = _with_checkpoint(cfg, the_case.name, out_dir, resume, resume_from)
+    else:  # checkpoints, like the run folder, are process 0's
+        run_cfg, folder, managed = cfg, None, False
+    if joined is not None:
+        _join(*joined)
     again = shlex.join(
         ["twinfer", "run", case, *(["--config", str(config)] if config else [])]
         + [arg for item in set_ or [] for arg in ("--set", item)]
@@ -183,6 +218,13 @@ def run(
             artifacts = the_case.run(run_cfg, _Bar(progress))
         _INTERRUPTS.check()
         paper = the_case.paper_values(cfg)
+        if not writer:
+            out.print(
+                f"process {process_id} of {num_processes}: {the_case.name} done "
+                f"({time.perf_counter() - start:.1f} s); process 0 writes the run folder.",
+                soft_wrap=True,
+            )
+            return
 
         def posterior(folder: Path) -> object:  # posterior.nc + summary when the case sampled a posterior
             return write_posterior(folder, artifacts.arrays)
@@ -213,6 +255,48 @@ def run(
         _remove_checkpoints(folder)  # the run folder is complete: nothing left to resume
     _print_metrics(the_case.name, dict(artifacts.metrics), paper)
     out.print(f"run folder: [bold]{run_dir}[/] ({time.perf_counter() - start:.1f} s)", soft_wrap=True)
+
+
+def _distributed_options(
+    coordinator: str | None, num_processes: int | None, process_id: int | None, resuming: bool
+) -> tuple[str, int, int] | None:
+    """The checked ``--coordinator --num-processes --process-id`` (all three or none); None for none."""
+    from twinfer.sharding import check_distributed
+
+    given = {"--coordinator": coordinator, "--num-processes": num_processes, "--process-id": process_id}
+    if all(v is None for v in given.values()):
+        return None
+    missing = [name for name, v in given.items() if v is None]
+    if missing:
+        _fail(
+            f"{', '.join(missing)}: several processes need all of --coordinator HOST:PORT, --num-processes N "
+            "and --process-id I; give all three or none."
+        )
+    assert coordinator is not None and num_processes is not None and process_id is not None
+    try:
+        check_distributed(
+            coordinator, num_processes, process_id, ("--coordinator", "--num-processes", "--process-id")
+        )
+    except ValueError as exc:
+        _fail(str(exc))
+    if resuming:
+        _fail("--resume: not available with several processes (--coordinator); run without it.")
+    return coordinator, num_processes, process_id
+
+
+def _join(coordinator: str, num_processes: int, process_id: int) -> None:
+    """Join the other processes (exit 1 naming the coordinator when they do not all join)."""
+    from twinfer.sharding import init_distributed
+
+    console.print(
+        f"[dim]process {process_id} of {num_processes}: joining the coordinator at {escape(coordinator)}[/]",
+        highlight=False,
+        soft_wrap=True,
+    )
+    try:
+        init_distributed(coordinator, num_processes, process_id)
+    except RuntimeError as exc:
+        _fail(str(exc), code=1)
 
 
 def _warn(line: str) -> None:

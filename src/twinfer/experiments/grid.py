@@ -28,6 +28,7 @@ import jax.numpy as jnp
 import numpy as np
 import pydantic
 
+from twinfer import sharding
 from twinfer.data import Partition, load_grid, partition_greedy
 from twinfer.experiments._case import Case, CaseConfig, Progress, register
 from twinfer.infer.clusters import cluster_layout, run_clusters, stable_substeps, substep_groups
@@ -139,7 +140,7 @@ def grid_estimator(
     layouts = tuple(cluster_layout(part, index, weight, partition.max_size) for part, _ in groups)
     steps = tuple(k for _, k in groups)
     x0 = np.stack([init[:n], init[n:], np.zeros(n)], axis=1)
-    mesh = device_mesh(config.devices)
+    mesh = sharding.device_mesh(config.devices, "clusters", "grid: devices")
     # The index arrays are arguments, not constants captured by the trace: XLA would otherwise try to
     # constant-fold the gathers on them at compile time, which takes minutes on the PEGASE networks.
     fn = jax.jit(
@@ -167,20 +168,6 @@ def grid_estimator(
     return lambda ys: fn(layouts, damping, start, ys)
 
 
-def device_mesh(devices: int) -> jax.sharding.Mesh | None:
-    """A one-axis mesh named ``clusters`` over the first ``devices`` devices (0: all); None for one."""
-    available = jax.devices()
-    count = len(available) if devices == 0 else devices
-    if count > len(available):
-        raise ValueError(
-            f"grid: devices must be at most the {len(available)} visible device(s); received {devices} "
-            "(on the CPU, XLA_FLAGS=--xla_force_host_platform_device_count=N makes N devices)"
-        )
-    if count == 1:
-        return None
-    return jax.sharding.Mesh(np.array(available[:count]), ("clusters",))
-
-
 def _estimate(
     config, partition: Partition, model, sim, q_big_omega: float, method: Literal["ukf", "wls"] = "ukf"
 ):
@@ -192,7 +179,8 @@ def _estimate(
     start = time.perf_counter()
     out = jax.block_until_ready(fn(ys))
     run_s = time.perf_counter() - start
-    return np.asarray(out.means), np.asarray(out.stds), compile_s, run_s
+    means, stds = sharding.to_numpy((out.means, out.stds))  # whole in every process
+    return means, stds, compile_s, run_s
 
 
 def grid_metrics(prefix: str, means, stds, states, big_omega) -> dict[str, float]:
@@ -307,6 +295,14 @@ def run(config: GridConfig, progress: Progress) -> RunArtifacts:
         "It measures no Omega, so its Omega stays at the initial 0 and its Omega coverage only reflects "
         "Q_Omega: it estimates the state, not the parameters (scope-restricted, as in the paper).",
     ]
+    used = jax.devices()[: config.devices or None]  # the devices of the mesh (0: all)
+    if len(used) > 1:
+        processes = len({d.process_index for d in used})
+        notes.append(
+            f"Devices: each cluster axis split over {len(used)} devices of {processes} process(es) "
+            "(jax.sharding; inert padding clusters make the split even); the estimates are gathered "
+            "whole to every process."
+        )
     return RunArtifacts(metrics=metrics, arrays=arrays, notes=notes)
 
 

@@ -28,6 +28,7 @@ from jax.flatten_util import ravel_pytree
 
 from twinfer.checkpoint import Checkpoint, Snapshot, array_digest, as_checkpoint, digest
 from twinfer.models import AbstractModel, Params
+from twinfer.sharding import device_mesh
 from twinfer.sim import simulate_events
 
 Loss = Callable[[Params, Any, Any], Any]
@@ -206,7 +207,7 @@ def train(
     def full(th):
         return dict(fixed, **th)
 
-    mesh = _mesh(settings.devices)
+    mesh = device_mesh(settings.devices, "devices", "TrainSettings devices")
     split = _split_over(mesh)
 
     @jax.jit
@@ -260,18 +261,6 @@ def train(
         steps=total,
         seconds=spent + time.perf_counter() - tic,
     )
-
-
-def _mesh(devices: int) -> jax.sharding.Mesh | None:
-    """A one-axis mesh over the first ``devices`` visible devices (0: all); None for a single one."""
-    available = jax.devices()
-    count = len(available) if devices == 0 else devices
-    if count > len(available):
-        raise ValueError(
-            f"TrainSettings devices: expected at most the {len(available)} visible device(s); received "
-            f"{devices} (on a CPU, XLA_FLAGS=--xla_force_host_platform_device_count=N makes N devices)."
-        )
-    return None if count == 1 else jax.sharding.Mesh(np.array(available[:count]), ("devices",))
 
 
 def _split_over(mesh: jax.sharding.Mesh | None) -> Callable[..., Any]:

@@ -1,0 +1,155 @@
+"""Devices and hosts: one-axis device meshes, joining several processes, results back as numpy.
+
+The same program runs on one CPU, several devices of one machine, or several processes on several
+machines. On one machine ``XLA_FLAGS=--xla_force_host_platform_device_count=N`` makes N CPU devices.
+Across processes every process calls :func:`init_distributed` first (before any JAX computation); then
+``jax.devices()`` lists the devices of every process, :func:`device_mesh` with ``devices=0`` spans them
+all, and :func:`to_numpy` brings a result that is split over processes back whole to each of them.
+"""
+
+from __future__ import annotations
+
+import re
+import socket
+import time
+from typing import Any
+
+import jax
+import numpy as np
+
+__all__ = ["check_distributed", "device_mesh", "init_distributed", "to_numpy"]
+
+_DEVICE_HINT = "on a CPU, XLA_FLAGS=--xla_force_host_platform_device_count=N makes N devices"
+
+
+def device_mesh(devices: int, axis: str, field: str = "devices") -> jax.sharding.Mesh | None:
+    """A one-axis mesh named ``axis`` over the first ``devices`` devices (0: all); None for one device.
+
+    After :func:`init_distributed` the devices are those of every process (``jax.devices()``), so
+    ``devices=0`` splits the axis over all processes. ``field`` names the setting in the error raised
+    when more devices are asked for than exist.
+
+    Raises:
+        ValueError: ``devices`` is negative or more than the devices there are.
+
+    """
+    available = jax.devices()
+    if devices < 0:
+        raise ValueError(f"{field}: expected 0 (all devices) or a positive count; received {devices}.")
+    count = len(available) if devices == 0 else devices
+    if count > len(available):
+        where = f" over {jax.process_count()} processes" if jax.process_count() > 1 else ""
+        raise ValueError(
+            f"{field}: expected at most the {len(available)} visible device(s){where}; received {devices} "
+            f"({_DEVICE_HINT})."
+        )
+    if count == 1:
+        return None
+    return jax.sharding.Mesh(np.array(available[:count]), (axis,))
+
+
+def init_distributed(coordinator: str, num_processes: int, process_id: int, timeout_s: int = 300) -> None:
+    """Join this process to ``num_processes`` processes through JAX's distributed runtime.
+
+    Call it in every process, before any JAX computation: process 0 serves as coordinator at
+    ``coordinator`` (``HOST:PORT``, reachable from every process); CPU devices talk through gloo
+    collectives over TCP. ``timeout_s`` bounds the wait for the other processes to join.
+
+    Raises:
+        ValueError: a malformed ``coordinator``, ``num_processes`` below 1 or ``process_id`` outside
+            ``0 .. num_processes - 1``.
+        RuntimeError: JAX already started its devices or joined a cluster, the coordinator could not
+            be served (process 0) or reached within ``timeout_s`` (the others). Other processes that do
+            not join within ``timeout_s`` make JAX's runtime abort the process.
+
+    """
+    check_distributed(coordinator, num_processes, process_id)
+    from jax._src import xla_bridge
+
+    if jax.distributed.is_initialized():
+        raise RuntimeError("init_distributed: this process already joined a distributed runtime.")
+    if xla_bridge.backends_are_initialized():
+        raise RuntimeError(
+            "init_distributed: JAX already started its devices in this process; join the distributed "
+            "runtime before any JAX computation."
+        )
+    if process_id != 0:  # JAX's runtime aborts the process when the coordinator never answers
+        _wait_for_coordinator(coordinator, process_id, num_processes, timeout_s)
+    jax.config.update("jax_cpu_collectives_implementation", "gloo")
+    try:
+        jax.distributed.initialize(
+            coordinator_address=coordinator,
+            num_processes=num_processes,
+            process_id=process_id,
+            initialization_timeout=timeout_s,
+        )
+    except Exception as exc:  # the runtime raises JaxRuntimeError with a long status
+        raise RuntimeError(
+            f"init_distributed: process {process_id} of {num_processes} could not join through the "
+            f"coordinator at {coordinator} ({type(exc).__name__}: {str(exc).splitlines()[0]}). Process 0 "
+            "serves it: its port must be free on process 0's machine and reachable from the others."
+        ) from exc
+
+
+def _wait_for_coordinator(coordinator: str, process_id: int, num_processes: int, timeout_s: float) -> None:
+    """Until a TCP connection to ``coordinator`` opens; RuntimeError naming it after ``timeout_s``."""
+    host, port = coordinator.rsplit(":", 1)
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            with socket.create_connection((host.strip("[]"), int(port)), timeout=2.0):
+                return
+        except OSError as exc:
+            if time.monotonic() > deadline:
+                raise RuntimeError(
+                    f"init_distributed: process {process_id} of {num_processes} could not reach the "
+                    f"coordinator at {coordinator} within {timeout_s:g} s ({exc.strerror or exc}). Start "
+                    "process 0 with the same coordinator; HOST:PORT must be process 0's machine, reachable "
+                    "from this one."
+                ) from None
+        time.sleep(0.5)
+
+
+def check_distributed(
+    coordinator: str,
+    num_processes: int,
+    process_id: int,
+    names: tuple[str, str, str] = ("coordinator", "num_processes", "process_id"),
+) -> None:
+    """Refuse arguments :func:`init_distributed` cannot join with; ``names`` name them in the messages.
+
+    Raises:
+        ValueError: ``coordinator`` is not ``HOST:PORT`` (port 1..65535), ``num_processes`` is below 1,
+            or ``process_id`` is outside ``0 .. num_processes - 1``.
+
+    """
+    match = re.fullmatch(r"(\[[0-9A-Fa-f:.]+\]|[^\s:\[\]/]+):(\d+)", coordinator)
+    if match is None or not 0 < int(match.group(2)) < 65536:
+        raise ValueError(
+            f"{names[0]}: expected HOST:PORT (e.g. 10.0.0.1:1234) with a port 1..65535; received "
+            f"{coordinator!r}."
+        )
+    if num_processes < 1:
+        raise ValueError(f"{names[1]}: expected at least 1; received {num_processes}.")
+    if not 0 <= process_id < num_processes:
+        raise ValueError(
+            f"{names[2]}: expected 0 .. {num_processes - 1} ({names[1]} - 1); received {process_id}."
+        )
+
+
+def to_numpy(value: Any) -> Any:
+    """``value`` (an array or a pytree of arrays) as numpy, whole in every process.
+
+    An array split over devices of several processes is gathered from all of them
+    (``multihost_utils.process_allgather``), a collective: every process must call this together.
+    Arrays held whole by this process (one process, or replicated) are converted without communication.
+    """
+
+    def one(x: Any) -> np.ndarray:
+        if isinstance(x, jax.Array) and not x.is_fully_addressable and not x.is_fully_replicated:
+            from jax.experimental import multihost_utils
+
+            return np.asarray(multihost_utils.process_allgather(x, tiled=True))
+        return np.asarray(x)
+
+    return jax.tree_util.tree_map(one, value)
