@@ -240,3 +240,24 @@ def test_crps_gaussian_and_samples_agree_for_many_samples():
     truth = np.array([0.3, 2.0, -2.5])
     samples = mean + std * rng.normal(size=(200_000, 3))
     assert M.crps_samples(samples, truth) == pytest.approx(M.crps_gaussian(mean, std, truth), rel=5e-3)
+
+
+def test_wrapped_errors_score_angles_across_the_cut():
+    """With period 2 pi a phase estimated at pi - 0.01 for a truth at -pi + 0.01 is 0.02 off, not 6.26."""
+    est, truth = np.array([[np.pi - 0.01], [0.5]]), np.array([[-np.pi + 0.01], [0.5]])
+    assert M.rmse(est, truth, period=2 * np.pi) == pytest.approx(np.sqrt(0.02**2 / 2), rel=1e-9)
+    assert M.rmse(est, truth) == pytest.approx(np.sqrt((2 * np.pi - 0.02) ** 2 / 2), rel=1e-12)
+    spread = 0.5 - (-np.pi + 0.01)  # the true signal's own range normalises
+    assert M.nrmse(est, truth, period=2 * np.pi) == pytest.approx(np.sqrt(0.02**2 / 2) / spread, rel=1e-9)
+    with pytest.raises(ValueError, match="period > 0"):
+        M.rmse(est, truth, period=0.0)
+
+
+def test_nrmse_population_divides_by_the_spread_of_the_true_values():
+    """Table S3's Omega NRMSE: each constant's RMSE over time, averaged, over max - min of the truths."""
+    truth = np.array([-1.0, 0.0, 1.0])
+    est = np.tile(truth, (4, 1)) + np.array([[0.2, 0.0, -0.4]])
+    assert M.nrmse_population(est, truth) == pytest.approx((0.2 + 0.0 + 0.4) / 3 / 2.0, rel=1e-12)
+    assert M.nrmse_population(np.zeros((3, 2)), np.array([0.5, 0.5])) == pytest.approx(0.5)
+    with pytest.raises(ValueError, match=r"nrmse_population: expected estimate_trajectory \(T, p\)"):
+        M.nrmse_population(np.zeros(3), truth)

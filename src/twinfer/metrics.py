@@ -59,7 +59,18 @@ def _range(truth: np.ndarray, axis: int) -> np.ndarray:
 
 
 # -- point-error metrics -------------------------------------------------------------------------
-def rmse(estimate: Any, truth: Any, axis: int | tuple[int, ...] | None = None) -> float | np.ndarray:
+def _error(e: np.ndarray, t: np.ndarray, period: float | None, fn: str) -> np.ndarray:
+    """``e - t``, wrapped to ``[-period/2, period/2)`` for angles (``(d + p/2) mod p - p/2``)."""
+    if period is None:
+        return e - t
+    if not (math.isfinite(period) and period > 0):
+        raise ValueError(f"{fn}: expected period > 0 (e.g. 2 pi for angles) or None; received {period}.")
+    return np.mod(e - t + 0.5 * period, period) - 0.5 * period
+
+
+def rmse(
+    estimate: Any, truth: Any, axis: int | tuple[int, ...] | None = None, *, period: float | None = None
+) -> float | np.ndarray:
     """Root-mean-square error ``sqrt(mean((estimate - truth)**2))``.
 
     Args:
@@ -67,6 +78,8 @@ def rmse(estimate: Any, truth: Any, axis: int | tuple[int, ...] | None = None) -
         truth: true values, the same shape.
         axis: axes to average over; None (default) pools all variables and steps before the
             square root (the "aggregated RMSE").
+        period: for angles, the error is wrapped to ``[-period/2, period/2)`` first (``2 pi``: a phase
+            estimated at ``pi - 0.01`` for a truth at ``-pi + 0.01`` is 0.02 off, not ``2 pi - 0.02``).
 
     Returns:
         A float when ``axis`` is None, else an array over the remaining axes.
@@ -77,10 +90,12 @@ def rmse(estimate: Any, truth: Any, axis: int | tuple[int, ...] | None = None) -
     """
     e, t = _array(estimate, "estimate", "rmse"), _array(truth, "truth", "rmse")
     _same_shape("rmse", estimate=e, truth=t)
-    return _out(np.sqrt(np.mean((e - t) ** 2, axis=axis)))
+    return _out(np.sqrt(np.mean(_error(e, t, period, "rmse") ** 2, axis=axis)))
 
 
-def nrmse(estimate: Any, truth: Any, *, per_variable: bool = False) -> float | np.ndarray:
+def nrmse(
+    estimate: Any, truth: Any, *, per_variable: bool = False, period: float | None = None
+) -> float | np.ndarray:
     """Mean over variables of ``RMSE_j / (max_t truth_j - min_t truth_j)``.
 
     Time is axis 0; every other index is a variable. A variable whose true signal is constant over
@@ -90,6 +105,7 @@ def nrmse(estimate: Any, truth: Any, *, per_variable: bool = False) -> float | n
         estimate: ``(T,)`` or ``(T, n)`` estimated trajectories.
         truth: true trajectories, the same shape, over the same window.
         per_variable: return the per-variable NRMSEs instead of their mean.
+        period: wrap the errors of angles (see :func:`rmse`); the range is the true signal's own.
 
     Returns:
         The mean NRMSE (float), or an array of per-variable NRMSEs.
@@ -102,8 +118,35 @@ def nrmse(estimate: Any, truth: Any, *, per_variable: bool = False) -> float | n
     _same_shape("nrmse", estimate=e, truth=t)
     if e.ndim == 0 or e.shape[0] == 0:
         raise ValueError(f"nrmse: expected at least one time step on axis 0; received shape {e.shape}.")
-    values = np.sqrt(np.mean((e - t) ** 2, axis=0)) / _range(t, 0)
+    values = np.sqrt(np.mean(_error(e, t, period, "nrmse") ** 2, axis=0)) / _range(t, 0)
     return _out(values) if per_variable else float(np.mean(values))
+
+
+def nrmse_population(estimate_trajectory: Any, true_values: Any) -> float:
+    """Mean over parameters of ``RMSE_j / (max_j v_j - min_j v_j)``: constants scored on their spread.
+
+    For a population of constant parameters (the natural frequencies of a grid's buses, Table S3), each
+    trajectory's RMSE about its true value is divided by the range of the true values over the
+    population, not by the value itself (many are 0). A population of equal values gets the
+    denominator 1.0 (the [REPO] rule).
+
+    Args:
+        estimate_trajectory: ``(T, p)`` estimates of ``p`` parameters over time.
+        true_values: ``(p,)`` true values.
+
+    References:
+        specs/compositional-inference.md, section 3.5 (grid metrics) and section 5 "NRMSE".
+
+    """
+    fn = "nrmse_population"
+    e, v = _array(estimate_trajectory, "estimate_trajectory", fn), _array(true_values, "true_values", fn)
+    if e.ndim != 2 or v.shape != e.shape[1:]:
+        raise ValueError(
+            f"{fn}: expected estimate_trajectory (T, p) and true_values (p,); received {e.shape} and "
+            f"{v.shape}."
+        )
+    spread = float(np.max(v) - np.min(v)) if v.size else 0.0
+    return float(np.mean(np.sqrt(np.mean((e - v[None, :]) ** 2, axis=0)))) / (spread or 1.0)
 
 
 def nrmse_constant(estimate_trajectory: Any, true_value: Any) -> float | np.ndarray:
