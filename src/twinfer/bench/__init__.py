@@ -5,14 +5,8 @@ Benchmarks register themselves in :data:`REGISTRY` by name; ``twinfer bench NAME
 
 import importlib
 
-from twinfer.bench._harness import (
-    REGISTRY,
-    BenchResult,
-    register,
-    time_jitted,
-    time_python,
-    write_bench_json,
-)
+from twinfer.bench._harness import REGISTRY, register, time_python, write_bench_json
+from twinfer.timing import BenchResult, time_jitted
 
 BENCHMARK_MODULES: tuple[str, ...] = ("filters", "grid", "pn", "graph", "combine")
 """Modules under ``twinfer.bench`` whose import registers benchmarks."""

@@ -11,14 +11,14 @@ from __future__ import annotations
 import json
 import os
 import platform
-import statistics
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import jax
+
+from twinfer.timing import BenchResult
 
 Progress = Callable[[str], None]
 Benchmark = Callable[[bool, Progress], dict[str, float]]
@@ -33,33 +33,6 @@ def register(name: str, description: str) -> Callable[[Benchmark], Benchmark]:
         return fn
 
     return wrap
-
-
-@dataclass(frozen=True)
-class BenchResult:
-    """Timings of one function: compile (first call) and the run-time samples after it."""
-
-    compile_s: float
-    run_s: list[float] = field(default_factory=list)
-
-    @property
-    def median_s(self) -> float:
-        return statistics.median(self.run_s)
-
-
-def time_jitted(fn: Callable[..., Any], *args: Any, repeats: int = 5) -> BenchResult:
-    """Time ``fn(*args)``: the first call (trace + compile + run) apart from ``repeats`` later calls."""
-    if repeats < 1:
-        raise ValueError(f"repeats: expected >= 1; received {repeats}.")
-    start = time.perf_counter()
-    jax.block_until_ready(fn(*args))
-    compile_s = time.perf_counter() - start
-    samples = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        jax.block_until_ready(fn(*args))
-        samples.append(time.perf_counter() - start)
-    return BenchResult(compile_s=compile_s, run_s=samples)
 
 
 def time_python(fn: Callable[[], Any], repeats: int = 3) -> BenchResult:

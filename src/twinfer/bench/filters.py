@@ -12,10 +12,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from twinfer.bench._harness import Progress, register, time_jitted, time_python
+from twinfer.bench._harness import Progress, register, time_python
 from twinfer.infer.filters import UnscentedWeights, ukf_scan
 from twinfer.models import Chain
 from twinfer.sim import discretise, simulate_discrete
+from twinfer.timing import time_jitted
 
 N_DOF, DT, SENSED = 5, 0.01, (1, 3, 5)
 

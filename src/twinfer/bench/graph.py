@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from twinfer.bench._harness import Progress, register, time_jitted
+from twinfer.bench._harness import Progress, register
+from twinfer.timing import time_jitted
 
 
 @register("graph", "chain4's four estimators on the graph engine: compile and run time of each")

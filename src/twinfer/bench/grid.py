@@ -21,10 +21,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from twinfer.bench._harness import Progress, register, time_jitted
+from twinfer.bench._harness import Progress, register
 from twinfer.data import Partition, load_grid, partition_greedy
 from twinfer.experiments.grid import GridConfig, draw_parameters, grid_estimator, simulate
 from twinfer.models import KuramotoNetwork
+from twinfer.timing import time_jitted
 
 IEEE = ("ieee9", "ieee14", "ieee30", "ieee39", "ieee57", "ieee118", "ieee300")
 LARGE = ("pegase1354", "pegase2869", "rte6470", "pegase9241")

@@ -37,10 +37,11 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from twinfer.bench._harness import BenchResult, Progress, register, time_jitted
+from twinfer.bench._harness import Progress, register
 from twinfer.infer.pn import PNFilter, pn_solve
 from twinfer.models import BoucWen, Chain
 from twinfer.sim import discretise, simulate_discrete
+from twinfer.timing import BenchResult, time_jitted
 
 _OURS = ("dense", "blockdiag")
 _THEIRS = ("dense", "blockdiag", "isotropic")
