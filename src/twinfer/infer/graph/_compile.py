@@ -222,6 +222,11 @@ def compile(graph: Graph, schedule: Schedule | str = "jacobi") -> Compiled:  # n
     return Compiled(names, engine, numbers, jax.jit(engine.step), scan)
 
 
+compile_graph = compile
+"""Alias of :func:`compile` that does not shadow the builtin: ``from twinfer.infer.graph import
+compile_graph``."""
+
+
 def numbers_of(
     subs: list[Subsystem], edges: list[Interface], groups: list[_Group], edge_groups: list[_EdgeGroup]
 ) -> Numbers:
