@@ -27,8 +27,7 @@ def bench_graph(quick: bool, progress: Progress) -> dict[str, float]:
         fit_sindy,
         simulate,
     )
-    from twinfer.infer.graph import compile_graph
-    from twinfer.infer.graph import with_numbers
+    from twinfer.infer.graph import compile_graph, with_numbers
 
     config = Chain4Config.model_validate(dict(CASE.quick) if quick else {})  # the case's --quick size
     repeats = 3 if quick else 5
