@@ -483,7 +483,7 @@ def run_clusters(
             return out.mean, chol, jnp.diagonal(out.cov), out.ok
         select = jnp.eye(2 * s, 3 * s)  # phases and frequencies measured: linear, the exact Kalman update
         out = ukf_step(
-            f, select, mean, chol, jnp.diag(jnp.sqrt(q_d)), math.sqrt(r) * jnp.eye(2 * s), ext, y, mask,
+            f, select, mean, chol, jnp.diag(jnp.sqrt(q_d)), jnp.full(2 * s, math.sqrt(r)), ext, y, mask,
             weights=weights, innovation=_wrapped_innovation,
         )  # fmt: skip
         return out.mean, out.chol, jnp.sum(out.chol**2, axis=1), out.ok

@@ -35,6 +35,7 @@ from twinfer.infer.gaussian import (
     noise_factor,
     psd_factor,
     tria,
+    update_scalar,
 )
 
 FilterOutput = GaussianFilterOutput
@@ -72,7 +73,7 @@ def ukf_step(
     mean: Float[Array, " n"],
     chol: Float[Array, "n n"],
     chol_Q: Float[Array, "n q"],
-    chol_R: Float[Array, "m r"],
+    chol_R: Float[Array, "m r"] | Float[Array, " m"],
     u: Any,
     y: Float[Array, " m"],
     mask: Bool[Array, " m"],
@@ -91,7 +92,10 @@ def ukf_step(
         chol: lower Cholesky factor of its covariance (n, n) (the sigma points are the covariance-form
             UKF's).
         chol_Q: factor of the process noise (n, q).
-        chol_R: factor of the measurement noise (m, r).
+        chol_R: factor of the measurement noise (m, r), or the standard deviations (m,) of independent
+            sensors. With a matrix ``h`` and independent sensors the update runs as one exact scalar
+            (Potter) update per sensor on the sigma points' factor, which under ``vmap`` over many small
+            filters fuses into a few loops (the grid's clusters).
         u: input of this step.
         y: measurement (m,); entries with ``mask`` False are ignored (their value is never read).
         mask: boolean (m,).
@@ -113,6 +117,19 @@ def ukf_step(
     dx = xp - x_pred
     cross = ((pts - mean).T * wc) @ dx
     pred_chol = tria(deviation_factor(dx, wc, centre, chol_Q))
+    if not callable(h) and jnp.ndim(chol_R) == 1 and centre >= 0:
+        post = _sequential_linear(
+            jnp.asarray(h),
+            x_pred,
+            deviation_factor(dx, wc, centre),
+            chol_Q,
+            chol_R,
+            y,
+            mask,
+            redraw,
+            innovation,
+        )
+        return UkfStep(post[0], post[1], post[2], post[3], x_pred, pred_chol, cross, post[4])
     if redraw:
         pts_y, _, _ = weights.sigma_points(x_pred, pred_chol)
         dx_y, q_cols = pts_y - x_pred, None
@@ -140,6 +157,27 @@ def ukf_step(
     new_mean, new_chol, info = condition(x_pred, joint, innov, mask)
     ok = jnp.all(jnp.isfinite(new_mean)) & jnp.all(jnp.isfinite(new_chol)) & jnp.isfinite(info.loglik)
     return UkfStep(new_mean, new_chol, info.loglik, ok, x_pred, pred_chol, cross, info.nis)
+
+
+def _sequential_linear(H, x_pred, points, chol_Q, std_R, y, mask, redraw, innovation) -> tuple[Any, ...]:
+    """Update with ``y = H x + v``, independent sensors: one scalar update per row (exact, sequential).
+
+    Without ``redraw`` the measurement sees the propagated points (factor ``points``) and ``Q`` is added
+    after the update; with it, the predicted Gaussian ``[points, L_Q]``. The innovation of row i is the
+    first one, ``innovation(y, H x_pred)``, corrected linearly for the updates before it.
+    """
+    factor = jnp.concatenate([points, chol_Q], axis=1) if redraw else points
+    y_pred = H @ x_pred
+    y = jnp.where(mask, y, y_pred)
+    innov = (y - y_pred if innovation is None else innovation(y, y_pred)) * mask.astype(x_pred.dtype)
+    x, loglik, nis = x_pred, jnp.zeros((), x_pred.dtype), jnp.zeros((), x_pred.dtype)
+    for i in range(H.shape[0]):
+        v = innov[i] - H[i] @ (x - x_pred)
+        x, factor, ll, z2 = update_scalar(x, factor, H[i], v, std_R[i], mask[i], with_nis=True)
+        loglik, nis = loglik + ll, nis + z2
+    chol = tria(factor if redraw else jnp.concatenate([factor, chol_Q], axis=1))
+    ok = jnp.all(jnp.isfinite(x)) & jnp.all(jnp.isfinite(chol)) & jnp.isfinite(loglik)
+    return x, chol, loglik, ok, nis
 
 
 def _check_shape(name: str, call: str, got: tuple[int, ...], want: tuple[int, ...], what: str) -> None:

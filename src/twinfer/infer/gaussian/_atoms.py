@@ -67,20 +67,23 @@ def predict(
 
 
 def noise_factor(
-    chol_R: Float[Array, "m r"] | None, mask: Bool[Array, " m"], *, square: bool = True
+    chol_R: Float[Array, "m r"] | Float[Array, " m"] | None, mask: Bool[Array, " m"], *, square: bool = True
 ) -> Float[Array, "m k"]:
     """Factor of ``M R M + (I - M)``: the marginal noise on the observed components, unit elsewhere.
 
     The masking rule of every update: the rows of ``L_R`` of unobserved components are zeroed (exact,
     also for correlated sensors: ``(M L_R)(M L_R)^T = M R M``) and each of them gets a unit column of
     its own. ``square=False`` returns those ``r + m`` columns; ``square=True`` refactors them into an
-    (m, m) factor (:func:`cholesky`, written out for a few sensors). ``chol_R = None`` is noise-free
-    (an exact pseudo-observation).
+    (m, m) factor (:func:`cholesky`, written out for a few sensors). A vector ``chol_R`` holds the
+    standard deviations of independent sensors (a diagonal ``R``): the factor is then diagonal and
+    nothing is refactored. ``chol_R = None`` is noise-free (an exact pseudo-observation).
     """
     m = mask.astype(jnp.result_type(float))
     unobserved = jnp.diag(1.0 - m)
     if chol_R is None:
         return unobserved
+    if chol_R.ndim == 1:
+        return jnp.diag(jnp.abs(chol_R) * m + (1.0 - m))
     rows = chol_R * m[:, None]
     if not square:
         return jnp.concatenate([rows, unobserved], axis=1)
@@ -134,7 +137,7 @@ def update(
     chol_P: Float[Array, "n n"],
     H: Float[Array, "m n"],
     d: Float[Array, " m"],
-    chol_R: Float[Array, "m r"] | None,
+    chol_R: Float[Array, "m r"] | Float[Array, " m"] | None,
     y: Float[Array, " m"],
     mask: Bool[Array, " m"],
     *,
@@ -184,7 +187,9 @@ def update_scalar(
     innovation: Float[Array, ""],
     std_r: Float[Array, ""] | float,
     mask: Bool[Array, ""],
-) -> tuple[Float[Array, " n"], Float[Array, "n n"], Float[Array, ""]]:
+    *,
+    with_nis: bool = False,
+) -> tuple[Any, ...]:
     """Square-root update on one scalar ``y = h x + v``, ``v ~ N(0, std_r^2)`` (Potter's form).
 
     With ``a = L^T h`` and ``s^2 = std_r^2 + a^T a`` the innovation variance, the gain is ``L a / s^2``
@@ -196,15 +201,17 @@ def update_scalar(
 
     Args:
         mean: prior mean ``(n,)``.
-        chol: a square factor of its covariance ``(n, n)``.
+        chol: a factor of its covariance ``(n, k)``, ``L L^T = P`` (square or wide).
         h: the measurement row ``(n,)``.
         innovation: ``y - h mean - d`` (for the ODE residual: minus the residual).
         std_r: noise standard deviation (0: exact observation).
         mask: whether the component is observed; if not (or if ``s = 0``), nothing changes.
+        with_nis: also return ``z^2``.
 
     Returns:
-        Posterior mean, a square factor of the posterior covariance, log innovation density (0 if
-        unobserved).
+        Posterior mean, a factor of the posterior covariance (as wide as ``chol``: any factor
+        ``L L^T = P`` works, square or not), log innovation density (0 if unobserved), and with
+        ``with_nis`` the normalised innovation squared ``z^2`` (0 if unobserved).
 
     References:
         Potter's square-root measurement update, as in Bierman (1977), "Factorization Methods for
@@ -221,4 +228,5 @@ def update_scalar(
     z = jnp.where(ok, innovation / s_safe, 0.0)
     beta = jnp.where(ok, 1.0 / (s_safe * (s_safe + std_r)), 0.0)
     loglik = jnp.where(mask, -0.5 * z**2 - jnp.log(s_safe) - 0.5 * _LOG_2PI, 0.0)
-    return mean + la * (z / s_safe), chol - beta * la[:, None] * a[None, :], loglik
+    out = (mean + la * (z / s_safe), chol - beta * la[:, None] * a[None, :], loglik)
+    return (*out, z**2) if with_nis else out
