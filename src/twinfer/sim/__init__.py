@@ -10,6 +10,7 @@ from twinfer.sim._signals import (
     white_noise,
 )
 from twinfer.sim._simulate import simulate, simulate_discrete
+from twinfer.sim._steps import euler_step, heun_step, rk4_step, semi_implicit_euler_step
 from twinfer.sim._trajectory import Trajectory
 
 __all__ = [
@@ -21,9 +22,13 @@ __all__ = [
     "bandlimited_noise",
     "bandlimited_noise_dynasim",
     "discretise",
+    "euler_step",
     "exact_matrices",
+    "heun_step",
     "multisine",
     "noise_std_for_snr",
+    "rk4_step",
+    "semi_implicit_euler_step",
     "simulate",
     "simulate_discrete",
     "sine_sweep",
