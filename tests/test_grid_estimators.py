@@ -3,10 +3,17 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from twinfer.data import GRID_CASES, Partition, partition_greedy
+from twinfer.data import GRID_CASES
 from twinfer.experiments import get_case, no_progress, resolve_config
 from twinfer.experiments.grid import GridName
-from twinfer.infer.clusters import cluster_layout, external_sums, heun_transition, stable_substeps
+from twinfer.infer.clusters import (
+    Partition,
+    cluster_layout,
+    external_sums,
+    heun_transition,
+    partition_greedy,
+    stable_substeps,
+)
 from twinfer.models import KuramotoNetwork
 from twinfer.models.kuramoto import cluster_swing
 from twinfer.sim import discretise

@@ -28,9 +28,16 @@ import jax.numpy as jnp
 import numpy as np
 import pydantic
 
-from twinfer.data import Partition, load_grid, partition_greedy
+from twinfer.data import load_grid
 from twinfer.experiments._case import Case, CaseConfig, Progress, register
-from twinfer.infer.clusters import cluster_layout, run_clusters, stable_substeps, substep_groups
+from twinfer.infer.clusters import (
+    Partition,
+    cluster_layout,
+    partition_greedy,
+    run_clusters,
+    stable_substeps,
+    substep_groups,
+)
 from twinfer.models import KuramotoNetwork, wrap_angle
 from twinfer.report import PaperValue, RunArtifacts
 from twinfer.sim import discretise, simulate_discrete

@@ -39,7 +39,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from twinfer.data._partition import Partition
+from twinfer.infer.clusters._partition import Partition
 from twinfer.infer.filters import UnscentedWeights, ukf_step, wls_step
 from twinfer.models.kuramoto import cluster_swing, sincos, wrap_angle
 from twinfer.sim import heun_step
