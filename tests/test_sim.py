@@ -13,6 +13,7 @@ from twinfer.sim import (
     bandlimited_noise_dynasim,
     discretise,
     euler_step,
+    graph_node,
     heun_step,
     multisine,
     rk4_step,
@@ -157,6 +158,23 @@ def test_substeps_equal_repeated_steps_and_semi_implicit_euler():
         discretise(CHAIN, 0.1, "exact", substeps=2)
     with pytest.raises(ValueError, match="semi-implicit-euler': expected a mechanical state"):
         discretise(_odd_state_model(), 0.1, "semi-implicit-euler")
+
+
+def test_graph_node_adds_the_message_to_the_input_of_the_discretised_model():
+    """A node's transition and output are the model's with u + m, stepped by discretise (S1-S2)."""
+    seg = CHAIN.segment(3, 4)
+    node = graph_node(seg, 1e-3, "heun", substeps=2)
+    x, u, m = jnp.array([0.01, -0.02, 0.1, 0.2]), jnp.array([3.0, -1.0]), jnp.array([-40.0, 0.0])
+    step = discretise(seg, 1e-3, "heun", substeps=2)
+    np.testing.assert_array_equal(
+        np.asarray(node.transition(x, u, m, seg.params)),
+        np.asarray(step.transition(0.0, x, u + m, seg.params)),
+    )
+    np.testing.assert_array_equal(
+        np.asarray(node.output(x, u, m, seg.params)), np.asarray(seg.output(0.0, x, u + m, seg.params))
+    )
+    with pytest.raises(ValueError, match=r"graph_node Chain: expected the input u and the message m.*\(2,\)"):
+        node.transition(x, u, jnp.zeros(3), seg.params)
 
 
 def _odd_state_model():

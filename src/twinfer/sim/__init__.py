@@ -1,6 +1,7 @@
-"""Simulation: discretisation, fixed-step and adaptive solves, excitation signals, measurement noise."""
+"""Simulation: integrator steps, discretisation, graph nodes, fixed-step and adaptive solves, signals."""
 
 from twinfer.sim._discretise import METHODS, DiscreteModel, discretise, exact_matrices
+from twinfer.sim._node import GraphNode, graph_node
 from twinfer.sim._noise import add_noise, add_noise_numpy_legacy, noise_std_for_snr
 from twinfer.sim._signals import (
     bandlimited_noise,
@@ -16,6 +17,7 @@ from twinfer.sim._trajectory import Trajectory
 __all__ = [
     "METHODS",
     "DiscreteModel",
+    "GraphNode",
     "Trajectory",
     "add_noise",
     "add_noise_numpy_legacy",
@@ -24,6 +26,7 @@ __all__ = [
     "discretise",
     "euler_step",
     "exact_matrices",
+    "graph_node",
     "heun_step",
     "multisine",
     "noise_std_for_snr",
