@@ -1,34 +1,38 @@
 """Compositional graph engine: equivalences with plain filters, convergence, tracing, errors."""
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from twinfer.experiments._chain_parts import (
-    segment_output,
-    segment_params,
-    segment_transition,
-    spring_damper_law,
-)
 from twinfer.infer.filters import UnscentedWeights, gaussian_filter, linear, run_ukf
 from twinfer.infer.graph import Graph, Port, Schedule, Subsystem, compile, run, two_way
-from twinfer.models import Chain
-from twinfer.sim import discretise
+from twinfer.models import Chain, spring_damper_law
+from twinfer.sim import discretise, graph_node
 
 DT = 1e-3
 PORT_A = {"a": Port(state=(0, 2), slots=(0,))}
 PORT_B = {"b": Port(state=(1, 3), slots=(1,))}
 
 
-def segment(name, cols, grounded=True, method="euler", estimator="kf", x0=None, kg=5e4):
-    p = segment_params(500.0, 500.0, 5e4, 300.0, kg if grounded else 0.0, 300.0 if grounded else 0.0, DT)
+@functools.cache
+def node(method):
+    """One two-mass segment structure (accelerations measured); the numbers are each subsystem's params."""
+    return graph_node(Chain(1.0, 0.0, 0.0, n_dof=2), DT, method)
+
+
+def segment(name, cols, grounded=True, method="euler", estimator="kf", x0=None):
+    """Masses 2i+1, 2i+2 of a uniform chain (m 500, k 5e4, c 300): the grounded first one or a later one."""
+    first = 1 if grounded else 3
+    chain = Chain([500.0] * 4, [5e4] * 4, [300.0] * 4)
     ports = {"left": Port(state=(0, 2), slots=(0,)), "right": Port(state=(1, 3), slots=(1,))}
     return Subsystem(
         name=name,
-        transition=segment_transition(method),
-        output=segment_output((0, 1)),
-        params=p,
+        transition=node(method).transition,
+        output=node(method).output,
+        params=chain.segment(first, first + 1).params,
         x0=jnp.zeros(4) if x0 is None else jnp.asarray(x0),
         P0=1e-4 * jnp.eye(4),
         Q=1e-10 * jnp.eye(4),

@@ -3,7 +3,7 @@ import pytest
 import scipy.sparse as sp
 
 from twinfer.data._grid import GRID_CASES, branch_coupling, load_grid, pandapower_case
-from twinfer.data._partition import partition_greedy
+from twinfer.infer.clusters import partition_greedy
 from twinfer.models.kuramoto import KuramotoNetwork, coupling_sum, wrap_angle
 
 # MATPOWER/PYPOWER case9 branch table (1-based from, to, r, x, b), the data the paper used.

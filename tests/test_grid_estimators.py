@@ -3,12 +3,19 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from twinfer.data import GRID_CASES, Partition, partition_greedy
+from twinfer.data import GRID_CASES
 from twinfer.experiments import get_case, no_progress, resolve_config
 from twinfer.experiments.grid import GridName
-from twinfer.infer.clusters import cluster_layout, heun_transition, stable_substeps
-from twinfer.infer.clusters._kuramoto import _local_rhs, external_sums
+from twinfer.infer.clusters import (
+    Partition,
+    cluster_layout,
+    external_sums,
+    heun_transition,
+    partition_greedy,
+    stable_substeps,
+)
 from twinfer.models import KuramotoNetwork
+from twinfer.models.kuramoto import cluster_swing
 from twinfer.sim import discretise
 
 
@@ -47,7 +54,7 @@ def test_local_coupling_with_true_external_phases_equals_global_vector_field():
         om_local = np.concatenate([omega, [0.0]])[bus]
         d = np.concatenate([np.asarray(model.params["d"]), [1.0]])[bus]
         big = np.concatenate([np.asarray(model.params["Omega"]), [0.0]])[bus]
-        _, domega = _local_rhs(th_local, om_local, big, d, ext_all[c], layout.internal[c])
+        _, domega = cluster_swing(th_local, om_local, big, d, ext_all[c], layout.internal[c])
         np.testing.assert_allclose(np.asarray(domega)[valid], expected[bus[valid]], rtol=1e-12, atol=1e-12)
     assert part.n_clusters >= 2  # the test exercises both local and external neighbours
 
@@ -262,7 +269,7 @@ def test_cluster_axis_sharded_over_four_devices_agrees_with_one_device():
 
 def test_sincos_equals_the_library_sine_and_cosine_to_an_ulp():
     """Over quadrant boundaries, negative and large arguments (unwrapped phases)."""
-    from twinfer.infer.clusters._sincos import sincos
+    from twinfer.models.kuramoto import sincos
 
     rng = np.random.default_rng(7)
     half_pi = np.pi / 2 * np.arange(-400, 401)

@@ -2,7 +2,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from twinfer.models import Chain, get_param, set_params
+from twinfer.models import Chain, get_param, set_params, spring_damper_law
 
 
 def chain4() -> Chain:
@@ -66,3 +66,32 @@ def test_chain_rejects_bad_values():
         Chain([500.0, -1.0, 500.0, 500.0], 5e4, 300.0)
     with pytest.raises(KeyError, match="Unknown parameter 'k9'"):
         get_param(chain4().params, "k9")
+
+
+def test_segments_with_their_cut_forces_as_inputs_are_the_whole_chain():
+    """Each segment's equation of motion, forced additionally by the cut connections' forces (eq. S24,
+    the law a message carries), is the whole chain's, row by row (S20 split at a cut, S22)."""
+    c = Chain([500.0, 400.0, 300.0, 200.0], [5e4, 4e4, 3e4, 2e4], [300.0, 200.0, 100.0, 50.0],
+              cubic_stiffness=[1e5, 2e5, 3e5, 4e5], outputs=["a1", "x2", "v3", "a4"])  # fmt: skip
+    x = jnp.array([0.01, -0.02, 0.015, 0.03, 0.1, -0.2, 0.3, -0.1])
+    u = jnp.array([10.0, -20.0, 5.0, 7.0])
+    whole = np.asarray(c.vector_field(0.0, x, u, c.params))
+    s1, s2 = c.segment(1, 2), c.segment(3, 4)
+    assert s1.outputs == ("a1", "x2") and s2.outputs == ("v1", "a2") and s2.input_names == ("f1", "f2")
+    np.testing.assert_array_equal(np.asarray(s2.params["k"]), [0.0, 2e4])  # connection 3 is cut
+    np.testing.assert_array_equal(np.asarray(s1.params["k"]), [5e4, 4e4])  # the wall connection stays
+    f3 = float(c.connection_forces(x, c.params)[2])  # what connection 3 carries to mass 2 (and -f3 to 3)
+    linear = Chain(c.params["m"], c.params["k"], c.params["c"])
+    law = spring_damper_law(x[jnp.array([2, 6])], x[jnp.array([1, 5])], jnp.array([3e4, 100.0]))  # 3 -> 2
+    assert float(law[0]) == float(linear.connection_forces(x, linear.params)[2])
+    x1, x2 = x[jnp.array([0, 1, 4, 5])], x[jnp.array([2, 3, 6, 7])]
+    d1 = np.asarray(s1.vector_field(0.0, x1, u[:2] + jnp.array([0.0, f3]), s1.params))
+    d2 = np.asarray(s2.vector_field(0.0, x2, u[2:] + jnp.array([-f3, 0.0]), s2.params))
+    np.testing.assert_allclose(d1, whole[[0, 1, 4, 5]], rtol=1e-13, atol=1e-15)
+    np.testing.assert_allclose(d2, whole[[2, 3, 6, 7]], rtol=1e-13, atol=1e-15)
+    silent = Chain(1.0, 1.0, 1.0, n_dof=2, outputs=())
+    assert silent.output(0.0, jnp.zeros(4), jnp.zeros(2), silent.params).shape == (0,)
+    mats = silent.linear_matrices(silent.params)
+    assert mats is not None and mats[2].shape == (0, 4)
+    with pytest.raises(ValueError, match=r"segment: expected 1 <= first <= last <= 4; received first=3"):
+        c.segment(3, 2)

@@ -12,7 +12,12 @@ from twinfer.sim import (
     bandlimited_noise,
     bandlimited_noise_dynasim,
     discretise,
+    euler_step,
+    graph_node,
+    heun_step,
     multisine,
+    rk4_step,
+    semi_implicit_euler_step,
     simulate,
     simulate_discrete,
     sine_sweep,
@@ -72,7 +77,7 @@ def test_discretise_and_simulate_errors():
     duff = Chain(10.0, 15.0, 1.0, cubic_stiffness=100.0, n_dof=2)
     with pytest.raises(ValueError, match="method 'exact': expected a linear model"):
         discretise(duff, 0.1, "exact")
-    with pytest.raises(ValueError, match="expected one of euler, heun, rk4, exact; received 'rk5'"):
+    with pytest.raises(ValueError, match="of euler, semi-implicit-euler, heun, rk4, exact; received 'rk5'"):
         discretise(CHAIN, 0.1, "rk5")
     with pytest.raises(ValueError, match="dt: expected a finite number > 0; received -0.1"):
         discretise(CHAIN, -0.1)
@@ -84,6 +89,98 @@ def test_discretise_and_simulate_errors():
         simulate_discrete(discretise(CHAIN, 0.1), np.full(8, np.nan), np.zeros((3, 4)))
     with pytest.raises(ValueError, match="ts: expected an increasing"):
         simulate(CHAIN, np.array([0.0, 0.0, 1.0]), np.zeros(8))
+
+
+def test_one_step_equals_the_stability_polynomial():
+    """On dx/dt = lambda x one step is exactly the truncated exponential series (Hairer et al. IV.2)."""
+    lam, h, x = -3.0 + 2.0j, 0.1, 1.0 + 0.5j
+    z = lam * h
+    f = lambda t, y: lam * y  # noqa: E731
+    series = [1.0, z, z**2 / 2, z**3 / 6, z**4 / 24]
+    for step, order in ((euler_step, 1), (heun_step, 2), (rk4_step, 4)):
+        got = complex(step(f, 0.0, jnp.asarray(x), h))
+        assert got == pytest.approx(x * sum(series[: order + 1]), rel=1e-15, abs=1e-15)
+
+
+def test_steps_act_leaf_by_leaf_on_pytrees():
+    """A pytree state (tuple of blocks) steps exactly like the concatenated array (same arithmetic)."""
+    a = jnp.array([[0.0, 1.0, 0.2], [-2.0, -0.3, 0.1], [0.5, 0.0, -1.0]])
+    x = jnp.array([0.3, -0.7, 1.1])
+    flat = lambda t, y: jnp.sin(a @ y) + t  # noqa: E731
+
+    def split(t, y):
+        d = flat(t, jnp.concatenate([y[0], y[1]]))
+        return d[:1], d[1:]
+
+    for step in (euler_step, heun_step, rk4_step):
+        whole = step(flat, 0.2, x, 0.05)
+        parts = step(split, 0.2, (x[:1], x[1:]), 0.05)
+        np.testing.assert_array_equal(np.asarray(jnp.concatenate(parts)), np.asarray(whole))
+
+
+def test_heun_stage_functions_and_aux():
+    """A pair of equal stage functions is the plain step; has_aux returns each stage's report."""
+    f = lambda t, y: -2.0 * y + t  # noqa: E731
+    x = jnp.array([1.0, -0.5])
+    plain = heun_step(f, 0.0, x, 0.1)
+    np.testing.assert_array_equal(heun_step((f, f), 0.0, x, 0.1), plain)
+    stepped, (aux_1, aux_2) = heun_step(lambda t, y: (f(t, y), (t, y)), 0.0, x, 0.1, has_aux=True)
+    np.testing.assert_array_equal(stepped, plain)
+    assert aux_1[0] == 0.0 and aux_2[0] == pytest.approx(0.1)
+    np.testing.assert_array_equal(aux_2[1], x + 0.1 * f(0.0, x))  # the corrector stage sees x_p
+    # different stages: the corrector's function alone decides k_2
+    g = lambda t, y: jnp.zeros_like(y)  # noqa: E731
+    np.testing.assert_allclose(heun_step((f, g), 0.0, x, 0.1), x + 0.05 * f(0.0, x), rtol=1e-15)
+    with pytest.raises(TypeError, match="heun_step rhs: expected a callable"):
+        heun_step((f,), 0.0, x, 0.1)
+
+
+def test_substeps_equal_repeated_steps_and_semi_implicit_euler():
+    """substeps=k is k steps of dt/k; semi-implicit Euler updates v first, then q with the new v."""
+    x0 = jnp.array([0.01, 0.0, -0.01, 0.02, 0.0, 0.1, 0.0, -0.1])
+    u = jnp.array([10.0, -5.0, 0.0, 2.0])
+    for method in ("euler", "heun", "rk4", "semi-implicit-euler"):
+        one = discretise(CHAIN, 4e-3, method, substeps=4).transition(0.0, x0, u, CHAIN.params)
+        fine = discretise(CHAIN, 1e-3, method)
+        x = x0
+        for _ in range(4):
+            x = fine.transition(0.0, x, u, CHAIN.params)
+        np.testing.assert_array_equal(np.asarray(one), np.asarray(x))
+    h = 1e-3
+    acc = CHAIN.acceleration(x0, u, CHAIN.params)
+    v = x0[4:] + h * acc
+    expected = jnp.concatenate([x0[:4] + h * v, v])
+    got = semi_implicit_euler_step(lambda t, y: CHAIN.vector_field(t, y, u, CHAIN.params), 0.0, x0, h)
+    np.testing.assert_array_equal(np.asarray(got), np.asarray(expected))
+    with pytest.raises(ValueError, match="substeps: expected an integer >= 1; received 0"):
+        discretise(CHAIN, 0.1, "rk4", substeps=0)
+    with pytest.raises(ValueError, match="substeps: expected 1 with method 'exact'"):
+        discretise(CHAIN, 0.1, "exact", substeps=2)
+    with pytest.raises(ValueError, match="semi-implicit-euler': expected a mechanical state"):
+        discretise(_odd_state_model(), 0.1, "semi-implicit-euler")
+
+
+def test_graph_node_adds_the_message_to_the_input_of_the_discretised_model():
+    """A node's transition and output are the model's with u + m, stepped by discretise (S1-S2)."""
+    seg = CHAIN.segment(3, 4)
+    node = graph_node(seg, 1e-3, "heun", substeps=2)
+    x, u, m = jnp.array([0.01, -0.02, 0.1, 0.2]), jnp.array([3.0, -1.0]), jnp.array([-40.0, 0.0])
+    step = discretise(seg, 1e-3, "heun", substeps=2)
+    np.testing.assert_array_equal(
+        np.asarray(node.transition(x, u, m, seg.params)),
+        np.asarray(step.transition(0.0, x, u + m, seg.params)),
+    )
+    np.testing.assert_array_equal(
+        np.asarray(node.output(x, u, m, seg.params)), np.asarray(seg.output(0.0, x, u + m, seg.params))
+    )
+    with pytest.raises(ValueError, match=r"graph_node Chain: expected the input u and the message m.*\(2,\)"):
+        node.transition(x, u, jnp.zeros(3), seg.params)
+
+
+def _odd_state_model():
+    from twinfer.infer.filters import augment
+
+    return augment(Chain(1.0, 1.0, 0.0, n_dof=1), ["k1"])
 
 
 def test_bandlimited_noise_spectrum_and_rms():

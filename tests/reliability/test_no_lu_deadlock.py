@@ -19,8 +19,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from twinfer.data import Partition, load_grid, partition_greedy
-from twinfer.infer.clusters import cluster_layout, run_clusters
+from twinfer.data import load_grid
+from twinfer.infer.clusters import Partition, cluster_layout, partition_greedy, run_clusters
 from twinfer.infer.filters import wls_step
 from twinfer.linalg import spd_inverse, spd_solve
 

@@ -22,8 +22,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from twinfer.bench._harness import Progress, register
-from twinfer.data import Partition, load_grid, partition_greedy
+from twinfer.data import load_grid
 from twinfer.experiments.grid import GridConfig, draw_parameters, grid_estimator, simulate
+from twinfer.infer.clusters import Partition, partition_greedy
 from twinfer.models import KuramotoNetwork
 from twinfer.timing import time_jitted
 

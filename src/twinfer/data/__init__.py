@@ -4,18 +4,15 @@ from twinfer.data._benchmarks import load_emps, load_silverbox, verified_path
 from twinfer.data._dataset import Dataset
 from twinfer.data._grid import GRID_CASES, GridNetwork, branch_coupling, load_grid
 from twinfer.data._io import from_csv
-from twinfer.data._partition import Partition, partition_greedy
 
 __all__ = [
     "GRID_CASES",
     "Dataset",
     "GridNetwork",
-    "Partition",
     "branch_coupling",
     "from_csv",
     "load_emps",
     "load_grid",
     "load_silverbox",
-    "partition_greedy",
     "verified_path",
 ]

@@ -30,8 +30,7 @@ import pydantic
 from twinfer import metrics
 from twinfer.data import Dataset
 from twinfer.experiments._case import Case, CaseConfig, Progress, register
-from twinfer.experiments._chain_parts import segment_output, segment_params, segment_transition
-from twinfer.infer.filters import UnscentedWeights
+from twinfer.infer.filters import UnscentedWeights, augment
 from twinfer.infer.graph import Graph, Interface, Port, Subsystem, unpack, with_numbers
 from twinfer.infer.graph import compile as compile_graph
 from twinfer.learn import (
@@ -46,7 +45,7 @@ from twinfer.learn import (
 )
 from twinfer.models import Chain
 from twinfer.report import PaperValue, RunArtifacts
-from twinfer.sim import discretise, simulate_discrete
+from twinfer.sim import GraphNode, discretise, graph_node, simulate_discrete
 
 Positive = pydantic.PositiveFloat
 
@@ -203,11 +202,26 @@ _KIN = np.array(
 )  # [x1, x2, v1, v2, x3, x4, v3, v4, k4] -> truth order x1..x4, v1..v4
 
 
+@functools.cache
+def segment_node(
+    method: str, dt: float, outputs: tuple[str, ...], unknown: tuple[str, ...] = ()
+) -> GraphNode:
+    """Transition and output of a two-mass segment of a chain (:meth:`Chain.segment`), messages as forces.
+
+    Only the structure is fixed here (two DOFs, both forced, the measured ``outputs``, the ``unknown``
+    parameters augmented into the state); the numbers are each subsystem's ``params``. Cached, so the
+    graphs of one run share the functions and equal segments batch together.
+    """
+    template = Chain(1.0, 0.0, 0.0, n_dof=2, outputs=outputs)
+    return graph_node(augment(template, unknown) if unknown else template, dt, method)
+
+
 def build_graph(config: Chain4Config, kind: str, xi: Any = None) -> Graph:
     """The two-subsystem graph of the chain (specs section 3.1, [REPO] settings).
 
     S1 = masses {1, 2} (state [x1, x2, v1, v2]), S2 = masses {3, 4} with k4 augmented ([x3, x4, v3, v4,
-    k4]), joined by the (k3, c3) interface in both directions.
+    k4]; in the segment it is its own k2), joined by the (k3, c3) interface in both directions. Each is
+    a :meth:`Chain.segment` of :func:`build_chain`'s chain, stepped by :func:`segment_node`.
 
     Args:
         config: the case configuration.
@@ -215,19 +229,21 @@ def build_graph(config: Chain4Config, kind: str, xi: Any = None) -> Graph:
         xi: interface-law coefficients over the SINDy library (default: the analytic k3, c3 law).
 
     """
-    m, k, c, dt = config.mass, config.stiffness, config.damping, config.dt
-    sensed1, sensed2 = ((0,), (1,)) if config.boundary else ((0, 1), (0, 1))
+    k, c = config.stiffness, config.damping
+    chain = build_chain(config)
+    seg1, seg2 = chain.segment(1, 2), chain.segment(3, 4)
+    node1 = segment_node(config.method, config.dt, seg1.outputs)
+    node2 = segment_node(config.method, config.dt, seg2.outputs, ("k2",))
     cols1, cols2 = ((0,), (1,)) if config.boundary else ((0, 1), (2, 3))
-    transition = segment_transition(config.method)
     s1 = Subsystem(
         name="S1",
-        transition=transition,
-        output=segment_output(sensed1),
-        params=segment_params(m, m, k, c, k, c, dt),
+        transition=node1.transition,
+        output=node1.output,
+        params=seg1.params,
         x0=np.array([0.01, 0.0, 0.01, 0.0]),
         P0=config.p0_state * np.eye(4),
         Q=config.q_local * np.eye(4),
-        R=config.r_local * np.eye(len(sensed1)),
+        R=config.r_local * np.eye(len(seg1.outputs)),
         inputs=(0, 1),
         outputs=cols1,
         ports={"right": Port(state=(1, 3), slots=(1,))},
@@ -236,13 +252,13 @@ def build_graph(config: Chain4Config, kind: str, xi: Any = None) -> Graph:
     )
     s2 = Subsystem(
         name="S2",
-        transition=transition,
-        output=segment_output(sensed2),
-        params=segment_params(m, m, k, c, 0.0, 0.0, dt),
+        transition=node2.transition,
+        output=node2.output,
+        params=seg2.params,
         x0=np.array([0.0, 0.0, 0.0, 0.0, config.k4_init]),
         P0=np.diag([config.p0_state] * 4 + [config.k4_sd**2]),
         Q=config.q_local * np.eye(5),
-        R=config.r_local * np.eye(len(sensed2)),
+        R=config.r_local * np.eye(len(seg2.outputs)),
         inputs=(2, 3),
         outputs=cols2,
         ports={"left": Port(state=(0, 2), slots=(0,))},

@@ -29,9 +29,16 @@ import numpy as np
 import pydantic
 
 from twinfer import sharding
-from twinfer.data import Partition, load_grid, partition_greedy
+from twinfer.data import load_grid
 from twinfer.experiments._case import Case, CaseConfig, Progress, register
-from twinfer.infer.clusters import cluster_layout, run_clusters, stable_substeps, substep_groups
+from twinfer.infer.clusters import (
+    Partition,
+    cluster_layout,
+    partition_greedy,
+    run_clusters,
+    stable_substeps,
+    substep_groups,
+)
 from twinfer.metrics import coverage, nrmse, nrmse_population
 from twinfer.models import KuramotoNetwork, wrap_angle
 from twinfer.report import PaperValue, RunArtifacts

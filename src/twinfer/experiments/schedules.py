@@ -26,13 +26,12 @@ import time
 from collections.abc import Mapping
 from typing import Any, Literal
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 import pydantic
 
 from twinfer.experiments._case import Case, CaseConfig, Progress, register
-from twinfer.experiments._chain_parts import segment_output, segment_params, segment_transition
+from twinfer.experiments.chain4 import segment_node
 from twinfer.infer.graph import SCHEDULES, Graph, Port, Schedule, Subsystem, two_way
 from twinfer.infer.graph import run as run_graph
 from twinfer.learn import library_law, library_reaction, linear_coefficients
@@ -62,16 +61,25 @@ class SchedulesConfig(CaseConfig):
         return int(round(self.horizon / self.dt))
 
 
-def build_graph(config: SchedulesConfig) -> Graph:
-    """Two 2-mass subsystems of the 4-DOF chain (m = 500, k = 5e4, c = 300), no measurements."""
-    m, k, c, dt = 500.0, 5e4, 300.0, config.dt
+def build_chain() -> Chain:
+    """The 4-DOF chain of section 3.2 (m = 500, k = 5e4, c = 300), nothing measured."""
+    return Chain([500.0] * 4, [5e4] * 4, [300.0] * 4, outputs=())
 
-    def sub(name: str, grounded: bool, x0: list[float], inputs: tuple[int, int], port: Port) -> Subsystem:
+
+def build_graph(config: SchedulesConfig) -> Graph:
+    """Two 2-mass subsystems of the 4-DOF chain (:meth:`Chain.segment`), no measurements."""
+    k, c = 5e4, 300.0
+    chain = build_chain()
+    node = segment_node(config.method, config.dt, ())
+
+    def sub(
+        name: str, dofs: tuple[int, int], x0: list[float], inputs: tuple[int, int], port: Port
+    ) -> Subsystem:
         return Subsystem(
             name=name,
-            transition=segment_transition(config.method),
-            output=segment_output(()),
-            params=segment_params(m, m, k, c, k if grounded else 0.0, c if grounded else 0.0, dt),
+            transition=node.transition,
+            output=node.output,
+            params=chain.segment(*dofs).params,
             x0=jnp.asarray(x0),
             P0=jnp.zeros((4, 4)),
             Q=jnp.zeros((4, 4)),
@@ -83,24 +91,12 @@ def build_graph(config: SchedulesConfig) -> Graph:
             estimator="none",
         )
 
-    s1 = sub("S1", True, [0.01, 0.0, 0.01, 0.0], (0, 1), Port(state=(1, 3), slots=(1,)))
-    s2 = sub("S2", False, [0.0, 0.0, 0.0, 0.0], (2, 3), Port(state=(0, 2), slots=(0,)))
+    s1 = sub("S1", (1, 2), [0.01, 0.0, 0.01, 0.0], (0, 1), Port(state=(1, 3), slots=(1,)))
+    s2 = sub("S2", (3, 4), [0.0, 0.0, 0.0, 0.0], (2, 3), Port(state=(0, 2), slots=(0,)))
     xi = jnp.asarray(linear_coefficients(k, c))
     forward, backward = two_way("S1", "port", "S2", "port", library_law, xi)
     backward = type(backward)("S2", "port", "S1", "port", library_reaction, xi)
     return Graph("chain4-forward", [s1, s2], [forward, backward])
-
-
-def _semi_implicit_euler(chain: Chain, x0: Any, us: Any, dt: float) -> np.ndarray:
-    """V += dt a(q, v); q += dt v ([REPO] script 04's monolith); states at t_0..t_N."""
-
-    def step(x: Any, u: Any) -> tuple[Any, Any]:
-        v = x[4:] + dt * chain.acceleration(x, u, chain.params)
-        x_new = jnp.concatenate([x[:4] + dt * v, v])
-        return x_new, x_new
-
-    _, xs = jax.lax.scan(step, x0, us)
-    return np.concatenate([np.asarray(x0)[None], np.asarray(xs)])
 
 
 def run(config: SchedulesConfig, progress: Progress) -> RunArtifacts:
@@ -111,14 +107,12 @@ def run(config: SchedulesConfig, progress: Progress) -> RunArtifacts:
     graph = build_graph(config)
     total = len(SCHEDULES) + 1
     progress("monolithic reference", 0, total)
-    chain = Chain([500.0] * 4, [5e4] * 4, [300.0] * 4)
     x0 = jnp.array([0.01, 0.0, 0.0, 0.0, 0.01, 0.0, 0.0, 0.0])
-    if config.reference == "same":
-        ref = np.asarray(
-            simulate_discrete(discretise(chain, config.dt, config.method), x0, jnp.asarray(us)).states
-        )
-    else:
-        ref = _semi_implicit_euler(chain, x0, jnp.asarray(us), config.dt)
+    # the authors' monolith ([REPO] script 04) is semi-implicit Euler: v += dt a(q, v), then q += dt v
+    method = config.method if config.reference == "same" else "semi-implicit-euler"
+    ref = np.asarray(
+        simulate_discrete(discretise(build_chain(), config.dt, method), x0, jnp.asarray(us)).states
+    )
     out: dict[str, float] = {}
     arrays: dict[str, Any] = {"times": config.dt * np.arange(config.n_steps + 1), "monolithic": ref}
     start = time.perf_counter()

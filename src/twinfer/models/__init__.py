@@ -6,7 +6,7 @@ from twinfer.models._combine_model import CombinedModel
 from twinfer.models._params import get_param, locate, param_names, set_params
 from twinfer.models.boucwen import BoucWen
 from twinfer.models.bouncing_ball import BouncingBall2D
-from twinfer.models.chain import Chain
+from twinfer.models.chain import Chain, spring_damper_law
 from twinfer.models.emps import EMPS
 from twinfer.models.kuramoto import KuramotoNetwork, wrap_angle
 
@@ -29,5 +29,6 @@ __all__ = [
     "param_names",
     "psd",
     "set_params",
+    "spring_damper_law",
     "wrap_angle",
 ]

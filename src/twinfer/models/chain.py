@@ -10,6 +10,10 @@ and mass i feels f_i - F_i + F_{i+1} (F_{n+1} = 0). This is M x'' + C x' + K x +
 the PINN paper (specs/pinn.md 1.2, Eq 2-3) and, without nonlinear terms, eq. (S20-S21) of the
 compositional-inference paper (specs/compositional-inference.md 3.1).
 
+A partitioned chain's subsystems are :meth:`Chain.segment` slices of it: the connections between
+segments are cut and their force ``F = k (x_s - x_r) + c (v_s - v_r)`` (:func:`spring_damper_law`, eq.
+S24) arrives as a message added to the forces on the segment's masses.
+
 References:
     Ghorbani & Hackl, "Subsystem structure as an inferential resource", SI eq. (S20-S21).
     Haywood-Alexander et al., PINNs for MDOF oscillators, Eq. 1-7 and App. A.
@@ -30,6 +34,30 @@ from jaxtyping import Array
 from twinfer.models._base import AbstractModel, Input, Output, Params, State
 
 _OUTPUT = re.compile(r"^(?P<kind>[xva])(?P<dof>[0-9]+)$")
+
+
+def spring_damper_force(k: Any, c: Any, dx: Any, dv: Any) -> Any:
+    """Force ``k dx + c dv`` of a linear spring-damper stretched by ``dx`` at rate ``dv`` (eq. S20, S24)."""
+    return k * dx + c * dv
+
+
+def spring_damper_law(s_send: Any, s_recv: Any, gamma: Any) -> Any:
+    """Interface law ``F = k (x_s - x_r) + c (v_s - v_r)``, ``gamma = [k, c]``, ports ``[x, v]`` (eq. S24).
+
+    The force the sender's mass exerts on the receiver's through the connection between them, the same
+    expression in both directions (eq. S24-S26).
+
+    Args:
+        s_send: sender port ``[x_s, v_s]``.
+        s_recv: receiver port ``[x_r, v_r]``.
+        gamma: ``[k, c]`` of the connection.
+
+    Returns:
+        ``[F]`` (1,).
+
+    """
+    d = s_send - s_recv
+    return jnp.atleast_1d(spring_damper_force(gamma[0], gamma[1], d[0], d[1]))
 
 
 def _vector(name: str, value: Any, n: int) -> np.ndarray:
@@ -55,7 +83,7 @@ class Chain(AbstractModel):
         cubic_stiffness: Duffing coefficients kappa_i of each connection, or None for linear springs.
         vdp_damping: Van der Pol coefficients mu_i of each connection, or None.
         forced_dofs: 1-based DOFs where an external force acts (default: every DOF).
-        outputs: measured quantities, e.g. ``("a1", "a4")`` (default: every acceleration).
+        outputs: measured quantities, e.g. ``("a1", "a4")`` (default: every acceleration; ``()``: none).
 
     """
 
@@ -153,7 +181,7 @@ class Chain(AbstractModel):
         q, v = x[:n], x[n:]
         r = q - jnp.concatenate([jnp.zeros(1, q.dtype), q[:-1]])
         dr = v - jnp.concatenate([jnp.zeros(1, v.dtype), v[:-1]])
-        force = params["k"] * r + params["c"] * dr
+        force = spring_damper_force(params["k"], params["c"], r, dr)
         if "kappa" in params:
             force = force + params["kappa"] * r**3
         if "mu" in params:
@@ -171,6 +199,8 @@ class Chain(AbstractModel):
 
     def output(self, t: Any, x: State, u: Input, params: Params) -> Output:
         n = self.n_dof
+        if not self.outputs:
+            return jnp.zeros(0, dtype=jnp.result_type(x, float))
         acc = self.acceleration(x, u, params)
         parts = []
         for name in self.outputs:
@@ -208,7 +238,51 @@ class Chain(AbstractModel):
             else:
                 c_rows.append(jnp.zeros(2 * n).at[dof + (n if name[0] == "v" else 0)].set(1.0))
                 d_rows.append(jnp.zeros(len(self.forced_dofs)))
+        if not c_rows:
+            return a_mat, b_mat, jnp.zeros((0, 2 * n)), jnp.zeros((0, len(self.forced_dofs)))
         return a_mat, b_mat, jnp.stack(c_rows), jnp.stack(d_rows)
+
+    def segment(self, first: int, last: int) -> Chain:
+        """DOFs ``first..last`` (1-based, inclusive) as a chain of their own: one subsystem of a partition.
+
+        The segment keeps its masses and the connections inside it. Connection ``first`` (to the wall
+        when ``first`` is 1) stays only for the first segment; otherwise it joins the segment to its left
+        neighbour, is cut (zero stiffness, damping and nonlinear coefficients) and its force must arrive
+        as a message, as must that of connection ``last + 1`` (the segment's last mass is free, as a
+        chain's is). Forced DOFs and outputs are those inside the segment, renumbered from 1; the
+        segment's inputs are a subset of the chain's in the same order.
+
+        Args:
+            first: first DOF of the segment (1-based).
+            last: last DOF (inclusive).
+
+        Returns:
+            A :class:`Chain` of ``last - first + 1`` DOFs (section 3.1's S1 = DOFs 1-2, S2 = DOFs 3-4).
+
+        """
+        if not 1 <= first <= last <= self.n_dof:
+            raise ValueError(
+                f"Chain.segment: expected 1 <= first <= last <= {self.n_dof}; received first={first}, "
+                f"last={last}."
+            )
+        cut = first > 1
+        values = {}
+        for group, value in self.params.items():
+            part = np.array(np.asarray(value)[first - 1 : last], dtype=np.float64)
+            if cut and group != "m":
+                part[0] = 0.0
+            values[group] = part
+        inside = lambda d: first <= d <= last  # noqa: E731
+        return Chain(
+            values["m"],
+            values["k"],
+            values["c"],
+            cubic_stiffness=values.get("kappa"),
+            vdp_damping=values.get("mu"),
+            forced_dofs=[d - first + 1 for d in self.forced_dofs if inside(d)],
+            outputs=[f"{o[0]}{int(o[1:]) - first + 1}" for o in self.outputs if inside(int(o[1:]))],
+            n_dof=last - first + 1,
+        )
 
 
 def _tridiagonal(per_connection: Array) -> Array:

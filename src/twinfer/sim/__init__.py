@@ -1,6 +1,7 @@
-"""Simulation: discretisation, fixed-step and adaptive solves, excitation signals, measurement noise."""
+"""Simulation: integrator steps, discretisation, graph nodes, fixed-step and adaptive solves, signals."""
 
 from twinfer.sim._discretise import METHODS, DiscreteModel, discretise, exact_matrices
+from twinfer.sim._node import GraphNode, graph_node
 from twinfer.sim._noise import add_noise, add_noise_numpy_legacy, noise_std_for_snr
 from twinfer.sim._signals import (
     bandlimited_noise,
@@ -10,20 +11,27 @@ from twinfer.sim._signals import (
     white_noise,
 )
 from twinfer.sim._simulate import simulate, simulate_discrete
+from twinfer.sim._steps import euler_step, heun_step, rk4_step, semi_implicit_euler_step
 from twinfer.sim._trajectory import Trajectory
 
 __all__ = [
     "METHODS",
     "DiscreteModel",
+    "GraphNode",
     "Trajectory",
     "add_noise",
     "add_noise_numpy_legacy",
     "bandlimited_noise",
     "bandlimited_noise_dynasim",
     "discretise",
+    "euler_step",
     "exact_matrices",
+    "graph_node",
+    "heun_step",
     "multisine",
     "noise_std_for_snr",
+    "rk4_step",
+    "semi_implicit_euler_step",
     "simulate",
     "simulate_discrete",
     "sine_sweep",

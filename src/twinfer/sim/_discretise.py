@@ -1,8 +1,9 @@
-"""Discrete-time transitions of continuous-time models: explicit Euler, Heun, RK4 and exact (linear).
+"""Discrete-time transitions of continuous-time models: Euler, semi-implicit Euler, Heun, RK4, exact (linear).
 
 A model never hard-codes its integrator (DESIGN.md, Contracts): filters and truth simulators obtain a
 one-step map ``x_{k+1} = transition(t_k, x_k, u_k, params)`` from :func:`discretise`, with the input held
-constant over the step (zero-order hold).
+constant over the step (zero-order hold). A step of ``dt`` may be taken as ``substeps`` equal steps of
+the method. The stage arithmetic of every method is the one of :mod:`twinfer.sim._steps`.
 """
 
 from __future__ import annotations
@@ -15,8 +16,15 @@ import jax.numpy as jnp
 import jax.scipy.linalg as jsl
 
 from twinfer.models import AbstractModel
+from twinfer.sim._steps import euler_step, heun_step, rk4_step, semi_implicit_euler_step
 
-METHODS = ("euler", "heun", "rk4", "exact")
+METHODS = ("euler", "semi-implicit-euler", "heun", "rk4", "exact")
+_STEPS = {
+    "euler": euler_step,
+    "semi-implicit-euler": semi_implicit_euler_step,
+    "heun": heun_step,
+    "rk4": rk4_step,
+}
 
 
 class DiscreteModel(eqx.Module):
@@ -25,32 +33,27 @@ class DiscreteModel(eqx.Module):
     Attributes:
         model: the continuous-time model.
         dt: step length [s].
-        method: one of ``"euler"``, ``"heun"``, ``"rk4"``, ``"exact"``.
+        method: one of :data:`METHODS`.
+        substeps: steps of ``dt / substeps`` taken per step of ``dt`` (1 for ``"exact"``).
 
     """
 
     model: AbstractModel
     dt: float = eqx.field(static=True)
     method: str = eqx.field(static=True)
+    substeps: int = eqx.field(static=True, default=1)
 
     def transition(self, t: Any, x: Any, u: Any, params: Any) -> Any:
         """One step from ``x`` at ``t`` with the input ``u`` held over ``[t, t + dt)``."""
-        h = self.dt
+        if self.method == "exact":
+            a_d, b_d = exact_matrices(self.model, params, self.dt)
+            return a_d @ x + b_d @ jnp.atleast_1d(u) if b_d.shape[1] else a_d @ x
+        step = _STEPS[self.method]
         f = lambda tt, xx: self.model.vector_field(tt, xx, u, params)
-        if self.method == "euler":
-            return x + h * f(t, x)
-        if self.method == "heun":
-            k1 = f(t, x)
-            k2 = f(t + h, x + h * k1)
-            return x + 0.5 * h * (k1 + k2)
-        if self.method == "rk4":
-            k1 = f(t, x)
-            k2 = f(t + 0.5 * h, x + 0.5 * h * k1)
-            k3 = f(t + 0.5 * h, x + 0.5 * h * k2)
-            k4 = f(t + h, x + h * k3)
-            return x + h / 6.0 * (k1 + 2.0 * k2 + 2.0 * k3 + k4)
-        a_d, b_d = exact_matrices(self.model, params, h)
-        return a_d @ x + b_d @ jnp.atleast_1d(u) if b_d.shape[1] else a_d @ x
+        h = self.dt / self.substeps
+        for j in range(self.substeps):
+            x = step(f, t if j == 0 else t + j * h, x, h)
+        return x
 
     def output(self, t: Any, x: Any, u: Any, params: Any) -> Any:
         """The model's output at ``(t, x, u)``."""
@@ -102,14 +105,20 @@ def exact_matrices(model: AbstractModel, params: Any, dt: float) -> tuple[Any, A
     return phi[:n, :n], phi[:n, n:]
 
 
-def discretise(model: AbstractModel, dt: float, method: str = "rk4") -> DiscreteModel:
+def discretise(model: AbstractModel, dt: float, method: str = "rk4", substeps: int = 1) -> DiscreteModel:
     """A fixed-step discrete-time version of ``model``.
 
     Args:
         model: a continuous-time twinfer model.
         dt: step length, finite and positive.
-        method: ``"euler"`` (the compositional-inference paper's scheme), ``"heun"``, ``"rk4"``, or
-            ``"exact"`` (matrix exponential; linear models only).
+        method: ``"euler"`` (the compositional-inference paper's scheme), ``"semi-implicit-euler"``
+            (states ``[q, v]`` with ``dq/dt = v`` only: velocities first, then positions with the new
+            velocities), ``"heun"`` (S79-S80), ``"rk4"``, or ``"exact"`` (matrix exponential; linear
+            models only). One step of each is :func:`~twinfer.sim.euler_step`,
+            :func:`~twinfer.sim.semi_implicit_euler_step`, :func:`~twinfer.sim.heun_step` or
+            :func:`~twinfer.sim.rk4_step`.
+        substeps: the step of ``dt`` is taken as this many steps of ``dt / substeps`` with the input held
+            (an integer >= 1; 1 for ``"exact"``, which is exact for any step).
 
     Returns:
         A :class:`DiscreteModel` with ``transition(t, x, u, params)``.
@@ -119,9 +128,20 @@ def discretise(model: AbstractModel, dt: float, method: str = "rk4") -> Discrete
         raise ValueError(f"discretise method: expected one of {', '.join(METHODS)}; received {method!r}.")
     if not (isinstance(dt, int | float) and math.isfinite(dt) and dt > 0):
         raise ValueError(f"discretise dt: expected a finite number > 0; received {dt!r}.")
+    if isinstance(substeps, bool) or not isinstance(substeps, int) or substeps < 1:
+        raise ValueError(f"discretise substeps: expected an integer >= 1; received {substeps!r}.")
+    if method == "exact" and substeps != 1:
+        raise ValueError(
+            f"discretise substeps: expected 1 with method 'exact' (exact for any step); received {substeps}."
+        )
+    if method == "semi-implicit-euler" and model.n_state % 2:
+        raise ValueError(
+            "discretise method 'semi-implicit-euler': expected a mechanical state [q, v] of even length; "
+            f"{type(model).__name__} has {model.n_state} states."
+        )
     if method == "exact" and model.linear_matrices(model.params) is None:
         raise ValueError(
             f"discretise method 'exact': expected a linear model (linear_matrices not None); "
             f"{type(model).__name__} is nonlinear. Use 'rk4' or a finer step instead."
         )
-    return DiscreteModel(model=model, dt=float(dt), method=method)
+    return DiscreteModel(model=model, dt=float(dt), method=method, substeps=substeps)

@@ -1,12 +1,12 @@
 """Fixed-step hybrid simulation: classic RK4 sub-steps in one ``lax.scan`` with event localisation.
 
 The training path of :func:`twinfer.sim.simulate_events` (``fixed_steps=m``): every save interval is
-split into ``m`` equal RK4 steps. A step that would carry an event indicator from + to - (or pass the
-next time event) is cut at the event: the crossing time ``tau`` solves ``c_i(RK4(x, tau)) = 0`` by Newton
-iterations on the step map itself (so the located state is exactly the one integrated to), the update
-is applied and the rest of the step is integrated from the new state. The Newton iterates are held
-constant for differentiation and one final Newton step is taken on live values, so
-``d tau = -(dc_i / dp) / (dc_i / dtau)``: the implicit-function derivative of the event time, which is
+split into ``m`` equal RK4 steps (:func:`twinfer.sim.rk4_step`). A step that would carry an event
+indicator from + to - (or pass the next time event) is cut at the event: the crossing time ``tau`` solves
+``c_i(RK4(x, tau)) = 0`` by Newton iterations on the step map itself (so the located state is exactly the
+one integrated to), the update is applied and the rest of the step is integrated from the new state. The
+Newton iterates are held constant for differentiation and one final Newton step is taken on live values,
+so ``d tau = -(dc_i / dp) / (dc_i / dtau)``: the implicit-function derivative of the event time, which is
 what carries gradients through bounces.
 
 Compared with one adaptive diffrax solve per interval, the fixed step has no step-size controller,
@@ -31,15 +31,7 @@ import jax
 import jax.numpy as jnp
 
 from twinfer.models import AbstractModel
-
-
-def rk4_step(f: Callable[[Any, Any], Any], t: Any, x: Any, h: Any) -> Any:
-    """One classic Runge-Kutta step of ``dx/dt = f(t, x)`` from ``t`` over ``h``."""
-    k1 = f(t, x)
-    k2 = f(t + h / 2, x + h / 2 * k1)
-    k3 = f(t + h / 2, x + h / 2 * k2)
-    k4 = f(t + h, x + h * k3)
-    return x + h / 6 * (k1 + 2 * k2 + 2 * k3 + k4)
+from twinfer.sim._steps import rk4_step
 
 
 def simulate_rk4(

@@ -1,4 +1,4 @@
-"""Padded cluster batches: one vmapped local estimator step for every cluster of a large network."""
+"""Grid clusters: a network's greedy partition, and padded cluster batches stepped by one vmapped filter."""
 
 from twinfer.infer.clusters._kuramoto import (
     ClusterLayout,
@@ -13,15 +13,18 @@ from twinfer.infer.clusters._kuramoto import (
     stable_substeps,
     substep_groups,
 )
+from twinfer.infer.clusters._partition import Partition, partition_greedy
 
 __all__ = [
     "ClusterLayout",
     "GridFilterOutput",
+    "Partition",
     "cluster_layout",
     "external_force_variance",
     "external_sums",
     "heun_transition",
     "pad_layout",
+    "partition_greedy",
     "predicted_external_sums",
     "run_clusters",
     "stable_substeps",

@@ -39,10 +39,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from twinfer.data._partition import Partition
-from twinfer.infer.clusters._sincos import sincos
+from twinfer.infer.clusters._partition import Partition
 from twinfer.infer.filters import UnscentedWeights, ukf_step, wls_step
-from twinfer.models.kuramoto import wrap_angle
+from twinfer.models.kuramoto import cluster_swing, sincos, wrap_angle
+from twinfer.sim import heun_step
 
 
 class ClusterLayout(NamedTuple):
@@ -205,26 +205,15 @@ def external_sums(register: Any, layout: ClusterLayout) -> Any:
     return sums.reshape(c, s, 2)
 
 
-def _local_rhs(theta, omega, big_omega, damping, ext_sums, internal):
-    """Swing equation of one cluster's slots (S89): in-cluster neighbours from the state, others frozen.
-
-    ``sum_b K_ab sin(theta_b - theta_a) = cos(theta_a) sum_b K_ab sin(theta_b) - sin(theta_a) sum_b K_ab
-    cos(theta_b)``, so an evaluation takes 2S sines and cosines however many neighbours a bus has.
-    """
-    sin_t, cos_t = sincos(theta)
-    a = internal @ sin_t + ext_sums[:, 0]
-    b = internal @ cos_t + ext_sums[:, 1]
-    coupling = cos_t * a - sin_t * b
-    return omega, -damping * omega + big_omega + coupling
-
-
 def heun_transition(dt: float, damping, internal, substeps: int = 1):
     """``(x, ext_sums) -> x_next``: Heun steps of the augmented local state (S79-S80); Omega constant.
 
     ``ext_sums`` are the :func:`external_sums` of the out-of-cluster phases: (S, 2) held over the whole
     step (S89), or (substeps, 2, S, 2), one set per Heun stage (see :func:`predicted_external_sums`).
     ``substeps`` Heun steps of ``dt / substeps`` make one step of ``dt``, for networks whose strongest
-    coupling makes one Heun step of ``dt`` unstable (see :func:`stable_substeps`).
+    coupling makes one Heun step of ``dt`` unstable (see :func:`stable_substeps`). Each is
+    :func:`twinfer.sim.heun_step` of :func:`twinfer.models.kuramoto.cluster_swing`, its predictor and
+    corrector stage reading their own external sums.
     """
     h = dt / substeps
 
@@ -232,14 +221,15 @@ def heun_transition(dt: float, damping, internal, substeps: int = 1):
         s = x.shape[0] // 3
         theta, omega, big_omega = x[:s], x[s : 2 * s], x[2 * s :]
         staged = ext_sums.ndim == 4
+
+        def rhs(ext):
+            return lambda t, y: cluster_swing(y[0], y[1], big_omega, damping, ext, internal)
+
+        y = (theta, omega)
         for k in range(substeps):
             e1, e2 = (ext_sums[k, 0], ext_sums[k, 1]) if staged else (ext_sums, ext_sums)
-            d1 = _local_rhs(theta, omega, big_omega, damping, e1, internal)
-            th_p, om_p = theta + h * d1[0], omega + h * d1[1]
-            d2 = _local_rhs(th_p, om_p, big_omega, damping, e2, internal)
-            theta = theta + 0.5 * h * (d1[0] + d2[0])
-            omega = omega + 0.5 * h * (d1[1] + d2[1])
-        return jnp.concatenate([theta, omega, big_omega])
+            y = heun_step((rhs(e1), rhs(e2)), 0.0, y, h)
+        return jnp.concatenate([y[0], y[1], big_omega])
 
     return f
 
@@ -303,24 +293,26 @@ def predicted_external_sums(
     omega = [m[:, s : 2 * s] for m, s in zip(means, sizes, strict=True)]
     big = [m[:, 2 * s :] for m, s in zip(means, sizes, strict=True)]
     h = dt / finest
-    rhs = jax.vmap(_local_rhs)
+    rhs = jax.vmap(cluster_swing)
     sums = lambda th: [external_sums(_register(th, pos), lay) for lay in layouts]
-    derivative = lambda th, om, ext: [
-        rhs(t, o, b, d, e, lay.internal)
-        for t, o, b, d, e, lay in zip(th, om, big, damping, ext, layouts, strict=True)
-    ]
+
+    def stage(_, y):
+        """Derivative of every group's (theta, omega) with this stage's exchange, and that exchange."""
+        th = [g[0] for g in y]
+        ext = sums(th)
+        d = [
+            rhs(g[0], g[1], b, dm, e, lay.internal)
+            for g, b, dm, e, lay in zip(y, big, damping, ext, layouts, strict=True)
+        ]
+        return d, ext
+
+    y = [(t, o) for t, o in zip(theta, omega, strict=True)]
     first, second = [], []
     for _ in range(finest):
-        e1 = sums(theta)
-        d1 = derivative(theta, omega, e1)
-        th_p = [t + h * d[0] for t, d in zip(theta, d1, strict=True)]
-        om_p = [o + h * d[1] for o, d in zip(omega, d1, strict=True)]
-        e2 = sums(th_p)
-        d2 = derivative(th_p, om_p, e2)
-        theta = [t + 0.5 * h * (a[0] + b[0]) for t, a, b in zip(theta, d1, d2, strict=True)]
-        omega = [o + 0.5 * h * (a[1] + b[1]) for o, a, b in zip(omega, d1, d2, strict=True)]
+        y, (e1, e2) = heun_step(stage, 0.0, y, h, has_aux=True)
         first.append(e1)
         second.append(e2)
+    theta = [g[0] for g in y]
     end = sums(theta) if min(steps_of) < finest else None
     out = []
     for g, k in enumerate(steps_of):
