@@ -240,6 +240,7 @@ def _covariance(state, d):
 
 def _pn_problem(name):
     """Model, measure, shared diffusion, x0, x0_std, h, inputs, data, chol_R: a PN-SMC model, short."""
+    from twinfer.experiments.emps import IDIM_PARAMS
     from twinfer.models import EMPS, BoucWen
     from twinfer.sim import discretise
 
@@ -250,7 +251,7 @@ def _pn_problem(name):
         us = np.sin(3.0 * h * np.arange(n))[:, None]
         out, noise = (lambda x: x[:1]), 1e-3
     elif name == "emps":
-        model, h, n = EMPS(), 1e-3, 200
+        model, h, n = EMPS(**IDIM_PARAMS), 1e-3, 200
         x0, x0_std, measure, shared = jnp.array([0.1, 0.0]), jnp.array([2e-5, 1e-3]), None, True
         us = 30.0 * np.sin(2 * np.pi * 2.0 * h * np.arange(n))[:, None]
         out, noise = (lambda x: x[:1]), 2e-5

@@ -49,13 +49,17 @@ def test_boucwen_beta_scaling_leaves_the_dynamics_unchanged():
 
 
 def test_emps_vector_field_matches_equations():
-    model = EMPS()
+    from twinfer.experiments.emps import IDIM_PARAMS
+
+    model = EMPS(**IDIM_PARAMS)
     dx = np.asarray(model.vector_field(0.0, jnp.array([0.1, -0.2]), jnp.array([30.0]), model.params))
     p = {k: float(v) for k, v in model.params.items()}
     expected = (30.0 - p["Fv"] * -0.2 - p["Fc"] * -1.0 - p["offset"]) / p["M"]
     np.testing.assert_allclose(dx, [-0.2, expected], rtol=1e-12)
-    with pytest.raises(ValueError, match="positive mass"):
-        EMPS(M=-1.0)
+    with pytest.raises(ValueError, match="EMPS M: expected a positive mass; received -1.0"):
+        EMPS(**{**IDIM_PARAMS, "M": -1.0})
+    with pytest.raises(ValueError, match="EMPS Fc: expected a finite number; received nan"):
+        EMPS(**{**IDIM_PARAMS, "Fc": float("nan")})
 
 
 @pytest.mark.slow
@@ -74,7 +78,7 @@ def test_boucwen_quick_end_to_end(tmp_path):
 
 
 def test_fine_input_linear_midpoints_and_hold():
-    from twinfer.experiments._pnsmc import fine_input
+    from twinfer.sim import fine_input
 
     u = np.array([0.0, 2.0, 6.0])
     np.testing.assert_allclose(fine_input(u, 2, "linear")[:, 0], [0.5, 1.5, 3.0, 5.0, 6.0, 6.0])
@@ -147,7 +151,7 @@ def test_emps_controller_law_reproduces_measured_voltage():
     """Janot et al. Eq. (6) with the [0.5, 0.5]-filtered velocity, applied to the measured position of a
     slice of DATA_EMPS, gives the recorded voltage vir up to encoder quantisation (< 0.5 % of its rms)."""
     from twinfer.data import load_emps
-    from twinfer.models.emps import pd_voltage
+    from twinfer.experiments.emps import pd_voltage
 
     data = load_emps()
     k = slice(3000, 9000)
@@ -167,8 +171,8 @@ def test_emps_closed_loop_simulation_matches_exact_zoh_discretisation():
     loop closed around the exact zero-order-hold discretisation (matrix exponential) of the plant."""
     from scipy.linalg import expm
 
-    from twinfer.experiments import _pnsmc
-    from twinfer.models.emps import pd_law
+    from twinfer.experiments.emps import pd_law
+    from twinfer.sim import simulate_particles_feedback
 
     M, Fv, off, kp, kv, gtau, dt = 95.0, 200.0, -3.0, 160.18, 243.45, 35.15, 1e-3
     model = EMPS(Fc=0.0, offset=off, M=M, Fv=Fv)
@@ -176,7 +180,7 @@ def test_emps_closed_loop_simulation_matches_exact_zoh_discretisation():
     qg = 0.05 * np.sin(2 * np.pi * 2.0 * t)
     d = np.where((t > 0.2) & (t < 0.25), 2.0, 0.0)
     law = pd_law(kp, kv, gtau, dt, limit=1e9)
-    sims = _pnsmc.simulate_particles_feedback(
+    sims = simulate_particles_feedback(
         model, model.params, ("M",), np.array([[M]]), jnp.array([0.01, 0.0]), (qg, d), law,
         (jnp.asarray(0.01), jnp.asarray(0.01)), dt / 8, 8, 0,
     )  # fmt: skip

@@ -1,4 +1,6 @@
-"""Shared pieces of the PN-SMC cases (boucwen, silverbox, emps): run the sampler, simulate, score.
+"""Shared pieces of the PN-SMC cases (boucwen, silverbox, emps): run the sampler, score, plot.
+
+The particles' test simulations are :func:`twinfer.sim.simulate_particles` (and its feedback variant).
 
 References:
     Longbottom, Champneys & Rogers, Sec. 3-4 and Table 2 (specs/pn-smc.md 2, 4, 5).
@@ -8,11 +10,10 @@ References:
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any, Literal
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 import pydantic
 
@@ -20,8 +21,7 @@ from twinfer.experiments._case import Progress
 from twinfer.experiments._checkpointing import CheckpointSettings, case_checkpoint
 from twinfer.infer.pn import PNFilter
 from twinfer.infer.smc import IBISResult, IncrementalLikelihood, TransformedNormalPrior, ibis, tempering
-from twinfer.models import AbstractModel, set_params
-from twinfer.sim import discretise
+from twinfer.models import AbstractModel
 
 
 class SMCSettings(CheckpointSettings):
@@ -93,134 +93,6 @@ def sampler_note(config: SMCSettings, res: IBISResult, n_obs: int, what: str) ->
         f"IBIS with {config.n_particles} particles over {n_obs} {what} "
         f"({len(res.resample_times)} resample-and-move events)"
     )
-
-
-def _particle_params(base_params: Mapping[str, Any], names: tuple[str, ...], theta: Any) -> dict[str, Any]:
-    return set_params(dict(base_params), {n: theta[i] for i, n in enumerate(names)})
-
-
-def _map_chunks(one: Callable[[Any], Any], thetas: np.ndarray, chunk: int) -> np.ndarray:
-    run = jax.jit(jax.vmap(one))
-    out = [np.asarray(run(jnp.asarray(thetas[i : i + chunk]))) for i in range(0, len(thetas), chunk)]
-    return np.concatenate(out, axis=0)
-
-
-def simulate_particles(
-    model: AbstractModel,
-    base_params: Mapping[str, Any],
-    names: tuple[str, ...],
-    thetas: np.ndarray,
-    x0: Any,
-    us: Any,
-    dt: float,
-    substeps: int,
-    output_index: int,
-    chunk: int = 256,
-) -> np.ndarray:
-    """Open-loop RK4 simulation of every particle, output sampled every ``substeps`` steps.
-
-    Args:
-        model: the model.
-        base_params: its parameters.
-        names: the parameters each particle sets.
-        thetas: ``(N, p)`` natural-scale parameters.
-        x0: initial state.
-        us: inputs at the fine step ``(T * substeps, n_u)`` (held over each step).
-        dt: fine step.
-        substeps: fine steps per output sample.
-        output_index: which model output to return.
-        chunk: particles simulated at once (bounds memory).
-
-    Returns:
-        ``(N, T)`` outputs at the coarse samples ``t = k * substeps * dt``, k = 0..T-1.
-
-    """
-    step = discretise(model, dt, "rk4")
-    us = jnp.asarray(us, jnp.float64).reshape(-1, substeps, model.n_input)
-
-    def one(theta):
-        params = _particle_params(base_params, names, theta)
-
-        def outer(x, u_block):
-            y = model.output(0.0, x, u_block[0], params)[output_index]
-            x = jax.lax.fori_loop(0, substeps, lambda j, xx: step.transition(0.0, xx, u_block[j], params), x)
-            return x, y
-
-        return jax.lax.scan(outer, jnp.asarray(x0, jnp.float64), us)[1]
-
-    return _map_chunks(one, thetas, chunk)
-
-
-def simulate_particles_feedback(
-    model: AbstractModel,
-    base_params: Mapping[str, Any],
-    names: tuple[str, ...],
-    thetas: np.ndarray,
-    x0: Any,
-    refs: Any,
-    law: Callable[[Any, Any, Any], tuple[Any, Any]],
-    law_state0: Any,
-    dt: float,
-    substeps: int,
-    output_index: int,
-    chunk: int = 256,
-) -> np.ndarray:
-    """RK4 simulation of every particle inside a digital feedback loop (sampled control, held input).
-
-    At each sample ``k`` the output ``y_k`` of the simulated state is read, the control law gives
-    ``u_k, s_{k+1} = law(s_k, r_k, y_k)`` from its state ``s_k`` and the external signals ``r_k``, and
-    ``u_k`` is held over ``(t_k, t_{k+1}]`` (the DAC's zero-order hold) for ``substeps`` RK4 steps.
-
-    Args:
-        model: the model (plant).
-        base_params: its parameters.
-        names: the parameters each particle sets.
-        thetas: ``(N, p)`` natural-scale parameters.
-        x0: initial plant state.
-        refs: pytree of per-sample external signals, leading axis ``T`` (references, disturbances).
-        law: the controller ``(state, r_k, y_k) -> (u_k (n_u,), state)``.
-        law_state0: its initial state.
-        dt: fine step (sampling period / ``substeps``).
-        substeps: fine steps per sample.
-        output_index: which model output is fed back and returned.
-        chunk: particles simulated at once (bounds memory).
-
-    Returns:
-        ``(N, T)`` outputs ``y_k`` at the samples ``t = k * substeps * dt``, k = 0..T-1.
-
-    """
-    step = discretise(model, dt, "rk4")
-    refs = jax.tree_util.tree_map(lambda a: jnp.asarray(a, jnp.float64), refs)
-
-    def one(theta):
-        params = _particle_params(base_params, names, theta)
-
-        def outer(carry, r):
-            x, s = carry
-            y = model.output(0.0, x, jnp.zeros(model.n_input), params)[output_index]
-            u, s = law(s, r, y)
-            x = jax.lax.fori_loop(0, substeps, lambda j, xx: step.transition(0.0, xx, u, params), x)
-            return (x, s), y
-
-        return jax.lax.scan(outer, (jnp.asarray(x0, jnp.float64), law_state0), refs)[1]
-
-    return _map_chunks(one, thetas, chunk)
-
-
-def fine_input(u: np.ndarray, substeps: int, hold: str) -> np.ndarray:
-    """Inputs for an RK4 simulation with ``substeps`` fine steps per sample ``(T * substeps, 1)``.
-
-    ``"linear"``: the linear interpolant between samples taken at the midpoint of each fine step (held
-    over the step, a second-order accurate quadrature of the interpolated input); ``"zoh"``: each
-    sample held over its whole period (specs 6.4, 6.26).
-    """
-    u = np.asarray(u, np.float64)
-    if hold == "zoh":
-        return np.repeat(u, substeps)[:, None]
-    if hold != "linear":
-        raise ValueError(f"fine_input hold: expected 'linear' or 'zoh'; received {hold!r}.")
-    t_mid = (np.arange(u.size * substeps) + 0.5) / substeps
-    return np.interp(t_mid, np.arange(u.size), u)[:, None]
 
 
 def rmse_per_particle(sims: np.ndarray, truth: np.ndarray) -> np.ndarray:

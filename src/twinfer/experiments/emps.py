@@ -15,7 +15,7 @@ Training: the first 24576 samples of ``DATA_EMPS`` at 1 kHz (specs 6.23); test: 
   from this protocol as stated.
 - ``closedloop.test.*``, the benchmark's own validation (Janot et al., Eqs. 6-7, Sec. 3.5,
   Simulation_EMPS_Validation.m): the model inside the known digital PD loop
-  (:func:`~twinfer.models.emps.pd_law`: gains ``kp``, ``kv``, ``gtau`` of the data file, velocity from
+  (:func:`pd_law`: gains ``kp``, ``kv``, ``gtau`` of the data file, velocity from
   the ``[0.5, 0.5]``-filtered position, voltage saturated at 10 V, force held over each sample),
   driven only by the recorded reference ``qg`` and the recorded ``pulses_N`` added to the control
   voltage. Nothing measured at the output enters the simulation. The law reproduces the measured
@@ -67,11 +67,63 @@ from twinfer.experiments._case import Case, Progress, register
 from twinfer.infer.pn import PNLikelihood
 from twinfer.infer.smc import TransformedNormalPrior, history_loglik
 from twinfer.models import EMPS
-from twinfer.models.emps import IDIM_PARAMS, pd_law, pd_voltage
 from twinfer.report import PaperValue, RunArtifacts, posterior_figures
+from twinfer.sim import fine_input, simulate_particles, simulate_particles_feedback
 
 NAMES = ("M", "Fv", "Fc", "offset")
 FS = 1000.0
+IDIM_PARAMS: dict[str, float] = {"M": 95.1089, "Fv": 203.5034, "Fc": 20.3935, "offset": -3.1648}
+"""Inverse-dynamics least-squares estimates of the benchmark's own scripts (specs/pn-smc.md 3.3)."""
+VOLTAGE_LIMIT = 10.0
+"""Saturation of the control voltage [V] (``viradm`` of the benchmark's simulation scripts)."""
+
+
+def pd_voltage(qg: Any, q: Any, q_km2: Any, kp: Any, kv: Any, dt: float) -> Any:
+    """Control voltage of the EMPS position loop at sample k (Janot et al., Eq. 6), before saturation.
+
+        nu_k = kp kv (qg_k - q_k) - kv qdot_k,   qdot_k = (q_k - q_{k-2}) / (2 dt),
+
+    the velocity being the backward difference of the position filtered by ``[0.5, 0.5]`` (``filterq1``
+    of the benchmark's scripts): ``qf_k = (q_k + q_{k-1}) / 2``, ``qdot_k = (qf_k - qf_{k-1}) / dt``.
+
+    Args:
+        qg: reference position(s) ``qg_k`` [m].
+        q: measured or simulated position(s) ``q_k`` [m].
+        q_km2: the position two samples earlier ``q_{k-2}`` [m].
+        kp: position-loop gain [1/s].
+        kv: velocity-loop gain [V/(m/s)].
+        dt: sampling period [s].
+
+    Returns:
+        ``nu_k`` [V] (element-wise over arrays).
+
+    References:
+        Janot, Gautier & Brunot (2019), Eq. (6) and Sec. 3.5.
+
+    """
+    return kp * kv * (qg - q) - kv * (q - q_km2) / (2.0 * dt)
+
+
+def pd_law(kp: Any, kv: Any, gtau: Any, dt: float, limit: float = VOLTAGE_LIMIT) -> Any:
+    """The EMPS digital controller as a feedback law for a sampled closed-loop simulation.
+
+    State ``(q_{k-1}, q_{k-2})``, signals ``r_k = (qg_k, d_k)`` (reference position and the voltage added
+    to the controller output, the pulses of the validation set), output ``q_k``; the force held over
+    ``(t_k, t_{k+1}]`` is ``tau_k = gtau * sat(nu_k + d_k)`` with :func:`pd_voltage` and ``sat`` the
+    clip at ``+-limit`` V (Janot et al., Eqs. 6-7, Fig. 2).
+
+    Returns:
+        ``law(state, r_k, q_k) -> (tau_k (1,), state')`` for :func:`twinfer.sim.simulate_particles_feedback`.
+
+    """
+
+    def law(state: Any, r: Any, q: Any) -> tuple[Any, Any]:
+        q_km1, q_km2 = state
+        qg, d = r
+        nu = jnp.clip(pd_voltage(qg, q, q_km2, kp, kv, dt) + d, -limit, limit)
+        return jnp.reshape(gtau * nu, (1,)), (q, q_km1)
+
+    return law
 
 
 class EMPSConfig(_pnsmc.SMCSettings):
@@ -105,7 +157,7 @@ def training_likelihood(
     spec = {n: ("lognormal", IDIM_PARAMS[n], config.prior_sd_log) for n in ("M", "Fv", "Fc")}
     spec["offset"] = ("normal", IDIM_PARAMS["offset"], config.offset_sd)
     prior = TransformedNormalPrior.from_spec(spec)
-    model = EMPS()
+    model = EMPS(**IDIM_PARAMS)
     n = config.n_obs
     lik = PNLikelihood(
         pn=_pnsmc.make_pn(model, config.q, config.method, shared_diffusion=config.shared_diffusion),
@@ -129,7 +181,7 @@ def run(config: EMPSConfig, progress: Progress) -> RunArtifacts:
     start = time.perf_counter()
     train, test = load_emps(), load_emps(pulses=True)
     lik, prior = training_likelihood(config, train)
-    model = EMPS()
+    model = EMPS(**IDIM_PARAMS)
     n = config.n_obs
     res, smc_s = _pnsmc.run_smc("emps", config, lik, prior, progress)
     metrics: dict[str, float] = {"timing.smc_s": smc_s, "smc.n_particles": float(config.n_particles)}
@@ -185,10 +237,10 @@ def simulate_open_loop(
     model: EMPS, thetas: np.ndarray, data: Mapping[str, np.ndarray], m: int, substeps: int, hold: str
 ) -> np.ndarray:
     """Open-loop simulation of the first ``m`` samples from the measured force (the paper's protocol)."""
-    u_fine = _pnsmc.fine_input(data["force"][:m], substeps, hold)
+    u_fine = fine_input(data["force"][:m], substeps, hold)
     x0 = jnp.array([data["q"][0], 0.0])
     dt = 1.0 / FS / substeps
-    return _pnsmc.simulate_particles(model, model.params, NAMES, thetas, x0, u_fine, dt, substeps, 0)
+    return simulate_particles(model, model.params, NAMES, thetas, x0, u_fine, dt, substeps, 0)
 
 
 def open_loop_floor(
@@ -225,7 +277,7 @@ def simulate_closed_loop(
     q0 = float(data["q"][0])
     d = data.get("pulses_N", np.zeros_like(data["qg"]))
     law = pd_law(float(data["kp"]), float(data["kv"]), float(data["gtau"]), 1.0 / FS)
-    return _pnsmc.simulate_particles_feedback(
+    return simulate_particles_feedback(
         model,
         model.params,
         NAMES,

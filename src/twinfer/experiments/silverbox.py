@@ -42,6 +42,7 @@ from twinfer.infer.pn import PNLikelihood
 from twinfer.infer.smc import TransformedNormalPrior
 from twinfer.models import Chain
 from twinfer.report import PaperValue, RunArtifacts, posterior_figures
+from twinfer.sim import fine_input, simulate_particles
 
 NAMES = ("m1", "c1", "k1", "kappa1")
 
@@ -108,8 +109,8 @@ def run(config: SilverboxConfig, progress: Progress) -> RunArtifacts:
     thetas = _pnsmc.equal_weight_particles(res, config.test_particles, config.seed)
     progress("test simulation (arrow head)", 0, 1)
     test_start = time.perf_counter()
-    u_fine = _pnsmc.fine_input(u[: config.test_end], config.substeps, config.input_hold)
-    sims = _pnsmc.simulate_particles(
+    u_fine = fine_input(u[: config.test_end], config.substeps, config.input_hold)
+    sims = simulate_particles(
         model, model.params, NAMES, thetas, jnp.zeros(2), u_fine, h / config.substeps, config.substeps, 0
     )
     window = slice(config.test_start, config.test_end)

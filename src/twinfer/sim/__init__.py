@@ -3,6 +3,7 @@
 from twinfer.sim._discretise import METHODS, DiscreteModel, discretise, exact_matrices
 from twinfer.sim._node import GraphNode, graph_node
 from twinfer.sim._noise import add_noise, add_noise_numpy_legacy, noise_std_for_snr
+from twinfer.sim._particles import fine_input, simulate_particles, simulate_particles_feedback
 from twinfer.sim._signals import (
     bandlimited_noise,
     bandlimited_noise_dynasim,
@@ -25,6 +26,7 @@ __all__ = [
     "bandlimited_noise_dynasim",
     "discretise",
     "euler_step",
+    "fine_input",
     "exact_matrices",
     "graph_node",
     "heun_step",
@@ -34,6 +36,8 @@ __all__ = [
     "semi_implicit_euler_step",
     "simulate",
     "simulate_discrete",
+    "simulate_particles",
+    "simulate_particles_feedback",
     "sine_sweep",
     "white_noise",
 ]
