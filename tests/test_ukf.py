@@ -1,3 +1,5 @@
+import re
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -327,12 +329,13 @@ def test_systematic_resample_and_errors():
         particle_filter(jax.random.key(0), None, None, None, None, None, None, None, None, ess_threshold=1.5)
 
 
-@pytest.mark.parametrize("method", ["ukf", "ukf-sqrt", "ekf"])
-def test_filter_and_smooth_entry_points_on_a_dataset(method):
+@pytest.mark.parametrize(
+    ("estimator", "linearisation"), [("ukf", "propagated"), ("ukf", "redrawn"), ("ekf", None)]
+)
+def test_filter_and_smooth_entry_points_on_a_dataset(estimator, linearisation):
     """filter()/smooth() on a Dataset: named k2 estimate, smoothing reduces the state error, masks work."""
     from twinfer.data import Dataset
-    from twinfer.infer.filters import filter as run_filter
-    from twinfer.infer.filters import smooth
+    from twinfer.infer.filters import run_filter, smooth
 
     truth = Chain([1.0, 1.0], [40.0, 25.0], [0.4, 0.4], forced_dofs=[1])
     dt, steps = 0.01, 800
@@ -358,6 +361,8 @@ def test_filter_and_smooth_entry_points_on_a_dataset(method):
         process_sd=1e-4,
         noise_sd=0.05,
         unknown={"k2": (20.0, 10.0, 1e-3)},
+        estimator=estimator,
+        linearisation=linearisation,
     )
     filt = run_filter(truth.with_params(k2=20.0), data, **kwargs)
     smoo = smooth(truth.with_params(k2=20.0), data, **kwargs)
@@ -366,8 +371,8 @@ def test_filter_and_smooth_entry_points_on_a_dataset(method):
     assert abs(float(k2[-1]) - 25.0) < 4 * float(sd[-1]) and abs(float(k2[-1]) - 25.0) < 1.0
     err = lambda r: float(np.sqrt(np.mean((np.asarray(r.means[:, :4]) - data.truth_states) ** 2)))
     assert err(smoo) < err(filt)
-    with pytest.raises(ValueError, match="method: expected one of ukf, ukf-sqrt, ekf; received 'ekf2'"):
-        run_filter(truth, data, method="ekf2")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="estimator: expected one of 'ukf', 'ekf', 'kf'; received 'ekf2'"):
+        run_filter(truth, data, estimator="ekf2")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="dataset outputs: expected"):
         run_filter(Chain([1.0, 1.0], 1.0, 1.0, outputs=["a1"]), data)
 
@@ -421,3 +426,84 @@ def test_a_linear_measurement_given_as_a_matrix_updates_as_its_sigma_points_woul
                 rtol=1e-10,
                 atol=1e-12,
             )
+
+
+def _oscillator_data():
+    """A 1-DOF oscillator under random forcing, acceleration measured (60 steps)."""
+    from twinfer.data import Dataset
+
+    truth = Chain([1.0], [40.0], [0.4])
+    dt, steps = 0.01, 60
+    forces = 5.0 * jax.random.normal(jax.random.key(0), (steps, 1))
+    traj = simulate_discrete(discretise(truth, dt, "exact"), jnp.zeros(2), forces)
+    acc = jax.vmap(lambda x, u: truth.output(0.0, x, u, truth.params))(traj.states[1:], forces)
+    obs = np.concatenate(
+        [np.zeros((1, 1)), np.asarray(acc + 0.05 * jax.random.normal(jax.random.key(1), acc.shape))]
+    )
+    inputs = np.concatenate([np.asarray(forces), np.zeros((1, 1))])
+    return truth, Dataset(dt * np.arange(steps + 1), obs, inputs=inputs, output_names=truth.output_names)
+
+
+def test_deprecated_method_and_discretisation_warn_naming_the_new_keywords_and_give_the_same_numbers():
+    """method= and discretisation= still work for one release: a DeprecationWarning names estimator /
+    linearisation / integrator, and the result is that of the new keywords."""
+    from twinfer.infer.filters import run_filter
+
+    model, data = _oscillator_data()
+    kw = {"state_sd": 1e-2, "process_sd": 1e-4, "noise_sd": 0.05}
+    for old, new in (
+        ({"method": "ukf"}, {"estimator": "ukf"}),
+        ({"method": "ukf-sqrt"}, {"estimator": "ukf", "linearisation": "redrawn"}),
+        ({"method": "ekf", "discretisation": "heun"}, {"estimator": "ekf", "integrator": "heun"}),
+    ):
+        with pytest.warns(DeprecationWarning) as record:
+            before = run_filter(model, data, **kw, **old)  # type: ignore[call-arg]
+        said = " ".join(str(w.message) for w in record)
+        assert re.search(r"use estimator='(ukf|ekf)', linearisation='(propagated|redrawn|taylor)'", said)
+        after = run_filter(model, data, **kw, **new)  # type: ignore[call-arg]
+        np.testing.assert_array_equal(np.asarray(before.means), np.asarray(after.means))
+        assert before.loglik == after.loglik
+    with pytest.warns(DeprecationWarning, match="use integrator='euler'"):
+        run_filter(model, data, **kw, discretisation="euler")  # type: ignore[call-arg]
+    with pytest.raises(TypeError, match="filter method: the deprecated name of estimator"):
+        run_filter(model, data, method="ekf", estimator="ekf")  # type: ignore[call-arg]
+
+
+def test_kf_equals_ekf_on_a_linear_model_and_refuses_a_nonlinear_one():
+    """On a linear model the EKF's Jacobians are exact, so estimator 'kf' and 'ekf' agree to the last bit;
+    'kf' refuses unknown parameters in the state (a product of states) and a nonlinear chain."""
+    from twinfer.infer.filters import run_filter
+
+    model, data = _oscillator_data()
+    kw = {"state_sd": 1e-2, "process_sd": 1e-4, "noise_sd": 0.05, "integrator": "exact"}
+    kf = run_filter(model, data, estimator="kf", **kw)  # type: ignore[arg-type]
+    ekf = run_filter(model, data, estimator="ekf", **kw)  # type: ignore[arg-type]
+    np.testing.assert_array_equal(np.asarray(kf.means), np.asarray(ekf.means))
+    with pytest.raises(ValueError, match=r"filter estimator: 'kf' needs a linear model .*unknown parameters"):
+        run_filter(model, data, estimator="kf", unknown={"k1": (40.0, 1.0, 0.0)})
+    duffing = Chain([1.0], [40.0], [0.4], cubic_stiffness=[100.0])
+    with pytest.raises(ValueError, match=r"'kf' needs a linear model .*received Chain, which is nonlinear"):
+        run_filter(duffing, data, estimator="kf")
+
+
+def test_filter_options_are_checked_by_name():
+    """A linearisation of another estimator, weights without a UKF, a misspelt keyword: named errors;
+    the options' declared keys are the ones the filter reads (no drift between the two lists)."""
+    from twinfer.infer.filters import EstimateOptions, UnscentedWeights, run_filter, smooth
+    from twinfer.infer.filters import filter as filter_alias
+    from twinfer.infer.filters._api import _Settings
+
+    assert filter_alias is run_filter
+    assert set(EstimateOptions.__annotations__) == {*_Settings._fields, "method", "discretisation"}
+    model, data = _oscillator_data()
+    wrong = r"filter linearisation: expected one of 'taylor' for estimator 'ekf'; received 'redrawn'"
+    with pytest.raises(ValueError, match=wrong):
+        run_filter(model, data, estimator="ekf", linearisation="redrawn")
+    with pytest.raises(ValueError, match=r"smooth weights: sigma-point weights are the UKF's"):
+        smooth(model, data, estimator="ekf", weights=UnscentedWeights.merwe())
+    with pytest.raises(
+        ValueError, match=r"filter integrator: expected one of 'euler', 'heun', 'rk4', 'exact'"
+    ):
+        run_filter(model, data, integrator="rk5")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"filter: unexpected keyword 'noise'; expected one of x0, state_sd"):
+        run_filter(model, data, noise=0.1)  # type: ignore[call-arg]

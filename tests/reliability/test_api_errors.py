@@ -26,10 +26,10 @@ from twinfer.infer.filters import (
     DivergenceError,
     FilterConsistencyWarning,
     UnscentedWeights,
+    run_filter,
     run_ukf,
     smooth,
 )
-from twinfer.infer.filters import filter as run_filter
 from twinfer.infer.graph import Graph, Subsystem, compile, run, with_numbers
 from twinfer.models import Chain
 from twinfer.sim import discretise, simulate_discrete
@@ -138,7 +138,7 @@ def test_an_unstable_discretisation_is_flagged_not_returned_silently():
     ):
         run_filter(_model(1e8), _data(), **kw)
     with pytest.warns(FilterConsistencyWarning, match="NIS"):
-        run_filter(_model(1e8), _data(), **{**kw, "method": "ekf"})
+        run_filter(_model(1e8), _data(), **{**kw, "estimator": "ekf"})
 
 
 def test_filter_checks_input_count_and_names():
@@ -364,10 +364,10 @@ def test_property_bad_filter_arguments_are_named_or_harmless(arg, value):
 
 
 @settings(max_examples=15, suppress_health_check=[HealthCheck.too_slow])
-@given(unknown=_UNKNOWN, method=st.sampled_from(["ukf", "ekf", "ukf-sqrt", "pf"]))
-def test_property_bad_unknown_and_method_are_named_or_harmless(unknown, method):
-    call = lambda: run_filter(_model(30.0), _data(), **{**KW, "unknown": unknown, "method": method})  # noqa: E731
-    _named_or_finite(("unknown", "method"), call)
+@given(unknown=_UNKNOWN, estimator=st.sampled_from(["ukf", "ekf", "kf", "pf"]))
+def test_property_bad_unknown_and_estimator_are_named_or_harmless(unknown, estimator):
+    call = lambda: run_filter(_model(30.0), _data(), **{**KW, "unknown": unknown, "estimator": estimator})  # noqa: E731
+    _named_or_finite(("unknown", "estimator"), call)
 
 
 @st.composite

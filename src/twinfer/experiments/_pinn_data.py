@@ -320,7 +320,9 @@ def ukf_rts_states(
     force_sd = float(np.asarray(noise_std_for_snr(data.force_noisy, snr_db)).max())
     dt = float(data.times[1] - data.times[0])
     process = [1e-9] * n + [max(force_sd / 10.0 * dt, 1e-9)] * n
-    est = smooth(chain, dataset, x0=0.0, state_sd=1e-6, process_sd=process, noise_sd=noise_sd, method="ukf")
+    est = smooth(
+        chain, dataset, x0=0.0, state_sd=1e-6, process_sd=process, noise_sd=noise_sd, estimator="ukf"
+    )
     means = np.asarray(est.means)
     acc = np.asarray(
         jax.vmap(lambda x, f: chain.acceleration(x, f, chain.params))(jnp.asarray(means), data.force_noisy)

@@ -1,9 +1,20 @@
 """Filters built from the Gaussian core: square-root KF/EKF/UKF drivers, RTS smoother, particle filter.
 
 The atoms they run (predict, update, tria, linearisations) live in :mod:`twinfer.infer.gaussian`.
+:func:`run_filter` (also importable as ``filter``) and :func:`smooth` are the entry points on a model
+and a dataset; :func:`run_ukf` on functions and covariances; :func:`gaussian_filter`, :func:`ukf_scan`
+and :func:`ukf_step` are the square-root drivers (factors named ``chol_*``).
 """
 
-from twinfer.infer.filters._api import EstimateResult, filter, smooth
+from twinfer.infer.filters._api import (
+    ESTIMATORS,
+    LINEARISATIONS,
+    EstimateOptions,
+    EstimateResult,
+    filter,
+    run_filter,
+    smooth,
+)
 from twinfer.infer.filters._augment import Augmented, augment
 from twinfer.infer.filters._errors import NIS_LOW, NIS_WARN, DivergenceError, FilterConsistencyWarning
 from twinfer.infer.filters._gaussian_filter import GaussianFilterOutput, gaussian_filter
@@ -14,10 +25,13 @@ from twinfer.infer.filters._wls import WlsStep, wls_step
 from twinfer.infer.gaussian import UnscentedWeights, linear, taylor, unscented
 
 __all__ = [
+    "ESTIMATORS",
+    "LINEARISATIONS",
     "NIS_LOW",
     "NIS_WARN",
     "Augmented",
     "DivergenceError",
+    "EstimateOptions",
     "EstimateResult",
     "FilterConsistencyWarning",
     "FilterOutput",
@@ -33,8 +47,9 @@ __all__ = [
     "linear",
     "particle_filter",
     "rts_smooth",
-    "smooth",
+    "run_filter",
     "run_ukf",
+    "smooth",
     "systematic_resample",
     "taylor",
     "ukf_scan",

@@ -1,20 +1,27 @@
-"""High-level entry points: ``filter(model, dataset, ...)`` and ``smooth(...)`` with named results.
+"""High-level entry points: ``run_filter(model, dataset, ...)`` and ``smooth(...)`` with named results.
 
-A continuous-time model goes through :func:`twinfer.sim.discretise`; unknown parameters are appended to
-the state as random walks (:func:`augment`); the scan runs once, jitted; results come back as named state
-and parameter trajectories with standard deviations.
+A continuous-time model goes through :func:`twinfer.sim.discretise` (the ``integrator``); unknown
+parameters are appended to the state as random walks (:func:`augment`); the scan runs once, jitted;
+results come back as named state and parameter trajectories with standard deviations.
+
+The choices are named by what they choose: ``estimator`` (``"ukf"``, ``"ekf"``, ``"kf"``), the
+``linearisation`` where an estimator has more than one (the UKF's ``"propagated"`` or ``"redrawn"``
+sigma points), and the ``integrator`` of the continuous-time model (``"euler"``, ``"heun"``, ``"rk4"``,
+``"exact"``). Users give standard deviations (``state_sd``, ``process_sd``, ``noise_sd``) on purpose:
+they are what a data sheet states; every filter below runs on their square-root (``chol_*``) factors.
 """
 
 from __future__ import annotations
 
 import functools
 import warnings
-from collections.abc import Mapping
-from typing import Any, Literal, NamedTuple
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal, NamedTuple, TypedDict, Unpack
 
 import equinox as eqx
 import jax.numpy as jnp
 import numpy as np
+from jaxtyping import Array, ArrayLike, Float
 
 from twinfer.data import Dataset
 from twinfer.infer.filters._augment import augment
@@ -29,11 +36,108 @@ from twinfer.infer.filters._errors import (
 from twinfer.infer.filters._gaussian_filter import gaussian_filter
 from twinfer.infer.filters._smoother import rts_smooth
 from twinfer.infer.filters._ukf import run_ukf
-from twinfer.infer.gaussian import UnscentedWeights, taylor, unscented
+from twinfer.infer.gaussian import UnscentedWeights, linear, taylor, unscented
 from twinfer.models import AbstractModel
+from twinfer.sim import METHODS as INTEGRATORS
 from twinfer.sim import discretise
 
-METHODS = ("ukf", "ukf-sqrt", "ekf")
+Estimator = Literal["ukf", "ekf", "kf"]
+LinearisationName = Literal["propagated", "redrawn", "taylor", "linear"]
+Integrator = Literal["euler", "heun", "rk4", "exact"]
+
+ESTIMATORS: tuple[str, ...] = ("ukf", "ekf", "kf")
+LINEARISATIONS: dict[str, tuple[str, ...]] = {
+    "ukf": ("propagated", "redrawn"),
+    "ekf": ("taylor",),
+    "kf": ("linear",),
+}
+"""The linearisations of each estimator; the first is its default."""
+
+_METHODS = {"ukf": ("ukf", "propagated"), "ukf-sqrt": ("ukf", "redrawn"), "ekf": ("ekf", "taylor")}
+"""The deprecated ``method=`` values as ``(estimator, linearisation)``."""
+
+
+class EstimateOptions(TypedDict, total=False):
+    """The keywords of :func:`run_filter` and :func:`smooth`, every one optional (see :func:`run_filter`).
+
+    ``method`` and ``discretisation`` are the deprecated names of ``estimator``/``linearisation`` and
+    ``integrator``: accepted, with a ``DeprecationWarning``, for one release.
+    """
+
+    x0: Float[ArrayLike, " n"] | Sequence[float]
+    state_sd: Float[ArrayLike, " n"] | Sequence[float]
+    process_sd: Float[ArrayLike, " n"] | Sequence[float]
+    noise_sd: Float[ArrayLike, " m"] | Sequence[float]
+    unknown: Mapping[str, tuple[float, float, float]] | None
+    estimator: Estimator
+    linearisation: LinearisationName | None
+    integrator: Integrator
+    weights: UnscentedWeights | None
+    method: str
+    discretisation: str
+
+
+class _Settings(NamedTuple):
+    """The options with their defaults (the one place they are set)."""
+
+    x0: Any = 0.0
+    state_sd: Any = 1.0
+    process_sd: Any = 1e-6
+    noise_sd: Any = 1.0
+    unknown: Any = None
+    estimator: str = "ukf"
+    linearisation: str | None = None
+    integrator: str = "rk4"
+    weights: Any = None
+
+
+def _settings(where: str, options: Mapping[str, Any]) -> _Settings:
+    """The options of one call with defaults filled in; deprecated keywords translated (with a warning)."""
+    opts = dict(options)
+    extra = sorted(set(opts) - set(EstimateOptions.__annotations__))
+    if extra:
+        raise TypeError(
+            f"{where}: unexpected keyword {extra[0]!r}; expected one of {', '.join(_Settings._fields)}."
+        )
+    if "discretisation" in opts:
+        if "integrator" in opts:
+            raise TypeError(f"{where} discretisation: the deprecated name of integrator; received both.")
+        opts["integrator"] = opts.pop("discretisation")
+        warnings.warn(
+            f"{where} discretisation: renamed; use integrator={opts['integrator']!r} (the old keyword "
+            "goes in the next release).",
+            DeprecationWarning,
+            stacklevel=4,
+        )
+    if "method" in opts:
+        method = opts.pop("method")
+        if "estimator" in opts or "linearisation" in opts:
+            raise TypeError(
+                f"{where} method: the deprecated name of estimator and linearisation; received it with them."
+            )
+        if not isinstance(method, str) or method not in _METHODS:
+            raise ValueError(
+                f"{where} method: expected one of {', '.join(map(repr, _METHODS))} (deprecated: use "
+                f"estimator= and linearisation=); received {method!r}."
+            )
+        opts["estimator"], opts["linearisation"] = _METHODS[method]
+        warnings.warn(
+            f"{where} method: replaced by estimator and linearisation; use estimator="
+            f"{opts['estimator']!r}, linearisation={opts['linearisation']!r} for method={method!r} (the "
+            "old keyword goes in the next release).",
+            DeprecationWarning,
+            stacklevel=4,
+        )
+    return _Settings(**opts)
+
+
+def _choice(where: str, field: str, value: Any, allowed: tuple[str, ...], note: str = "") -> str:
+    """``value`` if one of ``allowed``, else a ValueError naming the field, the choices and ``value``."""
+    if not isinstance(value, str) or value not in allowed:
+        raise ValueError(
+            f"{where} {field}: expected one of {', '.join(map(repr, allowed))}{note}; received {value!r}."
+        )
+    return value
 
 
 class EstimateResult(NamedTuple):
@@ -53,12 +157,12 @@ class EstimateResult(NamedTuple):
 
     """
 
-    times: Any
-    means: Any
-    stds: Any
-    covs: Any
+    times: Float[ArrayLike, " N+1"]
+    means: Float[Array, "N+1 n"]
+    stds: Float[Array, "N+1 n"]
+    covs: Float[Array, "N+1 n n"]
     state_names: tuple[str, ...]
-    params: dict[str, tuple[Any, Any]]
+    params: dict[str, tuple[Float[Array, " N+1"], Float[Array, " N+1"]]]
     loglik: float
     nis: float | None = None
 
@@ -218,56 +322,62 @@ def _check_data(where: str, model: AbstractModel, data: Any) -> None:
         )
 
 
-def _run(
-    model: AbstractModel,
-    data: Dataset,
-    *,
-    x0: Any,
-    state_sd: Any,
-    process_sd: Any,
-    noise_sd: Any,
-    unknown: Mapping[str, tuple[float, float, float]] | None,
-    method: str,
-    discretisation: str,
-    weights: UnscentedWeights | None,
-    smooth: bool,
-) -> EstimateResult:
-    where = "smooth" if smooth else "filter"
-    if method not in METHODS:
-        raise ValueError(f"{where} method: expected one of {', '.join(METHODS)}; received {method!r}.")
+def _run(model: AbstractModel, data: Dataset, where: str, options: Mapping[str, Any]) -> EstimateResult:
+    """The body of :func:`run_filter` (``where="filter"``) and :func:`smooth` (``where="smooth"``)."""
+    opts = _settings(where, options)
+    estimator = _choice(where, "estimator", opts.estimator, ESTIMATORS)
+    allowed = LINEARISATIONS[estimator]
+    lin_name = allowed[0] if opts.linearisation is None else opts.linearisation
+    _choice(where, "linearisation", lin_name, allowed, f" for estimator {estimator!r}")
+    integrator = _choice(where, "integrator", opts.integrator, INTEGRATORS)
     _check_data(where, model, data)
-    unknown = _unknown(where, model, unknown)
+    unknown = _unknown(where, model, opts.unknown)
     aug = augment(model, list(unknown)) if unknown else model
+    if estimator == "kf" and not aug.is_linear:
+        reason = " (its unknown parameters, in the state, multiply states)" if unknown else ""
+        raise ValueError(
+            f"{where} estimator: 'kf' needs a linear model (linear_matrices not None); received "
+            f"{type(model).__name__}{reason}, which is nonlinear. Use estimator 'ekf' or 'ukf'."
+        )
     n_base = model.n_state
     base_names = model.state_names
-    x_init = _vector(where, "x0", x0, base_names, lower="any")
+    x_init = _vector(where, "x0", opts.x0, base_names, lower="any")
     sd0 = jnp.concatenate(
         [
-            _vector(where, "state_sd", state_sd, base_names, lower="> 0"),
+            _vector(where, "state_sd", opts.state_sd, base_names, lower="> 0"),
             jnp.asarray([v[1] for v in unknown.values()]),
         ]
     )
     sdq = jnp.concatenate(
-        [_vector(where, "process_sd", process_sd, base_names), jnp.asarray([v[2] for v in unknown.values()])]
+        [
+            _vector(where, "process_sd", opts.process_sd, base_names),
+            jnp.asarray([v[2] for v in unknown.values()]),
+        ]
     )
-    sdr = _vector(where, "noise_sd", noise_sd, model.output_names, lower="> 0")
+    sdr = _vector(where, "noise_sd", opts.noise_sd, model.output_names, lower="> 0")
     if unknown:
         x_init = jnp.concatenate([x_init, jnp.asarray([v[0] for v in unknown.values()])])
+    weights = opts.weights
     if weights is not None and not isinstance(weights, UnscentedWeights):
         raise TypeError(
             f"{where} weights: expected UnscentedWeights or None; received {type(weights).__name__}."
         )
+    if weights is not None and estimator != "ukf":
+        raise ValueError(
+            f"{where} weights: sigma-point weights are the UKF's; received them with estimator "
+            f"{estimator!r}. Drop weights or use estimator 'ukf'."
+        )
     dt = data.dt
     try:
-        step = discretise(aug, dt, discretisation)
+        step = discretise(aug, dt, integrator)
     except ValueError as error:
-        raise ValueError(f"{where} discretisation: {error}") from None
+        raise ValueError(f"{where} integrator: {error}") from None
     params = aug.params
     us = data.inputs[:-1] if data.inputs is not None else np.zeros((data.n_steps - 1, 0))
     f = _Transition(step, params)
     h = _Output(aug, params)
     ys, masks = jnp.asarray(np.nan_to_num(data.observations[1:])), jnp.asarray(data.mask[1:])
-    if method == "ukf":
+    if lin_name == "propagated":
         try:
             out = run_ukf(
                 f,
@@ -285,8 +395,11 @@ def _run(
         except DivergenceError as error:
             raise DivergenceError(f"{where}: {error} {_ARGS_HINT}") from None
     else:
-        lin = taylor if method == "ekf" else _unscented(weights or UnscentedWeights.merwe())
-        sq = _JIT_GAUSSIAN(
+        if lin_name == "redrawn":
+            lin = _unscented(weights or UnscentedWeights.merwe())
+        else:
+            lin = taylor if lin_name == "taylor" else linear
+        out = _JIT_GAUSSIAN(
             f,
             h,
             x_init,
@@ -298,15 +411,14 @@ def _run(
             masks,
             linearisation=lin,
         )
-        if int(sq.first_bad_step) >= 0:
+        if int(out.first_bad_step) >= 0:
             raise DivergenceError(
-                f"{where}: {method} diverged at step {int(sq.first_bad_step)} "
-                f"(t = {float(data.times[1 + int(sq.first_bad_step)]):g}): non-finite state or covariance. "
+                f"{where}: estimator {estimator!r} ({lin_name}) diverged at step {int(out.first_bad_step)} "
+                f"(t = {float(data.times[1 + int(out.first_bad_step)]):g}): non-finite state or covariance. "
                 f"Check the model. {_ARGS_HINT}"
             )
-        out = sq
     cov0 = jnp.diag(sd0**2)
-    if smooth:
+    if where == "smooth":
         sm = rts_smooth(out, x_init, cov0)
         means, covs = sm.means, sm.covs
         bad = first_not_psd(covs)
@@ -324,7 +436,7 @@ def _run(
         covs = jnp.concatenate([cov0[None], out.covs])
     stds = jnp.sqrt(jnp.maximum(jnp.diagonal(covs, axis1=1, axis2=2), 0.0))
     n_obs = int(np.asarray(data.mask[1:]).sum())
-    nis = float(out.nis) if n_obs else None
+    nis = float(out.nis) if n_obs and out.nis is not None else None
     if nis is not None and nis > NIS_WARN:
         warnings.warn(
             f"{where}: the normalised innovation squared (NIS) averages {nis:.3g} per measurement; a "
@@ -339,7 +451,7 @@ def _run(
             f"{where}: the normalised innovation squared (NIS) averages {nis:.3g} per measurement over "
             f"{n_obs} values; a consistent filter gives about 1 (warning below {NIS_LOW:g}). The filter's "
             "variances are far larger than the data justify: an unstable discretisation (try a smaller "
-            "time step or another discretisation) or noise levels (noise_sd, process_sd) far too high.",
+            "time step or another integrator) or noise levels (noise_sd, process_sd) far too high.",
             FilterConsistencyWarning,
             stacklevel=3,
         )
@@ -356,41 +468,49 @@ def _run(
     )
 
 
-def filter(  # noqa: A001  (the name users look for)
-    model: AbstractModel,
-    data: Dataset,
-    *,
-    x0: Any = 0.0,
-    state_sd: Any = 1.0,
-    process_sd: Any = 1e-6,
-    noise_sd: Any = 1.0,
-    unknown: Mapping[str, tuple[float, float, float]] | None = None,
-    method: Literal["ukf", "ukf-sqrt", "ekf"] = "ukf",
-    discretisation: str = "rk4",
-    weights: UnscentedWeights | None = None,
-) -> EstimateResult:
+def run_filter(model: AbstractModel, data: Dataset, **options: Unpack[EstimateOptions]) -> EstimateResult:
     """Filter a dataset with a model: states (and unknown parameters) with uncertainty at each time.
+
+    Also importable as ``filter`` (the same function; ``run_filter`` does not shadow the builtin).
 
     Time alignment: row k of the dataset holds the input u_k applied over [t_k, t_{k+1}) and the
     measurement y_k; step k predicts x_{k+1} with u_k and updates with y_{k+1} = h(x_{k+1}, u_k) (the
     compositional-inference paper's convention). y_0 is not used (the prior describes t_0).
 
+    Noise levels are standard deviations, as a user states them (not covariances, not factors); the
+    filters run on their square-root factors (:mod:`twinfer.infer.gaussian`).
+
     Args:
         model: a continuous-time twinfer model.
         data: a :class:`twinfer.data.Dataset` with uniform times and the model's outputs (masked entries
             are skipped).
-        x0: prior mean of the state (a scalar, broadcast, or one value per state).
-        state_sd: prior standard deviation of each state, > 0 (scalar or one per state).
-        process_sd: per-step process-noise standard deviation of each state, >= 0.
-        noise_sd: measurement-noise standard deviation of each output, > 0 (a noise-free sensor makes the
-            innovation covariance singular and is refused).
-        unknown: ``{name: (initial value, prior sd > 0, random-walk sd per step >= 0)}`` of scalar
-            parameters of the model to estimate; the initial value must be one the model accepts.
-        method: ``"ukf"`` (sigma points propagated to the measurement, the paper's Alg. 6),
-            ``"ukf-sqrt"`` (statistical linear regression with points redrawn for the measurement) or
-            ``"ekf"`` (Taylor); all square-root (:mod:`twinfer.infer.gaussian`).
-        discretisation: ``"euler"``, ``"heun"``, ``"rk4"`` or ``"exact"`` (:func:`twinfer.sim.discretise`).
-        weights: sigma-point weights (default Merwe alpha=1, beta=2, kappa=0).
+        **options: keywords, every one optional (:class:`EstimateOptions`):
+
+            - ``x0`` (0.0): prior mean of the state (a scalar, broadcast, or one value per state).
+            - ``state_sd`` (1.0): prior standard deviation of each state, > 0 (scalar or one per state).
+            - ``process_sd`` (1e-6): per-step process-noise standard deviation of each state, >= 0.
+            - ``noise_sd`` (1.0): measurement-noise standard deviation of each output, > 0 (a
+              noise-free sensor makes the innovation covariance singular and is refused).
+            - ``unknown`` (None): ``{name: (initial value, prior sd > 0, random-walk sd per step >= 0)}``
+              of scalar parameters of the model to estimate; the initial value must be one the model
+              accepts.
+            - ``estimator`` (``"ukf"``): ``"ukf"`` (unscented), ``"ekf"`` (extended: Taylor
+              linearisation) or ``"kf"`` (Kalman, for a linear model and no unknown parameters; exact
+              Jacobians). All square-root.
+            - ``linearisation`` (None: the estimator's first): for ``"ukf"``, ``"propagated"`` (the
+              measurement is read at the sigma points propagated through the transition, the paper's
+              Alg. 6: :func:`run_ukf`) or ``"redrawn"`` (sigma points drawn again from the predicted
+              Gaussian for the measurement: statistical linear regression,
+              :func:`gaussian_filter` with :func:`~twinfer.infer.gaussian.unscented`; the KF on a
+              linear model); ``"taylor"`` for ``"ekf"``, ``"linear"`` for ``"kf"``.
+            - ``integrator`` (``"rk4"``): ``"euler"``, ``"heun"``, ``"rk4"`` or ``"exact"`` (a linear
+              model's matrix exponential): how the continuous-time model becomes a transition
+              (:func:`twinfer.sim.discretise`).
+            - ``weights`` (None: Merwe alpha=1, beta=2, kappa=0): sigma-point weights of the UKF.
+            - ``method``, ``discretisation``: deprecated names (a ``DeprecationWarning``): ``method``
+              ``"ukf"``, ``"ukf-sqrt"``, ``"ekf"`` is ``estimator="ukf"`` (``"propagated"``),
+              ``estimator="ukf", linearisation="redrawn"``, ``estimator="ekf"``; ``discretisation`` is
+              ``integrator``.
 
     Returns:
         :class:`EstimateResult`, with ``nis`` the mean normalised innovation squared (about 1 when the
@@ -399,8 +519,10 @@ def filter(  # noqa: A001  (the name users look for)
     Raises:
         ValueError: naming the argument, the expected and the received value, for a model/dataset
             mismatch (outputs, input count or names), wrong lengths, non-finite or out-of-range sds, a
-            malformed ``unknown``, an unknown ``method`` or ``discretisation``.
-        TypeError: when ``model``, ``data``, ``unknown`` or ``weights`` has the wrong type.
+            malformed ``unknown``, an unknown ``estimator``, ``linearisation`` or ``integrator``, a
+            linearisation or ``weights`` that is not the estimator's, ``"kf"`` on a nonlinear model.
+        TypeError: when ``model``, ``data``, ``unknown`` or ``weights`` has the wrong type, or for a
+            keyword that is not an option.
         DivergenceError: (a ``ValueError``) when the filter's state becomes non-finite or its
             covariance stops being positive semi-definite, naming the step and time.
 
@@ -408,46 +530,22 @@ def filter(  # noqa: A001  (the name users look for)
         FilterConsistencyWarning: when ``nis`` exceeds ``NIS_WARN`` (10): the innovations are far wider
             than the filter predicts, so the model or the noise levels do not fit the data.
 
+    References:
+        compositional-inference paper, Alg. 4-6 (KF, EKF, UKF) and S13-S15 (sigma points); Särkkä &
+        Svensson, Bayesian Filtering and Smoothing (2nd ed.), Sec. 9.4 (statistical linear regression).
+
     """
-    return _run(
-        model,
-        data,
-        x0=x0,
-        state_sd=state_sd,
-        process_sd=process_sd,
-        noise_sd=noise_sd,
-        unknown=unknown,
-        method=method,
-        discretisation=discretisation,
-        weights=weights,
-        smooth=False,
-    )
+    return _run(model, data, "filter", options)
 
 
-def smooth(
-    model: AbstractModel,
-    data: Dataset,
-    *,
-    x0: Any = 0.0,
-    state_sd: Any = 1.0,
-    process_sd: Any = 1e-6,
-    noise_sd: Any = 1.0,
-    unknown: Mapping[str, tuple[float, float, float]] | None = None,
-    method: Literal["ukf", "ukf-sqrt", "ekf"] = "ukf",
-    discretisation: str = "rk4",
-    weights: UnscentedWeights | None = None,
-) -> EstimateResult:
-    """As :func:`filter`, followed by the RTS smoother: each estimate uses every measurement."""
-    return _run(
-        model,
-        data,
-        x0=x0,
-        state_sd=state_sd,
-        process_sd=process_sd,
-        noise_sd=noise_sd,
-        unknown=unknown,
-        method=method,
-        discretisation=discretisation,
-        weights=weights,
-        smooth=True,
-    )
+filter = run_filter  # noqa: A001  (the name users look for; run_filter does not shadow the builtin)
+
+
+def smooth(model: AbstractModel, data: Dataset, **options: Unpack[EstimateOptions]) -> EstimateResult:
+    """As :func:`run_filter` (the same keywords), then the RTS smoother: each estimate uses all the data.
+
+    References:
+        Särkkä & Svensson, Bayesian Filtering and Smoothing (2nd ed.), Alg. 9.3 (:func:`rts_smooth`).
+
+    """
+    return _run(model, data, "smooth", options)

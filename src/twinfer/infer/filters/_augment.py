@@ -12,6 +12,7 @@ from typing import Any
 
 import equinox as eqx
 import jax.numpy as jnp
+from jaxtyping import Array, ArrayLike, Float
 
 from twinfer.models import AbstractModel, Params, get_param, locate, set_params
 
@@ -60,13 +61,17 @@ class Augmented(AbstractModel):
     def output_names(self) -> tuple[str, ...]:
         return self.base.output_names
 
-    def initial_state(self, x0: Any, values: dict[str, float] | None = None) -> Any:
+    def initial_state(
+        self, x0: Float[ArrayLike, " n"], values: dict[str, float] | None = None
+    ) -> Float[Array, " n+p"]:
         """Augmented initial state: ``x0`` then each unknown (from ``values`` or the model's params)."""
         values = values or {}
         theta = [values.get(name, get_param(self.params, name)) for name in self.unknown]
         return jnp.concatenate([jnp.asarray(x0, dtype=jnp.float64), jnp.asarray(theta, dtype=jnp.float64)])
 
-    def named_params(self, means: Any, stds: Any) -> dict[str, tuple[Any, Any]]:
+    def named_params(
+        self, means: Float[Array, "T n+p"], stds: Float[Array, "T n+p"]
+    ) -> dict[str, tuple[Float[Array, " T"], Float[Array, " T"]]]:
         """Map augmented-state trajectories (T, n) back to ``{name: (mean (T,), sd (T,))}``."""
         n = self.base.n_state
         return {name: (means[:, n + i], stds[:, n + i]) for i, name in enumerate(self.unknown)}

@@ -19,6 +19,7 @@ from typing import Any, NamedTuple
 import equinox as eqx
 import jax
 import jax.numpy as jnp
+from jaxtyping import Array, ArrayLike, Bool, Float, Int
 
 from twinfer.infer.gaussian import Linearisation, predict, taylor, tria, update
 
@@ -27,9 +28,44 @@ _DIVERGED = (
     "(first_bad_step in the output names the step; run_ukf reports it)."
 )
 
+Transition = Callable[[Any, Any], Any]
+"""``(x, u) -> x_next``: a discrete-time transition (the noise-free part)."""
 
-def _gram(chols: Any) -> Any:
+Measurement = Callable[[Any, Any], Any]
+"""``(x, u) -> y``: a measurement function."""
+
+Innovation = Callable[[Any, Any], Any]
+"""``(y, y_pred) -> residual``; a wrapped difference for angles."""
+
+
+def _gram(chols: Float[Array, "... n n"]) -> Float[Array, "... n n"]:
     return jnp.einsum("...ij,...kj->...ik", chols, chols)
+
+
+class GaussianStep(NamedTuple):
+    """One predict-update step of a Gaussian filter: the posterior, its likelihood, the smoother's inputs.
+
+    ``chol``/``pred_chol`` are lower-triangular factors; ``cross_cov`` = cov(x_k, x_{k+1} | y_1..y_k);
+    ``nis`` is the normalised innovation squared ``v^T S^{-1} v`` over the observed components; ``ok``
+    is False when the posterior is non-finite.
+    """
+
+    mean: Float[Array, " n"]
+    chol: Float[Array, "n n"]
+    loglik: Float[Array, ""]
+    ok: Bool[Array, ""]
+    pred_mean: Float[Array, " n"]
+    pred_chol: Float[Array, "n n"]
+    cross_cov: Float[Array, "n n"]
+    nis: Float[Array, ""] | None = None
+
+    @property
+    def cov(self) -> Float[Array, "n n"]:
+        return self.chol @ self.chol.T
+
+    @property
+    def pred_cov(self) -> Float[Array, "n n"]:
+        return self.pred_chol @ self.pred_chol.T
 
 
 class GaussianFilterOutput(NamedTuple):
@@ -40,57 +76,94 @@ class GaussianFilterOutput(NamedTuple):
     ``cross_covs[k]`` = cov(x_k, x_{k+1} | y_1..y_k), the input of the RTS smoother.
     """
 
-    means: Any
-    chols: Any
-    pred_means: Any
-    pred_chols: Any
-    cross_covs: Any
-    loglik: Any
-    first_bad_step: Any
-    nis: Any = None
+    means: Float[Array, "T n"]
+    chols: Float[Array, "T n n"]
+    pred_means: Float[Array, "T n"]
+    pred_chols: Float[Array, "T n n"]
+    cross_covs: Float[Array, "T n n"]
+    loglik: Float[Array, ""]
+    first_bad_step: Int[Array, ""]
+    nis: Float[Array, ""] | None = None
     """Mean normalised innovation squared per observed component (1 for a consistent filter)."""
 
     @property
-    def covs(self) -> Any:
+    def covs(self) -> Float[Array, "T n n"]:
         """Filtered covariances ``chols @ chols^T``."""
         return _gram(self.chols)
 
     @property
-    def pred_covs(self) -> Any:
+    def pred_covs(self) -> Float[Array, "T n n"]:
         """One-step predictive covariances."""
         return _gram(self.pred_chols)
 
 
+def scan_steps(
+    step: Callable[[Float[Array, " n"], Float[Array, "n n"], Any], GaussianStep],
+    x0: Float[Array, " n"],
+    chol_P0: Float[Array, "n n"],
+    inputs: Any,
+    masks: Bool[Array, "T m"],
+    *,
+    check: bool = False,
+) -> GaussianFilterOutput:
+    """The one time loop of the Gaussian filters: ``step(mean, chol_P, inputs[k])`` scanned over time.
+
+    Carries the posterior, sums the log-likelihood and the NIS, records the first step whose posterior
+    is non-finite; the NIS is averaged over the observed entries of ``masks``. :func:`gaussian_filter`
+    and :func:`~twinfer.infer.filters.ukf_scan` differ only in the ``step`` they pass.
+    """
+
+    def body(carry, inp):
+        mean, chol, loglik, bad, k, nis = carry
+        out = step(mean, chol, inp)
+        bad = jnp.where((bad < 0) & ~out.ok, k, bad)
+        carry = (out.mean, out.chol, loglik + out.loglik, bad, k + 1, nis + out.nis)
+        return carry, (out.mean, out.chol, out.pred_mean, out.pred_chol, out.cross_cov)
+
+    zero = jnp.zeros((), x0.dtype)
+    init = (x0, chol_P0, zero, jnp.array(-1), jnp.array(0), zero)
+    (_, _, loglik, bad, _, nis), (ms, cs, pm, pc, cc) = jax.lax.scan(body, init, inputs)
+    if check:
+        loglik = eqx.error_if(loglik, bad >= 0, _DIVERGED)
+    n_obs = jnp.sum(masks)
+    nis = jnp.where(n_obs > 0, nis / jnp.maximum(n_obs, 1), 0.0)
+    return GaussianFilterOutput(ms, cs, pm, pc, cc, loglik, bad, nis)
+
+
 def gaussian_filter(
-    f: Callable[[Any, Any], Any],
-    h: Callable[[Any, Any], Any],
-    x0: Any,
-    chol_P0: Any,
-    chol_Q: Any,
-    chol_R: Any,
-    us: Any,
-    ys: Any,
-    masks: Any = None,
+    f: Transition,
+    h: Measurement,
+    x0: Float[Array, " n"],
+    chol_P0: Float[Array, "n n"],
+    chol_Q: Float[Array, "n q"],
+    chol_R: Float[Array, "m r"],
+    us: Float[ArrayLike, "T n_u"],
+    ys: Float[Array, "T m"],
+    masks: Bool[ArrayLike, "T m"] | None = None,
     *,
     linearisation: Linearisation = taylor,
-    extra_chol_Q: Any = None,
+    extra_chol_Q: Float[Array, "T n k"] | None = None,
     check: bool = False,
 ) -> GaussianFilterOutput:
     """Scan the square-root predict/update atoms over time with one linearisation.
 
     Step k predicts x_{k+1} from x_k with ``f(x, u_k)`` and updates with ``ys[k] ~ h(x_{k+1}, u_k)``.
+    Every noise argument is a factor (``chol_*``); :func:`~twinfer.infer.filters.run_ukf` and
+    :func:`~twinfer.infer.filters.run_filter` are the entry points that take covariances or standard
+    deviations.
 
     Args:
         f: transition ``(x, u) -> x_next``.
         h: measurement ``(x, u) -> y``.
-        x0: initial mean.
-        chol_P0: Cholesky factor of the initial covariance.
-        chol_Q: factor of the process noise.
-        chol_R: factor of the measurement noise.
+        x0: initial mean (n,).
+        chol_P0: lower Cholesky factor of the initial covariance (n, n).
+        chol_Q: factor of the process noise (n, q).
+        chol_R: factor of the measurement noise (m, r).
         us: inputs (T, n_u).
         ys: measurements (T, m); NaN or masked entries are ignored.
         masks: boolean (T, m), default: observed where ``ys`` is finite.
-        linearisation: :func:`linear` (KF), :func:`taylor` (EKF) or :func:`unscented` (UKF).
+        linearisation: :func:`linear` (KF), :func:`taylor` (EKF) or :func:`unscented` (UKF with sigma
+            points redrawn for the measurement: statistical linear regression).
         extra_chol_Q: optional (T, n, k) extra process-noise factors injected at each predict (the hook of
             the compositional graph's probabilistic interface messages).
         check: raise inside ``jit`` (``eqx.error_if``) if any step produced a non-finite state.
@@ -104,25 +177,15 @@ def gaussian_filter(
     n = x0.shape[0]
     extra = jnp.zeros((ys.shape[0], n, 1), x0.dtype) if extra_chol_Q is None else extra_chol_Q
 
-    def step(carry, inp):
-        mean, chol, loglik, bad, k, nis = carry
+    def step(mean: Float[Array, " n"], chol_P: Float[Array, "n n"], inp: Any) -> GaussianStep:
         u, y, mask, chol_extra = inp
-        A, b, chol_omega = linearisation(lambda x: f(x, u), mean, chol)
-        m_pred, c_pred = predict(mean, chol, A, b, jnp.concatenate([chol_Q, chol_omega, chol_extra], 1))
+        A, b, chol_omega = linearisation(lambda x: f(x, u), mean, chol_P)
+        m_pred, c_pred = predict(mean, chol_P, A, b, jnp.concatenate([chol_Q, chol_omega, chol_extra], 1))
         H, d, chol_omega_h = linearisation(lambda x: h(x, u), m_pred, c_pred)
         chol_R_k = tria(jnp.concatenate([chol_R, chol_omega_h], axis=1))
         m_new, c_new, info = update(m_pred, c_pred, H, d, chol_R_k, y, mask)
         ok = jnp.all(jnp.isfinite(m_new)) & jnp.all(jnp.isfinite(c_new)) & jnp.isfinite(info.loglik)
-        bad = jnp.where((bad < 0) & ~ok, k, bad)
-        cross = chol @ (chol.T @ A.T)
-        carry = (m_new, c_new, loglik + info.loglik, bad, k + 1, nis + info.nis)
-        return carry, (m_new, c_new, m_pred, c_pred, cross)
+        cross = chol_P @ (chol_P.T @ A.T)
+        return GaussianStep(m_new, c_new, info.loglik, ok, m_pred, c_pred, cross, info.nis)
 
-    zero = jnp.zeros((), x0.dtype)
-    init = (x0, chol_P0, zero, jnp.array(-1), jnp.array(0), zero)
-    (_, _, loglik, bad, _, nis), (ms, cs, pm, pc, cc) = jax.lax.scan(step, init, (us, ys, masks, extra))
-    if check:
-        loglik = eqx.error_if(loglik, bad >= 0, _DIVERGED)
-    n_obs = jnp.sum(masks)
-    nis = jnp.where(n_obs > 0, nis / jnp.maximum(n_obs, 1), 0.0)
-    return GaussianFilterOutput(ms, cs, pm, pc, cc, loglik, bad, nis)
+    return scan_steps(step, x0, chol_P0, (us, ys, masks, extra), masks, check=check)

@@ -8,24 +8,26 @@ mean incremental weight (unbiased in the likelihood, not the log).
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
 from jax.scipy.special import logsumexp
+from jaxtyping import Array, ArrayLike, Bool, Float, Int, PRNGKeyArray
+
+from twinfer.infer.filters._gaussian_filter import Measurement, Transition
 
 
 class ParticleOutput(NamedTuple):
     """Weighted-particle means (T, n), the log-likelihood estimate, ESS (T,) and resampling flags (T,)."""
 
-    means: Any
-    loglik: Any
-    ess: Any
-    resampled: Any
+    means: Float[Array, "T n"]
+    loglik: Float[Array, ""]
+    ess: Float[Array, " T"]
+    resampled: Bool[Array, " T"]
 
 
-def systematic_resample(key: Any, log_weights: Any) -> Any:
+def systematic_resample(key: PRNGKeyArray, log_weights: Float[Array, " N"]) -> Int[Array, " N"]:
     """Indices of a systematic resample: one uniform offset, N evenly spaced points on the weight CDF."""
     n = log_weights.shape[0]
     weights = jnp.exp(log_weights - logsumexp(log_weights))
@@ -34,20 +36,22 @@ def systematic_resample(key: Any, log_weights: Any) -> Any:
 
 
 def particle_filter(
-    key: Any,
-    f: Callable[[Any, Any], Any],
-    h: Callable[[Any, Any], Any],
-    x0: Any,
-    cov0: Any,
-    q: Any,
-    r: Any,
-    us: Any,
-    ys: Any,
+    key: PRNGKeyArray,
+    f: Transition,
+    h: Measurement,
+    x0: Float[Array, " n"],
+    cov0: Float[Array, "n n"],
+    q: Float[Array, "n n"],
+    r: Float[Array, "m m"],
+    us: Float[ArrayLike, "T n_u"],
+    ys: Float[Array, "T m"],
     *,
     n_particles: int = 1000,
     ess_threshold: float = 0.5,
 ) -> ParticleOutput:
     """Run the bootstrap particle filter (same time alignment as :func:`ukf_scan`).
+
+    Takes covariances, as :func:`run_ukf` does (sampling noise needs their factors, taken here).
 
     Args:
         key: PRNG key.

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+from jaxtyping import Array, ArrayLike, Float
 
 from twinfer.infer.filters._gaussian_filter import GaussianFilterOutput
 from twinfer.infer.gaussian import cho_solve
@@ -14,11 +15,13 @@ from twinfer.infer.gaussian import cho_solve
 class SmootherOutput(NamedTuple):
     """Smoothed means (T+1, n) and covariances (T+1, n, n) over t_0..t_T (row 0 is the initial time)."""
 
-    means: Any
-    covs: Any
+    means: Float[Array, "T+1 n"]
+    covs: Float[Array, "T+1 n n"]
 
 
-def rts_smooth(filtered: GaussianFilterOutput, x0: Any, cov0: Any) -> SmootherOutput:
+def rts_smooth(
+    filtered: GaussianFilterOutput, x0: Float[ArrayLike, " n"], cov0: Float[ArrayLike, "n n"]
+) -> SmootherOutput:
     """Backward pass over a UKF (or KF) output: the smoothed marginals given all measurements.
 
     With the filter's cross-covariance C_k = cov(x_k, x_{k+1}) and predicted covariance P^-_{k+1},
@@ -30,7 +33,8 @@ def rts_smooth(filtered: GaussianFilterOutput, x0: Any, cov0: Any) -> SmootherOu
         filtered: output of any Gaussian filter (:func:`gaussian_filter`, :func:`ukf_scan`,
             :func:`run_ukf`): ``means``, ``covs``, ``pred_means``, ``pred_chols`` and ``cross_covs``.
         x0: the filter's initial mean (time t_0).
-        cov0: the filter's initial covariance.
+        cov0: the filter's initial covariance (not its factor: the smoother works on covariances; from a
+            factor, ``chol_P0 @ chol_P0.T``).
 
     Returns:
         :class:`SmootherOutput` over t_0..t_T.

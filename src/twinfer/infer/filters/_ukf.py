@@ -6,7 +6,12 @@ In square-root form that joint is one factor, rows ``[y; x]``, of the weighted p
 the noise factors, and the update is the core's :func:`~twinfer.infer.gaussian.condition` on it: no
 covariance is ever formed or refactorised (except for a negative central weight, see
 :func:`~twinfer.infer.gaussian.deviation_factor`). With ``redraw`` the points are drawn again from the
-predicted Gaussian, which equals :func:`gaussian_filter` with the unscented linearisation.
+predicted Gaussian (as filterpy's ``UnscentedKalmanFilter`` does), which equals :func:`gaussian_filter`
+with the unscented linearisation (statistical linear regression).
+
+:func:`ukf_step` and :func:`ukf_scan` take Cholesky factors (``chol_*``), as every square-root function
+does; :func:`run_ukf`, the checked entry point for users, takes covariances on purpose (a user states
+``P0``, ``Q`` and ``R`` as matrices) and factorises them once at the boundary.
 
 References:
     compositional-inference paper, Alg. 6 and S13-S15; Van der Merwe & Wan (2001), "The square-root
@@ -16,18 +21,24 @@ References:
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import Any
 
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jaxtyping import Array, Bool, Float
+from jaxtyping import Array, ArrayLike, Bool, Float
 
 from twinfer.data._checks import first_bad
 from twinfer.infer.filters._errors import DivergenceError
-from twinfer.infer.filters._gaussian_filter import _DIVERGED, GaussianFilterOutput
+from twinfer.infer.filters._gaussian_filter import (
+    GaussianFilterOutput,
+    GaussianStep,
+    Innovation,
+    Measurement,
+    Transition,
+    scan_steps,
+)
 from twinfer.infer.gaussian import (
     UnscentedWeights,
     condition,
@@ -41,47 +52,25 @@ from twinfer.infer.gaussian import (
 FilterOutput = GaussianFilterOutput
 """The output of every Gaussian filter (kept as the UKF's name for it)."""
 
-
-class UkfStep(NamedTuple):
-    """One UKF step's result: the posterior, the log-likelihood increment, and the smoother's inputs.
-
-    ``chol``/``pred_chol`` are lower-triangular factors; ``nis`` is the normalised innovation squared
-    ``v^T S^{-1} v`` over the observed components.
-    """
-
-    mean: Any
-    chol: Any
-    loglik: Any
-    ok: Any
-    pred_mean: Any
-    pred_chol: Any
-    cross_cov: Any
-    nis: Any = None
-
-    @property
-    def cov(self) -> Any:
-        return self.chol @ self.chol.T
-
-    @property
-    def pred_cov(self) -> Any:
-        return self.pred_chol @ self.pred_chol.T
+UkfStep = GaussianStep
+"""The result of one :func:`ukf_step` (the step record every Gaussian filter scans)."""
 
 
 def ukf_step(
-    f: Callable[[Any, Any], Any],
-    h: Callable[[Any, Any], Any] | Any,
+    f: Transition,
+    h: Measurement | Float[ArrayLike, "m n"],
     mean: Float[Array, " n"],
-    chol: Float[Array, "n n"],
+    chol_P: Float[Array, "n n"],
     chol_Q: Float[Array, "n q"],
     chol_R: Float[Array, "m r"] | Float[Array, " m"],
-    u: Any,
+    u: Float[ArrayLike, " n_u"],
     y: Float[Array, " m"],
     mask: Bool[Array, " m"],
     *,
     weights: UnscentedWeights,
     redraw: bool = False,
-    innovation: Callable[[Any, Any], Any] | None = None,
-) -> UkfStep:
+    innovation: Innovation | None = None,
+) -> GaussianStep:
     """One predict-update step of the square-root UKF (Alg. 6, S13-S15); pure, so it vmaps over subsystems.
 
     Args:
@@ -89,8 +78,8 @@ def ukf_step(
         h: measurement ``(x, u) -> y``, or a matrix H (m, n) for a linear one (the sigma points' ``y``
             is then ``H`` times theirs, without evaluating a function per point).
         mean: filtered mean at the previous step (n,).
-        chol: lower Cholesky factor of its covariance (n, n) (the sigma points are the covariance-form
-            UKF's).
+        chol_P: lower Cholesky factor of its covariance (n, n) (the sigma points are the
+            covariance-form UKF's).
         chol_Q: factor of the process noise (n, q).
         chol_R: factor of the measurement noise (m, r), or the standard deviations (m,) of independent
             sensors. With a matrix ``h`` and independent sensors the update runs as one exact scalar
@@ -100,7 +89,8 @@ def ukf_step(
         y: measurement (m,); entries with ``mask`` False are ignored (their value is never read).
         mask: boolean (m,).
         weights: sigma-point weights.
-        redraw: redraw sigma points from the predicted Gaussian for the measurement.
+        redraw: redraw sigma points from the predicted Gaussian for the measurement (statistical
+            linear regression); default: read ``h`` at the propagated points (Alg. 6).
         innovation: ``(y, y_pred) -> residual``, default ``y - y_pred``; angles pass a wrapped difference
             so that a measured phase near -pi and a prediction near pi differ by a small angle.
 
@@ -110,7 +100,7 @@ def ukf_step(
     """
     n = mean.shape[0]
     centre = weights.centre_weight(n)
-    pts, wm, wc = weights.sigma_points(mean, chol)
+    pts, wm, wc = weights.sigma_points(mean, chol_P)
     xp = jax.vmap(lambda p: f(p, u))(pts)
     _check_shape("f", "f(x, u)", jnp.shape(xp)[1:], mean.shape, "the state")
     x_pred = wm @ xp
@@ -129,7 +119,7 @@ def ukf_step(
             redraw,
             innovation,
         )
-        return UkfStep(post[0], post[1], post[2], post[3], x_pred, pred_chol, cross, post[4])
+        return GaussianStep(post[0], post[1], post[2], post[3], x_pred, pred_chol, cross, post[4])
     if redraw:
         pts_y, _, _ = weights.sigma_points(x_pred, pred_chol)
         dx_y, q_cols = pts_y - x_pred, None
@@ -156,7 +146,7 @@ def ukf_step(
     innov = y - y_pred if innovation is None else innovation(y, y_pred)
     new_mean, new_chol, info = condition(x_pred, joint, innov, mask)
     ok = jnp.all(jnp.isfinite(new_mean)) & jnp.all(jnp.isfinite(new_chol)) & jnp.isfinite(info.loglik)
-    return UkfStep(new_mean, new_chol, info.loglik, ok, x_pred, pred_chol, cross, info.nis)
+    return GaussianStep(new_mean, new_chol, info.loglik, ok, x_pred, pred_chol, cross, info.nis)
 
 
 def _sequential_linear(H, x_pred, points, chol_Q, std_R, y, mask, redraw, innovation) -> tuple[Any, ...]:
@@ -189,26 +179,27 @@ def _check_shape(name: str, call: str, got: tuple[int, ...], want: tuple[int, ..
 
 
 def ukf_scan(
-    f: Callable[[Any, Any], Any],
-    h: Callable[[Any, Any], Any] | Any,
+    f: Transition,
+    h: Measurement | Float[ArrayLike, "m n"],
     x0: Float[Array, " n"],
     chol_P0: Float[Array, "n n"],
     chol_Q: Float[Array, "n q"],
     chol_R: Float[Array, "m r"],
-    us: Any,
+    us: Float[ArrayLike, "T n_u"],
     ys: Float[Array, "T m"],
     masks: Bool[Array, "T m"] | None = None,
     *,
     weights: UnscentedWeights | None = None,
     redraw: bool = False,
-    innovation: Callable[[Any, Any], Any] | None = None,
+    innovation: Innovation | None = None,
     check: bool = False,
 ) -> FilterOutput:
     """Run the square-root UKF over T steps (pure, jit- and vmap-able): :func:`ukf_step` scanned over time.
 
     Step k predicts x_{k+1} from x_k with ``f(x, u_k)`` and updates with ``ys[k] ~ h(x_{k+1}, u_k)``.
-    Without ``redraw`` the measurement sigma points are the propagated ones (Alg. 6, filterpy); with it
-    they are redrawn from the predicted Gaussian (equals the KF on linear models).
+    Without ``redraw`` the measurement sigma points are the propagated ones (Alg. 6, the paper code);
+    with it they are redrawn from the predicted Gaussian (filterpy's UKF; equals the KF on linear
+    models).
 
     Args:
         f: transition ``(x, u) -> x_next``.
@@ -234,14 +225,13 @@ def ukf_scan(
     masks = jnp.isfinite(ys) if masks is None else masks
     ys_clean = jnp.where(masks, ys, 0.0)
 
-    def step(carry, inp):
-        mean, chol, loglik, bad, k, nis = carry
+    def step(mean: Float[Array, " n"], chol_P: Float[Array, "n n"], inp: Any) -> GaussianStep:
         u, y, mask = inp
-        out = ukf_step(
+        return ukf_step(
             f,
             h,
             mean,
-            chol,
+            chol_P,
             chol_Q,
             chol_R,
             u,
@@ -251,44 +241,57 @@ def ukf_scan(
             redraw=redraw,
             innovation=innovation,
         )
-        bad = jnp.where((bad < 0) & ~out.ok, k, bad)
-        carry = (out.mean, out.chol, loglik + out.loglik, bad, k + 1, nis + out.nis)
-        return carry, (out.mean, out.chol, out.pred_mean, out.pred_chol, out.cross_cov)
 
-    zero = jnp.zeros((), x0.dtype)
-    init = (x0, chol_P0, zero, jnp.array(-1), jnp.array(0), zero)
-    (_, _, loglik, bad, _, nis), (means, chols, pm, pc, cc) = jax.lax.scan(step, init, (us, ys_clean, masks))
-    if check:
-        loglik = eqx.error_if(loglik, bad >= 0, _DIVERGED)
-    n_obs = jnp.sum(masks)
-    nis = jnp.where(n_obs > 0, nis / jnp.maximum(n_obs, 1), 0.0)
-    return FilterOutput(means, chols, pm, pc, cc, loglik, bad, nis)
+    return scan_steps(step, x0, chol_P0, (us, ys_clean, masks), masks, check=check)
 
 
 _JITTED_SCAN = eqx.filter_jit(ukf_scan)
 
 
 def run_ukf(
-    f: Callable[[Any, Any], Any],
-    h: Callable[[Any, Any], Any],
-    x0: Any,
-    cov0: Any,
-    q: Any,
-    r: Any,
-    us: Any,
-    ys: Any,
-    masks: Any = None,
+    f: Transition,
+    h: Measurement | Float[ArrayLike, "m n"],
+    x0: Float[Array | np.ndarray, " n"],
+    cov0: Float[Array | np.ndarray, "n n"],
+    q: Float[Array | np.ndarray, "n n"],
+    r: Float[Array | np.ndarray, "m m"],
+    us: Float[Array | np.ndarray, "T n_u"],
+    ys: Float[Array | np.ndarray, "T m"],
+    masks: Bool[Array | np.ndarray, "T m"] | None = None,
     *,
     weights: UnscentedWeights | None = None,
     redraw: bool = False,
-    innovation: Callable[[Any, Any], Any] | None = None,
-    times: Any = None,
+    innovation: Innovation | None = None,
+    times: Float[Array | np.ndarray, " T"] | None = None,
 ) -> FilterOutput:
     """:func:`ukf_scan` with boundary checks, jitted, raising if the filter diverges.
+
+    The user-facing UKF: it takes covariances (``cov0``, ``q``, ``r``), not factors, on purpose, since
+    that is how a user states them; they are checked (finite, positive semi-definite, float64) and
+    factorised once here (a singular but valid ``q``, a fixed parameter's zero noise, is accepted), and
+    everything after runs in square-root form on ``chol_*`` factors (:func:`ukf_scan`).
 
     Missing values: with ``masks=None`` a NaN in ``ys`` marks a missing measurement (masked, as in
     :class:`twinfer.data.Dataset`); with ``masks`` given, observed entries must be finite. An infinite
     measurement is always an error: it is a sensor fault, not a missing value.
+
+    Args:
+        f: transition ``(x, u) -> x_next``.
+        h: measurement ``(x, u) -> y``, or a matrix (m, n) for a linear one.
+        x0: initial mean (n,).
+        cov0: initial covariance (n, n).
+        q: process-noise covariance (n, n).
+        r: measurement-noise covariance (m, m).
+        us: inputs (T, n_u).
+        ys: measurements (T, m).
+        masks: boolean (T, m), or None (NaN in ``ys`` marks a missing value).
+        weights: sigma-point weights (default ``UnscentedWeights.merwe()``).
+        redraw: redraw sigma points for the measurement (see :func:`ukf_scan`).
+        innovation: residual function (see :func:`ukf_step`).
+        times: (T,) times of the steps, named in a divergence error.
+
+    Returns:
+        :class:`FilterOutput` (:class:`GaussianFilterOutput`).
 
     Raises:
         ValueError: on wrong shapes (also of what ``f`` and ``h`` return), non-finite inputs, infinite

@@ -14,34 +14,35 @@ References:
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+from jaxtyping import Array, ArrayLike, Bool, Float
 
+from twinfer.infer.filters._gaussian_filter import Innovation, Measurement, Transition
 from twinfer.linalg import spd_inverse
 
 
 class WlsStep(NamedTuple):
     """One WLS step's estimate, its covariance ``(Q^-1 + H^T R^-1 H)^-1`` and a finiteness flag."""
 
-    mean: Any
-    cov: Any
-    ok: Any
+    mean: Float[Array, " n"]
+    cov: Float[Array, "n n"]
+    ok: Bool[Array, ""]
 
 
 def wls_step(
-    f: Callable[[Any, Any], Any],
-    h: Callable[[Any, Any], Any],
-    mean: Any,
-    q: Any,
-    r: Any,
-    u: Any,
-    y: Any,
-    mask: Any,
+    f: Transition,
+    h: Measurement,
+    mean: Float[Array, " n"],
+    q: Float[Array, "n n"],
+    r: Float[Array, "m m"],
+    u: Float[ArrayLike, " n_u"],
+    y: Float[Array, " m"],
+    mask: Bool[Array, " m"],
     *,
-    innovation: Callable[[Any, Any], Any] | None = None,
+    innovation: Innovation | None = None,
 ) -> WlsStep:
     """Predict with ``f``, then one weighted Gauss-Newton step towards ``y`` (pure; vmaps over subsystems).
 

@@ -94,7 +94,7 @@ def noise_factor(
 
 def condition(
     mean: Float[Array, " n"],
-    joint: Float[Array, "mn c"],
+    chol_joint: Float[Array, "mn c"],
     innovation: Float[Array, " m"],
     mask: Bool[Array, " m"],
     *,
@@ -102,16 +102,16 @@ def condition(
 ) -> tuple[Float[Array, " n"], Float[Array, "n n"], UpdateInfo]:
     """Condition a Gaussian on the observed part of a jointly Gaussian measurement, in square-root form.
 
-    ``joint`` is a factor, rows ``[y; x]``, of the joint covariance of the measurement ``y`` (m rows,
+    ``chol_joint`` is a factor, rows ``[y; x]``, of the joint covariance of the measurement ``y`` (m rows,
     noise included) and the state ``x`` (n rows) with any number of columns; ``innovation`` is ``y``
-    minus its predicted mean. The first ``m`` reflections of a QR of ``joint`` (:func:`tria_rows`, or a
+    minus its predicted mean. The first ``m`` reflections of a QR of ``chol_joint`` (:func:`tria_rows`, or a
     full QR above :data:`~twinfer.infer.gaussian.HOUSEHOLDER_MAX` rows) give the innovation factor
     ``L_S``, the gain factor ``G`` (gain ``K = G L_S^{-1}``) and a factor of the posterior covariance.
 
-    The caller applies the masking rule to ``joint``: rows of unobserved components zero except a unit
+    The caller applies the masking rule to ``chol_joint``: rows of unobserved components zero except a unit
     entry of their own (:func:`update` and :func:`noise_factor` do this); here their innovation is
     zeroed. ``triangular=False`` returns the square, non-triangular posterior factor the first
-    reflections leave (enough when the next step triangularises anyway); it needs ``joint`` with
+    reflections leave (enough when the next step triangularises anyway); it needs ``chol_joint`` with
     ``m + n`` columns.
 
     Returns:
@@ -120,11 +120,11 @@ def condition(
     """
     n_y, n_x = innovation.shape[0], mean.shape[0]
     innovation = innovation * mask.astype(innovation.dtype)
-    if joint.shape[0] > HOUSEHOLDER_MAX:
-        big = tria(joint)  # lower-triangular (m + n) square: its lower-right block is triangular
+    if chol_joint.shape[0] > HOUSEHOLDER_MAX:
+        big = tria(chol_joint)  # lower-triangular (m + n) square: its lower-right block is triangular
         chol_post = big[n_y:, n_y:]
     else:
-        big = tria_rows(joint, n_y)
+        big = tria_rows(chol_joint, n_y)
         chol_post = tria(big[n_y:, n_y:]) if triangular else big[n_y:, n_y : n_y + n_x]
     chol_S, gain_factor = big[:n_y, :n_y], big[n_y:, :n_y]
     z = solve_lower(chol_S, innovation)
@@ -152,7 +152,7 @@ def update(
     m_f = mask.astype(mean.dtype)
     n_x = mean.shape[0]
     n_y = y.shape[0]
-    joint = jnp.concatenate(
+    chol_joint = jnp.concatenate(
         [
             jnp.concatenate([noise_factor(chol_R, mask), (H * m_f[:, None]) @ chol_P], axis=1),
             jnp.concatenate([jnp.zeros((n_x, n_y), mean.dtype), chol_P], axis=1),
@@ -160,12 +160,12 @@ def update(
         axis=0,
     )
     innovation = jnp.where(mask, y - (H @ mean + d), 0.0)
-    return condition(mean, joint, innovation, mask, triangular=triangular)
+    return condition(mean, chol_joint, innovation, mask, triangular=triangular)
 
 
 def condition_exact(
     mean: Float[Array, " n"],
-    chol: Float[Array, "n n"],
+    chol_P: Float[Array, "n n"],
     H: Float[Array, "m n"],
     residual: Float[Array, " m"],
     mask: Bool[Array, " m"],
@@ -176,13 +176,13 @@ def condition_exact(
     and a square (not triangular) factor.
     """
     zero = jnp.zeros_like(residual)
-    new_mean, new_chol, _ = update(mean, chol, H, residual - H @ mean, None, zero, mask, triangular=False)
+    new_mean, new_chol, _ = update(mean, chol_P, H, residual - H @ mean, None, zero, mask, triangular=False)
     return new_mean, new_chol
 
 
 def update_scalar(
     mean: Float[Array, " n"],
-    chol: Float[Array, "n n"],
+    chol_P: Float[Array, "n n"],
     h: Float[Array, " n"],
     innovation: Float[Array, ""],
     std_r: Float[Array, ""] | float,
@@ -201,7 +201,7 @@ def update_scalar(
 
     Args:
         mean: prior mean ``(n,)``.
-        chol: a factor of its covariance ``(n, k)``, ``L L^T = P`` (square or wide).
+        chol_P: a factor ``L`` of its covariance ``(n, k)``, ``L L^T = P`` (square or wide).
         h: the measurement row ``(n,)``.
         innovation: ``y - h mean - d`` (for the ODE residual: minus the residual).
         std_r: noise standard deviation (0: exact observation).
@@ -209,7 +209,7 @@ def update_scalar(
         with_nis: also return ``z^2``.
 
     Returns:
-        Posterior mean, a factor of the posterior covariance (as wide as ``chol``: any factor
+        Posterior mean, a factor of the posterior covariance (as wide as ``chol_P``: any factor
         ``L L^T = P`` works, square or not), log innovation density (0 if unobserved), and with
         ``with_nis`` the normalised innovation squared ``z^2`` (0 if unobserved).
 
@@ -220,13 +220,13 @@ def update_scalar(
 
     """
     std_r = jnp.abs(std_r)
-    a = jnp.sum(chol * h[:, None], axis=0)
-    la = jnp.sum(chol * a[None, :], axis=1)
+    a = jnp.sum(chol_P * h[:, None], axis=0)
+    la = jnp.sum(chol_P * a[None, :], axis=1)
     s = jnp.sqrt(std_r**2 + jnp.sum(a**2))
     ok = mask & (s > 0)
     s_safe = jnp.where(ok, s, 1.0)
     z = jnp.where(ok, innovation / s_safe, 0.0)
     beta = jnp.where(ok, 1.0 / (s_safe * (s_safe + std_r)), 0.0)
     loglik = jnp.where(mask, -0.5 * z**2 - jnp.log(s_safe) - 0.5 * _LOG_2PI, 0.0)
-    out = (mean + la * (z / s_safe), chol - beta * la[:, None] * a[None, :], loglik)
+    out = (mean + la * (z / s_safe), chol_P - beta * la[:, None] * a[None, :], loglik)
     return (*out, z**2) if with_nis else out

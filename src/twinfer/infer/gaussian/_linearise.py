@@ -27,7 +27,12 @@ from jaxtyping import Array, Float
 
 from twinfer.infer.gaussian._linalg import cholesky, tria
 
-Linearisation = Callable[[Callable[[Any], Any], Any, Any], tuple[Any, Any, Any]]
+Linearisation = Callable[
+    [Callable[[Any], Any], Float[Array, " n"], Float[Array, "n n"]],
+    tuple[Float[Array, "k n"], Float[Array, " k"], Float[Array, "k c"]],
+]
+"""``(fn, mean, chol_P) -> (A, b, chol_Omega)``: the signature of :func:`linear`, :func:`taylor` and
+:func:`unscented`'s result."""
 
 
 class UnscentedWeights(eqx.Module):
@@ -53,7 +58,7 @@ class UnscentedWeights(eqx.Module):
     def paper_code(cls, gamma: float = 0.0) -> UnscentedWeights:
         return cls(alpha=1.0, beta=0.0, kappa=float(gamma))
 
-    def weights(self, n: int) -> tuple[Any, Any, float]:
+    def weights(self, n: int) -> tuple[Float[Array, " p"], Float[Array, " p"], float]:
         """``(w_mean, w_cov, c)`` for 2n+1 points with spread sqrt(c)."""
         lam = self.alpha**2 * (n + self.kappa) - n
         c = n + lam
@@ -69,23 +74,28 @@ class UnscentedWeights(eqx.Module):
         return lam / (n + lam) + 1.0 - self.alpha**2 + self.beta
 
     def sigma_points(
-        self, mean: Float[Array, " n"], chol: Float[Array, "n n"]
-    ) -> tuple[Float[Array, "p n"], Any, Any]:
+        self, mean: Float[Array, " n"], chol_P: Float[Array, "n n"]
+    ) -> tuple[Float[Array, "p n"], Float[Array, " p"], Float[Array, " p"]]:
         """``2n+1`` points ``mean, mean +- sqrt(c) L e_i`` from a factor ``L`` of the covariance.
 
         With the lower Cholesky factor these are the points of the covariance-form UKF (Alg. 6).
         """
         n = mean.shape[0]
         wm, wc, c = self.weights(n)
-        spread = jnp.sqrt(c) * chol.T
+        spread = jnp.sqrt(c) * chol_P.T
         pts = jnp.concatenate([mean[None], mean[None] + spread, mean[None] - spread])
         return pts, wm, wc
 
 
 def deviation_factor(
-    dev: Float[Array, "p k"], wc: Any, centre_weight: float, noise: Float[Array, "k r"] | None = None
+    dev: Float[Array, "p k"],
+    wc: Float[Array, " p"],
+    centre_weight: float,
+    chol_noise: Float[Array, "k r"] | None = None,
 ) -> Float[Array, "k c"]:
     """A factor ``F`` with ``F F^T = sum_i wc_i dev_i dev_i^T + N N^T`` (points' covariance plus noise).
+
+    ``N`` is ``chol_noise``, a factor of the noise covariance (None: no noise).
 
     With non-negative weights ``F = [dev^T diag(sqrt(wc)), N]``: no factorisation. A negative central
     weight (Merwe's alpha < 1) makes the points' sum a difference: the matrix is then formed and
@@ -94,21 +104,25 @@ def deviation_factor(
     """
     if centre_weight >= 0:
         cols = dev.T * jnp.sqrt(wc)[None, :]
-        return cols if noise is None else jnp.concatenate([cols, noise], axis=1)
+        return cols if chol_noise is None else jnp.concatenate([cols, chol_noise], axis=1)
     cov = (dev.T * wc) @ dev
-    if noise is not None:
-        cov = cov + noise @ noise.T
+    if chol_noise is not None:
+        cov = cov + chol_noise @ chol_noise.T
     return cholesky(0.5 * (cov + cov.T))
 
 
-def linear(fn: Callable[[Any], Any], mean: Any, chol_P: Any) -> tuple[Any, Any, Any]:
+def linear(
+    fn: Callable[[Any], Any], mean: Float[Array, " n"], chol_P: Float[Array, "n n"]
+) -> tuple[Float[Array, "k n"], Float[Array, " k"], Float[Array, "k 1"]]:
     """Exact for affine ``fn``: A = d fn / dx, b = fn(0)-style offset, Omega = 0."""
     A = jax.jacfwd(fn)(mean)
     out = fn(mean)
     return A, out - A @ mean, jnp.zeros((out.shape[0], 1), mean.dtype)
 
 
-def taylor(fn: Callable[[Any], Any], mean: Any, chol_P: Any) -> tuple[Any, Any, Any]:
+def taylor(
+    fn: Callable[[Any], Any], mean: Float[Array, " n"], chol_P: Float[Array, "n n"]
+) -> tuple[Float[Array, "k n"], Float[Array, " k"], Float[Array, "k 1"]]:
     """First-order Taylor expansion at the mean (the EKF); the remainder is ignored (Omega = 0)."""
     return linear(fn, mean, chol_P)
 
@@ -116,7 +130,9 @@ def taylor(fn: Callable[[Any], Any], mean: Any, chol_P: Any) -> tuple[Any, Any, 
 def unscented(weights: UnscentedWeights) -> Linearisation:
     """Statistical linear regression through the unscented transform with the given weights."""
 
-    def linearise(fn: Callable[[Any], Any], mean: Any, chol_P: Any) -> tuple[Any, Any, Any]:
+    def linearise(
+        fn: Callable[[Any], Any], mean: Float[Array, " n"], chol_P: Float[Array, "n n"]
+    ) -> tuple[Float[Array, "k n"], Float[Array, " k"], Float[Array, "k k"]]:
         pts, wm, wc = weights.sigma_points(mean, chol_P)
         vals = jax.vmap(fn)(pts)
         mu = wm @ vals

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from jaxtyping import ArrayLike, Float
 
 
 def _arviz() -> Any:
@@ -24,7 +25,9 @@ def _arviz() -> Any:
     return arviz
 
 
-def to_inference_data(samples: Any, names: Sequence[str], attrs: dict[str, Any] | None = None) -> Any:
+def to_inference_data(
+    samples: Float[ArrayLike, "chains draws dim"], names: Sequence[str], attrs: dict[str, Any] | None = None
+) -> Any:
     """ArviZ ``InferenceData`` with one posterior variable per name from (chains, draws, dim) samples."""
     arr = np.asarray(samples, dtype=np.float64)
     if arr.ndim != 3 or arr.shape[2] != len(names):

@@ -21,8 +21,11 @@ import blackjax
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jaxtyping import Array, ArrayLike, Float, PRNGKeyArray
 
 Progress = Callable[[str, float, float], None]
+LogDensity = Callable[[Float[Array, " dim"]], Float[Array, ""]]
+"""A log target on an unconstrained vector."""
 
 
 class NutsResult(NamedTuple):
@@ -41,9 +44,9 @@ class NutsResult(NamedTuple):
 
     """
 
-    samples: Any
-    step_size: Any
-    acceptance: Any
+    samples: Float[np.ndarray, "chains draws dim"]
+    step_size: Float[np.ndarray, " chains"]
+    acceptance: Float[np.ndarray, " chains"]
     divergences: int
     warmup_s: float
     sample_s: float
@@ -79,9 +82,9 @@ def _sample_chunk(logdensity: Callable, chunk: int, keys: Any, states: Any, para
 
 
 def nuts(
-    key: Any,
-    logdensity: Callable[[Any], Any],
-    initial: Any,
+    key: PRNGKeyArray,
+    logdensity: LogDensity,
+    initial: Float[ArrayLike, "chains dim"],
     *,
     num_warmup: int = 1000,
     num_samples: int = 1000,

@@ -15,23 +15,28 @@ References:
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jaxtyping import Array, ArrayLike, Float
 
 
 class Whitening(NamedTuple):
     """``x = mode + factor @ xi``; ``factor @ factor.T`` is the inverse negative Hessian at the mode."""
 
-    mode: np.ndarray
-    factor: np.ndarray
+    mode: Float[np.ndarray, " dim"]
+    factor: Float[np.ndarray, "dim dim"]
     newton_steps: int
 
 
 def laplace_whitening(
-    logdensity: Callable[[Any], Any], x0: Any, *, max_steps: int = 20, tol: float = 1e-9
+    logdensity: Callable[[Float[Array, " dim"]], Float[Array, ""]],
+    x0: Float[ArrayLike, " dim"],
+    *,
+    max_steps: int = 20,
+    tol: float = 1e-9,
 ) -> Whitening:
     """Newton's method to the mode of ``logdensity`` from ``x0``, then the whitening factor there.
 

@@ -19,19 +19,29 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.scipy.special import gammaln
+from jaxtyping import Array, ArrayLike, Float
 
 from twinfer.infer.pinn._physics import predicted_force
 from twinfer.models import Chain, get_param, set_params
 
+Basis = tuple[Float[ArrayLike, "T p"], Float[ArrayLike, "T p"], Float[ArrayLike, " 2n"]]
+"""``(H, dH/dt, offset)`` of :meth:`~twinfer.infer.pinn.StateNetwork.basis` at some times."""
 
-def gamma_logpdf(x: Any, concentration: Any, rate: Any) -> Any:
+
+def gamma_logpdf(
+    x: Float[Array, "..."] | float,
+    concentration: Float[Array, "..."] | float,
+    rate: Float[Array, "..."] | float,
+) -> Float[Array, "..."]:
     """Log Gamma(x | concentration, rate) (rate parametrisation, as Pyro)."""
     return (
         concentration * jnp.log(rate) - gammaln(concentration) + (concentration - 1) * jnp.log(x) - rate * x
     )
 
 
-def affine_force(chain: Chain, z: Any, dz: Any, names: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+def affine_force(
+    chain: Chain, z: Float[ArrayLike, "T 2n"], dz: Float[ArrayLike, "T 2n"], names: Sequence[str]
+) -> tuple[Float[np.ndarray, "Tn p"], Float[np.ndarray, " Tn"]]:
     """``(J, f0)`` with ``predicted_force(theta) = f0 + J theta`` exactly (flattened time x DOF).
 
     With frozen states Eq 15 is affine in (c, k, kappa or mu): the Jacobian at any point is the map.
@@ -49,13 +59,13 @@ def affine_force(chain: Chain, z: Any, dz: Any, names: Sequence[str]) -> tuple[n
 
 def force_log_posterior(
     chain: Chain,
-    z: Any,
-    dz: Any,
-    force_repeats: Any,
+    z: Float[ArrayLike, "T 2n"],
+    dz: Float[ArrayLike, "T 2n"],
+    force_repeats: Float[ArrayLike, "R T n_in"],
     names: Sequence[str],
     priors: Mapping[str, tuple[float, float]],
     sigma_prior: tuple[float, float],
-) -> Callable[[Any], Any]:
+) -> Callable[[Float[Array, " p+1"]], Float[Array, ""]]:
     """``log p(phi | f*)`` up to a constant, with ``phi = log([theta_1..theta_p, sigma_f])``.
 
     Args:
@@ -104,15 +114,15 @@ def force_log_posterior(
 
 def layer_log_posterior(
     chain: Chain,
-    obs_basis: tuple[Any, Any, Any],
-    z_obs: Any,
-    z_scale: Any,
-    col_basis: tuple[Any, Any, Any],
-    force_obs: Any,
+    obs_basis: Basis,
+    z_obs: Float[ArrayLike, "To 2n"],
+    z_scale: Float[ArrayLike, " 2n"],
+    col_basis: Basis,
+    force_obs: Float[ArrayLike, "Tc n_in"],
     names: Sequence[str],
     priors: Mapping[str, tuple[float, float]],
     sigma_prior: tuple[float, float],
-) -> tuple[Callable[[Any], Any], tuple[int, int]]:
+) -> tuple[Callable[[Float[Array, " q"]], Float[Array, ""]], tuple[int, int]]:
     """``log p(W, phi | z*, f*)`` with the network's output layer ``W`` sampled beside the parameters.
 
     The network is linear in its output layer (:meth:`StateNetwork.basis`), so with the hidden layers of

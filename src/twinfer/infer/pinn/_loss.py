@@ -24,7 +24,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jaxtyping import Array, Float
+from jaxtyping import Array, ArrayLike, Float
 
 from twinfer.infer.pinn._network import StateNetwork
 from twinfer.infer.pinn._physics import PositiveParameters, chain_residuals, observed_dofs
@@ -84,16 +84,16 @@ class SensorProblem(eqx.Module):
 def sensor_problem(
     chain: Chain,
     unobserved_dofs: tuple[int, ...] | list[int],
-    t_obs: Any,
-    acc_obs: Any,
-    force_obs: Any,
-    t_col: Any,
-    force_col: Any,
+    t_obs: Float[ArrayLike, " To"],
+    acc_obs: Float[ArrayLike, "To s"],
+    force_obs: Float[ArrayLike, "To n_in"],
+    t_col: Float[ArrayLike, " Tc"],
+    force_col: Float[ArrayLike, "Tc n_in"],
     *,
     acc_scale: float,
     vel_scale: float,
     weights: LossWeights | None = None,
-    initial_state: Any = None,
+    initial_state: Float[ArrayLike, " 2n"] | None = None,
 ) -> SensorProblem:
     """Validated :class:`SensorProblem`.
 
@@ -282,16 +282,16 @@ class StateProblem(eqx.Module):
 
 def state_problem(
     chain: Chain,
-    t_obs: Any,
-    z_obs: Any,
-    force_obs: Any,
+    t_obs: Float[ArrayLike, " T"],
+    z_obs: Float[ArrayLike, "T 2n"],
+    force_obs: Float[ArrayLike, "T n_in"],
     *,
-    disp_scale: Any,
-    vel_scale: Any,
-    acc_scale: Any,
+    disp_scale: Float[ArrayLike, " n"] | float,
+    vel_scale: Float[ArrayLike, " n"] | float,
+    acc_scale: Float[ArrayLike, " n"] | float,
     weights: LossWeights | None = None,
-    t_col: Any = None,
-    force_col: Any = None,
+    t_col: Float[ArrayLike, " Tc"] | None = None,
+    force_col: Float[ArrayLike, "Tc n_in"] | None = None,
 ) -> StateProblem:
     """Validated :class:`StateProblem` (shapes and finiteness checked, errors name the field).
 

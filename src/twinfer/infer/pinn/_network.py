@@ -16,14 +16,13 @@ References:
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Sequence
 
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jaxtyping import Array, Float
+from jaxtyping import Array, ArrayLike, Float, PRNGKeyArray
 
 ACTIVATIONS: dict[str, Callable[[Array], Array]] = {
     "tanh": jnp.tanh,
@@ -54,7 +53,7 @@ class StateNetwork(eqx.Module):
 
     def __init__(
         self,
-        key: Any,
+        key: PRNGKeyArray,
         n_state: int,
         t0: float,
         span: float,
@@ -62,10 +61,10 @@ class StateNetwork(eqx.Module):
         width: int = 128,
         depth: int = 4,
         activation: str = "tanh",
-        out_scale: Any = 1.0,
+        out_scale: Float[ArrayLike, " n_state"] | Sequence[float] = 1.0,
         n_fourier: int = 0,
         max_cycles: float = 0.0,
-        initial_state: Any = None,
+        initial_state: Float[ArrayLike, " n_state"] | Sequence[float] | None = None,
     ):
         if activation not in ACTIVATIONS:
             raise ValueError(

@@ -19,13 +19,12 @@ References:
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jaxtyping import Array, Float
+from jaxtyping import Array, ArrayLike, Float
 
 from twinfer.models import Chain, Params, locate, set_params
 
@@ -90,7 +89,7 @@ class PositiveParameters(eqx.Module):
         vals = self.values()
         return {n: vals[i] for i, n in enumerate(self.names)}
 
-    def with_values(self, values: Any) -> PositiveParameters:
+    def with_values(self, values: Float[ArrayLike, " p"]) -> PositiveParameters:
         """The same names and scales at new positive values (traceable)."""
         return eqx.tree_at(lambda p: p.raw, self, jnp.log(jnp.asarray(values) / jnp.asarray(self.scales)))
 

@@ -51,6 +51,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jaxtyping import Array, ArrayLike, Bool, Float, Int
 
 from twinfer.infer.gaussian import condition_exact, tria, tria_scalar, update, update_scalar
 from twinfer.infer.pn._prior import iwp_chol_q_1d, iwp_transition, iwp_transition_1d, projection
@@ -65,7 +66,7 @@ from twinfer.models import AbstractModel
 
 METHODS = ("ek0", "ek1")
 
-Measure = Callable[[Any, Any, Any], Any]
+Measure = Callable[[Float[Array, " N"], Any, Any], Float[Array, " n_y"]]
 """``measure(X, u, params) -> y``: the measured quantity as a function of the stacked state X."""
 
 
@@ -76,19 +77,19 @@ class PNState(NamedTuple):
     dimension, :mod:`twinfer.infer.pn._structure`) for the block-diagonal one.
     """
 
-    mean: Any
-    chol: Any
-    diffusion: Any
-    n_calibrated: Any
-    t: Any
+    mean: Float[Array, " N"]
+    chol: Float[Array, "N N"] | Float[Array, "d q+1 q+1"]
+    diffusion: Float[Array, " d"]
+    n_calibrated: Int[Array, ""]
+    t: Float[Array, ""]
 
 
 class PNInfo(NamedTuple):
     """Per-step output: data log-likelihood increment ``-phi_k``, ODE residual ``zhat``, local diffusion."""
 
-    loglik: Any
-    residual: Any
-    local_diffusion: Any
+    loglik: Float[Array, ""]
+    residual: Float[Array, " d"]
+    local_diffusion: Float[Array, " d"]
 
 
 class PNFilter(eqx.Module):
@@ -158,13 +159,15 @@ class PNFilter(eqx.Module):
     def _f(self, t: Any, x: Any, u: Any, params: Any) -> Any:
         return self.model.vector_field(t, x, u, params)
 
-    def observe(self, X: Any, u: Any, params: Any, t: Any = 0.0) -> Any:
+    def observe(
+        self, X: Float[Array, " N"], u: Float[Array, " n_u"], params: Any, t: Float[ArrayLike, ""] = 0.0
+    ) -> Float[Array, " n_y"]:
         """The measurement function ``g(X, u)`` on the stacked state."""
         if self.measure is not None:
             return self.measure(X, u, params)
         return self.model.output(t, X[: self.d], u, params)
 
-    def blocks(self, params: Any, u: Any) -> tuple[int, ...] | None:
+    def blocks(self, params: Any, u: Float[Array, " n_u"]) -> tuple[int, ...] | None:
         """The ODE dimension each measured component depends on when the filter runs block-diagonal.
 
         None: the dense filter (``structure`` "dense", EK1, or "auto" where block-diagonal is not known
@@ -201,7 +204,14 @@ class PNFilter(eqx.Module):
             return None  # auto: with several components only a declaration vouches for a diagonal R
         return tuple(p[0] if p else 0 for p in pattern)
 
-    def init(self, params: Any, x0: Any, x0_std: Any, u0: Any, t0: float = 0.0) -> PNState:
+    def init(
+        self,
+        params: Any,
+        x0: Float[ArrayLike, " d"],
+        x0_std: Float[ArrayLike, " d"],
+        u0: Float[Array, " n_u"],
+        t0: float = 0.0,
+    ) -> PNState:
         """``X_1``: value ``x0``, first derivative ``f(x0)``, second ``J_f f`` (Taylor mode), rest zero.
 
         Args:
@@ -241,12 +251,12 @@ class PNFilter(eqx.Module):
         self,
         state: PNState,
         params: Any,
-        h: Any,
-        u: Any,
-        y: Any,
-        y_mask: Any,
-        chol_R: Any,
-        ode_update: Any = True,
+        h: Float[ArrayLike, ""],
+        u: Float[Array, " n_u"],
+        y: Float[Array, " n_y"],
+        y_mask: Bool[Array, " n_y"],
+        chol_R: Float[Array, "n_y n_y"],
+        ode_update: Bool[ArrayLike, ""] = True,
     ) -> tuple[PNState, PNInfo]:
         """Advance by ``h``: predict, ODE update, data update (``h = 0``, no ODE update: data only).
 
@@ -377,7 +387,7 @@ class PNFilter(eqx.Module):
         new = PNState(mean=from_blocks(means), chol=chols, diffusion=diffusion, n_calibrated=n_new, t=t)
         return new, PNInfo(loglik=loglik, residual=residual, local_diffusion=local)
 
-    def marginal_std(self, state: PNState, derivative: int = 0) -> Any:
+    def marginal_std(self, state: PNState, derivative: int = 0) -> Float[Array, " d"]:
         """Standard deviations ``(d,)`` of the ``derivative``-th derivative of the ODE state."""
         if state.chol.ndim == 3:
             return jnp.sqrt(jnp.sum(state.chol[:, derivative, :] ** 2, axis=-1))
@@ -387,22 +397,22 @@ class PNFilter(eqx.Module):
 class PNSolution(NamedTuple):
     """A PN solve over a grid: means and standard deviations of ``C X`` and the final diffusion."""
 
-    mean: Any
-    std: Any
-    diffusion: Any
-    loglik: Any
+    mean: Float[Array, "T d"]
+    std: Float[Array, "T d"]
+    diffusion: Float[Array, " d"]
+    loglik: Float[Array, ""]
 
 
 def pn_solve(
     pn: PNFilter,
     params: Any,
-    x0: Any,
-    x0_std: Any,
-    h: Any,
-    us: Any,
-    ys: Any | None = None,
-    y_mask: Any | None = None,
-    chol_R: Any | None = None,
+    x0: Float[ArrayLike, " d"],
+    x0_std: Float[ArrayLike, " d"],
+    h: Float[ArrayLike, ""] | Float[ArrayLike, " T-1"],
+    us: Float[ArrayLike, "T n_u"],
+    ys: Float[ArrayLike, "T n_y"] | None = None,
+    y_mask: Bool[ArrayLike, "T n_y"] | None = None,
+    chol_R: Float[Array, "n_y n_y"] | None = None,
 ) -> PNSolution:
     """Run the filter over ``len(us)`` grid points ``t_0 + k h`` (ODE solve, or filter with data).
 

@@ -18,6 +18,7 @@ from typing import Any, Literal
 import equinox as eqx
 import jax
 import jax.numpy as jnp
+from jaxtyping import Array, Bool, Float, Int
 
 from twinfer.infer.pn._filter import PNFilter, PNState
 from twinfer.models import set_params
@@ -42,13 +43,13 @@ class PNLikelihood(eqx.Module):
     pn: PNFilter
     base_params: Any
     names: tuple[str, ...] = eqx.field(static=True)
-    x0: Any
-    x0_std: Any
+    x0: Float[Array, " d"]
+    x0_std: Float[Array, " d"]
     h: float = eqx.field(static=True)
-    us: Any
-    ys: Any
-    y_mask: Any
-    chol_R: Any
+    us: Float[Array, "T n_u"]
+    ys: Float[Array, "T n_y"]
+    y_mask: Bool[Array, "T n_y"]
+    chol_R: Float[Array, "n_y n_y"]
     substeps: int = eqx.field(static=True, default=1)
     input_hold: Literal["linear", "zoh"] = eqx.field(static=True, default="linear")
 
@@ -64,14 +65,16 @@ class PNLikelihood(eqx.Module):
     def n_steps(self) -> int:
         return int(self.ys.shape[0])
 
-    def params(self, theta: Any) -> Any:
+    def params(self, theta: Float[Array, " p"]) -> Any:
         """Model parameters with the named entries replaced by ``theta``."""
         return set_params(self.base_params, {name: theta[i] for i, name in enumerate(self.names)})
 
-    def init(self, theta: Any) -> PNState:
+    def init(self, theta: Float[Array, " p"]) -> PNState:
         return self.pn.init(self.params(theta), self.x0, self.x0_std, self.us[0])
 
-    def step(self, carry: PNState, theta: Any, k: Any) -> tuple[PNState, Any]:
+    def step(
+        self, carry: PNState, theta: Float[Array, " p"], k: Int[Array, ""] | int
+    ) -> tuple[PNState, Float[Array, ""]]:
         params = self.params(theta)
         first = jnp.asarray(k) == 0  # an array, so that ~first is a logical not for a Python int too
         m = self.substeps

@@ -16,10 +16,10 @@ References:
 from __future__ import annotations
 
 import math
-from typing import Any
 
 import jax.numpy as jnp
 import numpy as np
+from jaxtyping import Array, ArrayLike, Float
 
 
 def _check_q(q: int) -> int:
@@ -30,7 +30,9 @@ def _check_q(q: int) -> int:
     return q
 
 
-def iwp_transition_1d(q: int, h: Any) -> tuple[Any, Any]:
+def iwp_transition_1d(
+    q: int, h: Float[ArrayLike, ""]
+) -> tuple[Float[Array, "q+1 q+1"], Float[Array, "q+1 q+1"]]:
     """``(A1(h), Q1(h))`` of the scalar q-times integrated Wiener process with unit diffusion.
 
     ``A1_ij = 1[i <= j] h^(j-i) / (j-i)!`` and
@@ -56,7 +58,7 @@ def iwp_transition_1d(q: int, h: Any) -> tuple[Any, Any]:
     h = jnp.asarray(h, dtype=jnp.float64)
     powers = jnp.where(diff >= 0, h ** np.maximum(diff, 0), 0.0)
     a1 = powers / fact
-    return a1, _q1_unit(q) * jnp.outer(_scale(q, h), _scale(q, h))
+    return a1, jnp.asarray(_q1_unit(q)) * jnp.outer(_scale(q, h), _scale(q, h))
 
 
 def _q1_unit(q: int) -> np.ndarray:
@@ -69,18 +71,20 @@ def _q1_unit(q: int) -> np.ndarray:
     return out
 
 
-def _scale(q: int, h: Any) -> Any:
+def _scale(q: int, h: Float[ArrayLike, ""]) -> Float[Array, " q+1"]:
     """``T(h) = diag(h^(q-i+1/2))``, i = 0..q, so that ``Q1(h) = T Q1(1) T``."""
     return jnp.asarray(h, dtype=jnp.float64) ** (q - np.arange(q + 1) + 0.5)
 
 
-def iwp_chol_q_1d(q: int, h: Any) -> Any:
+def iwp_chol_q_1d(q: int, h: Float[ArrayLike, ""]) -> Float[Array, "q+1 q+1"]:
     """Lower Cholesky factor of ``Q1(h)``, computed as ``T(h) chol(Q1(1))`` (no ill-conditioned Cholesky)."""
     q = _check_q(q)
     return _scale(q, h)[:, None] * jnp.asarray(np.linalg.cholesky(_q1_unit(q)))
 
 
-def iwp_transition(q: int, d: int, h: Any, diffusion: Any) -> tuple[Any, Any]:
+def iwp_transition(
+    q: int, d: int, h: Float[ArrayLike, ""], diffusion: Float[ArrayLike, " d"]
+) -> tuple[Float[Array, "N N"], Float[Array, "N N"]]:
     """``(A(h), chol Q(h))`` for d ODE states in derivative-major layout.
 
     Args:
@@ -101,7 +105,7 @@ def iwp_transition(q: int, d: int, h: Any, diffusion: Any) -> tuple[Any, Any]:
     return jnp.kron(a1, jnp.eye(d)), jnp.kron(chol_q1, jnp.diag(jnp.sqrt(diffusion)))
 
 
-def projection(q: int, d: int, derivative: int) -> Any:
+def projection(q: int, d: int, derivative: int) -> Float[Array, "d N"]:
     """The ``(d, d(q+1))`` matrix picking the ``derivative``-th derivative block (0: C, 1: C-dot)."""
     q = _check_q(q)
     if not 0 <= derivative <= q:

@@ -29,6 +29,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.scipy.special import logsumexp
+from jaxtyping import Array, ArrayLike, Float, Int, PRNGKeyArray
 
 from twinfer.checkpoint import Checkpoint, array_digest, as_checkpoint, digest
 from twinfer.infer.filters import systematic_resample
@@ -48,19 +49,21 @@ class IncrementalLikelihood(Protocol):
     @property
     def n_steps(self) -> int: ...
 
-    def init(self, theta: Any) -> Any: ...
+    def init(self, theta: Float[Array, " p"]) -> Any: ...
 
-    def step(self, carry: Any, theta: Any, k: Any) -> tuple[Any, Any]: ...
+    def step(
+        self, carry: Any, theta: Float[Array, " p"], k: Int[Array, ""]
+    ) -> tuple[Any, Float[Array, ""]]: ...
 
 
 class IBISState(NamedTuple):
     """Particles ``z`` (sampling space), filter carries, log-weights, cumulative log-likelihoods, time."""
 
-    z: Any
+    z: Float[Array, "N p"]
     carry: Any
-    log_w: Any
-    loglik: Any
-    t: Any
+    log_w: Float[Array, " N"]
+    loglik: Float[Array, " N"]
+    t: Int[Array, ""]
 
 
 class IBISResult(NamedTuple):
@@ -72,17 +75,17 @@ class IBISResult(NamedTuple):
     ``resample_times`` the stage numbers.
     """
 
-    z: np.ndarray
-    theta: np.ndarray
-    log_w: np.ndarray
-    loglik: np.ndarray
-    ess: np.ndarray
-    resample_times: np.ndarray
-    acceptance: np.ndarray
-    lambdas: np.ndarray | None = None
+    z: Float[np.ndarray, "N p"]
+    theta: Float[np.ndarray, "N p"]
+    log_w: Float[np.ndarray, " N"]
+    loglik: Float[np.ndarray, " N"]
+    ess: Float[np.ndarray, " S"]
+    resample_times: Int[np.ndarray, " R"]
+    acceptance: Float[np.ndarray, " R"]
+    lambdas: Float[np.ndarray, " S"] | None = None
 
 
-def ess(log_w: Any) -> Any:
+def ess(log_w: Float[Array, " N"]) -> Float[Array, ""]:
     """``(sum w)^2 / sum w^2`` (Eq. 22), from log-weights."""
     w = jnp.exp(log_w - logsumexp(log_w))
     return 1.0 / jnp.sum(w**2)
@@ -138,8 +141,8 @@ def _history_loglik(lik, prior, z: Any, t: Any) -> tuple[Any, Any]:
 
 
 def history_loglik(
-    likelihood: IncrementalLikelihood, prior: TransformedNormalPrior, theta: Any, t: int
-) -> np.ndarray:
+    likelihood: IncrementalLikelihood, prior: TransformedNormalPrior, theta: Float[ArrayLike, "N p"], t: int
+) -> Float[np.ndarray, " N"]:
     """``log p(y_0..y_{t-1} | theta)`` for each row of ``theta`` (natural scale, ``(N, p)``).
 
     The filter pass of the rejuvenation move, e.g. to compare the likelihood of the final particles with
@@ -207,7 +210,7 @@ def _select(mask: Any, new: Any, old: Any) -> Any:
 
 
 def ibis(
-    key: Any,
+    key: PRNGKeyArray,
     likelihood: IncrementalLikelihood,
     prior: TransformedNormalPrior,
     n_particles: int,

@@ -14,6 +14,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jaxtyping import Array, ArrayLike, Float, PRNGKeyArray
 
 
 class TransformedNormalPrior(eqx.Module):
@@ -28,8 +29,8 @@ class TransformedNormalPrior(eqx.Module):
     """
 
     names: tuple[str, ...] = eqx.field(static=True)
-    loc: Any
-    scale: Any
+    loc: Float[Array, " p"]
+    scale: Float[Array, " p"]
     log: tuple[bool, ...] = eqx.field(static=True)
 
     def __check_init__(self) -> None:
@@ -63,23 +64,25 @@ class TransformedNormalPrior(eqx.Module):
     def dim(self) -> int:
         return len(self.names)
 
-    def to_natural(self, z: Any) -> Any:
+    def to_natural(self, z: Float[ArrayLike, "... p"]) -> Float[Array, "... p"]:
         """Natural-scale parameters from sampling-space values (last axis = parameters)."""
         return jnp.where(jnp.asarray(self.log), jnp.exp(z), z)
 
-    def to_sampling(self, theta: Any) -> Any:
+    def to_sampling(self, theta: Float[ArrayLike, "... p"]) -> Float[Array, "... p"]:
         """Sampling-space values from natural-scale parameters."""
         return jnp.where(jnp.asarray(self.log), jnp.log(jnp.where(jnp.asarray(self.log), theta, 1.0)), theta)
 
-    def log_density(self, z: Any) -> Any:
+    def log_density(self, z: Float[Array, "... p"]) -> Float[Array, "..."]:
         """Log prior density in sampling space (sum over the last axis)."""
         r = (z - self.loc) / self.scale
         return jnp.sum(-0.5 * r**2 - jnp.log(self.scale) - 0.5 * jnp.log(2 * jnp.pi), axis=-1)
 
-    def sample(self, key: Any, n: int) -> Any:
+    def sample(self, key: PRNGKeyArray, n: int) -> Float[Array, "n p"]:
         """``(n, p)`` draws in sampling space."""
         return self.loc + self.scale * jax.random.normal(key, (n, self.dim))
 
-    def natural_dict(self, theta: Sequence[Any]) -> dict[str, Any]:
+    def natural_dict(
+        self, theta: Float[Array, " p"] | Float[np.ndarray, " p"] | Sequence[Any]
+    ) -> dict[str, Any]:
         """``{name: value}`` of one natural-scale parameter vector."""
         return {name: theta[i] for i, name in enumerate(self.names)}

@@ -39,6 +39,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jaxtyping import Array, Float, Int, PRNGKeyArray
 
 from twinfer.checkpoint import Checkpoint, array_digest, as_checkpoint, digest
 from twinfer.infer.filters import systematic_resample
@@ -59,14 +60,14 @@ Kernel = Literal["independent", "random_walk", "both"]
 class TemperingState(NamedTuple):
     """Particles ``z``, full-data log-likelihoods, log-weights, current ``lambda``, stages done."""
 
-    z: Any
-    loglik: Any
-    log_w: Any
-    lam: Any
-    stage: Any
+    z: Float[Array, "N p"]
+    loglik: Float[Array, " N"]
+    log_w: Float[Array, " N"]
+    lam: Float[Array, ""]
+    stage: Int[Array, ""]
 
 
-def conditional_ess(log_w: np.ndarray, loglik: np.ndarray, delta: float) -> float:
+def conditional_ess(log_w: Float[np.ndarray, " N"], loglik: Float[np.ndarray, " N"], delta: float) -> float:
     """``N (sum W w)^2 / sum W w^2`` with ``W`` the normalised weights and ``w = exp(delta * loglik)``.
 
     Equals the ESS of the incremental weights when the current weights are equal; particles with a
@@ -88,7 +89,13 @@ def _logsumexp_np(a: np.ndarray) -> float:
     return float(m + np.log(np.sum(np.exp(a - m))))
 
 
-def next_lambda(log_w: np.ndarray, loglik: np.ndarray, lam: float, target: float, iters: int = 100) -> float:
+def next_lambda(
+    log_w: Float[np.ndarray, " N"],
+    loglik: Float[np.ndarray, " N"],
+    lam: float,
+    target: float,
+    iters: int = 100,
+) -> float:
     """The next temperature by bisection on the conditional ESS (deterministic).
 
     ``1`` if the conditional ESS of the step to 1 is ``>= target * N``, else the ``lambda' in (lam, 1)``
@@ -148,7 +155,7 @@ def _mh_move(
 
 
 def tempering(
-    key: Any,
+    key: PRNGKeyArray,
     likelihood: IncrementalLikelihood,
     prior: TransformedNormalPrior,
     n_particles: int,
