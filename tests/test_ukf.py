@@ -502,7 +502,8 @@ def test_filter_options_are_checked_by_name():
     with pytest.raises(ValueError, match=r"smooth weights: sigma-point weights are the UKF's"):
         smooth(model, data, estimator="ekf", weights=UnscentedWeights.merwe())
     with pytest.raises(
-        ValueError, match=r"filter integrator: expected one of 'euler', 'heun', 'rk4', 'exact'"
+        ValueError,
+        match=r"filter integrator: expected one of 'euler', 'semi-implicit-euler', 'heun', 'rk4', 'exact'",
     ):
         run_filter(model, data, integrator="rk5")  # type: ignore[arg-type]
     with pytest.raises(TypeError, match=r"filter: unexpected keyword 'noise'; expected one of x0, state_sd"):
