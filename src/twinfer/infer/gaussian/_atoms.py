@@ -21,6 +21,7 @@ References:
 
 from __future__ import annotations
 
+import math
 from typing import Any, NamedTuple
 
 import jax.numpy as jnp
@@ -28,7 +29,7 @@ from jaxtyping import Array, Bool, Float
 
 from twinfer.infer.gaussian._linalg import HOUSEHOLDER_MAX, cholesky, solve_lower, tria, tria_rows
 
-_LOG_2PI = float(jnp.log(2 * jnp.pi))
+_LOG_2PI = math.log(2.0 * math.pi)
 
 
 class UpdateInfo(NamedTuple):
