@@ -40,6 +40,7 @@ from twinfer.infer.filters._gaussian_filter import (
     scan_steps,
 )
 from twinfer.infer.gaussian import (
+    HOUSEHOLDER_MAX,
     UnscentedWeights,
     condition,
     deviation_factor,
@@ -82,9 +83,10 @@ def ukf_step(
             covariance-form UKF's).
         chol_Q: factor of the process noise (n, q).
         chol_R: factor of the measurement noise (m, r), or the standard deviations (m,) of independent
-            sensors. With a matrix ``h`` and independent sensors the update runs as one exact scalar
-            (Potter) update per sensor on the sigma points' factor, which under ``vmap`` over many small
-            filters fuses into a few loops (the grid's clusters).
+            sensors. With a matrix ``h``, independent sensors and a small filter (state plus sensors up to
+            ``HOUSEHOLDER_MAX``) the update runs as one exact scalar (Potter) update per sensor on the
+            sigma points' factor, which under ``vmap`` over many small filters fuses into a few loops
+            (the grid's clusters); a large filter takes the joint update (one QR).
         u: input of this step.
         y: measurement (m,); entries with ``mask`` False are ignored (their value is never read).
         mask: boolean (m,).
@@ -107,7 +109,8 @@ def ukf_step(
     dx = xp - x_pred
     cross = ((pts - mean).T * wc) @ dx
     pred_chol = tria(deviation_factor(dx, wc, centre, chol_Q))
-    if not callable(h) and jnp.ndim(chol_R) == 1 and centre >= 0:
+    small = n + jnp.shape(y)[0] <= HOUSEHOLDER_MAX  # many small filters: per-sensor updates fuse
+    if small and not callable(h) and jnp.ndim(chol_R) == 1 and centre >= 0:
         post = _sequential_linear(
             jnp.asarray(h),
             x_pred,
