@@ -8,15 +8,16 @@ from twinfer.experiments import get_case, no_progress, resolve_config
 from twinfer.experiments.grid import GridName
 from twinfer.infer.clusters import (
     Partition,
-    cluster_layout,
-    external_sums,
-    heun_transition,
+    bus_values,
+    kuramoto_graph,
     partition_greedy,
     stable_substeps,
+    substep_groups,
 )
+from twinfer.infer.graph import Field, Graph, Port, Subsystem, compile_graph, run_field
 from twinfer.models import KuramotoNetwork
-from twinfer.models.kuramoto import cluster_swing
-from twinfer.sim import discretise
+from twinfer.models.kuramoto import sincos
+from twinfer.sim import discretise, heun_node
 
 
 def _ring_network(n=7, seed=0):
@@ -34,105 +35,6 @@ def _ring_network(n=7, seed=0):
         index[i, : hi - lo], weight[i, : hi - lo] = k.indices[lo:hi], k.data[lo:hi]
     model = KuramotoNetwork(index, weight, rng.uniform(0.1, 0.3, n), rng.uniform(-1, 1, n))
     return k, model, rng
-
-
-def test_local_coupling_with_true_external_phases_equals_global_vector_field():
-    """Each cluster's swing equation, fed the other clusters' phases, is the global one (S89 vs S74)."""
-    k, model, rng = _ring_network()
-    n = model.n_bus
-    part = partition_greedy(k, np.array([0, 4]), s_max=3)
-    layout = cluster_layout(part, np.asarray(model.index), np.asarray(model.weight))
-    x = rng.normal(size=2 * n)
-    theta, omega = x[:n], x[n:]
-    expected = np.asarray(model.vector_field(0.0, x, jnp.zeros(0), model.params))[n:]
-    register = np.concatenate([theta, [0.0]])
-    ext_all = external_sums(jnp.asarray(register), layout)
-    for c in range(part.n_clusters):
-        bus = np.asarray(layout.bus[c])
-        valid = np.asarray(layout.valid[c])
-        th_local = np.concatenate([theta, [0.0]])[bus]
-        om_local = np.concatenate([omega, [0.0]])[bus]
-        d = np.concatenate([np.asarray(model.params["d"]), [1.0]])[bus]
-        big = np.concatenate([np.asarray(model.params["Omega"]), [0.0]])[bus]
-        _, domega = cluster_swing(th_local, om_local, big, d, ext_all[c], layout.internal[c])
-        np.testing.assert_allclose(np.asarray(domega)[valid], expected[bus[valid]], rtol=1e-12, atol=1e-12)
-    assert part.n_clusters >= 2  # the test exercises both local and external neighbours
-
-
-def test_single_cluster_heun_equals_library_heun_discretisation():
-    """One cluster of every bus steps exactly like sim.discretise(model, dt, 'heun'), Omega held."""
-    _, model, rng = _ring_network()
-    n = model.n_bus
-    whole = Partition(labels=np.zeros(n, int), clusters=(np.arange(n),))
-    layout = cluster_layout(whole, np.asarray(model.index), np.asarray(model.weight))
-    f = heun_transition(0.01, model.params["d"], layout.internal[0])
-    x = rng.normal(size=2 * n)
-    aug = jnp.concatenate([jnp.asarray(x), model.params["Omega"]])
-    out = np.asarray(f(aug, jnp.zeros((n, 2))))
-    ref = np.asarray(
-        discretise(model, 0.01, "heun").transition(0.0, jnp.asarray(x), jnp.zeros(0), model.params)
-    )
-    np.testing.assert_allclose(out[: 2 * n], ref, rtol=1e-12, atol=1e-14)
-    np.testing.assert_allclose(out[2 * n :], np.asarray(model.params["Omega"]))
-
-
-@pytest.mark.parametrize("substeps", [1, 3])
-def test_predicted_messages_make_the_clusters_mean_step_the_global_heun_step(substeps):
-    """Each cluster stepped with the staged external sums of its neighbours' mean prediction is exactly
-    the network's own Heun step: a Jacobi exchange at every stage loses nothing for the mean."""
-    from twinfer.infer.clusters import predicted_external_sums
-
-    _, model, rng = _ring_network()
-    n = model.n_bus
-    part = partition_greedy(sp.csr_matrix(np.ones((n, n)) - np.eye(n)), np.array([0, 4]), s_max=3)
-    layout = cluster_layout(part, np.asarray(model.index), np.asarray(model.weight))
-    x = rng.normal(size=2 * n)
-    glob = lambda v, fill: jnp.concatenate([jnp.asarray(v), jnp.full(1, fill)])[layout.bus]
-    theta, omega = glob(x[:n], 0.0), glob(x[n:], 0.0)
-    big = glob(model.params["Omega"], 0.0)
-    damp = glob(model.params["d"], 1.0)
-    means = jnp.concatenate([theta, omega, big], axis=1)
-    staged = predicted_external_sums(means, damp, layout, n, 0.05, substeps)
-    assert staged.shape == (part.n_clusters, substeps, 2, layout.bus.shape[1], 2)
-    step = discretise(model, 0.05 / substeps, "heun")
-    ref = jnp.asarray(x)
-    for _ in range(substeps):
-        ref = step.transition(0.0, ref, jnp.zeros(0), model.params)
-    for c in range(part.n_clusters):
-        f = heun_transition(0.05, damp[c], layout.internal[c], substeps)
-        out = np.asarray(f(means[c], staged[c]))
-        s = layout.bus.shape[1]
-        valid, bus = np.asarray(layout.valid[c]), np.asarray(layout.bus[c])
-        np.testing.assert_allclose(out[:s][valid], np.asarray(ref)[bus[valid]], rtol=1e-12, atol=1e-13)
-        np.testing.assert_allclose(
-            out[s : 2 * s][valid], np.asarray(ref)[n + bus[valid]], rtol=1e-12, atol=1e-13
-        )
-
-
-def test_external_force_variance_matches_monte_carlo_to_first_order():
-    """var(sum_j K_aj sin(theta_j - theta_a)) for small independent neighbour errors."""
-    from twinfer.infer.clusters import external_force_variance
-
-    _, model, rng = _ring_network()
-    n = model.n_bus
-    part = partition_greedy(sp.csr_matrix(np.ones((n, n)) - np.eye(n)), np.array([0, 4]), s_max=3)
-    layout = cluster_layout(part, np.asarray(model.index), np.asarray(model.weight))
-    theta = rng.normal(size=n)
-    var = rng.uniform(1e-6, 4e-6, n)
-    reg, reg_var = np.append(theta, 0.0), np.append(var, 0.0)
-    local = reg[np.asarray(layout.bus)]
-    v = np.asarray(
-        external_force_variance(jnp.asarray(reg), jnp.asarray(reg_var), jnp.asarray(local), layout)
-    )
-    draws = reg[None] + np.sqrt(reg_var)[None] * rng.normal(size=(40000, n + 1))
-    src, slot, w = (np.asarray(a) for a in (layout.ext_src, layout.ext_slot, layout.ext_weight))
-    force = np.zeros((draws.shape[0], local.size))
-    np.add.at(force, (slice(None), slot), w[None] * np.sin(draws[:, src] - local.reshape(-1)[slot][None]))
-    force = force.reshape(draws.shape[0], *local.shape)
-    has_ext = np.bincount(slot, minlength=local.size).reshape(local.shape) > 0
-    assert has_ext.sum() >= 3
-    np.testing.assert_allclose(v[has_ext], force.var(axis=0)[has_ext], rtol=0.05)
-    np.testing.assert_array_equal(v[~has_ext], 0.0)
 
 
 def test_grid_case_names_cover_the_bundled_networks():
@@ -153,24 +55,6 @@ def test_grid_quick_run_distributed_matches_central():
     assert abs(state("distributed") - state("central")) <= 5e-3
     assert abs(m["distributed.nrmse_Omega"] - m["central.nrmse_Omega"]) <= 5e-2
     assert 0.9 <= m["distributed.coverage95_Omega"] <= 1.0
-
-
-def test_substeps_are_two_half_heun_steps_and_chosen_from_the_stiffest_bus():
-    """Two sub-steps equal two library Heun steps of dt/2; the count follows h sqrt(max row sum) <= 0.5."""
-    _, model, rng = _ring_network()
-    n = model.n_bus
-    whole = Partition(labels=np.zeros(n, int), clusters=(np.arange(n),))
-    layout = cluster_layout(whole, np.asarray(model.index), np.asarray(model.weight))
-    f = heun_transition(0.02, model.params["d"], layout.internal[0], substeps=2)
-    x = jnp.asarray(rng.normal(size=2 * n))
-    out = np.asarray(f(jnp.concatenate([x, model.params["Omega"]]), jnp.zeros((n, 2))))
-    half = discretise(model, 0.01, "heun")
-    ref = half.transition(
-        0.0, half.transition(0.0, x, jnp.zeros(0), model.params), jnp.zeros(0), model.params
-    )
-    np.testing.assert_allclose(out[: 2 * n], np.asarray(ref), rtol=1e-12, atol=1e-14)
-    assert stable_substeps(np.array([[2400.0, 0.0]]), 0.01) == 1  # IEEE 300's stiffest bus
-    assert stable_substeps(np.array([[26000.0, 300.0]]), 0.01) == 4  # PEGASE 9241's
 
 
 def test_wls_step_equals_the_normal_equations_of_the_two_term_objective():
@@ -214,24 +98,6 @@ def _ieee14_problem(steps=40):
     return config, model, part, simulate(config, model, key_sim)
 
 
-@pytest.mark.parametrize(("method", "messages"), [("ukf", "held"), ("wls", "held"), ("ukf", "probabilistic")])
-def test_inert_padding_clusters_leave_the_estimates_unchanged(method, messages):
-    """Padding the cluster axis (as for sharding over devices) changes nothing, to rounding."""
-    from twinfer.infer.clusters import pad_layout, run_clusters
-
-    config, model, part, sim = _ieee14_problem()
-    n = model.n_bus
-    layout = cluster_layout(part, np.asarray(model.index), np.asarray(model.weight))
-    x0 = np.stack([sim["init"][:n], sim["init"][n:], np.zeros(n)], axis=1)
-    args = (jnp.asarray(model.params["d"]), jnp.asarray(sim["observations"]), jnp.asarray(x0))
-    rest = ((0.25, 0.25, 1.0), (1e-4, 1e-4, 1e-6), 4e-4, 0.01)
-    plain = run_clusters(layout, *args, *rest, method=method, messages=messages)
-    padded = run_clusters(pad_layout(layout, 4, n), *args, *rest, method=method, messages=messages)
-    assert pad_layout(layout, 4, n).bus.shape[0] % 4 == 0 != layout.bus.shape[0] % 4
-    np.testing.assert_allclose(np.asarray(padded.means), np.asarray(plain.means), rtol=0, atol=1e-13)
-    np.testing.assert_allclose(np.asarray(padded.stds), np.asarray(plain.stds), rtol=0, atol=1e-13)
-
-
 _SHARDED = """
 import jax, numpy as np
 jax.config.update("jax_enable_x64", True)
@@ -241,17 +107,18 @@ from test_grid_estimators import _ieee14_problem
 from twinfer.experiments.grid import grid_estimator
 config, model, part, sim = _ieee14_problem()
 one = grid_estimator(config, part, model, sim["init"], 1e-6)(sim["observations"])
-four = grid_estimator(config.model_copy(update={{"devices": 4}}), part, model, sim["init"], 1e-6)(
-    sim["observations"])
-print("SHARDS", len(four.means.sharding.device_set) if hasattr(four.means, "sharding") else 0)
-print("DIFF", float(np.max(np.abs(np.asarray(one.means) - np.asarray(four.means)))),
-      float(np.max(np.abs(np.asarray(one.stds) - np.asarray(four.stds)))))
+four_fn = grid_estimator(config.model_copy(update={{"devices": 4}}), part, model, sim["init"], 1e-6)
+raw = four_fn.scan(jax.numpy.asarray(sim["observations"]))
+four = four_fn.to_buses(raw)
+print("SHARDS", len(raw[0][0].sharding.device_set))
+print("DIFF", float(np.max(np.abs(one[0] - four[0]))), float(np.max(np.abs(one[1] - four[1]))))
 """
 
 
 @pytest.mark.slow
 def test_cluster_axis_sharded_over_four_devices_agrees_with_one_device():
-    """The distributed UKF with its clusters split over 4 (host) devices equals the 1-device run."""
+    """The distributed UKF with its clusters split over 4 (host) devices (the member axis padded with
+    inert clusters to a multiple of 4) equals the 1-device run."""
     import os
     import subprocess
     import sys
@@ -304,63 +171,147 @@ def test_substep_groups_meet_each_clusters_own_stability_bound_with_divisors_of_
     assert [g for _, g in groups] == [1, 2, 4]  # bus 6 needs 3, rounded up to the divisor 4
 
 
-@pytest.mark.parametrize("messages", ["held", "probabilistic"])
-def test_clusters_split_into_groups_with_the_same_substeps_give_the_same_estimates(messages):
-    """Groups are bookkeeping: the same clusters in two batches (same sub-steps) change nothing."""
-    from twinfer.infer.clusters import run_clusters
-
-    config, model, part, sim = _ieee14_problem(steps=20)
+def _tiny_step(model, part, x, dt, substeps=None, messages="probabilistic", stds=False):
+    """Bus means (N, 3) after one step of the cluster graph with (almost) no uncertainty, no data."""
     n = model.n_bus
-    index, weight = np.asarray(model.index), np.asarray(model.weight)
-    half = part.n_clusters // 2
-    split = [Partition(part.labels, part.clusters[:half]), Partition(part.labels, part.clusters[half:])]
-    x0 = np.stack([sim["init"][:n], sim["init"][n:], np.zeros(n)], axis=1)
-    args = (jnp.asarray(model.params["d"]), jnp.asarray(sim["observations"]), jnp.asarray(x0))
-    rest = ((0.25, 0.25, 1.0), (1e-4, 1e-4, 1e-6), 4e-4, 0.01, 1.0)
-    one = run_clusters(cluster_layout(part, index, weight), *args, *rest, 2, messages=messages)
-    two = run_clusters(
-        [cluster_layout(p, index, weight, part.max_size) for p in split],
-        *args,
-        *rest,
-        (2, 2),
-        messages=messages,
+    x0 = np.stack([x[:n], x[n:], np.asarray(model.params["Omega"])], axis=1)
+    cg = kuramoto_graph(
+        model, part, dt=dt, x0=x0, var0=(1e-24, 1e-24, 1e-24), q=(1e-24, 1e-24, 1e-24), r=1.0,
+        substeps=substeps, messages=messages,
+    )  # fmt: skip
+    compiled = compile_graph(cg.graph)
+    means, sds = compiled.scan(
+        compiled.numbers, jnp.zeros((1, 0)), jnp.zeros((1, 2 * n)), jnp.zeros((1, 2 * n), bool)
     )
-    np.testing.assert_allclose(np.asarray(two.means), np.asarray(one.means), rtol=0, atol=1e-12)
-    np.testing.assert_allclose(np.asarray(two.stds), np.asarray(one.stds), rtol=0, atol=1e-12)
+    return bus_values(cg, compiled, sds if stds else means, n)[0]
+
+
+def _heun(model, x, dt, substeps):
+    step = discretise(model, dt / substeps, "heun")
+    for _ in range(substeps):
+        x = step.transition(0.0, x, jnp.zeros(0), model.params)
+    return np.asarray(x)
+
+
+@pytest.mark.parametrize("substeps", [1, 3])
+def test_predicted_messages_make_every_cluster_step_the_networks_own_heun_step(substeps):
+    """With predicted field messages (a Jacobi exchange at every Heun stage), each cluster's mean steps
+    exactly as sim.discretise(model, 'heun') steps the whole network: nothing is lost for the mean. One
+    cluster of every bus (the central filter) is the same check without edges."""
+    _, model, rng = _ring_network()
+    n = model.n_bus
+    x = rng.normal(size=2 * n)
+    ref = _heun(model, jnp.asarray(x), 0.05, substeps)
+    part = partition_greedy(sp.csr_matrix(np.ones((n, n)) - np.eye(n)), np.array([0, 4]), s_max=3)
+    whole = Partition(labels=np.zeros(n, int), clusters=(np.arange(n),))
+    for p in (part, whole):
+        out = _tiny_step(model, p, x, 0.05, substeps)
+        np.testing.assert_allclose(out[:, 0], ref[:n], rtol=1e-10, atol=1e-11)
+        np.testing.assert_allclose(out[:, 1], ref[n:], rtol=1e-10, atol=1e-11)
+        np.testing.assert_allclose(out[:, 2], np.asarray(model.params["Omega"]), rtol=1e-12)
+    assert part.n_clusters >= 2
+
+
+def test_held_messages_freeze_the_other_clusters_phases_over_the_step():
+    """Held messages (S89): each cluster steps its own buses by Heun with every other bus frozen at t_n,
+    checked against the global vector field with the other buses' entries held."""
+    _, model, rng = _ring_network()
+    n = model.n_bus
+    x = rng.normal(size=2 * n)
+    part = partition_greedy(sp.csr_matrix(np.ones((n, n)) - np.eye(n)), np.array([0, 4]), s_max=3)
+    out = _tiny_step(model, part, x, 0.05, 1, messages="held")
+    for members in part.clusters:
+        idx = np.concatenate([members, n + members])
+
+        def local(t, y, idx=idx):
+            full = jnp.asarray(x).at[idx].set(y)
+            return model.vector_field(t, full, jnp.zeros(0), model.params)[idx]
+
+        k1 = local(0.0, x[idx])
+        k2 = local(0.05, x[idx] + 0.05 * k1)
+        ref = np.asarray(x[idx] + 0.025 * (k1 + k2))
+        np.testing.assert_allclose(out[members, 0], ref[: members.size], rtol=1e-10, atol=1e-11)
+        np.testing.assert_allclose(out[members, 1], ref[members.size :], rtol=1e-10, atol=1e-11)
 
 
 def test_mixed_substep_groups_read_the_fine_prediction_at_their_own_stage_times():
-    """With groups of 2 and 1 sub-steps, the finer group's mean steps exactly as the network's Heun step
-    of dt/2; the coarser one, fed the fine prediction at t and t + dt, stays within O(dt^2) of it."""
-    from twinfer.infer.clusters import predicted_external_sums
+    """Clusters that need 2 Heun sub-steps step exactly as the network's Heun step of dt/2; those that
+    need 1, fed the fine prediction at t and t + dt, stay within O(dt^2) of it."""
+    k, model, rng = _ring_network()
+    n = model.n_bus
+    weight = np.asarray(model.weight).copy()
+    weight[2] *= 250.0 / weight[2].sum()  # bus 2 stiff (0.05 sqrt(250) = 0.79): its cluster needs 2 sub-steps
+    stiff = KuramotoNetwork(model.index, weight, model.params["d"], model.params["Omega"])
+    part = partition_greedy(k, np.array([0, 4]), s_max=3)
+    groups = substep_groups(part, weight, 0.05)
+    assert [g for _, g in groups] == [1, 2]
+    x = rng.normal(size=2 * n) * 0.3
+    out = _tiny_step(stiff, part, x, 0.05)
+    ref = _heun(stiff, jnp.asarray(x), 0.05, 2)
+    for (sub, _), tol in zip(groups, (2e-3, 1e-10), strict=True):
+        buses = np.concatenate(sub.clusters)
+        np.testing.assert_allclose(out[buses, 0], ref[buses], rtol=0, atol=tol)
+        np.testing.assert_allclose(out[buses, 1], ref[n + buses], rtol=0, atol=tol)
 
-    _, model, rng = _ring_network()
+
+def test_first_order_field_variance_enters_the_driven_rate_as_dt2_var_force():
+    """Two one-bus subsystems, the sender's phase uncertain: after one step without data the receiver's
+    frequency variance is q + dt^2 K^2 cos^2(theta_j - theta_a) (var theta_j + dt^2/3 var omega_j)
+    (the first-order field variance), and with variance='none' just q (plus its own, negligible)."""
+    dt, w, q = 0.01, 2.0, 1e-6
+    th_j, th_a, v_th, v_om = 0.4, -0.3, 0.02, 0.5
+
+    def vf(x, u, m, params):
+        return jnp.stack([x[1], params["k"] * (jnp.cos(x[0]) * m[0] - jnp.sin(x[0]) * m[1]), 0.0 * x[1]])
+
+    node = heun_node(vf, dt)
+    ports = {"s": Port((0,), (0, 1)), "rate": Port((1,))}
+
+    def sub(name, x0, p0):
+        return Subsystem(
+            name=name, transition=node.transition, output=np.zeros((0, 3)), params={"k": jnp.asarray(1.0)},
+            x0=np.asarray(x0), P0=np.diag(p0), Q=q * np.eye(3), R=np.zeros((0, 0)), inputs=(), outputs=(),
+            ports=ports, n_msg=2, dynamics=node.dynamics,
+        )  # fmt: skip
+
+    def law(sj, sa):
+        return jnp.sin(sj - sa)
+
+    def features(s):
+        return jnp.stack(sincos(s))
+
+    results = {}
+    for variance in ("first-order", "none"):
+        field = Field(
+            "f", "s", features, law, ("j", "a"), np.array([0]), np.array([0]), np.array([1]), np.array([0]),
+            np.array([w]), message="predicted", variance=variance, rate="rate", drives="rate",
+        )  # fmt: skip
+        graph = Graph("two", [sub("j", [th_j, 0.0, 0.0], [v_th, v_om, 1e-30]),
+                              sub("a", [th_a, 0.0, 0.0], [1e-30, 1e-30, 1e-30])], fields=[field])  # fmt: skip
+        est = run_field(graph, us=np.zeros((1, 0)), ys=np.zeros((1, 0)))
+        results[variance] = est["a"].stds[1, 1] ** 2
+    expected = q + dt**2 * w**2 * np.cos(th_j - th_a) ** 2 * (v_th + dt**2 / 3 * v_om)
+    np.testing.assert_allclose(results["first-order"], expected, rtol=1e-9)
+    np.testing.assert_allclose(results["none"], q, rtol=1e-6)
+
+
+def test_field_graph_errors_name_the_field_and_the_problem():
+    """A field whose edge reads a variable its sender lacks, or an unknown member, fails at build time."""
+    _, model, _ = _ring_network()
     n = model.n_bus
     part = partition_greedy(sp.csr_matrix(np.ones((n, n)) - np.eye(n)), np.array([0, 4]), s_max=3)
-    groups = [Partition(part.labels, part.clusters[:1]), Partition(part.labels, part.clusters[1:])]
-    steps = (2, 1)
-    layouts = [cluster_layout(g, np.asarray(model.index), np.asarray(model.weight)) for g in groups]
-    x = rng.normal(size=2 * n) * 0.3
-    dt = 0.05
-    means, damps = [], []
-    for lay in layouts:
-        glob = lambda v, fill, lay=lay: jnp.concatenate([jnp.asarray(v), jnp.full(1, fill)])[lay.bus]
-        means.append(
-            jnp.concatenate([glob(x[:n], 0.0), glob(x[n:], 0.0), glob(model.params["Omega"], 0.0)], 1)
-        )
-        damps.append(glob(model.params["d"], 1.0))
-    staged = predicted_external_sums(means, damps, layouts, n, dt, steps)
-    step = discretise(model, dt / 2, "heun")
-    ref = np.asarray(
-        step.transition(
-            0.0, step.transition(0.0, jnp.asarray(x), jnp.zeros(0), model.params), jnp.zeros(0), model.params
-        )
-    )
-    for lay, m, d, st, k, tol in zip(layouts, means, damps, staged, steps, (1e-12, 2e-3), strict=True):
-        assert st.shape == (lay.bus.shape[0], k, 2, lay.bus.shape[1], 2)
-        s = lay.bus.shape[1]
-        for c in range(lay.bus.shape[0]):
-            out = np.asarray(heun_transition(dt, d[c], lay.internal[c], k)(m[c], st[c]))
-            valid, bus = np.asarray(lay.valid[c]), np.asarray(lay.bus[c])
-            np.testing.assert_allclose(out[:s][valid], ref[bus[valid]], rtol=0, atol=tol)
-            np.testing.assert_allclose(out[s : 2 * s][valid], ref[n + bus[valid]], rtol=0, atol=tol)
+    cg = kuramoto_graph(model, part, dt=0.01, x0=np.zeros((n, 3)), var0=(1, 1, 1), q=(1, 1, 1), r=1.0)
+    field = cg.graph.fields[0]
+    subs = list(cg.graph.nodes)
+    bad = Field(
+        "coupling", "theta", field.features, field.law, field.members, field.sender, field.sender_var + 9,
+        field.receiver, field.receiver_var, field.weight,
+    )  # fmt: skip
+    with pytest.raises(ValueError, match=r"Field 'coupling' sender_var: edge 0 reads variable"):
+        Graph("grid", subs, fields=[bad])
+    with pytest.raises(ValueError, match=r"Field 'x' message: expected one of"):
+        Field("x", "theta", field.features, field.law, (), [], [], [], [], [], message="exact")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=r"run_field"):
+        from twinfer.infer.graph import run
+
+        run(cg.graph, us=np.zeros((2, 0)), ys=np.zeros((2, 2 * n)))

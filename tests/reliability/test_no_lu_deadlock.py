@@ -20,9 +20,11 @@ import numpy as np
 import pytest
 
 from twinfer.data import load_grid
-from twinfer.infer.clusters import Partition, cluster_layout, partition_greedy, run_clusters
+from twinfer.infer.clusters import kuramoto_graph, partition_greedy
 from twinfer.infer.filters import wls_step
+from twinfer.infer.graph import compile_graph
 from twinfer.linalg import spd_inverse, spd_solve
+from twinfer.models import KuramotoNetwork
 
 
 def batched_lapack_calls(compiled_text: str) -> list[str]:
@@ -81,16 +83,23 @@ def test_multi_group_grid_filters_compile_without_lapack_calls(method):
     net = load_grid("ieee14")
     index, weight = (np.asarray(a) for a in net.neighbours)
     part = partition_greedy(net.coupling, net.gen_buses, 5)
-    groups = [Partition(labels=part.labels, clusters=part.clusters[i::2]) for i in range(2)]
-    layouts = tuple(cluster_layout(p, index, weight, part.max_size) for p in groups)
     n = net.n_bus
-    fn = jax.jit(
-        lambda lay, ys: run_clusters(
-            lay, jnp.full(n, 0.2), ys, jnp.zeros((n, 3)), (0.25, 0.25, 1.0), (1e-4, 1e-4, 1e-6), 4e-4,
-            0.01, 1.0, (1, 2), method=method,
-        )
+    weight = weight.copy()
+    weight[part.clusters[0]] *= 1e4  # the first cluster stiff: two sub-step groups
+    model = KuramotoNetwork(index, weight, np.full(n, 0.2), np.zeros(n))
+    cg = kuramoto_graph(
+        model, part, dt=0.01, x0=np.zeros((n, 3)), var0=(0.25, 0.25, 1.0), q=(1e-4, 1e-4, 1e-6), r=4e-4,
+        estimator=method,
     )  # fmt: skip
-    text = fn.lower(layouts, jnp.zeros((3, 2 * n))).compile().as_text()
+    compiled = compile_graph(cg.graph)
+    assert len(compiled.engine.groups) == 2
+    text = (
+        compiled.scan.lower(
+            compiled.numbers, jnp.zeros((3, 0)), jnp.zeros((3, 2 * n)), jnp.ones((3, 2 * n), bool)
+        )
+        .compile()
+        .as_text()
+    )
     assert not batched_lapack_calls(text)
 
 

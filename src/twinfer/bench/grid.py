@@ -45,7 +45,7 @@ def _timed(
     config: GridConfig, model: KuramotoNetwork, partition: Partition, sim, q_big: float, repeats: int = 3
 ):
     fn = grid_estimator(config, partition, model, sim["init"], q_big)
-    return time_jitted(lambda y: fn(y).means, jnp.asarray(sim["observations"]), repeats=repeats)
+    return time_jitted(fn.scan, jnp.asarray(sim["observations"]), repeats=repeats)
 
 
 def _slope(buses: list[float], times: list[float]) -> float:

@@ -33,12 +33,13 @@ from twinfer.data import load_grid
 from twinfer.experiments._case import Case, CaseConfig, Progress, register
 from twinfer.infer.clusters import (
     Partition,
-    cluster_layout,
+    bus_values,
+    kuramoto_graph,
     partition_greedy,
-    run_clusters,
     stable_substeps,
     substep_groups,
 )
+from twinfer.infer.graph import compile_graph
 from twinfer.metrics import coverage, nrmse, nrmse_population
 from twinfer.models import KuramotoNetwork, wrap_angle
 from twinfer.report import PaperValue, RunArtifacts
@@ -135,54 +136,54 @@ def grid_estimator(
     q_big_omega: float,
     method: Literal["ukf", "wls"] = "ukf",
 ) -> Any:
-    """Jitted ``ys -> GridFilterOutput`` of one estimator on a partition (one cluster = centralised).
+    """``ys -> (means, stds)`` (T, N, 3) per bus of one estimator on a partition (one cluster = central).
 
+    The partitioned network is a compositional graph (:func:`twinfer.infer.clusters.kuramoto_graph`)
+    compiled once; the returned function runs its jitted scan and maps the clusters' slots to buses. The
+    jitted scan alone is ``.scan`` (``ys -> per-group (means, stds)``), the part timed by :func:`_estimate`.
     ``init`` is the initial estimate (2N,) of phases and frequencies; the natural frequencies start at 0.
     With ``config.devices`` other than 1, the cluster axis is split over that many devices.
     """
     n = model.n_bus
-    index, weight = np.asarray(model.index), np.asarray(model.weight)
-    if config.substeps:
-        groups = [(partition, config.substeps)]
-    else:  # each cluster sub-steps as its own stiffest bus needs (1 for every IEEE case)
-        groups = substep_groups(partition, weight, config.dt)
-    layouts = tuple(cluster_layout(part, index, weight, partition.max_size) for part, _ in groups)
-    steps = tuple(k for _, k in groups)
     x0 = np.stack([init[:n], init[n:], np.zeros(n)], axis=1)
-    mesh = sharding.device_mesh(config.devices, "clusters", "grid: devices")
-    # The index arrays are arguments, not constants captured by the trace: XLA would otherwise try to
-    # constant-fold the gathers on them at compile time, which takes minutes on the PEGASE networks.
-    fn = jax.jit(
-        lambda lay, damping, start, ys: run_clusters(
-            lay,
-            damping,
-            ys,
-            start,
-            (0.25, 0.25, 1.0),
-            (config.q_theta, config.q_omega, q_big_omega),
-            config.sigma**2,
-            config.dt,
-            config.ukf_gamma,
-            steps,
-            method=method,
-            messages=config.messages,
-            mesh=mesh,
-        ),
-        # Results replicated on every device: on several hosts each process then holds all buses.
-        out_shardings=None
-        if mesh is None
-        else jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec()),
+    cluster_graph = kuramoto_graph(
+        model,
+        partition,
+        dt=config.dt,
+        x0=x0,
+        var0=(0.25, 0.25, 1.0),
+        q=(config.q_theta, config.q_omega, q_big_omega),
+        r=config.sigma**2,
+        gamma=config.ukf_gamma,
+        substeps=config.substeps or None,
+        estimator=method,
+        messages=config.messages,
     )
-    damping, start = jnp.asarray(model.params["d"]), jnp.asarray(x0)
-    return lambda ys: fn(layouts, damping, start, ys)
+    mesh = sharding.device_mesh(config.devices, "clusters", "grid: devices")
+    compiled = compile_graph(cluster_graph.graph, mesh=mesh)
+
+    def scan(ys: Any) -> Any:
+        us = jnp.zeros((ys.shape[0], 0))
+        return compiled.scan(compiled.numbers, us, ys, jnp.ones(ys.shape, bool))
+
+    def estimate(ys: Any) -> tuple[np.ndarray, np.ndarray]:
+        return to_buses(scan(ys))
+
+    def to_buses(outs: Any) -> tuple[np.ndarray, np.ndarray]:
+        means, stds = sharding.to_numpy(outs)  # whole in every process
+        return bus_values(cluster_graph, compiled, means, n), bus_values(cluster_graph, compiled, stds, n)
+
+    estimate.scan = scan  # type: ignore[attr-defined]
+    estimate.to_buses = to_buses  # type: ignore[attr-defined]
+    return estimate
 
 
 def _estimate(
     config, partition: Partition, model, sim, q_big_omega: float, method: Literal["ukf", "wls"] = "ukf"
 ):
     fn = grid_estimator(config, partition, model, sim["init"], q_big_omega, method)
-    timed = time_jitted(fn, jnp.asarray(sim["observations"]), repeats=1)
-    means, stds = sharding.to_numpy((timed.value.means, timed.value.stds))  # whole in every process
+    timed = time_jitted(fn.scan, jnp.asarray(sim["observations"]), repeats=1)
+    means, stds = fn.to_buses(timed.value)
     return means, stds, timed.compile_s, timed.median_s
 
 

@@ -1,7 +1,7 @@
 """Simulation: integrator steps, discretisation, graph nodes, fixed-step and adaptive solves, signals."""
 
 from twinfer.sim._discretise import METHODS, DiscreteModel, discretise, exact_matrices
-from twinfer.sim._node import GraphNode, graph_node
+from twinfer.sim._node import Dynamics, GraphNode, StagedNode, graph_node, heun_node
 from twinfer.sim._noise import add_noise, add_noise_numpy_legacy, noise_std_for_snr
 from twinfer.sim._particles import fine_input, simulate_particles, simulate_particles_feedback
 from twinfer.sim._signals import (
@@ -18,6 +18,7 @@ from twinfer.sim._trajectory import Trajectory
 __all__ = [
     "METHODS",
     "DiscreteModel",
+    "Dynamics",
     "GraphNode",
     "Trajectory",
     "add_noise",
@@ -29,6 +30,7 @@ __all__ = [
     "fine_input",
     "exact_matrices",
     "graph_node",
+    "heun_node",
     "heun_step",
     "multisine",
     "noise_std_for_snr",
@@ -38,6 +40,7 @@ __all__ = [
     "simulate_discrete",
     "simulate_particles",
     "simulate_particles_feedback",
+    "StagedNode",
     "sine_sweep",
     "white_noise",
 ]

@@ -21,9 +21,11 @@ from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import jax.numpy as jnp
+import numpy as np
 
 from twinfer.models import AbstractModel
 from twinfer.sim._discretise import discretise
+from twinfer.sim._steps import heun_step
 
 
 class GraphNode(NamedTuple):
@@ -82,3 +84,65 @@ def graph_node(model: AbstractModel, dt: float, method: str = "rk4", substeps: i
         return model.output(0.0, x, driven(u, m), params)
 
     return GraphNode(transition, output)
+
+
+class Dynamics(NamedTuple):
+    """The continuous-time side of a staged graph node, which a field's predicted messages step.
+
+    Attributes:
+        vector_field: ``(x, u, m, params) -> dx/dt`` with ``m`` the message of one integrator stage.
+        dt: step length.
+        substeps: Heun steps of ``dt / substeps`` per step.
+
+    """
+
+    vector_field: Callable[[Any, Any, Any, Any], Any]
+    dt: float
+    substeps: int
+
+
+class StagedNode(NamedTuple):
+    """A subsystem's ``transition`` reading one message per Heun stage, and its :class:`Dynamics`."""
+
+    transition: Callable[[Any, Any, Any, Any], Any]
+    dynamics: Dynamics
+
+
+def heun_node(vector_field: Callable[[Any, Any, Any, Any], Any], dt: float, substeps: int = 1) -> StagedNode:
+    """A subsystem stepped by ``substeps`` Heun steps whose message is given per stage.
+
+    The transition's message is ``m`` of shape ``(substeps, 2, n_msg)``: row ``[k, 0]`` drives the
+    predictor stage of sub-step ``k``, row ``[k, 1]`` its corrector (S79-S80). A message held over the
+    step (Jacobi, S3 and S89) is the same row repeated; a message that follows the neighbours through the
+    step (a field's ``"predicted"`` messages, :class:`twinfer.infer.graph.Field`) differs per stage. Each
+    sub-step is :func:`twinfer.sim.heun_step`, so the node and the network's own Heun simulation share the
+    integrator.
+
+    Args:
+        vector_field: ``(x, u, m_stage, params) -> dx/dt`` (m_stage of length n_msg).
+        dt: step length, finite and positive.
+        substeps: Heun steps of ``dt / substeps`` per step, >= 1.
+
+    Returns:
+        :class:`StagedNode` ``(transition, dynamics)``.
+
+    References:
+        compositional-inference paper, SI (S79)-(S80), (S89).
+
+    """
+    if not (np.isfinite(dt) and dt > 0):
+        raise ValueError(f"heun_node dt: expected a finite step > 0; received {dt}.")
+    if int(substeps) != substeps or substeps < 1:
+        raise ValueError(f"heun_node substeps: expected an integer >= 1; received {substeps}.")
+    substeps = int(substeps)
+    h = dt / substeps
+
+    def transition(x: Any, u: Any, m: Any, params: Any) -> Any:
+        def stage(mk: Any) -> Callable[[Any, Any], Any]:
+            return lambda t, xx: vector_field(xx, u, mk, params)
+
+        for k in range(substeps):
+            x = heun_step((stage(m[k, 0]), stage(m[k, 1])), 0.0, x, h)
+        return x
+
+    return StagedNode(transition, Dynamics(vector_field, float(dt), substeps))

@@ -1,32 +1,27 @@
-"""Grid clusters: a network's greedy partition, and padded cluster batches stepped by one vmapped filter."""
+"""Grid clusters: a network's greedy partition, and the partitioned network as a compositional graph.
 
-from twinfer.infer.clusters._kuramoto import (
-    ClusterLayout,
-    GridFilterOutput,
-    cluster_layout,
-    external_force_variance,
-    external_sums,
-    heun_transition,
-    pad_layout,
-    predicted_external_sums,
-    run_clusters,
+The estimation itself is the graph engine's (:mod:`twinfer.infer.graph`, a :class:`~twinfer.infer.graph.Field`
+coupling the clusters); what is specific to power networks lives here: the partition, the clusters'
+sub-step groups and the graph built from a :class:`~twinfer.models.KuramotoNetwork`.
+"""
+
+from twinfer.infer.clusters._graph import (
+    ClusterGraph,
+    bus_values,
+    kuramoto_graph,
     stable_substeps,
     substep_groups,
+    wrapped_innovation,
 )
 from twinfer.infer.clusters._partition import Partition, partition_greedy
 
 __all__ = [
-    "ClusterLayout",
-    "GridFilterOutput",
+    "ClusterGraph",
     "Partition",
-    "cluster_layout",
-    "external_force_variance",
-    "external_sums",
-    "heun_transition",
-    "pad_layout",
+    "bus_values",
+    "kuramoto_graph",
     "partition_greedy",
-    "predicted_external_sums",
-    "run_clusters",
     "stable_substeps",
     "substep_groups",
+    "wrapped_innovation",
 ]

@@ -18,11 +18,29 @@ from twinfer.infer.graph._compile import (
     unpack,
     with_numbers,
 )
+from twinfer.infer.graph._field import (
+    FIELD_MESSAGES,
+    FIELD_VARIANCES,
+    Field,
+    FieldEngine,
+    FieldEstimate,
+    FieldNumbers,
+    field_estimates,
+    run_field,
+)
 from twinfer.infer.graph._graph import Graph
 from twinfer.infer.graph._parts import Interface, Port, Subsystem, two_way
 
 __all__ = [
+    "FIELD_MESSAGES",
+    "FIELD_VARIANCES",
     "SCHEDULES",
+    "Field",
+    "FieldEngine",
+    "FieldEstimate",
+    "FieldNumbers",
+    "field_estimates",
+    "run_field",
     "Compiled",
     "Graph",
     "GraphResult",

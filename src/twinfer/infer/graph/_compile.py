@@ -30,11 +30,12 @@ import jax.numpy as jnp
 import numpy as np
 
 from twinfer.data._checks import first_bad
-from twinfer.infer.filters import DivergenceError, gaussian_filter, ukf_step
+from twinfer.infer.filters import DivergenceError, gaussian_filter, ukf_step, wls_step
 from twinfer.infer.filters._errors import first_not_psd
 from twinfer.infer.gaussian import UnscentedWeights, cholesky, linear, predict, psd_factor, taylor
+from twinfer.infer.graph._field import FieldEngine, compile_field
 from twinfer.infer.graph._graph import Graph
-from twinfer.infer.graph._parts import Interface, Subsystem
+from twinfer.infer.graph._parts import Interface, LinearOutput, Subsystem
 
 SCHEDULES = ("jacobi", "gauss_seidel", "ab2")
 _UT = UnscentedWeights.merwe(1.0, 2.0, 0.0)
@@ -61,6 +62,7 @@ class _Template(NamedTuple):
     estimator: str
     weights: UnscentedWeights
     n_msg: int
+    innovation: Callable[[Any, Any], Any] | None = None
 
 
 class _Group(NamedTuple):
@@ -105,6 +107,7 @@ def _group_key(s: Subsystem) -> tuple[Any, ...]:
     return (
         s.transition,
         s.output,
+        s.innovation,
         s.estimator,
         s.weights,
         s.n_state,
@@ -129,26 +132,32 @@ class Compiled:
     """A graph compiled for a schedule: ``step`` (jitted, pure) and ``scan`` over a whole record."""
 
     names: tuple[str, ...]
-    engine: _Engine
-    numbers: Numbers
+    engine: _Engine | FieldEngine
+    numbers: Any  # Numbers, or FieldNumbers for a graph coupled by a field
     step: Callable[..., Any]
     scan: Callable[..., Any]
 
     @property
-    def groups(self) -> tuple[_Group, ...]:
+    def groups(self) -> tuple[Any, ...]:
         return self.engine.groups
 
     @property
     def edge_groups(self) -> tuple[_EdgeGroup, ...]:
-        return self.engine.edge_groups
+        return self.engine.edge_groups if isinstance(self.engine, _Engine) else ()
 
 
-def compile(graph: Graph, schedule: Schedule | str = "jacobi") -> Compiled:  # noqa: A001
+def compile(  # noqa: A001
+    graph: Graph, schedule: Schedule | str = "jacobi", *, mesh: jax.sharding.Mesh | None = None
+) -> Compiled:
     """Build the stacked arrays and index maps of ``graph`` and jit one time step for ``schedule``.
 
     Args:
         graph: the graph (nested graphs are flattened).
         schedule: a :class:`Schedule` or the name of one with K = 1.
+        mesh: a one-axis device mesh for a graph coupled by a :class:`Field`: each group's member axis
+            is padded with inert members to a multiple of its size and split over its devices
+            (``jax.sharding``). On several hosts, build it from ``jax.devices()`` after
+            :func:`twinfer.sharding.init_distributed`.
 
     Returns:
         :class:`Compiled` with ``numbers`` (the graph's arrays), ``step(numbers, carry, (u, y, mask))``
@@ -161,6 +170,12 @@ def compile(graph: Graph, schedule: Schedule | str = "jacobi") -> Compiled:  # n
     """
     if isinstance(schedule, str):
         schedule = Schedule(kind=schedule)
+    if mesh is not None and len(mesh.axis_names) != 1:
+        raise ValueError(f"compile mesh: expected a mesh with one axis; received axes {mesh.axis_names}.")
+    if graph.fields:
+        return compile_field(graph, schedule, mesh)
+    if mesh is not None:
+        raise ValueError("compile mesh: only a graph coupled by a field shards its members; received a mesh.")
     subs, edges = graph.flatten()
     names = tuple(s.name for s in subs)
     index = {n: i for i, n in enumerate(names)}
@@ -174,7 +189,10 @@ def compile(graph: Graph, schedule: Schedule | str = "jacobi") -> Compiled:  # n
     for members in keyed.values():
         tmpl = subs[members[0]]
         pidx = np.asarray([i for _, p in sorted(tmpl.ports.items()) for i in p.state], dtype=int)
-        spec = _Template(tmpl.transition, tmpl.output, tmpl.estimator, tmpl.weights, tmpl.n_msg)
+        output = (
+            _linear_output(tmpl.output.matrix()) if isinstance(tmpl.output, LinearOutput) else tmpl.output
+        )
+        spec = _Template(tmpl.transition, output, tmpl.estimator, tmpl.weights, tmpl.n_msg, tmpl.innovation)
         groups.append(_Group(spec, tuple(members), pidx))
         for i in members:
             position = len(port_base)
@@ -312,6 +330,11 @@ def _psd_root(a: Any) -> Any:
     return v * jnp.sqrt(jnp.maximum(w, 0.0))[None, :]
 
 
+def _linear_output(matrix: np.ndarray) -> Callable[..., Any]:
+    """``(x, u, m, params) -> H x``: a subsystem's output given as a matrix."""
+    return lambda x, u, m, params: jnp.asarray(matrix) @ x
+
+
 def _local_step(
     tmpl: _Template,
     arr: dict[str, Any],
@@ -344,8 +367,16 @@ def _local_step(
         mean, chol_p = predict(x, chol, jac, f(x, u) - jac @ x, chol_q)
         return mean, chol_p, mean, chol_p, jnp.zeros((), x.dtype)
     if tmpl.estimator == "ukf":
-        out = ukf_step(f, h, x, chol, chol_q, arr["chol_R"], u, y, mask, weights=tmpl.weights)
+        out = ukf_step(
+            f, h, x, chol, chol_q, arr["chol_R"], u, y, mask, weights=tmpl.weights, innovation=tmpl.innovation
+        )
         return out.mean, out.chol, out.pred_mean, out.pred_chol, out.loglik
+    if tmpl.estimator == "wls":  # the static baseline: no covariance carried, P kept
+        chol_r = arr["chol_R"]
+        w = wls_step(f, h, x, chol_q @ chol_q.T, chol_r @ chol_r.T, u, y, mask, innovation=tmpl.innovation)
+        jac = jax.jacfwd(lambda xx: f(xx, u))(x)
+        mean_p, chol_p = predict(x, chol, jac, f(x, u) - jac @ x, chol_q)
+        return w.mean, cholesky(w.cov), mean_p, chol_p, jnp.zeros((), x.dtype)
     lin = linear if tmpl.estimator == "kf" else taylor
     out = gaussian_filter(
         f, h, x, chol, chol_q, arr["chol_R"], u[None], y[None], mask[None], linearisation=lin
@@ -558,7 +589,28 @@ def run(
 
     """
     compiled = compile(graph, schedule) if compiled is None else compiled
-    numbers = compiled.numbers if numbers is None else numbers
+    if isinstance(compiled.engine, FieldEngine):
+        raise ValueError(
+            f"run: graph {graph.name!r} is coupled by a field; run it with twinfer.infer.graph.run_field, "
+            "which keeps the marginal standard deviations only."
+        )
+    chosen: Numbers = compiled.numbers if numbers is None else numbers
+    us, ys, masks, times = _prepare_record(compiled, chosen, dataset, us, ys)
+    outs = compiled.scan(chosen, jnp.asarray(us), jnp.asarray(ys), jnp.asarray(masks))
+    result = unpack(compiled, chosen, outs)
+    _check_divergence(graph, result, times)
+    return result
+
+
+def _prepare_record(
+    compiled: Compiled, numbers: Any, dataset: Any, us: Any, ys: Any
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, Any]:
+    """Checked host arrays ``(us, ys with missing values zeroed, masks, times)`` of a record.
+
+    Raises:
+        ValueError: as :func:`run` for the record and the graph's numbers.
+
+    """
     times = None
     if dataset is not None:
         n = len(dataset.times) - 1
@@ -578,17 +630,16 @@ def run(
     for gi, g in enumerate(compiled.groups):
         for field, arr, arg in (("inputs", us, "us"), ("outputs", ys, "ys")):
             for i, cols in zip(g.members, np.asarray(numbers.groups[gi][field]), strict=True):
-                if cols.size and cols.max() >= arr.shape[1]:
+                low = -1 if field == "outputs" else 0  # -1: an output never measured (padding)
+                if cols.size and (cols.max() >= arr.shape[1] or cols.min() < low):
                     raise ValueError(
-                        f"run: subsystem {compiled.names[i]!r} {field}: expected columns < {arr.shape[1]} "
-                        f"(the columns of {arg}, shape {arr.shape}); received {cols.tolist()}."
+                        f"run: subsystem {compiled.names[i]!r} {field}: expected columns in {low}.."
+                        f"{arr.shape[1] - 1} (the columns of {arg}, shape {arr.shape}); received "
+                        f"{cols.tolist()}."
                     )
     _check_numbers(compiled, numbers)
     masks = ~np.isnan(ys)
-    outs = compiled.scan(numbers, jnp.asarray(us), jnp.asarray(np.where(masks, ys, 0.0)), jnp.asarray(masks))
-    result = unpack(compiled, numbers, outs)
-    _check_divergence(graph, result, times)
-    return result
+    return us, np.where(masks, ys, 0.0), masks, times
 
 
 def _record(name: str, value: Any) -> np.ndarray:

@@ -18,7 +18,8 @@ import jax.numpy as jnp
 import jax.scipy.linalg as jsl
 import numpy as np
 
-from twinfer.infer.graph._parts import Interface, Port, Subsystem
+from twinfer.infer.graph._field import Field
+from twinfer.infer.graph._parts import Interface, LinearOutput, Port, Subsystem
 
 
 class Graph(eqx.Module):
@@ -33,6 +34,7 @@ class Graph(eqx.Module):
         nodes: subsystems and nested graphs.
         interfaces: directed edges.
         exports: ports of members exposed to an outer graph.
+        fields: sparse field couplings (:class:`Field`) of the leaf members (top level only).
 
     """
 
@@ -40,6 +42,7 @@ class Graph(eqx.Module):
     nodes: tuple[Subsystem | Graph, ...]
     interfaces: tuple[Interface, ...]
     exports: dict[str, tuple[str, str]] = eqx.field(static=True, default_factory=dict)
+    fields: tuple[Field, ...] = ()
 
     def __init__(
         self,
@@ -47,12 +50,20 @@ class Graph(eqx.Module):
         nodes: Sequence[Subsystem | Graph],
         interfaces: Sequence[Interface] = (),
         exports: dict[str, tuple[str, str]] | None = None,
+        fields: Sequence[Field] = (),
     ):
         self.name = name
         self.nodes = tuple(nodes)
         self.interfaces = tuple(interfaces)
         self.exports = dict(exports or {})
-        self.flatten()  # validates
+        self.fields = tuple(fields)
+        subs, _ = self.flatten()  # validates
+        if any(isinstance(n, Graph) and n.fields for n in self.nodes):
+            raise ValueError(
+                f"Graph {self.name!r}: a nested graph holds a field; fields live at the top level."
+            )
+        for f in self.fields:
+            _check_field(f, {s.name: s for s in subs})
 
     def _resolve(self, node: str, port: str, role: str) -> tuple[str, str]:
         names = {n.name: n for n in self.nodes}
@@ -178,7 +189,10 @@ class Graph(eqx.Module):
         def output(x: Any, u: Any, m: Any, params: Any) -> Any:
             parts = split(x)
             msgs = messages(parts, params)
-            outs = [s.output(parts[s.name], local_u(u, s), msgs[s.name], params["sub"][s.name]) for s in subs]
+            outs = [
+                _evaluate_output(s, parts[s.name], local_u(u, s), msgs[s.name], params["sub"][s.name])
+                for s in subs
+            ]
             return jnp.concatenate([jnp.atleast_1d(o) for o in outs]) if outs else jnp.zeros(0)
 
         params = {"sub": {s.name: s.params for s in subs}, "gamma": [e.gamma for e in edges]}
@@ -209,6 +223,12 @@ class Graph(eqx.Module):
         return out
 
 
+def _evaluate_output(s: Subsystem, x: Any, u: Any, m: Any, params: Any) -> Any:
+    if isinstance(s.output, LinearOutput):
+        return jnp.asarray(s.output.matrix()) @ x
+    return s.output(x, u, m, params)
+
+
 def _concat(parts: list[Any]) -> Any:
     try:
         return np.concatenate([np.asarray(p, dtype=np.float64) for p in parts])
@@ -229,6 +249,48 @@ def _block_diag(mats: list[Any]) -> Any:
         out[r : r + m.shape[0], c : c + m.shape[1]] = m
         r, c = r + m.shape[0], c + m.shape[1]
     return out
+
+
+def _check_field(f: Field, by_name: dict[str, Subsystem]) -> None:
+    """Members exist and carry the field's ports; variable indices and slot counts fit."""
+    where = f"Field {f.name!r}"
+    unknown = [m for m in f.members if m not in by_name]
+    if unknown:
+        raise ValueError(
+            f"{where} members: no such subsystems {unknown[:5]}; known: {sorted(by_name)[:5]}..."
+        )
+    probe = jax.eval_shape(f.features, jax.ShapeDtypeStruct((), jnp.float64))
+    k = int(np.prod(probe.shape))
+    sizes = []
+    for m in f.members:
+        s = by_name[m]
+        for port in (f.port, f.rate, f.drives):
+            if port is not None and port not in s.ports:
+                raise ValueError(f"{where}: subsystem {m!r} has no port {port!r}; ports: {sorted(s.ports)}.")
+        n_var = len(s.ports[f.port].state)
+        if len(s.ports[f.port].slots) != k * n_var:
+            raise ValueError(
+                f"{where}: port {f.port!r} of {m!r} needs {k} message slots per variable ({k * n_var}); "
+                f"received {len(s.ports[f.port].slots)}."
+            )
+        for port in (f.rate, f.drives):
+            if port is not None and len(s.ports[port].state) != n_var:
+                raise ValueError(
+                    f"{where}: port {port!r} of {m!r} needs one state per field variable ({n_var}); "
+                    f"received {len(s.ports[port].state)}."
+                )
+        sizes.append(n_var)
+    sizes_arr = np.asarray(sizes, dtype=int)
+    for key, var in (("sender", f.sender_var), ("receiver", f.receiver_var)):
+        if var.size:
+            limit = sizes_arr[getattr(f, key)]
+            bad = np.flatnonzero((var < 0) | (var >= limit))
+            if bad.size:
+                e = int(bad[0])
+                raise ValueError(
+                    f"{where} {key}_var: edge {e} reads variable {int(var[e])} of "
+                    f"{f.members[int(getattr(f, key)[e])]!r}, which has {int(limit[e])}."
+                )
 
 
 def _check_law_size(e: Interface, by_name: dict[str, Subsystem]) -> None:

@@ -14,16 +14,18 @@ References:
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 import equinox as eqx
 import jax.numpy as jnp
+import numpy as np
 
 from twinfer.infer.filters import UnscentedWeights
+from twinfer.sim import Dynamics
 
-Estimator = Literal["ukf", "kf", "ekf", "none"]
+Estimator = Literal["ukf", "kf", "ekf", "wls", "none"]
 MessageKind = Literal["deterministic", "probabilistic", "learned"]
-ESTIMATORS = ("ukf", "kf", "ekf", "none")
+ESTIMATORS = ("ukf", "kf", "ekf", "wls", "none")
 MESSAGE_KINDS = ("deterministic", "probabilistic", "learned")
 
 
@@ -40,6 +42,28 @@ class Port(eqx.Module):
     slots: tuple[int, ...] = eqx.field(static=True, default=())
 
 
+class LinearOutput(NamedTuple):
+    """A subsystem's linear output ``y = H x``, held hashably (a static field): ``H`` is ``matrix()``."""
+
+    shape: tuple[int, int]
+    values: tuple[float, ...]
+
+    def matrix(self) -> np.ndarray:
+        return np.asarray(self.values, dtype=np.float64).reshape(self.shape)
+
+
+def _matrix(value: Any) -> LinearOutput:
+    if isinstance(value, LinearOutput):
+        return value
+    arr = np.asarray(value, dtype=np.float64)
+    if arr.ndim != 2:
+        raise ValueError(
+            f"Subsystem output: expected a function or a matrix H (n_y, n); received an array of shape "
+            f"{arr.shape}."
+        )
+    return LinearOutput((int(arr.shape[0]), int(arr.shape[1])), tuple(float(v) for v in arr.reshape(-1)))
+
+
 class Subsystem(eqx.Module):
     """One node: a local model ``x' = transition(x, u, m, params)``, ``y = output(x, u, m, params)``.
 
@@ -51,25 +75,35 @@ class Subsystem(eqx.Module):
     Attributes:
         name: unique name (errors name it).
         transition: ``(x, u, m, params) -> x_next`` over one step.
-        output: ``(x, u, m, params) -> y``, evaluated at the propagated state with the step's input.
+        output: ``(x, u, m, params) -> y``, evaluated at the propagated state with the step's input, or
+            a matrix H (n_y, n) for a linear output ``y = H x`` (the UKF then updates exactly, one
+            sensor at a time when R is diagonal and the subsystem small).
         params: pytree of known parameters (arrays).
         x0: initial mean (n,).
         P0: initial covariance (n, n).
         Q: process-noise covariance (n, n).
         R: measurement-noise covariance (n_y, n_y).
         inputs: columns of the dataset inputs this subsystem receives.
-        outputs: columns of the dataset observations it measures.
+        outputs: columns of the dataset observations it measures; -1 for an output never measured
+            (a padded slot).
         ports: interface ports by name.
         n_msg: length of the message vector ``m``.
         estimator: ``"ukf"`` (paper-code UKF, Alg. 6, square-root), ``"kf"`` (Alg. 4), ``"ekf"``
             (Alg. 5) or ``"none"`` (deterministic propagation, no update).
         weights: sigma-point weights of the UKF (default: paper code, gamma = 0).
+        innovation: ``(y, y_pred) -> residual`` of the UKF and WLS updates (default ``y - y_pred``; a
+            wrapped difference for measured angles).
+        dynamics: the node's :class:`twinfer.sim.Dynamics` when built by :func:`twinfer.sim.heun_node`
+            (its transition then reads one message per Heun stage); required by a :class:`Field` with
+            ``message="predicted"``.
 
     """
 
     name: str = eqx.field(static=True)
     transition: Callable[..., Any] = eqx.field(static=True)
-    output: Callable[..., Any] = eqx.field(static=True)
+    output: Callable[..., Any] | LinearOutput = eqx.field(
+        static=True, converter=lambda o: o if callable(o) and not isinstance(o, LinearOutput) else _matrix(o)
+    )
     params: Any
     x0: Any
     P0: Any
@@ -81,10 +115,24 @@ class Subsystem(eqx.Module):
     n_msg: int = eqx.field(static=True)
     estimator: str = eqx.field(static=True, default="ukf")
     weights: UnscentedWeights = eqx.field(static=True, default_factory=UnscentedWeights.paper_code)
+    innovation: Callable[[Any, Any], Any] | None = eqx.field(static=True, default=None)
+    dynamics: Dynamics | None = eqx.field(static=True, default=None)
 
     def __check_init__(self) -> None:
         n = int(jnp.shape(self.x0)[0])
         where = f"Subsystem {self.name!r}"
+        if isinstance(self.output, LinearOutput):
+            shape = self.output.shape
+            if shape != (len(self.outputs), n):
+                raise ValueError(
+                    f"{where} output: expected a function or a matrix of shape {(len(self.outputs), n)}; "
+                    f"received an array of shape {shape}."
+                )
+        if self.innovation is not None and self.estimator not in ("ukf", "wls"):
+            raise ValueError(
+                f"{where} innovation: only the 'ukf' and 'wls' estimators take a custom innovation; "
+                f"received estimator {self.estimator!r}."
+            )
         if self.estimator not in ESTIMATORS:
             raise ValueError(f"{where} estimator: expected one of {ESTIMATORS}; received {self.estimator!r}.")
         for field, shape in (("P0", (n, n)), ("Q", (n, n)), ("R", (len(self.outputs),) * 2)):
