@@ -200,3 +200,49 @@ def test_sequential_update_of_independent_sensors_equals_the_joint_update(redraw
         np.testing.assert_allclose(seq.chol, joint.chol, rtol=1e-10, atol=1e-13)
         np.testing.assert_allclose(float(seq.loglik), float(joint.loglik), rtol=1e-11)
         np.testing.assert_allclose(float(seq.nis), float(joint.nis), rtol=1e-10)
+
+
+def test_gram_kernel_equals_the_qr_update_for_functions_matrices_masks_and_correlated_noise():
+    """ukf_step(kernel='gram') (joint covariance by products, conditioned by condition_moments) gives the
+    QR kernel's posterior mean, factor, log-likelihood and NIS, for a nonlinear h and for a matrix H, with
+    correlated R, vector R and missing components; it refuses a negative central weight by name."""
+    from twinfer.infer.filters import ukf_step
+
+    rng = np.random.default_rng(11)
+    n, m = 5, 3
+    a = rng.normal(size=(n, n))
+    chol = jnp.asarray(np.linalg.cholesky(a @ a.T + np.eye(n)))
+    H = jnp.asarray(rng.normal(size=(m, n)))
+    r = rng.normal(size=(m, m))
+    chol_r_full = jnp.asarray(np.linalg.cholesky(r @ r.T + 0.5 * np.eye(m)))
+    f = lambda x, u: x + 0.1 * jnp.sin(x) + u  # noqa: E731
+    h_fn = lambda x, u: jnp.tanh(H @ x)  # noqa: E731
+    w = UnscentedWeights.paper_code(1.0)
+    chol_q = 0.2 * jnp.eye(n)
+    for h in (h_fn, H):
+        for chol_r in (chol_r_full, jnp.asarray([0.3, 0.2, 0.4])):
+            for mask in (np.ones(m, bool), np.array([True, False, True])):
+                x, y = jnp.asarray(rng.normal(size=n)), jnp.asarray(rng.normal(size=m))
+                args = (f, h, x, chol, chol_q, chol_r, 0.01, y, jnp.asarray(mask))
+                qr = ukf_step(*args, weights=w)
+                gram = ukf_step(*args, weights=w, kernel="gram")
+                np.testing.assert_allclose(gram.mean, qr.mean, rtol=1e-11, atol=1e-13)
+                np.testing.assert_allclose(
+                    gram.chol @ gram.chol.T, qr.chol @ qr.chol.T, rtol=1e-10, atol=1e-13
+                )
+                np.testing.assert_allclose(float(gram.loglik), float(qr.loglik), rtol=1e-11)
+                np.testing.assert_allclose(float(gram.nis), float(qr.nis), rtol=1e-10)
+    with pytest.raises(ValueError, match=r"kernel='gram': expected a non-negative central weight"):
+        ukf_step(
+            f,
+            H,
+            x,
+            chol,
+            chol_q,
+            chol_r_full,
+            0.0,
+            y,
+            jnp.ones(m, bool),
+            weights=UnscentedWeights(0.5, 2.0, 0.0),
+            kernel="gram",
+        )

@@ -21,7 +21,7 @@ References:
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 import equinox as eqx
 import jax
@@ -43,6 +43,7 @@ from twinfer.infer.gaussian import (
     HOUSEHOLDER_MAX,
     UnscentedWeights,
     condition,
+    condition_moments,
     deviation_factor,
     noise_factor,
     psd_factor,
@@ -71,6 +72,7 @@ def ukf_step(
     weights: UnscentedWeights,
     redraw: bool = False,
     innovation: Innovation | None = None,
+    kernel: Literal["qr", "gram"] = "qr",
 ) -> GaussianStep:
     """One predict-update step of the square-root UKF (Alg. 6, S13-S15); pure, so it vmaps over subsystems.
 
@@ -95,6 +97,12 @@ def ukf_step(
             linear regression); default: read ``h`` at the propagated points (Alg. 6).
         innovation: ``(y, y_pred) -> residual``, default ``y - y_pred``; angles pass a wrapped difference
             so that a measured phase near -pi and a prediction near pi differ by a small angle.
+        kernel: ``"qr"`` (default) triangularises the joint factor; ``"gram"`` forms the joint covariance
+            by matrix products (for a matrix ``h``, its y rows as ``H`` times the points' covariance) and
+            conditions with :func:`~twinfer.infer.gaussian.condition_moments`: the same posterior to
+            rounding, several times faster for many small filters or one large one, for a joint
+            covariance that is positive-definite (``Q`` and ``R`` positive-definite suffice). Needs a
+            non-negative central weight and no ``redraw``.
 
     Returns:
         :class:`UkfStep`; ``ok`` is False when the posterior is non-finite.
@@ -109,6 +117,16 @@ def ukf_step(
     dx = xp - x_pred
     cross = ((pts - mean).T * wc) @ dx
     pred_chol = tria(deviation_factor(dx, wc, centre, chol_Q))
+    if kernel == "gram":
+        if centre < 0 or redraw:
+            raise ValueError(
+                f"ukf_step kernel='gram': expected a non-negative central weight and redraw=False; received "
+                f"central weight {centre:g}, redraw={redraw}."
+            )
+        return _gram_update(h, x_pred, pred_chol, cross, deviation_factor(dx, wc, centre), xp, wm, wc, centre,
+                            chol_Q, chol_R, u, y, mask, innovation)  # fmt: skip
+    if kernel != "qr":
+        raise ValueError(f"ukf_step kernel: expected 'qr' or 'gram'; received {kernel!r}.")
     small = n + jnp.shape(y)[0] <= HOUSEHOLDER_MAX  # many small filters: per-sensor updates fuse
     if small and not callable(h) and jnp.ndim(chol_R) == 1 and centre >= 0:
         post = _sequential_linear(
@@ -148,6 +166,40 @@ def ukf_step(
     y = jnp.where(mask, y, y_pred)
     innov = y - y_pred if innovation is None else innovation(y, y_pred)
     new_mean, new_chol, info = condition(x_pred, joint, innov, mask)
+    ok = jnp.all(jnp.isfinite(new_mean)) & jnp.all(jnp.isfinite(new_chol)) & jnp.isfinite(info.loglik)
+    return GaussianStep(new_mean, new_chol, info.loglik, ok, x_pred, pred_chol, cross, info.nis)
+
+
+def _gram_update(
+    h, x_pred, pred_chol, cross, dev, xp, wm, wc, centre, chol_Q, chol_R, u, y, mask, innovation
+):
+    """The no-redraw update from the joint covariance ``[[S_yy, S_yx], [S_xy, S_xx]]`` (``kernel="gram"``).
+
+    ``dev`` is the propagated points' weighted deviation factor (n, p): their covariance ``P_d = dev
+    dev^T``; ``S_xx = P_d + Q``. A matrix ``h`` gives ``S_yx = H P_d`` and ``S_yy = H P_d H^T + R``
+    without evaluating ``h`` per point; a function, the deviations of its values at the points. The
+    masking rule is :func:`~twinfer.infer.gaussian.noise_factor`'s (observed rows only, unit variance on
+    the others).
+    """
+    m_f = mask.astype(x_pred.dtype)
+    p_d = dev @ dev.T
+    if callable(h):
+        yp: Any = jax.vmap(lambda p: h(p, u))(xp)
+        _check_shape("h", "h(x, u)", jnp.shape(yp)[1:], jnp.shape(y), "one value per measured output")
+        y_pred = wm @ yp
+        dev_y = deviation_factor((yp - y_pred) * m_f[None, :], wc, centre)
+        s_yx, s_yy = dev_y @ dev.T, dev_y @ dev_y.T
+    else:
+        H = jnp.asarray(h) * m_f[:, None]
+        y_pred = jnp.asarray(h) @ x_pred
+        s_yx = H @ p_d
+        s_yy = s_yx @ H.T
+    noise = noise_factor(chol_R, mask, square=False)
+    s_yy = s_yy + noise @ noise.T
+    s_xx = p_d + chol_Q @ chol_Q.T
+    y = jnp.where(mask, y, y_pred)
+    innov = y - y_pred if innovation is None else innovation(y, y_pred)
+    new_mean, new_chol, info = condition_moments(x_pred, s_yy, s_yx.T, s_xx, innov, mask)
     ok = jnp.all(jnp.isfinite(new_mean)) & jnp.all(jnp.isfinite(new_chol)) & jnp.isfinite(info.loglik)
     return GaussianStep(new_mean, new_chol, info.loglik, ok, x_pred, pred_chol, cross, info.nis)
 

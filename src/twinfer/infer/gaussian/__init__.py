@@ -3,7 +3,8 @@
 Everything below that filters calls these; nothing else writes a Kalman update (DESIGN.md):
 
 * atoms on ``(mean, chol)``: :func:`predict`, :func:`update` (one masking rule, correlated noise
-  allowed), :func:`condition` (on a joint factor), :func:`condition_exact` (noise-free
+  allowed), :func:`condition` (on a joint factor; :func:`condition_moments` on its Gram matrix, the same
+  read-off), :func:`condition_exact` (noise-free
   pseudo-observations), :func:`update_scalar` (sequential Potter updates), :func:`masked_loglik`;
 * linear algebra whose unrolled kernels are chosen by size: :func:`tria`, :func:`tria_rows`,
   :func:`tria_scalar`, :func:`cholesky`, :func:`solve_lower`, :func:`solve_upper_t`,
@@ -16,6 +17,7 @@ from twinfer.infer.gaussian._atoms import (
     UpdateInfo,
     condition,
     condition_exact,
+    condition_moments,
     masked_loglik,
     noise_factor,
     predict,
@@ -53,6 +55,7 @@ __all__ = [
     "cholesky",
     "condition",
     "condition_exact",
+    "condition_moments",
     "deviation_factor",
     "linear",
     "masked_loglik",

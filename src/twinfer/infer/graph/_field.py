@@ -178,6 +178,7 @@ class _FieldTemplate(NamedTuple):
     n_msg: int
     diag_q: bool  # every member's Q diagonal: injected variance adds to it (no extra factor columns)
     diag_r: bool  # every member's R diagonal: independent sensors (per-sensor updates)
+    kernel: str  # the UKF's: "gram" when every member's Q and R are positive-definite diagonals
 
 
 class _FieldGroup(NamedTuple):
@@ -268,6 +269,7 @@ def compile_field(graph: Any, schedule: Any, mesh: jax.sharding.Mesh | None) -> 
             s.n_msg,
             all(_is_diagonal(m.Q) for m in ms),
             all(_is_diagonal(m.R) for m in ms),
+            "gram" if all(_positive_diagonal(m.Q) and _positive_diagonal(m.R) for m in ms) else "qr",
         )
         steps = 1 if s.dynamics is None else s.dynamics.substeps
         groups.append(_FieldGroup(tmpl, tuple(members), -len(members) % devices, steps))
@@ -306,6 +308,12 @@ def _field_key(s: Any, field: Field) -> tuple[Any, ...]:
         )
     return (s.transition, out, s.estimator, s.weights, s.innovation, s.dynamics, s.n_state, len(s.inputs),
             len(s.outputs), s.n_msg, ports, shapes)  # fmt: skip
+
+
+def _positive_diagonal(m: Any) -> bool:
+    """A diagonal matrix with positive entries (positive-definite; a 0 x 0 matrix counts)."""
+    a = np.asarray(m)
+    return _is_diagonal(a) and bool(np.all(np.diagonal(a) > 0))
 
 
 def _is_diagonal(m: Any) -> bool:
@@ -612,9 +620,11 @@ def _field_local_step(tmpl: _FieldTemplate, u_all, params, inputs, chol_r, mean,
         out = wls_step(f, h_fn, mean, cov_q, cov_r, u, y, mask, innovation=tmpl.innovation)
         return out.mean, chol, jnp.diagonal(out.cov), out.ok
     chol_q = jnp.diag(jnp.sqrt(q)) if tmpl.diag_q else q
+    gram = tmpl.kernel == "gram" and tmpl.weights.centre_weight(mean.shape[0]) >= 0
     out = ukf_step(
-        f, h, mean, chol, chol_q, chol_r, u, y, mask, weights=tmpl.weights, innovation=tmpl.innovation
-    )
+        f, h, mean, chol, chol_q, chol_r, u, y, mask,
+        weights=tmpl.weights, innovation=tmpl.innovation, kernel="gram" if gram else "qr",
+    )  # fmt: skip
     return out.mean, out.chol, jnp.sum(out.chol**2, axis=1), out.ok
 
 
