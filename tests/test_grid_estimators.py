@@ -180,7 +180,7 @@ def _tiny_step(model, part, x, dt, substeps=None, messages="probabilistic", stds
         substeps=substeps, messages=messages,
     )  # fmt: skip
     compiled = compile_graph(cg.graph)
-    means, sds = compiled.scan(
+    means, sds, _ = compiled.scan(
         compiled.numbers, jnp.zeros((1, 0)), jnp.zeros((1, 2 * n)), jnp.zeros((1, 2 * n), bool)
     )
     return bus_values(cg, compiled, sds if stds else means, n)[0]
@@ -315,3 +315,20 @@ def test_field_graph_errors_name_the_field_and_the_problem():
         from twinfer.infer.graph import run
 
         run(cg.graph, us=np.zeros((2, 0)), ys=np.zeros((2, 2 * n)))
+
+
+def test_a_diverging_cluster_is_named_with_its_step_and_time():
+    """An observation far outside the model (a 1e200 phase) breaks one cluster's update; run_field raises
+    DivergenceError naming that cluster and the step, not a NaN estimate."""
+    from twinfer.data import Dataset
+    from twinfer.infer.filters import DivergenceError
+
+    _, model, rng = _ring_network()
+    n = model.n_bus
+    part = partition_greedy(sp.csr_matrix(np.ones((n, n)) - np.eye(n)), np.array([0, 4]), s_max=3)
+    cg = kuramoto_graph(model, part, dt=0.01, x0=np.zeros((n, 3)), var0=(1, 1, 1), q=(1e-4,) * 3, r=1e-4)
+    ys = rng.normal(size=(6, 2 * n)) * 0.01
+    ys[3, n + 2] = 1e200  # bus 2's frequency at step 3 (t = 0.04)
+    name = next(k for k, b in cg.buses.items() if 2 in b)
+    with pytest.raises(DivergenceError, match=rf"subsystem '{name}' at step 3 \(t = 0.04\)"):
+        run_field(cg.graph, Dataset(times=np.arange(7) * 0.01, observations=np.vstack([ys[:1], ys])))

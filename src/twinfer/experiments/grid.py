@@ -39,7 +39,7 @@ from twinfer.infer.clusters import (
     stable_substeps,
     substep_groups,
 )
-from twinfer.infer.graph import compile_graph
+from twinfer.infer.graph import check_field_run, compile_graph
 from twinfer.metrics import coverage, nrmse, nrmse_population
 from twinfer.models import KuramotoNetwork, wrap_angle
 from twinfer.report import PaperValue, RunArtifacts
@@ -170,7 +170,8 @@ def grid_estimator(
         return to_buses(scan(ys))
 
     def to_buses(outs: Any) -> tuple[np.ndarray, np.ndarray]:
-        means, stds = sharding.to_numpy(outs)  # whole in every process
+        means, stds, ok = sharding.to_numpy(outs)  # whole in every process
+        check_field_run(compiled, ok, np.arange(len(ok[0]) + 1) * config.dt)
         return bus_values(cluster_graph, compiled, means, n), bus_values(cluster_graph, compiled, stds, n)
 
     estimate.scan = scan  # type: ignore[attr-defined]

@@ -147,6 +147,9 @@ def condition_moments(
     ``P``) the factor is NaN and the caller's divergence check names it: use :func:`condition` there.
     The caller applies the masking rule (:func:`noise_factor`).
     """
+    if innovation.shape[0] == 0:  # nothing measured: the prediction
+        zero = jnp.zeros((), mean.dtype)
+        return mean, cholesky(0.5 * (s_xx + s_xx.T)), UpdateInfo(zero, innovation, s_yy, zero)
     chol_S = cholesky(0.5 * (s_yy + s_yy.T))
     gain_factor = solve_lower(chol_S, s_xy.T).T
     post = s_xx - gain_factor @ gain_factor.T

@@ -25,6 +25,7 @@ from twinfer.infer.graph._field import (
     FieldEngine,
     FieldEstimate,
     FieldNumbers,
+    check_field_run,
     field_estimates,
     run_field,
 )
@@ -39,6 +40,7 @@ __all__ = [
     "FieldEngine",
     "FieldEstimate",
     "FieldNumbers",
+    "check_field_run",
     "field_estimates",
     "run_field",
     "Compiled",

@@ -41,7 +41,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from twinfer.infer.filters import UnscentedWeights, ukf_step, wls_step
+from twinfer.infer.filters import DivergenceError, UnscentedWeights, ukf_step, wls_step
 from twinfer.infer.graph._parts import LinearOutput
 from twinfer.sim import Dynamics, heun_step
 
@@ -562,38 +562,66 @@ class FieldEngine:
         new_means = [self._shard(o[0]) for o in outs]
         new_chols = [self._shard(o[1]) for o in outs]
         variances = [o[2] for o in outs]
-        ok = jnp.all(jnp.stack([jnp.all(o[3]) for o in outs]))
         carry = (
             new_means,
             new_chols,
             self._register(self._port(new_means)),
             self._variable_variance(variances),
         )
-        return carry, ([o[0] for o in outs], [jnp.sqrt(v) for v in variances], ok)
+        return carry, ([o[0] for o in outs], [jnp.sqrt(v) for v in variances], [o[3] for o in outs])
 
     def scan(self, num: FieldNumbers, us: Any, ys: Any, masks: Any) -> Any:
-        """Scan :meth:`step` over T steps; raises inside ``jit`` when a member diverges.
+        """Scan :meth:`step` over T steps.
 
         Returns:
-            ``(means, stds)``: per group, (T, C, n) over t_1..t_T, inert members dropped.
+            ``(means, stds, ok)``: per group, (T, C, n) over t_1..t_T and (T, C) True where the member's
+            posterior is finite and its factor valid, inert members dropped. :func:`check_field_run`
+            turns a False into a named error.
 
         """
         ys = jnp.where(masks, ys, 0.0)
-        _, (means, stds, ok) = jax.lax.scan(
+        _, (means, stds, oks) = jax.lax.scan(
             lambda c, i: self.step(num, c, i), self.init(num), (us, ys, masks)
         )
         keep = [len(g.members) for g in self.groups]
-        means = [m[:, :k] for m, k in zip(means, keep, strict=True)]
-        stds = [s[:, :k] for s, k in zip(stds, keep, strict=True)]
-        means = eqx.error_if(
-            means,
-            ~jnp.all(ok),
-            f"field graph run diverged (field {self.field.name!r}): a subsystem's covariance stopped being "
-            "positive-definite or its state became non-finite. Likely causes: process noise Q or "
-            "measurement noise R too small for the model, or a step too large for the coupling (more "
-            "substeps).",
-        )
-        return means, stds
+        trim = lambda xs: [x[:, :k] for x, k in zip(xs, keep, strict=True)]  # noqa: E731
+        return trim(means), trim(stds), trim(oks)
+
+
+def check_field_run(compiled: Any, ok: Sequence[Any], times: Any = None) -> None:
+    """Raise :class:`~twinfer.infer.filters.DivergenceError` for the member that diverged first.
+
+    Args:
+        compiled: the compiled field graph.
+        ok: per group (T, C) flags from its ``scan``.
+        times: the record's times t_0..t_T, to name the time as well as the step.
+
+    Raises:
+        DivergenceError: naming the subsystem, the step (and time), the field and the likely causes;
+            others that diverged later are listed (a diverged member's messages spread its NaN).
+
+    """
+    first: list[tuple[int, int, str]] = []
+    order = 0
+    for g, flags in zip(compiled.engine.groups, ok, strict=True):
+        flags = np.asarray(flags)
+        for j, i in enumerate(g.members):
+            bad = np.flatnonzero(~flags[:, j])
+            if bad.size:
+                first.append((int(bad[0]), order + j, compiled.names[i]))
+        order += len(g.members)
+    if not first:
+        return
+    step, _, name = min(first)
+    when = f" (t = {float(np.asarray(times)[step + 1]):g})" if times is not None else ""
+    others = sorted({n for _, _, n in first if n != name})
+    also = f" {len(others)} more diverged later, e.g. {others[:3]}." if others else ""
+    raise DivergenceError(
+        f"field graph run diverged: subsystem {name!r} at step {step}{when}: its state became non-finite or "
+        "its covariance stopped being positive-definite. Likely causes: process noise Q or measurement "
+        f"noise R too small for the model, a step too large for the coupling (more substeps), or messages "
+        f"of field {compiled.engine.field.name!r} that grow without bound.{also}"
+    )
 
 
 def _vector_field(g: _FieldGroup) -> Callable[..., Any]:
@@ -645,14 +673,16 @@ def run_field(
 
     Raises:
         ValueError: as :func:`twinfer.infer.graph.run` for the record and the numbers.
-        equinox's runtime error: when a subsystem diverges (naming the field and the likely causes).
+        DivergenceError: (a ``ValueError``) when a subsystem diverges, naming it, the step and time
+            (:func:`check_field_run`).
 
     """
     from twinfer.infer.graph._compile import _prepare_record, compile
 
     compiled = compile(graph, mesh=mesh) if compiled is None else compiled
-    us, ys, masks, _ = _prepare_record(compiled, compiled.numbers, dataset, us, ys)
-    means, stds = compiled.scan(compiled.numbers, jnp.asarray(us), jnp.asarray(ys), jnp.asarray(masks))
+    us, ys, masks, times = _prepare_record(compiled, compiled.numbers, dataset, us, ys)
+    means, stds, ok = compiled.scan(compiled.numbers, jnp.asarray(us), jnp.asarray(ys), jnp.asarray(masks))
+    check_field_run(compiled, jax.tree_util.tree_map(np.asarray, ok), times)
     return field_estimates(compiled, means, stds)
 
 
