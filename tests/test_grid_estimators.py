@@ -41,6 +41,59 @@ def test_grid_case_names_cover_the_bundled_networks():
     assert set(GridName.__args__) == set(GRID_CASES)
 
 
+_MATPOWER3 = """function mpc = case3
+% three buses numbered 11..13; the third branch has a 1.05 tap shifted 3 degrees
+mpc.baseMVA = 100;
+mpc.bus = [
+    11  3  0   0  0  0  1  1  0  345  1  1.1  0.9;
+    12  2  0   0  0  0  1  1  0  345  1  1.1  0.9;
+    13  1  90  30 0  0  1  1  0  345  1  1.1  0.9;
+];
+mpc.gen = [
+    12  163  0  300  -300  1  100  1  300  10;
+    11  0    0  300  -300  1  100  1  250  10;
+];
+mpc.branch = [
+    11  12  0      0.0576  0      250  250  250  0     0  1  -360  360;
+    12  13  0.017  0.092   0.158  250  250  250  0     0  1  -360  360;
+    11  13  0.039  0.17    0.358  150  150  150  1.05  3  1  -360  360;
+];
+"""
+
+
+def test_a_users_network_loads_from_pandapower_json_matpower_or_a_pandapower_name(tmp_path):
+    """Any network: a pandapower JSON file equals the bundled case it was written from; a MATPOWER file
+    gives |Y_ij| of its branches (series admittance, tap and shift) with its own bus numbers; any
+    pandapower network function loads by name; anything else is a named error in the case's config."""
+    import pandapower
+
+    from twinfer.data import load_grid
+
+    path = tmp_path / "net9.json"
+    pandapower.to_json(pandapower.networks.case9(), str(path))
+    mine, bundled = load_grid(str(path)), load_grid("ieee9")
+    np.testing.assert_allclose(mine.coupling.toarray(), bundled.coupling.toarray(), rtol=1e-12)
+    np.testing.assert_array_equal(mine.gen_buses, bundled.gen_buses)
+    m_file = tmp_path / "case3.m"
+    m_file.write_text(_MATPOWER3)
+    net = load_grid(str(m_file))
+    k = net.coupling.toarray()
+    assert net.bus_ids.tolist() == [11, 12, 13] and net.gen_buses.tolist() == [1, 0]
+    np.testing.assert_allclose(k[0, 1], 1 / 0.0576, rtol=1e-12)
+    np.testing.assert_allclose(k[1, 2], abs(1 / complex(0.017, 0.092)), rtol=1e-12)
+    np.testing.assert_allclose(k[0, 2], abs(1 / complex(0.039, 0.17)) / 1.05, rtol=1e-12)
+    assert load_grid("case5").n_bus == 5
+    case = get_case("grid")
+    assert resolve_config(case, sets={"case": str(m_file)}).case == str(m_file)
+    with pytest.raises(ValueError, match=r"grid case: expected a twinfer name .* received 'case99999'"):
+        resolve_config(case, sets={"case": "case99999"})
+    with pytest.raises(ValueError, match=r"no such file"):
+        resolve_config(case, sets={"case": str(tmp_path / "missing.json")})
+    m_file.write_text(_MATPOWER3.replace("mpc.gen", "mpc.generators"))
+    with pytest.raises(ValueError, match=r"expected a table mpc.gen = \[ ... \]; found none"):
+        load_grid(str(m_file))
+
+
 @pytest.mark.slow
 def test_grid_quick_run_distributed_matches_central():
     """ieee9, short horizon: both estimators run, metrics are finite, distributed close to central."""

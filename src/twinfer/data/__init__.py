@@ -2,11 +2,22 @@
 
 from twinfer.data._benchmarks import load_emps, load_silverbox, verified_path
 from twinfer.data._dataset import Dataset
-from twinfer.data._grid import GRID_CASES, GridNetwork, branch_coupling, load_grid
+from twinfer.data._grid import (
+    GRID_CASES,
+    GridNetwork,
+    branch_coupling,
+    check_grid_case,
+    load_grid,
+    pandapower_networks,
+    read_matpower,
+)
 from twinfer.data._io import from_csv
 
 __all__ = [
     "GRID_CASES",
+    "check_grid_case",
+    "pandapower_networks",
+    "read_matpower",
     "Dataset",
     "GridNetwork",
     "branch_coupling",

@@ -17,9 +17,11 @@ References:
 from __future__ import annotations
 
 import logging
+import re
 import warnings
 from dataclasses import dataclass
 from functools import cached_property
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -121,16 +123,67 @@ class GridNetwork:
         return index, weight
 
 
+def _networks() -> Any:
+    import pandapower.networks as pn
+
+    return pn
+
+
+def pandapower_networks() -> tuple[str, ...]:
+    """Names of the network functions pandapower ships that take no argument (``case1888rte``, ...)."""
+    import inspect
+
+    pn = _networks()
+    names = []
+    for name in dir(pn):
+        fn = getattr(pn, name)
+        if name.startswith("_") or not inspect.isfunction(fn):
+            continue
+        params = inspect.signature(fn).parameters.values()
+        if all(p.default is not p.empty or p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD) for p in params):
+            names.append(name)
+    return tuple(sorted(names))
+
+
+def check_grid_case(case: str) -> str:
+    """``case`` if :func:`load_grid` can load it, else a ValueError naming what is accepted.
+
+    Accepted: a twinfer name (:data:`GRID_CASES`), the name of a pandapower network function
+    (``case1888rte``, ``case_illinois200``, ...) or the path of a pandapower JSON file (``.json``) or a
+    MATPOWER case file (``.m``).
+    """
+    if case in GRID_CASES:
+        return case
+    path = Path(case)
+    if path.suffix.lower() in (".json", ".m"):
+        if not path.is_file():
+            raise ValueError(
+                f"grid case: expected an existing pandapower JSON or MATPOWER file; received {case!r} "
+                "(no such file)."
+            )
+        return case
+    known = pandapower_networks()
+    if case not in known:
+        cases = ", ".join(n for n in known if n.startswith("case"))
+        raise ValueError(
+            f"grid case: expected a twinfer name ({', '.join(GRID_CASES)}), a pandapower network "
+            f"(e.g. {cases}) or a .json / .m file; received {case!r}."
+        )
+    return case
+
+
 def pandapower_case(case: str) -> tuple[Any, dict[str, Any]]:
-    """The bundled pandapower network ``case`` and its PYPOWER case tables (``to_ppc``, pi transformers).
+    """The pandapower network ``case`` and its PYPOWER case tables (``to_ppc``, pi transformers).
+
+    ``case`` is a twinfer name, a pandapower network function or a pandapower JSON file
+    (:func:`check_grid_case`).
 
     Raises:
-        ValueError: for an unknown case name, listing the known ones.
+        ValueError: for a case that is none of these, listing what is accepted.
 
     """
-    if case not in GRID_CASES:
-        raise ValueError(f"grid case: expected one of {', '.join(GRID_CASES)}; received {case!r}.")
-    import pandapower.networks as pn
+    check_grid_case(case)
+    import pandapower
     from pandapower.converter.pypower.to_ppc import to_ppc
 
     logger = logging.getLogger("pandapower")
@@ -139,27 +192,92 @@ def pandapower_case(case: str) -> tuple[Any, dict[str, Any]]:
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # deprecation notes from pandapower's own dependencies
-            net = getattr(pn, GRID_CASES[case])()
+            if case.lower().endswith(".json"):
+                net = pandapower.from_json(case)
+            else:
+                net = getattr(_networks(), GRID_CASES.get(case, case))()
             ppc: dict[str, Any] = to_ppc(net, init="flat", calculate_voltage_angles=True, trafo_model="pi")
     finally:
         logger.setLevel(level)
     return net, ppc
 
 
-def load_grid(case: str) -> GridNetwork:
-    """Load a bundled pandapower case as a :class:`GridNetwork`.
+def read_matpower(path: str | Path) -> dict[str, np.ndarray]:
+    """The ``bus``, ``gen`` and ``branch`` tables of a MATPOWER case file (``mpc.bus = [ ... ];``).
 
-    Args:
-        case: one of :data:`GRID_CASES` (``ieee9`` ... ``ieee300``, ``pegase1354``, ``pegase2869``,
-            ``rte6470``, ``pegase9241``).
+    Bus numbers are kept as in the file; :func:`load_grid` renumbers them 0..N-1 in bus-table order.
 
     Raises:
-        ValueError: for an unknown case name, listing the known ones.
+        ValueError: naming the file and the table that is missing or malformed.
 
     """
-    net, ppc = pandapower_case(case)
+    where = f"MATPOWER file {str(path)!r}"
+    text = re.sub(r"%[^\n]*", "", Path(path).read_text())  # comments
+    out = {}
+    for table in ("bus", "gen", "branch"):
+        found = re.search(rf"mpc\.{table}\s*=\s*\[(.*?)\]\s*;", text, flags=re.S)
+        if found is None:
+            raise ValueError(f"{where}: expected a table mpc.{table} = [ ... ]; found none.")
+        rows = [r.strip() for r in re.split(r"[;\n]", found.group(1)) if r.strip()]
+        try:
+            values = [[float(v) for v in row.replace(",", " ").split()] for row in rows]
+        except ValueError as error:
+            raise ValueError(f"{where} mpc.{table}: expected numbers; {error}.") from None
+        widths = sorted({len(v) for v in values})
+        if len(widths) != 1:
+            raise ValueError(f"{where} mpc.{table}: expected rows of one width; received widths {widths}.")
+        out[table] = np.asarray(values)
+    if out["branch"].shape[1] < 11:
+        raise ValueError(
+            f"{where} mpc.branch: expected at least 11 columns; received {out['branch'].shape[1]}."
+        )
+    return out
+
+
+def _matpower_tables(case: str) -> tuple[dict[str, np.ndarray], np.ndarray]:
+    """A MATPOWER file's tables with buses renumbered 0..N-1, and the file's bus numbers."""
+    tables = read_matpower(case)
+    numbers = tables["bus"][:, 0].astype(int)
+    index = {int(b): i for i, b in enumerate(numbers)}
+    branch = tables["branch"].copy()
+    try:
+        for col in (_F_BUS, _T_BUS):
+            branch[:, col] = [index[int(b)] for b in branch[:, col]]
+        gen_bus = np.asarray([index[int(b)] for b in tables["gen"][:, 0]], dtype=float)
+    except KeyError as error:
+        raise ValueError(
+            f"MATPOWER file {case!r}: a branch or generator names bus {error}, not in mpc.bus."
+        ) from None
+    bus = np.column_stack([np.arange(len(numbers)), tables["bus"][:, 1:]])
+    return {"bus": bus, "gen": gen_bus[:, None], "branch": branch}, numbers
+
+
+def load_grid(case: str) -> GridNetwork:
+    """Load a power network as a :class:`GridNetwork`.
+
+    Args:
+        case: a twinfer name (:data:`GRID_CASES`: ``ieee9`` ... ``ieee300``, ``pegase1354``,
+            ``pegase2869``, ``rte6470``, ``pegase9241``), any pandapower network function that takes no
+            argument (``case1888rte``, ``case_illinois200``, ...), or the path of a pandapower JSON file
+            or a MATPOWER case file (``.m``). Nothing is downloaded.
+
+    Raises:
+        ValueError: for a case that is none of these (listing what is accepted), or a malformed file.
+
+    """
+    if case.lower().endswith(".m"):
+        check_grid_case(case)
+        ppc, ids = _matpower_tables(case)
+    else:
+        net, ppc = pandapower_case(case)
+        ids = np.asarray(net.bus.name.values if "name" in net.bus else np.arange(len(net.bus)))
     bus = np.real(np.asarray(ppc["bus"]))
     n_bus = bus.shape[0]
+    if n_bus < 2 or np.asarray(ppc["branch"]).shape[0] == 0:
+        raise ValueError(
+            f"grid case {case!r}: expected a network of at least 2 buses joined by branches; received "
+            f"{n_bus} buses and {np.asarray(ppc['branch']).shape[0]} branches."
+        )
     if not np.array_equal(bus[:, 0].astype(int), np.arange(n_bus)):
         raise ValueError(
             f"grid case {case!r}: expected buses numbered 0..{n_bus - 1} in the converted table."
@@ -167,9 +285,11 @@ def load_grid(case: str) -> GridNetwork:
     gen_bus = np.real(np.asarray(ppc["gen"]))[:, 0].astype(int)
     _, first = np.unique(gen_bus, return_index=True)
     gens = gen_bus[np.sort(first)]
+    if ids.shape[0] != n_bus:  # pandapower dropped out-of-service buses while converting
+        ids = np.arange(n_bus)
     return GridNetwork(
         name=case,
         coupling=branch_coupling(n_bus, np.asarray(ppc["branch"])),
         gen_buses=gens,
-        bus_ids=np.asarray(net.bus.name.values if "name" in net.bus else np.arange(n_bus)),
+        bus_ids=ids,
     )

@@ -29,7 +29,7 @@ import numpy as np
 import pydantic
 
 from twinfer import sharding
-from twinfer.data import load_grid
+from twinfer.data import GRID_CASES, check_grid_case, load_grid
 from twinfer.experiments._case import Case, CaseConfig, Progress, register
 from twinfer.infer.clusters import (
     Partition,
@@ -57,7 +57,11 @@ class GridConfig(CaseConfig):
     """Configuration of ``grid``; defaults are Table S4 (distributed Q_Omega from the authors' code)."""
 
     seed: int = pydantic.Field(42, ge=0, description="Seed of every random draw.")
-    case: GridName = pydantic.Field("ieee300", description="Network: ieee9..ieee300, pegase*, rte6470.")
+    case: str = pydantic.Field(
+        "ieee300",
+        description="Network: ieee9..ieee300, pegase1354, pegase2869, rte6470, pegase9241, any pandapower "
+        "network (case1888rte, case_illinois200, ...), or a pandapower .json / MATPOWER .m file.",
+    )
     s_max: int = pydantic.Field(5, ge=1, le=10, description="Largest cluster (buses).")
     steps: int = pydantic.Field(300, ge=2, description="Number of time steps.")
     dt: pydantic.PositiveFloat = pydantic.Field(0.01, description="Time step [s].")
@@ -88,6 +92,11 @@ class GridConfig(CaseConfig):
     devices: int = pydantic.Field(
         1, ge=0, description="Devices the cluster axis is split over (0: all visible devices)."
     )
+
+    @pydantic.field_validator("case")
+    @classmethod
+    def _known_case(cls, value: str) -> str:
+        return check_grid_case(value)
 
 
 def substeps_for(config: GridConfig, weight: np.ndarray) -> int:
@@ -421,9 +430,14 @@ def memory_estimate(config: GridConfig) -> int:
 
     About 400 bytes per step and bus (measured on ieee57: peak RSS 596 MB at 60 steps, 623 MB at 1 200;
     truth, observations and three estimators' means and spreads grow with both), taken as 512, above a
-    512 MiB floor. The bus count is the number in the network's name (ieee300: 300 buses).
+    512 MiB floor. The bus count is the number in the network's name (ieee300: 300 buses), else the
+    loaded network's.
     """
-    n_bus = int("".join(c for c in config.case if c.isdigit()))
+    digits = "".join(c for c in config.case if c.isdigit())
+    named = config.case in GRID_CASES or (
+        config.case.startswith("case") and digits and "." not in config.case
+    )
+    n_bus = int(digits) if named else load_grid(config.case).n_bus
     return 512 * 2**20 + 512 * n_bus * (config.steps + 1)
 
 
