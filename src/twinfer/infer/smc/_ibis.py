@@ -33,6 +33,7 @@ from jaxtyping import Array, ArrayLike, Float, Int, PRNGKeyArray
 
 from twinfer.checkpoint import Checkpoint, array_digest, as_checkpoint, digest
 from twinfer.infer.filters import systematic_resample
+from twinfer.infer.filters._particle import check_particles
 from twinfer.infer.smc._prior import TransformedNormalPrior
 
 Progress = Callable[[str, float, float], None]
@@ -94,12 +95,6 @@ def ess(log_w: Float[Array, " N"]) -> Float[Array, ""]:
 def uniform_log_weights(n: int) -> Float[Array, " N"]:
     """Equal log-weights ``-log N`` (the prior draws, and every cloud just resampled)."""
     return jnp.full(n, -jnp.log(n))
-
-
-def check_n_particles(where: str, n_particles: int) -> None:
-    """A sampler needs at least two particles (ValueError naming ``where``)."""
-    if n_particles < 2:
-        raise ValueError(f"{where} n_particles: expected >= 2; received {n_particles}.")
 
 
 def sampler_checkpoint(
@@ -296,9 +291,7 @@ def ibis(
         Chopin (2002); Longbottom et al., Eq. (20)-(25), Algorithm 1 (corrected per specs 2.5, 6.7).
 
     """
-    check_n_particles("ibis", n_particles)
-    if not 0.0 < ess_threshold <= 1.0:
-        raise ValueError(f"ibis ess_threshold: expected in (0, 1]; received {ess_threshold}.")
+    check_particles("ibis", n_particles, ess_threshold)
     if n_moves < 1 or checkpoint_every < 1:
         raise ValueError(
             f"ibis n_moves, checkpoint_every: expected >= 1; received {n_moves}, {checkpoint_every}."

@@ -43,6 +43,7 @@ from jaxtyping import Array, Float, Int, PRNGKeyArray
 
 from twinfer.checkpoint import Checkpoint
 from twinfer.infer.filters import systematic_resample
+from twinfer.infer.filters._particle import check_particles
 from twinfer.infer.smc._ibis import (
     IBISResult,
     IncrementalLikelihood,
@@ -50,7 +51,6 @@ from twinfer.infer.smc._ibis import (
     _history_loglik,
     _mvn_logpdf,
     _weighted_gaussian,
-    check_n_particles,
     ess,
     particles_result,
     sampler_checkpoint,
@@ -209,7 +209,7 @@ def tempering(
         (2016); Chopin & Papaspiliopoulos (2020), Ch. 17.
 
     """
-    check_n_particles("tempering", n_particles)
+    check_particles("tempering", n_particles)
     if not 0.0 < ess_target < 1.0:
         raise ValueError(f"tempering ess_target: expected in (0, 1); received {ess_target}.")
     if n_moves < 1 or max_stages < 1:
