@@ -246,3 +246,23 @@ def test_gram_kernel_equals_the_qr_update_for_functions_matrices_masks_and_corre
             weights=UnscentedWeights(0.5, 2.0, 0.0),
             kernel="gram",
         )
+
+
+def test_ukf_scan_takes_sensor_standard_deviations_as_chol_R():
+    """``ukf_scan`` passes a vector ``chol_R`` (independent sensors) to every step: it equals the scan with
+    the diagonal factor, for a measurement function and for a matrix (the per-sensor path), with gaps."""
+    rng = np.random.default_rng(11)
+    T, n, m = 25, 3, 2
+    f = lambda x, u: x + 0.05 * jnp.sin(x) + u  # noqa: E731
+    H = jnp.asarray(rng.normal(size=(m, n)))
+    us = jnp.asarray(rng.normal(size=(T, n)) * 0.01)
+    ys = jnp.asarray(rng.normal(size=(T, m)))
+    masks = jnp.asarray(rng.random((T, m)) > 0.3)
+    std = jnp.array([0.3, 0.2])
+    args = (jnp.zeros(n), jnp.eye(n), 0.1 * jnp.eye(n))
+    for h in (lambda x, u: H @ x, H):
+        by_std = ukf_scan(f, h, *args, std, us, ys, masks)
+        by_factor = ukf_scan(f, h, *args, jnp.diag(std), us, ys, masks)
+        np.testing.assert_allclose(by_std.means, by_factor.means, rtol=1e-11, atol=1e-13)
+        np.testing.assert_allclose(by_std.covs, by_factor.covs, rtol=1e-10, atol=1e-13)
+        np.testing.assert_allclose(float(by_std.loglik), float(by_factor.loglik), rtol=1e-11)

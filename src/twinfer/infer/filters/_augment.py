@@ -17,6 +17,11 @@ from jaxtyping import Array, ArrayLike, Float
 from twinfer.models import AbstractModel, Params, get_param, locate, set_params
 
 
+def _from_base(name: str, doc: str) -> Any:
+    """A read-only property that returns the attribute ``name`` of the wrapped ``base`` model."""
+    return property(lambda self: getattr(self.base, name), doc=doc)
+
+
 class Augmented(AbstractModel):
     """``base`` with the parameters named in ``unknown`` moved into the state (after the base state)."""
 
@@ -53,13 +58,8 @@ class Augmented(AbstractModel):
     def state_names(self) -> tuple[str, ...]:
         return self.base.state_names + self.unknown
 
-    @property
-    def input_names(self) -> tuple[str, ...]:
-        return self.base.input_names
-
-    @property
-    def output_names(self) -> tuple[str, ...]:
-        return self.base.output_names
+    input_names = _from_base("input_names", "The base model's inputs (augmentation adds none).")
+    output_names = _from_base("output_names", "The base model's outputs (augmentation adds none).")
 
     def initial_state(
         self, x0: Float[ArrayLike, " n"], values: dict[str, float] | None = None

@@ -35,6 +35,17 @@ def systematic_resample(key: PRNGKeyArray, log_weights: Float[Array, " N"]) -> I
     return jnp.clip(jnp.searchsorted(jnp.cumsum(weights), positions), 0, n - 1)
 
 
+def check_particles(where: str, n_particles: int, ess_threshold: float | None = None) -> None:
+    """A particle method's settings: ``n_particles >= 2`` and ``ess_threshold`` (where given) in (0, 1].
+
+    Shared by :func:`particle_filter` and the SMC samplers; the ValueError names ``where`` and the field.
+    """
+    if n_particles < 2:
+        raise ValueError(f"{where} n_particles: expected >= 2; received {n_particles}.")
+    if ess_threshold is not None and not 0.0 < ess_threshold <= 1.0:
+        raise ValueError(f"{where} ess_threshold: expected in (0, 1]; received {ess_threshold}.")
+
+
 def particle_filter(
     key: PRNGKeyArray,
     f: Transition,
@@ -70,10 +81,7 @@ def particle_filter(
         :class:`ParticleOutput`.
 
     """
-    if n_particles < 2:
-        raise ValueError(f"particle_filter n_particles: expected >= 2; received {n_particles}.")
-    if not 0.0 < ess_threshold <= 1.0:
-        raise ValueError(f"particle_filter ess_threshold: expected in (0, 1]; received {ess_threshold}.")
+    check_particles("particle_filter", n_particles, ess_threshold)
     chol_q, chol_r = jnp.linalg.cholesky(q), jnp.linalg.cholesky(r)
     m = ys.shape[-1]
     log_norm = -jnp.sum(jnp.log(jnp.diag(chol_r))) - 0.5 * m * jnp.log(2 * jnp.pi)

@@ -239,7 +239,7 @@ def ukf_scan(
     x0: Float[Array, " n"],
     chol_P0: Float[Array, "n n"],
     chol_Q: Float[Array, "n q"],
-    chol_R: Float[Array, "m r"],
+    chol_R: Float[Array, "m r"] | Float[Array, " m"],
     us: Float[ArrayLike, "T n_u"],
     ys: Float[Array, "T m"],
     masks: Bool[Array, "T m"] | None = None,
@@ -262,9 +262,11 @@ def ukf_scan(
         x0: initial mean (n,).
         chol_P0: lower Cholesky factor of the initial covariance (n, n).
         chol_Q: factor of the process-noise covariance (n, q).
-        chol_R: factor of the measurement-noise covariance (m, r).
+        chol_R: factor of the measurement-noise covariance (m, r), or the standard deviations (m,) of
+            independent sensors (see :func:`ukf_step`).
         us: inputs (T, n_u).
-        ys: measurements (T, m); entries with ``masks`` False are ignored.
+        ys: measurements (T, m); entries with ``masks`` False are ignored (one with ``masks`` True is
+            read even if NaN: that step diverges and ``first_bad_step`` names it).
         masks: boolean (T, m), default: observed where ``ys`` is finite (NaN marks a missing value).
         weights: sigma-point weights (default ``UnscentedWeights.merwe()``).
         redraw: redraw sigma points for the measurement.

@@ -8,6 +8,7 @@ References:
 
 from twinfer.infer.pinn._bayes import affine_force, force_log_posterior, gamma_logpdf, layer_log_posterior
 from twinfer.infer.pinn._loss import (
+    ChainProblem,
     LossWeights,
     SensorProblem,
     StateProblem,
@@ -29,6 +30,7 @@ from twinfer.infer.pinn._trainer import TrainResult, TrainSettings, loss_parts, 
 
 __all__ = [
     "ACTIVATIONS",
+    "ChainProblem",
     "LossWeights",
     "PositiveParameters",
     "SensorProblem",

@@ -54,31 +54,62 @@ def _finite(name: str, value: Any, ndim: int) -> np.ndarray:
     return arr
 
 
-class SensorProblem(eqx.Module):
-    """Everything the Eq 17 losses need besides the trainable pieces.
+class ChainProblem(eqx.Module):
+    """What the Eq 17 losses of both stages read besides the data term: model, forces, collocation, weights.
+
+    :class:`SensorProblem` (accelerations at sensed DOFs) and :class:`StateProblem` (states at every DOF)
+    add their observations and residual scales to these fields.
 
     Attributes:
-        chain: the model the PINN prescribes (form and fixed parameter values).
-        sensed: 0-based indices of the DOFs with accelerometers.
-        t_obs, acc_obs, force_obs: observation times, measured accelerations at the sensed DOFs, measured
-            forces at the chain's forced DOFs.
-        t_col, force_col: collocation times and the measured force there.
-        acc_scale, vel_scale: residual scales.
+        chain: the model the PINN prescribes (form and fixed parameter values; trainable ones replace
+            them where given).
+        t_obs, force_obs: observation times and the measured forces at the chain's forced DOFs there.
+        t_col, force_col: collocation times of ``L_cc`` and ``L_p`` and the measured force there.
         weights: the lambdas.
 
     """
 
     chain: Chain
-    sensed: tuple[int, ...] = eqx.field(static=True)
     t_obs: Float[Array, " To"]
-    acc_obs: Float[Array, "To s"]
     force_obs: Float[Array, "To n_in"]
     t_col: Float[Array, " Tc"]
     force_col: Float[Array, "Tc n_in"]
+    weights: LossWeights = eqx.field(static=True)
+
+
+class SensorProblem(ChainProblem):
+    """Everything the Eq 17 losses need besides the trainable pieces (the fields of :class:`ChainProblem`).
+
+    Attributes:
+        sensed: 0-based indices of the DOFs with accelerometers.
+        acc_obs: measured accelerations at the sensed DOFs, at ``t_obs``.
+        acc_scale, vel_scale: residual scales.
+        initial_state: known state at ``t_col[0]`` for the ``ic`` term.
+
+    """
+
+    sensed: tuple[int, ...] = eqx.field(static=True)
+    acc_obs: Float[Array, "To s"]
     acc_scale: float = eqx.field(static=True)
     vel_scale: float = eqx.field(static=True)
-    weights: LossWeights = eqx.field(static=True)
     initial_state: Float[Array, " 2n"]
+
+
+def _times_and_forces(
+    chain: Chain, t_obs: Any, force_obs: Any, t_col: Any, force_col: Any
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Checked ``(t_obs, force_obs, t_col, force_col)``: finite, 1-D times, one force column per forced DOF.
+
+    ``t_col``/``force_col`` None: the observation times and forces (the caller checks they come together).
+    """
+    t_o, f_o = _finite("t_obs", t_obs, 1), _finite("force_obs", force_obs, 2)
+    t_c = t_o if t_col is None else _finite("t_col", t_col, 1)
+    f_c = f_o if force_col is None else _finite("force_col", force_col, 2)
+    n_in = len(chain.forced_dofs)
+    for name, times, forces in (("force_obs", t_o, f_o), ("force_col", t_c, f_c)):
+        if forces.shape != (times.size, n_in):
+            raise ValueError(f"{name}: expected shape {(times.size, n_in)}; received {forces.shape}.")
+    return t_o, f_o, t_c, f_c
 
 
 def sensor_problem(
@@ -112,18 +143,10 @@ def sensor_problem(
 
     """
     sensed = observed_dofs(chain.n_dof, list(unobserved_dofs))
-    t_o, t_c = _finite("t_obs", t_obs, 1), _finite("t_col", t_col, 1)
+    t_o, f_o, t_c, f_c = _times_and_forces(chain, t_obs, force_obs, t_col, force_col)
     acc = _finite("acc_obs", acc_obs, 2)
-    f_o, f_c = _finite("force_obs", force_obs, 2), _finite("force_col", force_col, 2)
-    n_in = len(chain.forced_dofs)
-    expected = {
-        "acc_obs": ((t_o.size, len(sensed)), acc.shape),
-        "force_obs": ((t_o.size, n_in), f_o.shape),
-        "force_col": ((t_c.size, n_in), f_c.shape),
-    }
-    for name, (want, got) in expected.items():
-        if want != got:
-            raise ValueError(f"{name}: expected shape {want}; received {got}.")
+    if acc.shape != (t_o.size, len(sensed)):
+        raise ValueError(f"acc_obs: expected shape {(t_o.size, len(sensed))}; received {acc.shape}.")
     for name, value in (("acc_scale", acc_scale), ("vel_scale", vel_scale)):
         if not (np.isfinite(value) and value > 0):
             raise ValueError(f"{name}: expected a finite value > 0; received {value!r}.")
@@ -247,37 +270,28 @@ def projected_parameters(
     return theta.with_values(jax.lax.stop_gradient(values))
 
 
-class StateProblem(eqx.Module):
+class StateProblem(ChainProblem):
     """Data of the Bayesian scheme's first stage: states and force observed at every DOF (section 4.3).
 
+    The fields of :class:`ChainProblem`, with ``t_obs`` the observation and collocation times and
+    ``force_obs`` the measured forces (means of the repeats); the collocation times and forces default to
+    them. With a force held constant over each sample step (zero-order hold, specs 1.5) the mid-step times
+    ``t_i + dt/2`` with the held sample ``f_i`` are exact, whereas at ``t_i`` itself the force jumps and a
+    smooth network's derivative sees the mean of ``f_{i-1}`` and ``f_i``, half a step late.
+
     Attributes:
-        chain: the model (its parameter values are replaced by the trainable ones where given).
-        t_obs: (T,) observation and collocation times.
         z_obs: (T, 2n) measured ``[u, v]`` (mean of the repeats: with a common noise scale the squared
             error summed over repeats differs from the mean's by a constant).
-        force_obs: (T, n_in) measured forces (mean of the repeats).
-        t_col, force_col: collocation times of ``L_cc`` and ``L_p`` and the measured force acting there
-            (default: the observation times and forces). With a force held constant over each sample step
-            (zero-order hold, specs 1.5) the mid-step times ``t_i + dt/2`` with the held sample ``f_i`` are
-            exact, whereas at ``t_i`` itself the force jumps and a smooth network's derivative sees the mean
-            of ``f_{i-1}`` and ``f_i``, half a step late.
         disp_scale, vel_scale, acc_scale: residual scales, one per DOF (a scalar is broadcast). With the
             measurement noise standard deviations of the fitted quantities, ``L_o + L_cc + L_p`` is the
             Gaussian negative log-likelihood of Eq 23 at fixed noise scales, up to constants.
-        weights: ``obs`` (states), ``cc``, ``ode``.
 
     """
 
-    chain: Chain
-    t_obs: Float[Array, " T"]
     z_obs: Float[Array, "T 2n"]
-    force_obs: Float[Array, "T n_in"]
-    t_col: Float[Array, " Tc"]
-    force_col: Float[Array, "Tc n_in"]
     disp_scale: Float[Array, " n"]
     vel_scale: Float[Array, " n"]
     acc_scale: Float[Array, " n"]
-    weights: LossWeights = eqx.field(static=True)
 
 
 def state_problem(
@@ -299,19 +313,12 @@ def state_problem(
     ``t_col`` and ``force_col`` (given together) are the collocation times and forces of the physics terms;
     by default the observation times and forces.
     """
-    t = _finite("t_obs", t_obs, 1)
-    z, f = _finite("z_obs", z_obs, 2), _finite("force_obs", force_obs, 2)
-    if z.shape != (t.size, chain.n_state):
-        raise ValueError(f"z_obs: expected shape {(t.size, chain.n_state)}; received {z.shape}.")
-    n_in = len(chain.forced_dofs)
-    if f.shape != (t.size, n_in):
-        raise ValueError(f"force_obs: expected shape {(t.size, n_in)}; received {f.shape}.")
     if (t_col is None) != (force_col is None):
         raise ValueError("t_col/force_col: expected both or neither; received only one of them.")
-    t_c = t if t_col is None else _finite("t_col", t_col, 1)
-    f_c = f if force_col is None else _finite("force_col", force_col, 2)
-    if f_c.shape != (t_c.size, n_in):
-        raise ValueError(f"force_col: expected shape {(t_c.size, n_in)}; received {f_c.shape}.")
+    t, f, t_c, f_c = _times_and_forces(chain, t_obs, force_obs, t_col, force_col)
+    z = _finite("z_obs", z_obs, 2)
+    if z.shape != (t.size, chain.n_state):
+        raise ValueError(f"z_obs: expected shape {(t.size, chain.n_state)}; received {z.shape}.")
     per_dof = {}
     for name, value in (("disp_scale", disp_scale), ("vel_scale", vel_scale), ("acc_scale", acc_scale)):
         arr = np.asarray(value, dtype=np.float64)

@@ -33,6 +33,7 @@ from jaxtyping import Array, ArrayLike, Float, Int, PRNGKeyArray
 
 from twinfer.checkpoint import Checkpoint, array_digest, as_checkpoint, digest
 from twinfer.infer.filters import systematic_resample
+from twinfer.infer.filters._particle import check_particles
 from twinfer.infer.smc._prior import TransformedNormalPrior
 
 Progress = Callable[[str, float, float], None]
@@ -89,6 +90,42 @@ def ess(log_w: Float[Array, " N"]) -> Float[Array, ""]:
     """``(sum w)^2 / sum w^2`` (Eq. 22), from log-weights."""
     w = jnp.exp(log_w - logsumexp(log_w))
     return 1.0 / jnp.sum(w**2)
+
+
+def uniform_log_weights(n: int) -> Float[Array, " N"]:
+    """Equal log-weights ``-log N`` (the prior draws, and every cloud just resampled)."""
+    return jnp.full(n, -jnp.log(n))
+
+
+def sampler_checkpoint(
+    checkpoint: Checkpoint | None,
+    where: str,
+    key: PRNGKeyArray,
+    likelihood: IncrementalLikelihood,
+    prior: TransformedNormalPrior,
+    settings: dict[str, Any],
+) -> Checkpoint | None:
+    """``checkpoint`` fingerprinted with the sampler's ``settings`` and ``key`` and the problem's arrays.
+
+    A resumed run must match all of them (the caller's parts are already in ``checkpoint``); None: no
+    checkpoint.
+    """
+    ckpt = as_checkpoint(checkpoint, where)
+    if ckpt is None:
+        return None
+    fingerprint = {**settings, "key": np.asarray(jax.random.key_data(key)).tolist()}
+    return ckpt.extended(sampler=digest(fingerprint), problem=array_digest(likelihood, prior))
+
+
+def particles_result(prior: TransformedNormalPrior, state: Any, **diagnostics: Any) -> IBISResult:
+    """:class:`IBISResult` of the final cloud ``state`` (``z``, ``log_w``, ``loglik``) and the diagnostics."""
+    return IBISResult(
+        z=np.asarray(state.z),
+        theta=np.asarray(prior.to_natural(state.z)),
+        log_w=np.asarray(state.log_w),
+        loglik=np.asarray(state.loglik),
+        **diagnostics,
+    )
 
 
 def _vstep(
@@ -201,8 +238,7 @@ def _rejuvenate(lik, prior, state: IBISState, key: Any, n_moves: int, jitter: fl
         loglik = jnp.where(accept, ll_new, loglik)
         carry = jax.tree_util.tree_map(lambda a, b, acc=accept: _select(acc, b, a), carry, carry_new)
         accepted = accepted + jnp.mean(accept)
-    log_w = jnp.full(n, -jnp.log(n))
-    return IBISState(z, carry, log_w, loglik, state.t), accepted / n_moves
+    return IBISState(z, carry, uniform_log_weights(n), loglik, state.t), accepted / n_moves
 
 
 def _select(mask: Any, new: Any, old: Any) -> Any:
@@ -255,10 +291,7 @@ def ibis(
         Chopin (2002); Longbottom et al., Eq. (20)-(25), Algorithm 1 (corrected per specs 2.5, 6.7).
 
     """
-    if n_particles < 2:
-        raise ValueError(f"ibis n_particles: expected >= 2; received {n_particles}.")
-    if not 0.0 < ess_threshold <= 1.0:
-        raise ValueError(f"ibis ess_threshold: expected in (0, 1]; received {ess_threshold}.")
+    check_particles("ibis", n_particles, ess_threshold)
     if n_moves < 1 or checkpoint_every < 1:
         raise ValueError(
             f"ibis n_moves, checkpoint_every: expected >= 1; received {n_moves}, {checkpoint_every}."
@@ -269,20 +302,22 @@ def ibis(
     state = IBISState(
         z=z0,
         carry=_init_carry(likelihood, prior, z0),
-        log_w=jnp.full(n_particles, -jnp.log(n_particles)),
+        log_w=uniform_log_weights(n_particles),
         loglik=jnp.zeros(n_particles),
         t=jnp.zeros((), jnp.int32),
     )
     ess_buf = jnp.zeros(total)
     resample_times: list[int] = []
     acceptance: list[float] = []
-    ckpt = as_checkpoint(checkpoint, "ibis")
-    if ckpt is not None:
-        settings = {"n_particles": n_particles, "ess_threshold": ess_threshold, "n_moves": n_moves,
-                    "jitter": jitter, "key": np.asarray(jax.random.key_data(key)).tolist()}  # fmt: skip
-        ckpt = ckpt.extended(sampler=digest(settings), problem=array_digest(likelihood, prior))
-        if ckpt.begin():
-            state, ess_buf, resample_times, acceptance = _restore(ckpt, state, ess_buf, total)
+    settings = {
+        "n_particles": n_particles,
+        "ess_threshold": ess_threshold,
+        "n_moves": n_moves,
+        "jitter": jitter,
+    }
+    ckpt = sampler_checkpoint(checkpoint, "ibis", key, likelihood, prior, settings)
+    if ckpt is not None and ckpt.begin():
+        state, ess_buf, resample_times, acceptance = _restore(ckpt, state, ess_buf, total)
     threshold = ess_threshold * n_particles
     end = total if stop_at is None else min(int(stop_at), total)
     while int(state.t) < end:
@@ -303,12 +338,9 @@ def ibis(
             ckpt.save("ibis", state, records, {"ess": ess_buf})
         if progress is not None:
             progress("IBIS over observations", t_now, total)
-    z = np.asarray(state.z)
-    return IBISResult(
-        z=z,
-        theta=np.asarray(prior.to_natural(state.z)),
-        log_w=np.asarray(state.log_w),
-        loglik=np.asarray(state.loglik),
+    return particles_result(
+        prior,
+        state,
         ess=np.asarray(ess_buf),
         resample_times=np.asarray(resample_times, dtype=np.int64),
         acceptance=np.asarray(acceptance, dtype=np.float64),

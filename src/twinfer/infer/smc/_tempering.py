@@ -41,8 +41,9 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float, Int, PRNGKeyArray
 
-from twinfer.checkpoint import Checkpoint, array_digest, as_checkpoint, digest
+from twinfer.checkpoint import Checkpoint
 from twinfer.infer.filters import systematic_resample
+from twinfer.infer.filters._particle import check_particles
 from twinfer.infer.smc._ibis import (
     IBISResult,
     IncrementalLikelihood,
@@ -51,6 +52,9 @@ from twinfer.infer.smc._ibis import (
     _mvn_logpdf,
     _weighted_gaussian,
     ess,
+    particles_result,
+    sampler_checkpoint,
+    uniform_log_weights,
 )
 from twinfer.infer.smc._prior import TransformedNormalPrior
 
@@ -205,8 +209,7 @@ def tempering(
         (2016); Chopin & Papaspiliopoulos (2020), Ch. 17.
 
     """
-    if n_particles < 2:
-        raise ValueError(f"tempering n_particles: expected >= 2; received {n_particles}.")
+    check_particles("tempering", n_particles)
     if not 0.0 < ess_target < 1.0:
         raise ValueError(f"tempering ess_target: expected in (0, 1); received {ess_target}.")
     if n_moves < 1 or max_stages < 1:
@@ -221,17 +224,14 @@ def tempering(
     template = TemperingState(
         z=z0,
         loglik=jnp.zeros(n_particles),
-        log_w=jnp.full(n_particles, -jnp.log(n_particles)),
+        log_w=uniform_log_weights(n_particles),
         lam=jnp.zeros(()),
         stage=jnp.zeros((), jnp.int32),
     )
     records: dict[str, list[float]] = {"lambdas": [], "ess": [], "acceptance": []}
-    ckpt = as_checkpoint(checkpoint, "tempering")
-    if ckpt is not None:
-        settings = {"n_particles": n_particles, "ess_target": ess_target, "n_moves": n_moves,
-                    "kernel": kernel, "jitter": jitter,
-                    "key": np.asarray(jax.random.key_data(key)).tolist()}  # fmt: skip
-        ckpt = ckpt.extended(sampler=digest(settings), problem=array_digest(likelihood, prior))
+    settings = {"n_particles": n_particles, "ess_target": ess_target, "n_moves": n_moves, "kernel": kernel,
+                "jitter": jitter}  # fmt: skip
+    ckpt = sampler_checkpoint(checkpoint, "tempering", key, likelihood, prior, settings)
     if ckpt is not None and ckpt.begin():
         state, records = _restore(ckpt, template, max_stages)
     else:
@@ -257,7 +257,7 @@ def tempering(
         records["lambdas"].append(lam)
         records["ess"].append(float(ess(log_w)))
         records["acceptance"].append(float(np.mean(rates)))
-        uniform = jnp.full(n_particles, -jnp.log(n_particles))
+        uniform = uniform_log_weights(n_particles)
         state = TemperingState(z, loglik, uniform, jnp.asarray(lam), jnp.asarray(stage, jnp.int32))
         if ckpt is not None:
             ckpt.save("tempering", state, records)
@@ -268,11 +268,9 @@ def tempering(
             f"tempering: lambda reached only {float(state.lam):.3g} after max_stages = {max_stages} stages; "
             "raise max_stages or lower ess_target."
         )
-    return IBISResult(
-        z=np.asarray(state.z),
-        theta=np.asarray(prior.to_natural(state.z)),
-        log_w=np.asarray(state.log_w),
-        loglik=np.asarray(state.loglik),
+    return particles_result(
+        prior,
+        state,
         ess=np.asarray(records["ess"], dtype=np.float64),
         resample_times=np.arange(1, len(records["lambdas"]) + 1, dtype=np.int64),
         acceptance=np.asarray(records["acceptance"], dtype=np.float64),
