@@ -1,5 +1,6 @@
 """Simulation: integrator steps, discretisation, graph nodes, fixed-step and adaptive solves, signals."""
 
+from twinfer.sim._dataset import simulate_dataset
 from twinfer.sim._discretise import METHODS, DiscreteModel, discretise, exact_matrices
 from twinfer.sim._node import Dynamics, GraphNode, StagedNode, graph_node, heun_node
 from twinfer.sim._noise import add_noise, add_noise_numpy_legacy, noise_std_for_snr
@@ -37,6 +38,7 @@ __all__ = [
     "rk4_step",
     "semi_implicit_euler_step",
     "simulate",
+    "simulate_dataset",
     "simulate_discrete",
     "simulate_particles",
     "simulate_particles_feedback",
