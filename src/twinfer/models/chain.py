@@ -41,6 +41,26 @@ def spring_damper_force(k: Any, c: Any, dx: Any, dv: Any) -> Any:
     return k * dx + c * dv
 
 
+def connection_force(k: Any, c: Any, kappa: Any, mu: Any, r: Any, dr: Any) -> Any:
+    """Force of one connection stretched by ``r`` at rate ``dr`` (eq. S20 with the nonlinear terms).
+
+    ``F = k r + c dr + kappa r^3 + mu (r^2 - 1) dr``: linear spring and damper, Duffing spring, Van der Pol
+    damper. Odd in ``(r, dr)``, so the force on either end is the same expression of the other end's
+    displacement relative to it.
+    """
+    return spring_damper_force(k, c, r, dr) + kappa * r**3 + mu * (r**2 - 1.0) * dr
+
+
+def connection_law(s_send: Any, s_recv: Any, gamma: Any) -> Any:
+    """Interface law of a cut connection: ``[F(x_s - x_r, v_s - v_r)]``, ``gamma = [k, c, kappa, mu]``.
+
+    The force the sender's mass exerts on the receiver's (:func:`connection_force`), the same expression
+    in both directions; with ``kappa = mu = 0`` it is :func:`spring_damper_law`.
+    """
+    d = s_send - s_recv
+    return jnp.atleast_1d(connection_force(gamma[0], gamma[1], gamma[2], gamma[3], d[0], d[1]))
+
+
 def spring_damper_law(s_send: Any, s_recv: Any, gamma: Any) -> Any:
     """Interface law ``F = k (x_s - x_r) + c (v_s - v_r)``, ``gamma = [k, c]``, ports ``[x, v]`` (eq. S24).
 
@@ -181,12 +201,10 @@ class Chain(AbstractModel):
         q, v = x[:n], x[n:]
         r = q - jnp.concatenate([jnp.zeros(1, q.dtype), q[:-1]])
         dr = v - jnp.concatenate([jnp.zeros(1, v.dtype), v[:-1]])
-        force = spring_damper_force(params["k"], params["c"], r, dr)
-        if "kappa" in params:
-            force = force + params["kappa"] * r**3
-        if "mu" in params:
-            force = force + params["mu"] * (r**2 - 1.0) * dr
-        return force
+        zero = jnp.zeros_like(r)
+        return connection_force(
+            params["k"], params["c"], params.get("kappa", zero), params.get("mu", zero), r, dr
+        )
 
     def acceleration(self, x: State, u: Input, params: Params) -> Array:
         """Accelerations of all masses: M^{-1} (f - F_i + F_{i+1})."""

@@ -32,6 +32,7 @@ from twinfer.data import Dataset
 from twinfer.models import AbstractModel
 from twinfer.sim._discretise import METHODS, discretise
 from twinfer.sim._simulate import simulate, simulate_discrete
+from twinfer.sim._trajectory import Trajectory
 
 Truth = Literal["exact", "euler", "semi-implicit-euler", "heun", "rk4"]
 
@@ -125,7 +126,8 @@ def simulate_dataset(
         if model.is_linear:
             states = simulate_discrete(discretise(model, dt, "exact"), start, u_j[:-1]).states
         else:
-            states = simulate(model, times, start, us, interpolation="zoh").states
+            solved = simulate(model, times, start, us, interpolation="zoh")
+            states = (solved if isinstance(solved, Trajectory) else solved[0]).states
     else:
         step = discretise(model, dt, truth, substeps)
         states = simulate_discrete(step, start, u_j[:-1]).states

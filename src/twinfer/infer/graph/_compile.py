@@ -330,6 +330,13 @@ def _psd_root(a: Any) -> Any:
     return v * jnp.sqrt(jnp.maximum(w, 0.0))[None, :]
 
 
+def _columns(values: Any, cols: Any) -> Any:
+    """``values[cols]`` with column -1 read as 0 (an input the data does not carry, e.g. an unforced mass)."""
+    if values.shape[0] == 0:
+        return jnp.zeros(jnp.shape(cols), values.dtype)
+    return jnp.where(cols >= 0, values[jnp.maximum(cols, 0)], 0.0)
+
+
 def _linear_output(matrix: np.ndarray) -> Callable[..., Any]:
     """``(x, u, m, params) -> H x``: a subsystem's output given as a matrix."""
     return lambda x, u, m, params: jnp.asarray(matrix) @ x
@@ -352,7 +359,7 @@ def _local_step(
     appended to the factor of Q as ``G F`` with ``F F^T = cm``. Returns filtered and predicted means and
     lower factors and the log-likelihood increment.
     """
-    u = u_all[arr["inputs"]]
+    u = _columns(u_all, arr["inputs"])
     y = y_all[arr["outputs"]]
     mask = mask_all[arr["outputs"]]
     params = arr["params"]
@@ -630,7 +637,7 @@ def _prepare_record(
     for gi, g in enumerate(compiled.groups):
         for field, arr, arg in (("inputs", us, "us"), ("outputs", ys, "ys")):
             for i, cols in zip(g.members, np.asarray(numbers.groups[gi][field]), strict=True):
-                low = -1 if field == "outputs" else 0  # -1: an output never measured (padding)
+                low = -1  # -1: an output never measured (padding), an input the data does not carry
                 if cols.size and (cols.max() >= arr.shape[1] or cols.min() < low):
                     raise ValueError(
                         f"run: subsystem {compiled.names[i]!r} {field}: expected columns in {low}.."

@@ -458,7 +458,7 @@ class FieldEngine:
         """
         sizes = [m.shape[0] for m in means]
         h = self._dt / self.finest
-        us = [u[a["inputs"]] for a in arrs]
+        us = [_columns(u, a["inputs"]) for a in arrs]
         fields = [_vector_field(g) for g in self.groups]
 
         def exchange(y: Sequence[Any]) -> list[Any]:
@@ -624,6 +624,12 @@ def check_field_run(compiled: Any, ok: Sequence[Any], times: Any = None) -> None
     )
 
 
+def _columns(values: Any, cols: Any) -> Any:
+    from twinfer.infer.graph._compile import _columns as columns
+
+    return columns(values, cols)
+
+
 def _vector_field(g: _FieldGroup) -> Callable[..., Any]:
     if g.template.dynamics is None:  # compile_field refuses predicted messages without dynamics
         raise ValueError("predicted field messages need every member built with twinfer.sim.heun_node.")
@@ -635,7 +641,7 @@ def _field_local_step(tmpl: _FieldTemplate, u_all, params, inputs, chol_r, mean,
 
     ``q`` is the process noise's variances (n,) when the group's Q is diagonal, else a factor (n, k).
     """
-    u = u_all[inputs]
+    u = _columns(u_all, inputs)
     f = lambda xx, uu: tmpl.transition(xx, uu, m, params)  # noqa: E731
     if callable(tmpl.output):
         h: Any = lambda xx, uu: tmpl.output(xx, uu, m, params)  # noqa: E731

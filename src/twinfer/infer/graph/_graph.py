@@ -88,6 +88,34 @@ class Graph(eqx.Module):
             )
         return node, port
 
+    @staticmethod
+    def from_model(model: Any, partition: Any, **options: Any) -> Graph:
+        """The graph of a library model cut into subsystems along its own interfaces.
+
+        * a :class:`~twinfer.models.Chain` and contiguous DOF groups: :func:`chain_graph` (its keywords);
+        * a :class:`~twinfer.models.KuramotoNetwork` and a :class:`~twinfer.infer.clusters.Partition`:
+          :func:`twinfer.infer.clusters.kuramoto_graph` (its keywords; the graph is its ``.graph``).
+
+        Raises:
+            TypeError: for a model without a graph builder, naming the supported ones.
+
+        """
+        from twinfer.models import Chain, KuramotoNetwork
+
+        if isinstance(model, Chain):
+            from twinfer.infer.graph._from_model import chain_graph
+
+            return chain_graph(model, partition, **options)
+        if isinstance(model, KuramotoNetwork):
+            from twinfer.infer.clusters import kuramoto_graph
+
+            return kuramoto_graph(model, partition, **options).graph
+        raise TypeError(
+            "Graph.from_model model: expected a Chain or a KuramotoNetwork; received "
+            f"{type(model).__name__}. "
+            "Build other models' graphs from Subsystem (twinfer.sim.graph_node) and Interface."
+        )
+
     def flatten(self) -> tuple[list[Subsystem], list[Interface]]:
         """Leaf subsystems (nested ones renamed ``graph/member``) and all interfaces, validated."""
         subs: list[Subsystem] = []

@@ -83,7 +83,8 @@ class Subsystem(eqx.Module):
         P0: initial covariance (n, n).
         Q: process-noise covariance (n, n).
         R: measurement-noise covariance (n_y, n_y).
-        inputs: columns of the dataset inputs this subsystem receives.
+        inputs: columns of the dataset inputs this subsystem receives; -1 for an input the data does not
+            carry (read as 0, e.g. an unforced mass whose input only takes messages).
         outputs: columns of the dataset observations it measures; -1 for an output never measured
             (a padded slot).
         ports: interface ports by name.

@@ -1,0 +1,245 @@
+"""Graphs from models: a partition of a library model into subsystems joined by its own interfaces.
+
+:func:`chain_graph` cuts a :class:`~twinfer.models.Chain` into contiguous segments (each a
+:meth:`~twinfer.models.Chain.segment`, discretised by :func:`twinfer.sim.graph_node`), joined at every cut
+connection by an interface in both directions carrying that connection's force
+(:func:`twinfer.models.chain.connection_law`: linear, Duffing and Van der Pol terms). The user states
+noise levels as standard deviations per global state and output, unknown parameters by their global
+names (``"k4"``), and gets one subsystem per segment with its data columns wired.
+
+References:
+    Ghorbani & Hackl, section 3.1, SI (S20)-(S26) (the chain's segments, forces as messages).
+
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from twinfer.infer.filters import UnscentedWeights, augment
+from twinfer.infer.graph._parts import MESSAGE_KINDS, Port, Subsystem, two_way
+from twinfer.models import Chain
+from twinfer.models._params import locate
+from twinfer.models.chain import connection_law
+from twinfer.sim import GraphNode, graph_node
+
+
+def chain_graph(
+    chain: Chain,
+    partition: Sequence[Sequence[int]],
+    *,
+    dt: float,
+    integrator: str = "rk4",
+    substeps: int = 1,
+    estimator: str | Sequence[str] = "ukf",
+    messages: str | Sequence[str] = "probabilistic",
+    unknown: Mapping[str, tuple[float, float, float]] | None = None,
+    x0: Any = 0.0,
+    state_sd: Any = 1.0,
+    process_sd: Any = 1e-6,
+    noise_sd: Any = 1.0,
+    weights: UnscentedWeights | None = None,
+    name: str = "chain",
+) -> Any:
+    """The graph of ``chain`` cut into the segments of ``partition``.
+
+    Args:
+        chain: the chain (its parameters are the known values; its forced DOFs and outputs are the data's
+            input and output columns, in the chain's order).
+        partition: the DOFs of each subsystem, contiguous and in order, covering 1..n once
+            (``[(1, 2), (3, 4)]`` or ``[[1, 2], [3, 4]]``).
+        dt: step length of the data.
+        integrator: a :func:`twinfer.sim.discretise` method.
+        substeps: integrator steps per data step.
+        estimator: one for every subsystem or one per subsystem (``"ukf"``, ``"ekf"``, ``"kf"``,
+            ``"none"``).
+        messages: one kind for every cut connection or one per cut (``"deterministic"``,
+            ``"probabilistic"``, ``"learned"``), used in both directions.
+        unknown: ``{global name: (initial value, prior sd > 0, random-walk sd per step >= 0)}`` of the
+            chain's parameters to estimate (``"k4"``, ``"m2"``, ``"kappa3"``); each joins the state of the
+            subsystem that holds it. A cut connection's parameters live on the interface and cannot be
+            unknown here.
+        x0: prior mean of the chain's state ``[x1..xn, v1..vn]`` (a scalar or 2n values).
+        state_sd: prior standard deviation of each state (scalar or 2n values), > 0.
+        process_sd: process-noise standard deviation per step of each state (scalar or 2n), >= 0.
+        noise_sd: measurement-noise standard deviation of each output (scalar or one per output), > 0.
+        weights: UKF sigma-point weights (default Merwe alpha=1, beta=2, kappa=0).
+        name: the graph's name.
+
+    Returns:
+        A :class:`~twinfer.infer.graph.Graph` with subsystems ``S1..Sp`` (states ``[x, v]`` of their
+        DOFs, then their unknowns) and interfaces ``Si.right <-> S(i+1).left``.
+
+    Raises:
+        ValueError: naming the argument, the expected and the received value.
+
+    """
+    from twinfer.infer.graph._graph import Graph
+
+    n = chain.n_dof
+    segments = [tuple(int(d) for d in part) for part in partition]
+    flat = [d for seg in segments for d in seg]
+    if (
+        flat != list(range(1, n + 1))
+        or any(list(seg) != list(range(seg[0], seg[-1] + 1)) for seg in segments if seg)
+        or any(not seg for seg in segments)
+    ):
+        raise ValueError(
+            f"chain_graph partition: expected contiguous DOF groups in order covering 1..{n} once; "
+            f"received {[list(s) for s in segments]}."
+        )
+    p = len(segments)
+    estimators = _per("estimator", estimator, p, "subsystem")
+    kinds = _per("messages", messages, p - 1, "cut connection")
+    for kind in kinds:
+        if kind not in MESSAGE_KINDS:
+            raise ValueError(f"chain_graph messages: expected one of {MESSAGE_KINDS}; received {kind!r}.")
+    mean0 = _values("x0", x0, 2 * n, "any")
+    sd0 = _values("state_sd", state_sd, 2 * n, "> 0")
+    sdq = _values("process_sd", process_sd, 2 * n, ">= 0")
+    sdr = _values("noise_sd", noise_sd, len(chain.outputs), "> 0")
+    unknown = dict(unknown or {})
+    local = _local_unknowns(chain, segments, unknown)
+    weights = UnscentedWeights.merwe() if weights is None else weights
+    forced = {d: i for i, d in enumerate(chain.forced_dofs)}
+    out_col = {o: i for i, o in enumerate(chain.outputs)}
+    params = chain.params
+    subs = []
+    for s, seg in enumerate(segments):
+        first, last = seg[0], seg[-1]
+        m = len(seg)
+        part = chain.segment(first, last)
+        names = tuple(local[s])
+        node = _segment_node(
+            m, part.outputs, "kappa" in params, "mu" in params, names, integrator, dt, substeps
+        )
+        states = [d - 1 for d in seg] + [n + d - 1 for d in seg]
+        values = [unknown[g] for g in local[s].values()]
+        ports = {}
+        if first > 1:
+            ports["left"] = Port(state=(0, m), slots=(0,))
+        if last < n:
+            ports["right"] = Port(state=(m - 1, 2 * m - 1), slots=(m - 1,))
+        subs.append(
+            Subsystem(
+                name=f"S{s + 1}",
+                transition=node.transition,
+                output=node.output,
+                params=part.params,
+                x0=np.concatenate([mean0[states], [v[0] for v in values]]),
+                P0=np.diag(np.concatenate([sd0[states], [v[1] for v in values]]) ** 2),
+                Q=np.diag(np.concatenate([sdq[states], [v[2] for v in values]]) ** 2),
+                R=np.diag(np.asarray([sdr[out_col[_global_output(o, first)]] for o in part.outputs]) ** 2)
+                if part.outputs
+                else np.zeros((0, 0)),
+                inputs=tuple(forced.get(d, -1) for d in seg),
+                outputs=tuple(out_col[_global_output(o, first)] for o in part.outputs),
+                ports=ports,
+                n_msg=m,
+                estimator=estimators[s],
+                weights=weights,
+            )
+        )
+    edges = []
+    for s in range(p - 1):
+        cut = segments[s + 1][0]  # connection `cut` joins masses cut - 1 and cut
+        gamma = np.asarray(
+            [float(np.asarray(params[g])[cut - 1]) if g in params else 0.0 for g in ("k", "c", "kappa", "mu")]
+        )
+        edges += two_way(f"S{s + 1}", "right", f"S{s + 2}", "left", connection_law, gamma, (kinds[s],) * 2)
+    return Graph(name, subs, edges)
+
+
+def _global_output(local: str, first: int) -> str:
+    return f"{local[0]}{int(local[1:]) + first - 1}"
+
+
+@functools.cache
+def _segment_node(
+    n_dof: int,
+    outputs: tuple[str, ...],
+    duffing: bool,
+    van_der_pol: bool,
+    unknown: tuple[str, ...],
+    integrator: str,
+    dt: float,
+    substeps: int,
+) -> GraphNode:
+    """The transition and output of a segment's structure, every DOF forced (messages add to inputs).
+
+    Cached, so segments of one structure share their functions and batch together in ``compile``.
+    """
+    template = Chain(
+        1.0,
+        0.0,
+        0.0,
+        cubic_stiffness=0.0 if duffing else None,
+        vdp_damping=0.0 if van_der_pol else None,
+        outputs=outputs,
+        n_dof=n_dof,
+    )
+    return graph_node(augment(template, list(unknown)) if unknown else template, dt, integrator, substeps)
+
+
+def _local_unknowns(
+    chain: Chain, segments: list[tuple[int, ...]], unknown: Mapping[str, tuple[float, float, float]]
+) -> list[dict[str, str]]:
+    """Per segment ``{local name: global name}`` of the unknown parameters it holds."""
+    out: list[dict[str, str]] = [{} for _ in segments]
+    owner = {d: s for s, seg in enumerate(segments) for d in seg}
+    for name, value in unknown.items():
+        try:
+            group, index = locate(chain.params, name)
+        except KeyError:
+            raise ValueError(
+                "chain_graph unknown: expected parameter names of the chain "
+                f"({', '.join(chain.param_names)}); "
+                f"received {name!r}."
+            ) from None
+        if len(value) != 3 or not value[1] > 0 or not value[2] >= 0:
+            raise ValueError(
+                f"chain_graph unknown {name!r}: expected (initial value, prior sd > 0, random-walk sd >= 0); "
+                f"received {value!r}."
+            )
+        dof = 1 if index is None else index + 1
+        s = owner[dof]
+        first = segments[s][0]
+        if group != "m" and dof == first and first > 1:
+            raise ValueError(
+                f"chain_graph unknown {name!r}: connection {dof} is cut between subsystems S{s} and S{s + 1} "
+                "(its parameters are the interface's); put masses "
+                f"{dof - 1} and {dof} in one subsystem, or hold {name} known."
+            )
+        out[s][f"{group}{dof - first + 1}"] = name
+    return out
+
+
+def _per(field: str, value: str | Sequence[str], count: int, what: str) -> list[str]:
+    if isinstance(value, str):
+        return [value] * count
+    values = list(value)
+    if len(values) != count:
+        raise ValueError(
+            f"chain_graph {field}: expected one value or {count} (one per {what}); received {values}."
+        )
+    return values
+
+
+def _values(field: str, value: Any, count: int, bound: str) -> np.ndarray:
+    arr = (
+        np.broadcast_to(np.asarray(value, dtype=np.float64), (count,))
+        if np.ndim(value) == 0
+        else np.asarray(value, dtype=np.float64)
+    )
+    if arr.shape != (count,) or not np.all(np.isfinite(arr)):
+        raise ValueError(
+            f"chain_graph {field}: expected one or {count} finite values; received "
+            f"{np.asarray(value).tolist()}."
+        )
+    if (bound == "> 0" and np.any(arr <= 0)) or (bound == ">= 0" and np.any(arr < 0)):
+        raise ValueError(f"chain_graph {field}: expected values {bound}; received {arr.tolist()}.")
+    return arr
