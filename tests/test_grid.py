@@ -153,7 +153,7 @@ def test_partition_greedy_hand_example_and_errors():
         partition_greedy(k, [7])
     with pytest.raises(ValueError, match="unique"):
         partition_greedy(k, [1, 1])
-    with pytest.raises(ValueError, match="grid case: expected one of ieee9"):
+    with pytest.raises(ValueError, match="grid case: expected a twinfer name \\('ieee9', 'ieee14'"):
         load_grid("ieee10")
     assert "pegase9241" in GRID_CASES
 

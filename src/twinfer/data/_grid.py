@@ -164,10 +164,10 @@ def check_grid_case(case: str) -> str:
         return case
     known = pandapower_networks()
     if case not in known:
-        cases = ", ".join(n for n in known if n.startswith("case"))
+        cases = ", ".join(repr(n) for n in known if n.startswith("case"))
         raise ValueError(
-            f"grid case: expected a twinfer name ({', '.join(GRID_CASES)}), a pandapower network "
-            f"(e.g. {cases}) or a .json / .m file; received {case!r}."
+            f"grid case: expected a twinfer name ({', '.join(map(repr, GRID_CASES))}), a pandapower "
+            f"network (e.g. {cases}) or a .json / .m file; received {case!r}."
         )
     return case
 
