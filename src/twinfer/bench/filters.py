@@ -13,7 +13,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from twinfer.bench._harness import Progress, register, time_python
-from twinfer.infer.filters import UnscentedWeights, ukf_scan
+from twinfer.data import Dataset
+from twinfer.infer.filters import UnscentedWeights, run_filter, run_ukf, ukf_scan
 from twinfer.models import Chain
 from twinfer.sim import discretise, simulate_discrete
 from twinfer.timing import time_jitted
@@ -73,6 +74,39 @@ def _data(key, n_steps: int, n_systems: int):
     return model, step, us, ys
 
 
+def _api_overhead(model, step, u, y, weights) -> tuple[float, float]:
+    """Median warm time of ``run_filter`` on a Dataset and of ``run_ukf`` on the same arrays (s).
+
+    The second and later calls of ``run_filter`` on the same structure reuse the compiled filter; what
+    is left is its checking and assembly (#20: at most 1.2x ``run_ukf``).
+    """
+    n_steps = u.shape[0]
+    data = Dataset(
+        times=np.arange(n_steps + 1) * DT,
+        observations=np.concatenate([np.zeros((1, y.shape[1])), np.asarray(y)]),
+        inputs=np.concatenate([np.asarray(u), np.zeros((1, 1))]),
+        input_names=model.input_names,
+        output_names=model.output_names,
+    )
+
+    def api() -> None:
+        result = run_filter(model, data, noise_sd=0.01, process_sd=1e-4, state_sd=1e-2, weights=weights)
+        jax.block_until_ready(result.means)
+
+    n = model.n_state
+    f = lambda x, uu: step.transition(0.0, x, uu, model.params)  # noqa: E731
+    h = lambda x, uu: model.output(0.0, x, uu, model.params)  # noqa: E731
+    args = (f, h, jnp.zeros(n), 1e-4 * jnp.eye(n), 1e-8 * jnp.eye(n), 1e-4 * jnp.eye(y.shape[1]), u, y)
+    masks = jnp.ones(y.shape, bool)
+
+    def core() -> None:
+        jax.block_until_ready(run_ukf(*args, masks, weights=weights).means)
+
+    api()  # compile
+    core()
+    return time_python(api, repeats=7).median_s, time_python(core, repeats=7).median_s
+
+
 @register("filters", "UKF on a 10-state Duffing chain: batched throughput and speed-up over filterpy")
 def bench_filters(quick: bool, progress: Progress) -> dict[str, float]:
     """Throughput of the UKF, batched with vmap and single, against filterpy on one system."""
@@ -110,6 +144,9 @@ def bench_filters(quick: bool, progress: Progress) -> dict[str, float]:
             ukf.update(y_ref[k], u=u_ref[k])
 
     t_ref = time_python(run_filterpy, repeats=3)
+
+    progress("the user's call: run_filter(model, dataset) against run_ukf, warm")
+    api_s, core_s = _api_overhead(model, step, us[0], ys[0], weights)
     batch_rate = n_systems * n_steps / t_batch.median_s
     single_rate = n_steps / t_single.median_s
     ref_rate = n_ref / t_ref.median_s
@@ -121,6 +158,9 @@ def bench_filters(quick: bool, progress: Progress) -> dict[str, float]:
         "filterpy.steps_per_s": ref_rate,
         "ukf.speedup_vs_filterpy": single_rate / ref_rate,
         "ukf.batched_speedup_vs_filterpy": batch_rate / ref_rate,
+        "api.run_filter_warm_s": api_s,
+        "api.run_ukf_warm_s": core_s,
+        "api.run_filter_over_run_ukf": api_s / core_s,
         "config.n_systems": float(n_systems),
         "config.n_steps": float(n_steps),
         "config.n_state": float(n),

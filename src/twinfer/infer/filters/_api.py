@@ -19,6 +19,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Literal, NamedTuple, TypedDict, Unpack
 
 import equinox as eqx
+import jax
 import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Float
@@ -322,6 +323,17 @@ def _check_data(where: str, model: AbstractModel, data: Any) -> None:
         )
 
 
+@jax.jit
+def _filtered_summary(x_init: Any, cov0: Any, means: Any, chols: Any) -> tuple[Any, Any, Any]:
+    """Means and covariances over t_0..t_T (the prior first) and standard deviations, in one program.
+
+    Op by op, this assembly cost a warm call as much as the filter itself.
+    """
+    covs = jnp.concatenate([cov0[None], jnp.einsum("tij,tkj->tik", chols, chols)])
+    stds = jnp.sqrt(jnp.maximum(jnp.diagonal(covs, axis1=1, axis2=2), 0.0))
+    return jnp.concatenate([x_init[None], means]), covs, stds
+
+
 def _run(model: AbstractModel, data: Dataset, where: str, options: Mapping[str, Any]) -> EstimateResult:
     """The body of :func:`run_filter` (``where="filter"``) and :func:`smooth` (``where="smooth"``)."""
     opts = _settings(where, options)
@@ -431,10 +443,9 @@ def _run(model: AbstractModel, data: Dataset, where: str, options: Mapping[str, 
                 "non-finite state or a covariance that is not positive semi-definite (a singular "
                 "predicted covariance: try a larger process_sd)."
             )
+        stds = jnp.sqrt(jnp.maximum(jnp.diagonal(covs, axis1=1, axis2=2), 0.0))
     else:
-        means = jnp.concatenate([x_init[None], out.means])
-        covs = jnp.concatenate([cov0[None], out.covs])
-    stds = jnp.sqrt(jnp.maximum(jnp.diagonal(covs, axis1=1, axis2=2), 0.0))
+        means, covs, stds = _filtered_summary(x_init, cov0, out.means, out.chols)
     n_obs = int(np.asarray(data.mask[1:]).sum())
     nis = float(out.nis) if n_obs and out.nis is not None else None
     if nis is not None and nis > NIS_WARN:
