@@ -1,7 +1,7 @@
 """Simulation: integrator steps, discretisation, graph nodes, fixed-step and adaptive solves, signals."""
 
 from twinfer.sim._dataset import simulate_dataset
-from twinfer.sim._discretise import METHODS, DiscreteModel, discretise, exact_matrices
+from twinfer.sim._discretise import METHODS, DiscreteModel, discretise, exact_matrices, integrator_step
 from twinfer.sim._node import Dynamics, GraphNode, StagedNode, graph_node, heun_node
 from twinfer.sim._noise import add_noise, add_noise_numpy_legacy, noise_std_for_snr
 from twinfer.sim._particles import fine_input, simulate_particles, simulate_particles_feedback
@@ -32,6 +32,7 @@ __all__ = [
     "exact_matrices",
     "graph_node",
     "heun_node",
+    "integrator_step",
     "heun_step",
     "multisine",
     "noise_std_for_snr",

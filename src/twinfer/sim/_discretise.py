@@ -27,6 +27,13 @@ _STEPS = {
 }
 
 
+def integrator_step(method: str) -> Any:
+    """The one step ``(rhs, t, x, h) -> x_next`` of a fixed-step method (:data:`METHODS` but ``"exact"``)."""
+    if method not in _STEPS:
+        raise ValueError(f"integrator_step method: expected one of {', '.join(_STEPS)}; received {method!r}.")
+    return _STEPS[method]
+
+
 class DiscreteModel(eqx.Module):
     """A continuous-time model stepped with a fixed ``dt`` by one method.
 

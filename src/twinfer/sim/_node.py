@@ -28,6 +28,23 @@ from twinfer.sim._discretise import discretise
 from twinfer.sim._steps import heun_step
 
 
+class Dynamics(NamedTuple):
+    """The continuous-time side of a staged graph node, which a field's predicted messages step.
+
+    Attributes:
+        vector_field: ``(x, u, m, params) -> dx/dt`` with ``m`` the message of one integrator stage.
+        dt: step length.
+        substeps: steps of ``dt / substeps`` per step.
+        method: the integrator (a :func:`twinfer.sim.discretise` method; ``"heun"`` for a staged node).
+
+    """
+
+    vector_field: Callable[[Any, Any, Any, Any], Any]
+    dt: float
+    substeps: int
+    method: str = "heun"
+
+
 class GraphNode(NamedTuple):
     """The two functions a :class:`~twinfer.infer.graph.Subsystem` is built from.
 
@@ -39,6 +56,7 @@ class GraphNode(NamedTuple):
 
     transition: Callable[[Any, Any, Any, Any], Any]
     output: Callable[[Any, Any, Any, Any], Any]
+    dynamics: Dynamics | None = None
 
 
 def graph_node(model: AbstractModel, dt: float, method: str = "rk4", substeps: int = 1) -> GraphNode:
@@ -59,7 +77,8 @@ def graph_node(model: AbstractModel, dt: float, method: str = "rk4", substeps: i
         substeps: steps of ``dt / substeps`` per step.
 
     Returns:
-        :class:`GraphNode` ``(transition, output)``.
+        :class:`GraphNode` ``(transition, output, dynamics)``; ``dynamics`` (None for ``"exact"``) lets
+        :meth:`twinfer.infer.graph.Graph.monolithic` step the coupled model with the same integrator.
 
     References:
         compositional-inference paper, section 1, SI (S1)-(S4).
@@ -83,22 +102,11 @@ def graph_node(model: AbstractModel, dt: float, method: str = "rk4", substeps: i
     def output(x: Any, u: Any, m: Any, params: Any) -> Any:
         return model.output(0.0, x, driven(u, m), params)
 
-    return GraphNode(transition, output)
+    def vector_field(x: Any, u: Any, m: Any, params: Any) -> Any:
+        return model.vector_field(0.0, x, driven(u, m), params)
 
-
-class Dynamics(NamedTuple):
-    """The continuous-time side of a staged graph node, which a field's predicted messages step.
-
-    Attributes:
-        vector_field: ``(x, u, m, params) -> dx/dt`` with ``m`` the message of one integrator stage.
-        dt: step length.
-        substeps: Heun steps of ``dt / substeps`` per step.
-
-    """
-
-    vector_field: Callable[[Any, Any, Any, Any], Any]
-    dt: float
-    substeps: int
+    dynamics = None if method == "exact" else Dynamics(vector_field, float(dt), int(substeps), method)
+    return GraphNode(transition, output, dynamics)
 
 
 class StagedNode(NamedTuple):

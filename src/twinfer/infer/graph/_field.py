@@ -244,6 +244,11 @@ def compile_field(graph: Any, schedule: Any, mesh: jax.sharding.Mesh | None) -> 
                 f"Subsystem {s.name!r} estimator: a field graph runs 'ukf' or 'wls'; "
                 f"received {s.estimator!r}."
             )
+        if field.message == "predicted" and s.dynamics is not None and s.dynamics.method != "heun":
+            raise ValueError(
+                f"Subsystem {s.name!r} dynamics: predicted field messages are exchanged at Heun stages; "
+                f"received integrator {s.dynamics.method!r} (build the subsystem with twinfer.sim.heun_node)."
+            )
         if field.message == "predicted" and s.dynamics is None:
             raise ValueError(
                 f"Subsystem {s.name!r} dynamics: field {field.name!r} has predicted messages, which step "

@@ -142,6 +142,7 @@ def chain_graph(
                 n_msg=m,
                 estimator=estimators[s],
                 weights=weights,
+                dynamics=node.dynamics,
             )
         )
     edges = []

@@ -20,6 +20,7 @@ import numpy as np
 
 from twinfer.infer.graph._field import Field
 from twinfer.infer.graph._parts import Interface, LinearOutput, Port, Subsystem
+from twinfer.sim import integrator_step
 
 
 class Graph(eqx.Module):
@@ -173,9 +174,13 @@ class Graph(eqx.Module):
     def monolithic(self, name: str | None = None) -> Subsystem:
         """The centralised model: one global state (the subsystem states stacked in order), same physics.
 
-        Its transition evaluates every interface law at the current global state (exact messages, what
-        Jacobi with K = 1 approximates with the previous posterior means) and steps every subsystem; its
-        output does the same at the propagated state. Covariances are block-diagonal assemblies.
+        When every subsystem carries its :class:`twinfer.sim.Dynamics` with one integrator (graphs from
+        :func:`twinfer.sim.graph_node`, e.g. :meth:`from_model`), the transition integrates the coupled
+        model with that integrator, every interface law evaluated at each stage: the same discretisation
+        as the whole model's, so central against distributed compares estimators, not integrators.
+        Otherwise each subsystem steps with the interface laws at the step's start, held over it (exact
+        messages at t_n, what Jacobi with K = 1 approximates with the previous posterior means). The
+        output evaluates the laws at the propagated state. Covariances are block-diagonal assemblies.
         """
         subs, edges = self.flatten()
         offsets, start = {}, 0
@@ -204,7 +209,7 @@ class Graph(eqx.Module):
         def local_u(u: Any, s: Subsystem) -> Any:
             return u[jnp.asarray([col_pos[c] for c in s.inputs], int)]
 
-        def transition(x: Any, u: Any, m: Any, params: Any) -> Any:
+        def held(x: Any, u: Any, m: Any, params: Any) -> Any:
             parts = split(x)
             msgs = messages(parts, params)
             return jnp.concatenate(
@@ -213,6 +218,34 @@ class Graph(eqx.Module):
                     for s in subs
                 ]
             )
+
+        kinds = {
+            (s.dynamics.method, s.dynamics.dt, s.dynamics.substeps) for s in subs if s.dynamics is not None
+        }
+        coupled = len(kinds) == 1 and all(s.dynamics is not None for s in subs)
+        coupled = coupled and next(iter(kinds))[0] != "semi-implicit-euler"  # needs a global [q, v] layout
+        transition = held
+        if coupled:
+            method, dt, substeps = next(iter(kinds))
+            step = integrator_step(method)
+
+            def vector_field(x: Any, u: Any, params: Any) -> Any:
+                parts = split(x)
+                msgs = messages(parts, params)
+                return jnp.concatenate(
+                    [
+                        s.dynamics.vector_field(  # type: ignore[union-attr]
+                            parts[s.name], local_u(u, s), msgs[s.name], params["sub"][s.name]
+                        )
+                        for s in subs
+                    ]
+                )
+
+            def transition(x: Any, u: Any, m: Any, params: Any) -> Any:  # noqa: F811
+                rhs = lambda t, xx: vector_field(xx, u, params)  # noqa: E731
+                for _ in range(substeps):
+                    x = step(rhs, 0.0, x, dt / substeps)
+                return x
 
         def output(x: Any, u: Any, m: Any, params: Any) -> Any:
             parts = split(x)
