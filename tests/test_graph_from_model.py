@@ -108,3 +108,32 @@ def test_monolithic_of_a_graph_from_a_model_is_the_whole_models_filter():
     central = run(Graph("central", [graph.monolithic("central")]), data)["central"]
     whole = run_filter(chain, data, integrator="rk4", **options)
     np.testing.assert_allclose(central.means[:, ORDER], np.asarray(whole.means), rtol=1e-7, atol=1e-10)
+
+
+def test_run_compiles_a_graph_structure_once_and_runs_each_graphs_own_numbers():
+    """Two graphs of one structure with other numbers share one compiled program (compiled_for), and
+    run gives each its own estimates, equal to a fresh compile of that graph; another structure (a
+    different partition) gets its own program."""
+    from twinfer.infer.graph import compile_graph, compiled_for
+
+    dt, n = 1e-3, 300
+    stiff, soft = (
+        _chain(),
+        Chain(
+            [100.0, 80.0, 120.0, 90.0, 150.0, 60.0],
+            1.5e4,
+            20.0,
+            forced_dofs=[6],
+            outputs=("a1", "a3", "a4", "a6"),
+        ),
+    )
+    data = simulate_dataset(stiff, _force(n), dt, 0.05, jax.random.key(5))
+    graphs = [Graph.from_model(c, PARTITION, dt=dt, noise_sd=0.05, state_sd=1e-3) for c in (stiff, soft)]
+    assert compiled_for(graphs[0]) is compiled_for(graphs[1])
+    assert compiled_for(Graph.from_model(stiff, [(1, 2, 3), (4, 5, 6)], dt=dt)) is not compiled_for(graphs[0])
+    for g in graphs:
+        shared = run(g, data)
+        fresh = run(g, data, compiled=compile_graph(g))
+        for name in ("S1", "S2", "S3"):
+            np.testing.assert_array_equal(shared[name].means, fresh[name].means)
+    assert not np.allclose(run(graphs[0], data)["S2"].means, run(graphs[1], data)["S2"].means)

@@ -20,6 +20,7 @@ from its posterior at t_n with messages built from the current iterate of its ne
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 from collections.abc import Callable
 from typing import Any, NamedTuple
@@ -568,6 +569,54 @@ class _Engine:
         return outs
 
 
+_CACHE: collections.OrderedDict[Any, Compiled] = collections.OrderedDict()
+_CACHE_SIZE = 16
+
+
+def _structure(graph: Graph, schedule: Schedule) -> Any:
+    """What a compiled program depends on, not the numbers it runs on.
+
+    Every subsystem's functions, shapes, ports and data-column counts; every interface's law, ends, kind
+    and gamma shapes; the schedule.
+    """
+    subs, edges = graph.flatten()
+    return (
+        schedule,
+        tuple((s.name, _group_key(s)) for s in subs),
+        tuple(
+            (e.law, e.sender, e.sender_port, e.receiver, e.receiver_port, e.kind,
+             tuple(jnp.shape(leaf) for leaf in jax.tree_util.tree_leaves(e.gamma)))
+            for e in edges
+        ),
+    )  # fmt: skip
+
+
+def compiled_for(graph: Graph, schedule: Schedule | str = "jacobi") -> Compiled:
+    """The compiled program of ``graph``'s structure: compiled once, then reused (least recently used of 16).
+
+    Graphs that differ only in numbers (parameters, initial values, noise, data columns) share one
+    program, so repeated :func:`run` calls on new numbers do not recompile; :func:`run` passes each
+    graph's own numbers. A graph coupled by a field is compiled anew (its mesh is part of it).
+    """
+    if isinstance(schedule, str):
+        schedule = Schedule(kind=schedule)
+    if graph.fields:
+        return compile(graph, schedule)
+    try:
+        key = _structure(graph, schedule)
+        hash(key)
+    except TypeError:  # an unhashable law or function: no reuse
+        return compile(graph, schedule)
+    if key in _CACHE:
+        _CACHE.move_to_end(key)
+        return _CACHE[key]
+    compiled = compile(graph, schedule)
+    _CACHE[key] = compiled
+    while len(_CACHE) > _CACHE_SIZE:
+        _CACHE.popitem(last=False)
+    return compiled
+
+
 def run(
     graph: Graph,
     dataset: Any = None,
@@ -583,7 +632,8 @@ def run(
     The record is a :class:`twinfer.data.Dataset` (step k applies ``inputs[k]`` over [t_k, t_{k+1}) and
     updates with ``observations[k+1]``) or arrays ``us`` (T, n_u) and ``ys`` (T, n_y) aligned that way.
     Missing values: a NaN observation is missing and skipped (the Dataset's masked entries are NaN);
-    an infinite one is an error, as is any non-finite input.
+    an infinite one is an error, as is any non-finite input. Without ``compiled``, the program of the
+    graph's structure is compiled once and reused (:func:`compiled_for`).
 
     Raises:
         ValueError: when the graph references data columns the record does not have, when ``us``/``ys``
@@ -595,7 +645,10 @@ def run(
             (and its time with a dataset) and the likely causes.
 
     """
-    compiled = compile(graph, schedule) if compiled is None else compiled
+    if compiled is None:
+        compiled = compiled_for(graph, schedule)
+        if numbers is None and not isinstance(compiled.engine, FieldEngine):
+            numbers = with_numbers(compiled, graph)  # this graph's numbers in the cached program
     if isinstance(compiled.engine, FieldEngine):
         raise ValueError(
             f"run: graph {graph.name!r} is coupled by a field; run it with twinfer.infer.graph.run_field, "

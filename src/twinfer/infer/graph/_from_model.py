@@ -50,8 +50,8 @@ def chain_graph(
     Args:
         chain: the chain (its parameters are the known values; its forced DOFs and outputs are the data's
             input and output columns, in the chain's order).
-        partition: the DOFs of each subsystem, contiguous and in order, covering 1..n once
-            (``[(1, 2), (3, 4)]`` or ``[[1, 2], [3, 4]]``).
+        partition: every DOF of each subsystem, contiguous and in order, covering 1..n once
+            (``[(1, 2, 3), (4, 5, 6)]``; a group lists its DOFs, it is not a range).
         dt: step length of the data.
         integrator: a :func:`twinfer.sim.discretise` method.
         substeps: integrator steps per data step.
