@@ -34,7 +34,7 @@ from twinfer.data._checks import first_bad
 from twinfer.infer.filters import DivergenceError, gaussian_filter, ukf_step, wls_step
 from twinfer.infer.filters._errors import first_not_psd
 from twinfer.infer.gaussian import UnscentedWeights, cholesky, linear, predict, psd_factor, taylor
-from twinfer.infer.graph._field import FieldEngine, compile_field
+from twinfer.infer.graph._field import FieldEngine, _columns, compile_field
 from twinfer.infer.graph._graph import Graph
 from twinfer.infer.graph._parts import Interface, LinearOutput, Subsystem
 
@@ -329,13 +329,6 @@ def _psd_root(a: Any) -> Any:
         return jnp.sqrt(jnp.maximum(a, 0.0))
     w, v = jnp.linalg.eigh(0.5 * (a + a.T))
     return v * jnp.sqrt(jnp.maximum(w, 0.0))[None, :]
-
-
-def _columns(values: Any, cols: Any) -> Any:
-    """``values[cols]`` with column -1 read as 0 (an input the data does not carry, e.g. an unforced mass)."""
-    if values.shape[0] == 0:
-        return jnp.zeros(jnp.shape(cols), values.dtype)
-    return jnp.where(cols >= 0, values[jnp.maximum(cols, 0)], 0.0)
 
 
 def _linear_output(matrix: np.ndarray) -> Callable[..., Any]:

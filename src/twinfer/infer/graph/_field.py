@@ -521,7 +521,9 @@ class FieldEngine:
         return self._register(out)
 
     def init(self, num: FieldNumbers) -> Any:
-        arrs = self._padded(num)
+        return self._init(self._padded(num))
+
+    def _init(self, arrs: Sequence[dict[str, Any]]) -> Any:
         means = [self._shard(jnp.asarray(a["x0"])) for a in arrs]
         chols = [self._shard(jnp.asarray(a["chol_P0"])) for a in arrs]
         variances = [jnp.sum(c**2, axis=-1) for c in chols]
@@ -529,7 +531,10 @@ class FieldEngine:
 
     def step(self, num: FieldNumbers, carry: Any, inp: Any) -> Any:
         """One time step: messages, every member's predict/update, the register refreshed."""
-        arrs = self._padded(num)
+        return self._step(self._padded(num), num, carry, inp)
+
+    def _step(self, arrs: Sequence[dict[str, Any]], num: FieldNumbers, carry: Any, inp: Any) -> Any:
+        """:meth:`step` on numbers already padded (once per scan, not once per step)."""
         means, chols, reg_val, reg_var = carry
         u, y, mask = inp
         sizes = [m.shape[0] for m in means]
@@ -555,8 +560,7 @@ class FieldEngine:
                     cols = jnp.zeros(q.shape[:2] + (tmpl.drives_idx.size,), q.dtype)
                     cols = cols.at[:, tmpl.drives_idx, jnp.arange(tmpl.drives_idx.size)].set(jnp.sqrt(extra))
                     q = jnp.concatenate([q, cols], axis=2)
-            # diagonal Q: its variances (C, n), made a factor inside the member's step
-
+            # a diagonal Q stays its variances (C, n); the member's step makes the factor
             cols = a["outputs"]
             seen = cols >= 0
             safe = jnp.where(seen, cols, 0)
@@ -585,8 +589,9 @@ class FieldEngine:
 
         """
         ys = jnp.where(masks, ys, 0.0)
+        arrs = self._padded(num)
         _, (means, stds, oks) = jax.lax.scan(
-            lambda c, i: self.step(num, c, i), self.init(num), (us, ys, masks)
+            lambda c, i: self._step(arrs, num, c, i), self._init(arrs), (us, ys, masks)
         )
         keep = [len(g.members) for g in self.groups]
         trim = lambda xs: [x[:, :k] for x, k in zip(xs, keep, strict=True)]  # noqa: E731
@@ -630,9 +635,10 @@ def check_field_run(compiled: Any, ok: Sequence[Any], times: Any = None) -> None
 
 
 def _columns(values: Any, cols: Any) -> Any:
-    from twinfer.infer.graph._compile import _columns as columns
-
-    return columns(values, cols)
+    """``values[cols]`` with column -1 read as 0 (an input the data does not carry, e.g. an unforced mass)."""
+    if values.shape[0] == 0:
+        return jnp.zeros(jnp.shape(cols), values.dtype)
+    return jnp.where(cols >= 0, values[jnp.maximum(cols, 0)], 0.0)
 
 
 def _vector_field(g: _FieldGroup) -> Callable[..., Any]:
