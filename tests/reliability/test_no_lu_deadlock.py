@@ -85,7 +85,7 @@ def test_multi_group_grid_filters_compile_without_lapack_calls(method):
     part = partition_greedy(net.coupling, net.gen_buses, 5)
     n = net.n_bus
     weight = weight.copy()
-    weight[part.clusters[0]] *= 1e4  # the first cluster stiff: two sub-step groups
+    weight[part.clusters[0]] *= 100.0  # the first cluster stiff: two sub-step groups (1 and 2)
     model = KuramotoNetwork(index, weight, np.full(n, 0.2), np.zeros(n))
     cg = kuramoto_graph(
         model, part, dt=0.01, x0=np.zeros((n, 3)), var0=(0.25, 0.25, 1.0), q=(1e-4, 1e-4, 1e-6), r=4e-4,

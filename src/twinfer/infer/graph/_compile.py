@@ -16,6 +16,33 @@ from its posterior at t_n with messages built from the current iterate of its ne
   current state (the authors' script 04 extrapolates only the neighbour's x, v); plain Jacobi on the
   first step.
 
+Message rules (:class:`~twinfer.infer.graph.Interface` ``rule``). Write the force on receiver i from
+sender j as F = h(s_j, s_i) with s the interface variables, P_j, P_i their posterior covariances.
+
+* ``"paper"`` (S30-S46): F is read once, at both means, and held over [t_n, t_{n+1}); a probabilistic
+  message adds ``V_n = Var[h]`` under N(s_j, P_j) x N(s_i, P_i) (unscented, S33) to the receiver's process
+  noise as ``G max(0, V_n - V_{n-1}) G^T``, G = d x_{n+1} / d m (S40-S46). The receiver's own uncertainty
+  re-enters it as noise, and the increment ratchets when V rises and falls with the state (any
+  nonlinear law): on chains with Duffing cuts it diverges (issue #20).
+* ``"split"``: the receiver evaluates h itself. At an integrator stage at t_n + tau dt, for each of its
+  sigma points chi,
+
+      F(chi, tau) = h( s_j(t_n) + tau (s^_j(t_{n+1}) - s_j(t_n)),  chi_port(tau) ),
+
+  where s^_j(t_{n+1}) is the sender's mean stepped once with its messages held (a predictor). The
+  receiver's share of h is thus propagated by its own filter, exactly for any law as far as its
+  sigma points carry it, and its correlation with the receiver's state is kept; the sender's path is
+  linear in time, so the exchange is second order (a 1 ms step of a Duffing chain: 2e-4 of the motion
+  against 7e-2 held). A probabilistic message injects only the sender's share,
+
+      V^j_n = Var_{s_j ~ N(mean_j, P_j)} [ h(s_j, mean_i) ],      Q_i += G V^j_n G^T,   R_i += D V^j_n D^T,
+
+  in full every step (D = d y / d m for outputs that read the force, such as an accelerometer at the
+  cut). For a linear law h = a_j^T s_j + a_i^T s_i, V^j = a_j^T P_j a_j: the paper's S33 without the
+  receiver's own term, which its sigma points already carry. V^j depends on the receiver only through
+  its mean, so a subsystem's uncertainty never feeds itself as noise, and V^j stays bounded as long as
+  the sender's covariance does.
+
 """
 
 from __future__ import annotations
@@ -37,6 +64,7 @@ from twinfer.infer.gaussian import UnscentedWeights, cholesky, linear, predict, 
 from twinfer.infer.graph._field import FieldEngine, _columns, compile_field
 from twinfer.infer.graph._graph import Graph
 from twinfer.infer.graph._parts import Interface, LinearOutput, Subsystem
+from twinfer.sim import Dynamics, integrator_step
 
 SCHEDULES = ("jacobi", "gauss_seidel", "ab2")
 _UT = UnscentedWeights.merwe(1.0, 2.0, 0.0)
@@ -64,6 +92,7 @@ class _Template(NamedTuple):
     weights: UnscentedWeights
     n_msg: int
     innovation: Callable[[Any, Any], Any] | None = None
+    dynamics: Dynamics | None = None
 
 
 class _Group(NamedTuple):
@@ -78,6 +107,18 @@ class _EdgeGroup(NamedTuple):
     send: np.ndarray  # (E, p_s) into the flat interface vector
     recv: np.ndarray  # (E, p_r)
     target: np.ndarray  # (E, m) into the flat message vector
+    split: bool = False  # rule "split": the receiver evaluates the law at its own sigma points
+
+
+class _SplitIn(NamedTuple):
+    """The ``"split"`` edges of one edge group into the members of one group, padded to J per member."""
+
+    edge_group: int
+    law: Callable[[Any, Any, Any], Any]
+    edge: np.ndarray  # (G, J) positions in the edge group's members (0 where padded)
+    recv: np.ndarray  # (G, J, p_r) the receiver's local state indices of its port
+    slots: np.ndarray  # (G, J, m) the receiver's local message slots
+    valid: np.ndarray  # (G, J) 1.0 for a real edge, 0.0 for padding
 
 
 class Numbers(eqx.Module):
@@ -117,6 +158,7 @@ def _group_key(s: Subsystem) -> tuple[Any, ...]:
         s.n_msg,
         ports,
         shapes,
+        s.dynamics,
     )
 
 
@@ -193,7 +235,9 @@ def compile(  # noqa: A001
         output = (
             _linear_output(tmpl.output.matrix()) if isinstance(tmpl.output, LinearOutput) else tmpl.output
         )
-        spec = _Template(tmpl.transition, output, tmpl.estimator, tmpl.weights, tmpl.n_msg, tmpl.innovation)
+        spec = _Template(
+            tmpl.transition, output, tmpl.estimator, tmpl.weights, tmpl.n_msg, tmpl.innovation, tmpl.dynamics
+        )
         groups.append(_Group(spec, tuple(members), pidx))
         for i in members:
             position = len(port_base)
@@ -208,7 +252,7 @@ def compile(  # noqa: A001
     for k, e in enumerate(edges):
         si, ri = index[e.sender], index[e.receiver]
         key = (e.law, len(subs[si].ports[e.sender_port].state), len(subs[ri].ports[e.receiver_port].state))
-        key += (len(subs[ri].ports[e.receiver_port].slots),)
+        key += (len(subs[ri].ports[e.receiver_port].slots), e.rule == "split")
         ekeyed.setdefault(key, []).append(k)
     edge_groups = []
     for key, members in ekeyed.items():
@@ -222,8 +266,9 @@ def compile(  # noqa: A001
             recv.append(port_base[ri] + np.arange(a, b))
             target.append(slot_base[ri] + np.asarray(subs[ri].ports[e.receiver_port].slots, dtype=int))
         edge_groups.append(
-            _EdgeGroup(key[0], tuple(members), np.stack(send), np.stack(recv), np.stack(target))
+            _EdgeGroup(key[0], tuple(members), np.stack(send), np.stack(recv), np.stack(target), key[-1])
         )
+    split_in = _split_tables(subs, edges, groups, edge_groups, index)
     numbers = numbers_of(subs, edges, groups, edge_groups)
     engine = _Engine(
         tuple(groups),
@@ -236,9 +281,44 @@ def compile(  # noqa: A001
         names,
         np.asarray(port_owner, dtype=int).reshape(-1, 2),
         np.asarray(slot_owner, dtype=int).reshape(-1, 2),
+        split_in,
     )
     scan = jax.jit(engine.scan, static_argnames=("check",))
     return Compiled(names, engine, numbers, jax.jit(engine.step), scan)
+
+
+def _split_tables(
+    subs: list[Subsystem],
+    edges: list[Interface],
+    groups: list[_Group],
+    edge_groups: list[_EdgeGroup],
+    index: dict[str, int],
+) -> tuple[tuple[_SplitIn, ...], ...]:
+    """Per group, one padded table of incoming ``"split"`` edges for each split edge group."""
+    where = {i: (gi, j) for gi, g in enumerate(groups) for j, i in enumerate(g.members)}
+    out: list[list[_SplitIn]] = [[] for _ in groups]
+    for egi, eg in enumerate(edge_groups):
+        if not eg.split:
+            continue
+        per: dict[int, list[list[tuple[int, Interface]]]] = {}
+        for pos, k in enumerate(eg.members):
+            gi, j = where[index[edges[k].receiver]]
+            per.setdefault(gi, [[] for _ in groups[gi].members])[j].append((pos, edges[k]))
+        for gi, lists in per.items():
+            width = max(len(lst) for lst in lists)
+            recv_port = lists[0][0][1] if lists[0] else next(lst[0][1] for lst in lists if lst)
+            p_r = len(subs[index[recv_port.receiver]].ports[recv_port.receiver_port].state)
+            n_m = eg.target.shape[1]
+            edge = np.zeros((len(lists), width), dtype=int)
+            recv = np.zeros((len(lists), width, p_r), dtype=int)
+            slots = np.zeros((len(lists), width, n_m), dtype=int)
+            valid = np.zeros((len(lists), width))
+            for j, lst in enumerate(lists):
+                for w, (pos, e) in enumerate(lst):
+                    port = subs[index[e.receiver]].ports[e.receiver_port]
+                    edge[j, w], recv[j, w], slots[j, w], valid[j, w] = pos, port.state, port.slots, 1.0
+            out[gi].append(_SplitIn(egi, eg.law, edge, recv, slots, valid))
+    return tuple(tuple(t) for t in out)
 
 
 compile_graph = compile
@@ -346,43 +426,97 @@ def _local_step(
     mask_all: Any,
     m: Any,
     cm: Any,
+    laws: tuple[Callable[..., Any], ...] = (),
+    split: tuple[Any, ...] = (),
+    cm_out: Any = None,
 ):
     """One predict/update of one subsystem with message mean ``m`` and message covariance ``cm``.
 
     The probabilistic messages enter as extra process noise ``G cm G^T`` (G = d x_next / d m, S40-S44),
-    appended to the factor of Q as ``G F`` with ``F F^T = cm``. Returns filtered and predicted means and
-    lower factors and the log-likelihood increment.
+    appended to the factor of Q as ``G F`` with ``F F^T = cm``. ``split`` edges (rule ``"split"``, one
+    table per law in ``laws``: senders' interface means, gammas, the port's local state indices and
+    slots, validity) add ``law(s_j, x[port])`` to ``m`` at every sigma point and integrator stage; their
+    senders' covariance ``cm_out`` also enters the measurement noise as ``D cm_out D^T`` (D = d y / d m).
+    Returns filtered and predicted means and lower factors and the log-likelihood increment.
     """
     u = _columns(u_all, arr["inputs"])
     y = y_all[arr["outputs"]]
     mask = mask_all[arr["outputs"]]
     params = arr["params"]
-    f = lambda xx, uu: tmpl.transition(xx, uu, m, params)  # noqa: E731
-    h = lambda xx, uu: tmpl.output(xx, uu, m, params)  # noqa: E731
-    chol_q = arr["chol_Q"]
+
+    fm, hm = _split_model(tmpl, params, m, laws, split)
+    f = lambda xx, uu: fm(xx, uu, m)  # noqa: E731
+    h = lambda xx, uu: hm(xx, uu, m)  # noqa: E731
+    chol_q, chol_r = arr["chol_Q"], arr["chol_R"]
     if tmpl.n_msg:
-        gain = jax.jacfwd(lambda mm: tmpl.transition(x, u, mm, params))(m)  # d x_next / d m (S40-S44)
+        gain = jax.jacfwd(lambda mm: fm(x, u, mm))(m)  # d x_next / d m (S40-S44)
         chol_q = jnp.concatenate([chol_q, gain @ _psd_root(cm)], axis=1)
+    if laws and cm_out is not None and y.shape[0]:
+        sens = jax.jacfwd(lambda mm: hm(x, u, mm))(m)  # d y / d m
+        chol_r = jnp.concatenate([chol_r, sens @ _psd_root(cm_out)], axis=1)
     if tmpl.estimator == "none":
         jac = jax.jacfwd(lambda xx: f(xx, u))(x)
         mean, chol_p = predict(x, chol, jac, f(x, u) - jac @ x, chol_q)
         return mean, chol_p, mean, chol_p, jnp.zeros((), x.dtype)
     if tmpl.estimator == "ukf":
         out = ukf_step(
-            f, h, x, chol, chol_q, arr["chol_R"], u, y, mask, weights=tmpl.weights, innovation=tmpl.innovation
+            f, h, x, chol, chol_q, chol_r, u, y, mask, weights=tmpl.weights, innovation=tmpl.innovation
         )
         return out.mean, out.chol, out.pred_mean, out.pred_chol, out.loglik
     if tmpl.estimator == "wls":  # the static baseline: no covariance carried, P kept
-        chol_r = arr["chol_R"]
         w = wls_step(f, h, x, chol_q @ chol_q.T, chol_r @ chol_r.T, u, y, mask, innovation=tmpl.innovation)
         jac = jax.jacfwd(lambda xx: f(xx, u))(x)
         mean_p, chol_p = predict(x, chol, jac, f(x, u) - jac @ x, chol_q)
         return w.mean, cholesky(w.cov), mean_p, chol_p, jnp.zeros((), x.dtype)
     lin = linear if tmpl.estimator == "kf" else taylor
-    out = gaussian_filter(
-        f, h, x, chol, chol_q, arr["chol_R"], u[None], y[None], mask[None], linearisation=lin
-    )
+    out = gaussian_filter(f, h, x, chol, chol_q, chol_r, u[None], y[None], mask[None], linearisation=lin)
     return out.means[0], out.chols[0], out.pred_means[0], out.pred_chols[0], out.loglik
+
+
+def _split_model(
+    tmpl: _Template, params: Any, m: Any, laws: tuple[Callable[..., Any], ...], split: tuple[Any, ...]
+) -> tuple[Callable[..., Any], Callable[..., Any]]:
+    """``fm(x, u, mm)`` and ``hm(x, u, mm)``: the subsystem with the ``"split"`` edges' laws inside.
+
+    A split edge's sender enters through its interface means at the step's start ``a0`` and predicted at
+    its end ``a1``, read at the fraction ``tau`` of the step as ``a0 + tau (a1 - a0)``; the law is
+    evaluated with the receiver's own state at each integrator stage (``tau`` the stage's time) when the
+    subsystem carries its :class:`~twinfer.sim.Dynamics`, else once at the start and held; the output
+    reads it at ``tau = 1``.
+    """
+
+    def own(xx: Any, tau: Any) -> Any:
+        out = jnp.zeros_like(m)
+        for law, (a0, a1, gamma, ridx, slots, valid) in zip(laws, split, strict=True):
+            a = a0 + tau * (a1 - a0)
+            vals = jax.vmap(lambda aa, g, ri, law=law: jnp.atleast_1d(law(aa, xx[ri], g)))(a, gamma, ridx)
+            out = out.at[slots].add(vals * valid[:, None])
+        return out
+
+    dyn = tmpl.dynamics
+    if not laws:
+        return (
+            lambda xx, uu, mm: tmpl.transition(xx, uu, mm, params),
+            lambda xx, uu, mm: tmpl.output(xx, uu, mm, params),
+        )
+    if dyn is None:  # the law at the state the step starts from, held over the step
+        fm = lambda xx, uu, mm: tmpl.transition(xx, uu, mm + own(xx, 0.0), params)  # noqa: E731
+    else:  # the law at every stage of the subsystem's own integrator
+
+        def fm(xx: Any, uu: Any, mm: Any) -> Any:
+            rhs = lambda t, z: dyn.vector_field(z, uu, mm + own(z, t / dyn.dt), params)  # noqa: E731
+            step, h = integrator_step(dyn.method), dyn.dt / dyn.substeps
+            for j in range(dyn.substeps):
+                xx = step(rhs, j * h, xx, h)
+            return xx
+
+    return fm, lambda xx, uu, mm: tmpl.output(xx, uu, mm + own(xx, 1.0), params)
+
+
+def _predict_mean(tmpl: _Template, arr: dict[str, Any], x: Any, u_all: Any, m: Any, laws: Any, split: Any):
+    """The mean stepped once with the messages held (split senders held at their start): ``a1``'s source."""
+    fm, _ = _split_model(tmpl, arr["params"], m, laws, split)
+    return fm(x, _columns(u_all, arr["inputs"]), m)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -397,6 +531,7 @@ class _Engine:
     names: tuple[str, ...] = ()  # subsystem names in compile order (for error messages)
     port_owner: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros((0, 2), int))
     slot_owner: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros((0, 2), int))
+    split_in: tuple[tuple[_SplitIn, ...], ...] = ()  # per group: its incoming "split" edges
 
     @property
     def _p_max(self) -> int:
@@ -431,26 +566,36 @@ class _Engine:
     def messages(self, num: Numbers, s: Any, s_cov: Any, var_prev: tuple[Any, ...], s_own: Any = None):
         """Summed message means (n_slots,), per-receiver injected covariances, new edge variances.
 
-        The injected covariances are one (m_max, m_max) block per subsystem (M of them). Senders'
-        interface variables come from ``s``, receivers' from ``s_own`` (default ``s``).
+        The injected covariances are one (m_max, m_max) block per subsystem (M of them): ``cm`` for the
+        process noise (every probabilistic edge), ``cm_out`` for the measurement noise (the ``"split"``
+        edges only). Senders' interface variables come from ``s``, receivers' from ``s_own`` (default
+        ``s``). A ``"split"`` edge adds no mean here: its receiver evaluates the law itself.
         """
         s_own = s if s_own is None else s_own
         m = jnp.zeros(self.n_slots)
         cm = jnp.zeros((len(self.names), self._m_max, self._m_max))
+        cm_out = cm
         new_var = []
         for eg, gamma, prob, vprev in zip(
             self.edge_groups, num.gammas, num.probabilistic, var_prev, strict=True
         ):
             s_send, s_recv = s[eg.send], s_own[eg.recv]
-            mean = jax.vmap(lambda a, b, g, law=eg.law: jnp.atleast_1d(law(a, b, g)))(s_send, s_recv, gamma)
-            m = m.at[eg.target].add(mean)
             ps = eg.send.shape[1]
+            if not eg.split:
+                mean = jax.vmap(lambda a, b, g, law=eg.law: jnp.atleast_1d(law(a, b, g)))(
+                    s_send, s_recv, gamma
+                )
+                m = m.at[eg.target].add(mean)
 
-            def law_var(a, b, g, ca, cb, law=eg.law, ps=ps):
-                z = jnp.concatenate([a, b])
-                cz = jax.scipy.linalg.block_diag(ca, cb)
-                fn = lambda zz: jnp.atleast_1d(law(zz[:ps], zz[ps:], g))  # noqa: E731
-                pts, wm, wc = _UT.sigma_points(z, cholesky(0.5 * (cz + cz.T)))
+            def law_var(a, b, g, ca, cb, law=eg.law, ps=ps, split=eg.split):
+                if split:  # the sender's share only, the receiver at its mean
+                    fn = lambda aa: jnp.atleast_1d(law(aa, b, g))  # noqa: E731
+                    pts, wm, wc = _UT.sigma_points(a, cholesky(0.5 * (ca + ca.T)))
+                else:
+                    z = jnp.concatenate([a, b])
+                    cz = jax.scipy.linalg.block_diag(ca, cb)
+                    fn = lambda zz: jnp.atleast_1d(law(zz[:ps], zz[ps:], g))  # noqa: E731
+                    pts, wm, wc = _UT.sigma_points(z, cholesky(0.5 * (cz + cz.T)))
                 vals = jax.vmap(fn)(pts)
                 d = vals - wm @ vals
                 return (d.T * wc) @ d  # var(F) = a^T (P_s1 + P_s2) a for linear laws (S33)
@@ -458,11 +603,14 @@ class _Engine:
             ca, cb = self._port_cov(s_cov, eg.send), self._port_cov(s_cov, eg.recv)
             var = jax.vmap(law_var)(s_send, s_recv, gamma, ca, cb)
             var = jnp.where((prob > 0)[:, None, None], jnp.nan_to_num(var), 0.0)
-            used = jax.vmap(_psd_part)(var - vprev)  # incremental rule (S46)
+            # the paper's rule injects the positive increment (S46); "split" the whole sender variance
+            used = var if eg.split else jax.vmap(_psd_part)(var - vprev)
             owner, local = self.slot_owner[eg.target[:, 0], 0], self.slot_owner[eg.target, 1]
             cm = cm.at[owner[:, None, None], local[:, :, None], local[:, None, :]].add(used)
+            if eg.split:
+                cm_out = cm_out.at[owner[:, None, None], local[:, :, None], local[:, None, :]].add(used)
             new_var.append(var)
-        return m, cm, tuple(new_var)
+        return m, cm, cm_out, tuple(new_var)
 
     def sweep(self, num, start, iterate, msg_src, var_prev, u, y, mask, active, own_src=None):
         """Every group steps from ``start`` with messages from ``msg_src``; ``active`` selects members.
@@ -471,18 +619,24 @@ class _Engine:
         """
         s, s_cov = self.ports(*msg_src)
         s_own = None if own_src is None else self.ports(*own_src)[0]
-        m, cm, new_var = self.messages(num, s, s_cov, var_prev, s_own)
+        m, cm, cm_out, new_var = self.messages(num, s, s_cov, var_prev, s_own)
+        s_end = self._predicted_ports(num, msg_src[0], s, m, u) if any(self.split_in) else s
         outs = []
         base = position = 0
         for gi, (g, arr) in enumerate(zip(self.groups, num.groups, strict=True)):
             G, nm = len(g.members), g.template.n_msg
             sl = base + np.arange(G)[:, None] * nm + np.arange(nm)[None, :]
             cm_g = cm[position : position + G, :nm, :nm]
+            co_g = cm_out[position : position + G, :nm, :nm]
             base += G * nm
             position += G
-            fn = lambda a, x, P, mm, cc, tmpl=g.template: _local_step(tmpl, a, x, P, u, y, mask, mm, cc)  # noqa: E731
+            laws, split = self._split_args(num, gi, s, s_end)
+
+            def fn(a, x, P, mm, cc, sp, co, tmpl=g.template, laws=laws):
+                return _local_step(tmpl, a, x, P, u, y, mask, mm, cc, laws, sp, co)
+
             arr_v = {k: v for k, v in arr.items() if k not in ("x0", "P0", "chol_P0", "Q", "R")}
-            args = (arr_v, start[0][gi], start[1][gi], m[sl], cm_g)
+            args = (arr_v, start[0][gi], start[1][gi], m[sl], cm_g, split, co_g)
             if G == 1:  # a lone member runs unbatched: vmap over one adds ~30 % to the compile time
                 lone = fn(*jax.tree_util.tree_map(lambda a: a[0], args))
                 res = jax.tree_util.tree_map(lambda r: r[None], lone)
@@ -497,6 +651,30 @@ class _Engine:
                 )
             outs.append(res)
         return tuple(tuple(o[j] for o in outs) for j in range(5)), new_var
+
+    def _split_args(self, num: Numbers, gi: int, s0: Any, s1: Any) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
+        """Laws and per-member arrays of group ``gi``'s incoming split edges (senders' start and end)."""
+        tables = self.split_in[gi] if self.split_in else ()
+        args = []
+        for t in tables:
+            send = self.edge_groups[t.edge_group].send[t.edge]
+            gamma = jax.tree_util.tree_map(lambda a, t=t: a[t.edge], num.gammas[t.edge_group])
+            args.append((s0[send], s1[send], gamma, t.recv, t.slots, t.valid))
+        return tuple(t.law for t in tables), tuple(args)
+
+    def _predicted_ports(self, num: Numbers, means: tuple[Any, ...], s: Any, m: Any, u: Any) -> Any:
+        """Every member's mean stepped once (messages held, split senders at ``s``): interface values."""
+        preds = []
+        base = 0
+        for gi, (g, arr) in enumerate(zip(self.groups, num.groups, strict=True)):
+            G, nm = len(g.members), g.template.n_msg
+            sl = base + np.arange(G)[:, None] * nm + np.arange(nm)[None, :]
+            base += G * nm
+            laws, split = self._split_args(num, gi, s, s)
+            arr_v = {k: arr[k] for k in ("params", "inputs")}
+            fn = lambda a, x, mm, sp, tmpl=g.template, laws=laws: _predict_mean(tmpl, a, x, u, mm, laws, sp)  # noqa: E731
+            preds.append(jax.vmap(fn)(arr_v, means[gi], m[sl], split)[:, g.port_idx].reshape(-1))
+        return jnp.concatenate(preds)
 
     def step(self, num: Numbers, carry: Any, inp: Any):
         """One time step: K inner iterations of the schedule; returns the new carry and the estimates."""
@@ -577,7 +755,7 @@ def _structure(graph: Graph, schedule: Schedule) -> Any:
         schedule,
         tuple((s.name, _group_key(s)) for s in subs),
         tuple(
-            (e.law, e.sender, e.sender_port, e.receiver, e.receiver_port, e.kind,
+            (e.law, e.sender, e.sender_port, e.receiver, e.receiver_port, e.kind, e.rule,
              tuple(jnp.shape(leaf) for leaf in jax.tree_util.tree_leaves(e.gamma)))
             for e in edges
         ),

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from twinfer.infer.filters import UnscentedWeights, augment
-from twinfer.infer.graph._parts import MESSAGE_KINDS, Port, Subsystem, two_way
+from twinfer.infer.graph._parts import MESSAGE_KINDS, MESSAGE_RULES, Port, Subsystem, two_way
 from twinfer.models import Chain
 from twinfer.models._params import locate
 from twinfer.models.chain import connection_law
@@ -37,6 +37,7 @@ def chain_graph(
     substeps: int = 1,
     estimator: str | Sequence[str] = "ukf",
     messages: str | Sequence[str] = "probabilistic",
+    rule: str = "split",
     unknown: Mapping[str, tuple[float, float, float]] | None = None,
     x0: Any = 0.0,
     state_sd: Any = 1.0,
@@ -59,6 +60,11 @@ def chain_graph(
             ``"none"``).
         messages: one kind for every cut connection or one per cut (``"deterministic"``,
             ``"probabilistic"``, ``"learned"``), used in both directions.
+        rule: where the laws are evaluated and which variance probabilistic messages inject
+            (:class:`~twinfer.infer.graph.Interface`): ``"split"`` (default: each receiver evaluates
+            the connection at its own sigma points and integrator stages, only the sender's uncertainty
+            is injected; bounded for Duffing and Van der Pol connections) or ``"paper"`` (the law at the
+            means, both sides' variance by the incremental rule S46, for reproduction).
         unknown: ``{global name: (initial value, prior sd > 0, random-walk sd per step >= 0)}`` of the
             chain's parameters to estimate (``"k4"``, ``"m2"``, ``"kappa3"``); each joins the state of the
             subsystem that holds it. A cut connection's parameters live on the interface and cannot be
@@ -93,6 +99,8 @@ def chain_graph(
             f"received {[list(s) for s in segments]}."
         )
     p = len(segments)
+    if rule not in MESSAGE_RULES:
+        raise ValueError(f"chain_graph rule: expected one of {MESSAGE_RULES}; received {rule!r}.")
     estimators = _per("estimator", estimator, p, "subsystem")
     kinds = _per("messages", messages, p - 1, "cut connection")
     for kind in kinds:
@@ -151,7 +159,9 @@ def chain_graph(
         gamma = np.asarray(
             [float(np.asarray(params[g])[cut - 1]) if g in params else 0.0 for g in ("k", "c", "kappa", "mu")]
         )
-        edges += two_way(f"S{s + 1}", "right", f"S{s + 2}", "left", connection_law, gamma, (kinds[s],) * 2)
+        edges += two_way(
+            f"S{s + 1}", "right", f"S{s + 2}", "left", connection_law, gamma, (kinds[s],) * 2, rule
+        )
     return Graph(name, subs, edges)
 
 

@@ -131,15 +131,7 @@ class Graph(eqx.Module):
                 prefix = f"{node.name}/"
                 subs += [dataclasses.replace(s, name=prefix + s.name) for s in inner_subs]
                 edges += [
-                    Interface(
-                        prefix + e.sender,
-                        e.sender_port,
-                        prefix + e.receiver,
-                        e.receiver_port,
-                        e.law,
-                        e.gamma,
-                        e.kind,
-                    )
+                    dataclasses.replace(e, sender=prefix + e.sender, receiver=prefix + e.receiver)
                     for e in inner_edges
                 ]
             else:
@@ -153,7 +145,11 @@ class Graph(eqx.Module):
                     f"Graph {self.name!r} interface into {e.receiver!r} port {e.receiver_port!r}: the port "
                     "has no message slots to receive into."
                 )
-            edges.append(Interface(sender, sport, receiver, rport, e.law, e.gamma, e.kind))
+            edges.append(
+                dataclasses.replace(
+                    e, sender=sender, sender_port=sport, receiver=receiver, receiver_port=rport
+                )
+            )
         for e in edges:
             _check_law_size(e, by_name)
         return subs, edges

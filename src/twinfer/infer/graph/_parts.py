@@ -27,6 +27,7 @@ Estimator = Literal["ukf", "kf", "ekf", "wls", "none"]
 MessageKind = Literal["deterministic", "probabilistic", "learned"]
 ESTIMATORS = ("ukf", "kf", "ekf", "wls", "none")
 MESSAGE_KINDS = ("deterministic", "probabilistic", "learned")
+MESSAGE_RULES = ("paper", "split")
 
 
 class Port(eqx.Module):
@@ -170,6 +171,19 @@ class Interface(eqx.Module):
       S40-S44), only its positive increment over the previous step (eq. S46);
     * ``"learned"``: a fitted law (e.g. SINDy) used as a deterministic mean message (the authors' code).
 
+    ``rule`` says where the law is evaluated and which variance a probabilistic message injects (the
+    derivation is in :mod:`twinfer.infer.graph._compile`):
+
+    * ``"paper"`` (the paper's rule, for reproduction): the law at both ends' posterior means, held over
+      the step; its unscented variance under *both* ports' marginals, positive increment only (S46);
+    * ``"split"``: the receiver evaluates the law itself, at each of its own sigma points and at every
+      integrator stage, with the sender's interface variables at their mean (its own share of the law is
+      then propagated exactly, correlations and all); only the sender's share of the uncertainty,
+      ``Var_{s_j}[law(s_j, mean s_i)]``, is injected, in full every step, into the receiver's process
+      noise (through d x_next / d m) and measurement noise (through d y / d m). Exact for linear laws up
+      to the neglected cross-covariance; bounded for nonlinear ones, since a subsystem's own uncertainty
+      never feeds back into itself as noise.
+
     Laws built from the same callable with the same port sizes are batched together; only ``gamma``
     (a pytree of arrays) differs between them.
     """
@@ -181,13 +195,14 @@ class Interface(eqx.Module):
     law: Callable[[Any, Any, Any], Any] = eqx.field(static=True)
     gamma: Any
     kind: str = eqx.field(static=True, default="deterministic")
+    rule: str = eqx.field(static=True, default="paper")
 
     def __check_init__(self) -> None:
+        where = f"Interface {self.sender}.{self.sender_port} -> {self.receiver}.{self.receiver_port}"
         if self.kind not in MESSAGE_KINDS:
-            raise ValueError(
-                f"Interface {self.sender}.{self.sender_port} -> {self.receiver}.{self.receiver_port} kind: "
-                f"expected one of {MESSAGE_KINDS}; received {self.kind!r}."
-            )
+            raise ValueError(f"{where} kind: expected one of {MESSAGE_KINDS}; received {self.kind!r}.")
+        if self.rule not in MESSAGE_RULES:
+            raise ValueError(f"{where} rule: expected one of {MESSAGE_RULES}; received {self.rule!r}.")
 
 
 def two_way(
@@ -198,9 +213,10 @@ def two_way(
     law: Callable[[Any, Any, Any], Any],
     gamma: Any,
     kinds: Sequence[str] = ("deterministic", "deterministic"),
+    rule: str = "paper",
 ) -> tuple[Interface, Interface]:
     """Both directions of a symmetric interaction (e.g. a spring-damper): a -> b and b -> a."""
     return (
-        Interface(a, a_port, b, b_port, law, gamma, kinds[0]),
-        Interface(b, b_port, a, a_port, law, gamma, kinds[1]),
+        Interface(a, a_port, b, b_port, law, gamma, kinds[0], rule),
+        Interface(b, b_port, a, a_port, law, gamma, kinds[1], rule),
     )
