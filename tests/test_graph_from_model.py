@@ -12,7 +12,7 @@ import pytest
 from scipy.signal import butter, lfilter
 
 from twinfer.infer.filters import run_filter
-from twinfer.infer.graph import Graph, run
+from twinfer.infer.graph import Graph, estimate, run
 from twinfer.models import Chain
 from twinfer.sim import simulate_dataset
 
@@ -66,25 +66,27 @@ def test_split_messages_follow_the_chain_to_second_order_where_held_ones_drift()
 def test_probabilistic_segments_estimate_states_and_a_stiffness_like_the_central_filter():
     """Accelerometers on four of six masses, 5 % noise: probabilistic Jacobi covers the states (95 %
     coverage in [0.90, 0.995]), keeps the unknown k6 inside its 95 % interval and its state RMSE within
-    2x of the central UKF on the same RK4 discretisation."""
+    2x of the central UKF on the same RK4 discretisation. Both return one Estimate in the chain's order."""
     chain = _chain()
     dt, n = 1e-3, 3000
     clean = simulate_dataset(chain, _force(n), dt, 0.0, jax.random.key(1))
     sd = 0.05 * np.sqrt(np.mean(clean.observations**2, axis=0))
     data = simulate_dataset(chain, _force(n), dt, sd, jax.random.key(2))
     options = dict(noise_sd=sd, state_sd=1e-3, process_sd=1e-5, unknown={"k6": (2.2e4, 5e3, 0.0)})
-    res = run(Graph.from_model(chain, PARTITION, dt=dt, **options), data)
-    means = _stack(res, "means")
-    stds = np.concatenate(
-        [np.sqrt(np.diagonal(res[s].covs, axis1=1, axis2=2))[:, :4] for s in ("S1", "S2", "S3")], 1
-    )[:, ORDER]
-    coverage = np.mean(np.abs(means - data.truth_states) <= 1.96 * stds)
-    assert 0.90 <= coverage <= 0.995, coverage
-    k6, k6_sd = res["S3"].means[-1, 4], np.sqrt(res["S3"].covs[-1, 4, 4])
-    assert abs(k6 - 1.7e4) <= 1.96 * k6_sd, (k6, k6_sd)
+    dist = estimate(Graph.from_model(chain, PARTITION, dt=dt, **options), data)
     central = run_filter(chain, data, integrator="rk4", **options)
-    rmse = lambda m: np.sqrt(np.mean((np.asarray(m)[:, :12] - data.truth_states) ** 2))  # noqa: E731
-    assert rmse(means) <= 2.0 * rmse(central.means), (rmse(means), rmse(central.means))
+    assert dist.state_names == central.state_names == (*chain.state_names, "k6")
+    assert dist.parameters == central.parameters == ("k6",) and dist.covs is None
+    np.testing.assert_array_equal(dist.times, data.times)
+    states = slice(0, 12)
+    error = np.asarray(dist.means)[:, states] - data.truth_states
+    coverage = np.mean(np.abs(error) <= 1.96 * np.asarray(dist.stds)[:, states])
+    assert 0.90 <= coverage <= 0.995, coverage
+    low, high = dist.interval("k6")
+    assert low <= 1.7e4 <= high, (low, high)
+    rmse = lambda e: np.sqrt(np.mean(np.asarray(e) ** 2))  # noqa: E731
+    central_error = np.asarray(central.means)[:, states] - data.truth_states
+    assert rmse(error) <= 2.0 * rmse(central_error), (rmse(error), rmse(central_error))
 
 
 def test_from_model_errors_name_the_problem():

@@ -22,9 +22,10 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jaxtyping import Array, ArrayLike, Float
+from jaxtyping import ArrayLike, Float
 
 from twinfer.data import Dataset
+from twinfer.infer._estimate import Estimate
 from twinfer.infer.filters._augment import augment
 from twinfer.infer.filters._errors import (
     NIS_LOW,
@@ -141,31 +142,8 @@ def _choice(where: str, field: str, value: Any, allowed: tuple[str, ...], note: 
     return value
 
 
-class EstimateResult(NamedTuple):
-    """Estimates over the dataset's times t_0..t_N (row 0 is the prior at t_0).
-
-    Attributes:
-        times: (N+1,) times.
-        means: (N+1, n) state means (base states, then unknown parameters).
-        stds: (N+1, n) marginal standard deviations.
-        covs: (N+1, n, n) covariances.
-        state_names: names of the columns.
-        params: ``{name: (mean (N+1,), sd (N+1,))}`` for each unknown parameter.
-        loglik: log-likelihood of the measurements y_1..y_N under the filter.
-        nis: mean normalised innovation squared per observed measurement, ``v^T S^-1 v`` averaged: about
-            1 when the model and the noise levels fit the data, far above 1 when they do not (a
-            :class:`FilterConsistencyWarning` is issued above ``NIS_WARN``); None without measurements.
-
-    """
-
-    times: Float[ArrayLike, " N+1"]
-    means: Float[Array, "N+1 n"]
-    stds: Float[Array, "N+1 n"]
-    covs: Float[Array, "N+1 n n"]
-    state_names: tuple[str, ...]
-    params: dict[str, tuple[Float[Array, " N+1"], Float[Array, " N+1"]]]
-    loglik: float
-    nis: float | None = None
+EstimateResult = Estimate
+"""The former name of :class:`twinfer.infer.Estimate`, which :func:`run_filter` and :func:`smooth` return."""
 
 
 _JIT_GAUSSIAN = eqx.filter_jit(gaussian_filter)
@@ -334,7 +312,7 @@ def _filtered_summary(x_init: Any, cov0: Any, means: Any, chols: Any) -> tuple[A
     return jnp.concatenate([x_init[None], means]), covs, stds
 
 
-def _run(model: AbstractModel, data: Dataset, where: str, options: Mapping[str, Any]) -> EstimateResult:
+def _run(model: AbstractModel, data: Dataset, where: str, options: Mapping[str, Any]) -> Estimate:
     """The body of :func:`run_filter` (``where="filter"``) and :func:`smooth` (``where="smooth"``)."""
     opts = _settings(where, options)
     estimator = _choice(where, "estimator", opts.estimator, ESTIMATORS)
@@ -466,20 +444,19 @@ def _run(model: AbstractModel, data: Dataset, where: str, options: Mapping[str, 
             FilterConsistencyWarning,
             stacklevel=3,
         )
-    named = {name: (means[:, n_base + i], stds[:, n_base + i]) for i, name in enumerate(unknown)}
-    return EstimateResult(
+    return Estimate(
         times=data.times,
         means=means,
         stds=stds,
         covs=covs,
-        state_names=aug.state_names,
-        params=named,
+        state_names=tuple(aug.state_names),
+        parameters=tuple(aug.state_names[n_base + i] for i in range(len(unknown))),
         loglik=float(out.loglik),
         nis=nis,
     )
 
 
-def run_filter(model: AbstractModel, data: Dataset, **options: Unpack[EstimateOptions]) -> EstimateResult:
+def run_filter(model: AbstractModel, data: Dataset, **options: Unpack[EstimateOptions]) -> Estimate:
     """Filter a dataset with a model: states (and unknown parameters) with uncertainty at each time.
 
     Also importable as ``filter`` (the same function; ``run_filter`` does not shadow the builtin).
@@ -552,7 +529,7 @@ def run_filter(model: AbstractModel, data: Dataset, **options: Unpack[EstimateOp
 filter = run_filter  # noqa: A001  (the name users look for; run_filter does not shadow the builtin)
 
 
-def smooth(model: AbstractModel, data: Dataset, **options: Unpack[EstimateOptions]) -> EstimateResult:
+def smooth(model: AbstractModel, data: Dataset, **options: Unpack[EstimateOptions]) -> Estimate:
     """As :func:`run_filter` (the same keywords), then the RTS smoother: each estimate uses all the data.
 
     References:

@@ -58,6 +58,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from twinfer.data._checks import first_bad
+from twinfer.infer._estimate import Estimate, merge_estimates
 from twinfer.infer.filters import DivergenceError, gaussian_filter, ukf_step, wls_step
 from twinfer.infer.filters._errors import first_not_psd
 from twinfer.infer.gaussian import UnscentedWeights, cholesky, linear, predict, psd_factor, taylor
@@ -831,6 +832,52 @@ def run(
     result = unpack(compiled, chosen, outs)
     _check_divergence(graph, result, times)
     return result
+
+
+def estimate(
+    graph: Graph,
+    dataset: Any = None,
+    schedule: Schedule | str = "jacobi",
+    *,
+    us: Any = None,
+    ys: Any = None,
+    times: Any = None,
+) -> Estimate:
+    """Run ``graph`` over a record (as :func:`run`) and merge the subsystems into one :class:`Estimate`.
+
+    Columns are the subsystems' ``state_names`` (``"<subsystem>[i]"`` where unnamed), those in the
+    graph's ``state_order`` first (a chain's ``x1..xn, v1..vn``, then its unknowns); the means and
+    standard deviations are each subsystem's own (a distributed estimate keeps no cross-covariances, so
+    ``covs`` is None); the log-likelihood is the sum of the subsystems'. Times are the dataset's, or
+    ``times`` (T + 1,) with arrays, or the step numbers 0..T.
+
+    Raises:
+        ValueError: as :func:`run`, and when two subsystems name the same column or ``times`` has the
+            wrong length.
+
+    """
+    result = run(graph, dataset, schedule, us=us, ys=ys)
+    subs, _ = graph.flatten()
+    rows = next(iter(result.values())).means.shape[0]
+    if dataset is not None:
+        times = np.asarray(dataset.times)
+    elif times is None:
+        times = np.arange(rows, dtype=np.float64)
+    if np.shape(times) != (rows,):
+        raise ValueError(
+            f"estimate times: expected {rows} values (t_0..t_T); received shape {np.shape(times)}."
+        )
+    blocks = []
+    for s in subs:
+        r = result[s.name]
+        blocks.append((s.names, r.means, np.sqrt(np.maximum(np.diagonal(r.covs, axis1=1, axis2=2), 0.0))))
+    return merge_estimates(
+        blocks,
+        times,
+        order=[n for n in graph.state_order if any(n in s.names for s in subs)],
+        parameters=[p for s in subs for p in s.parameters],
+        loglik=float(sum(r.loglik for r in result.values())),
+    )
 
 
 def _prepare_record(

@@ -78,7 +78,8 @@ def chain_graph(
 
     Returns:
         A :class:`~twinfer.infer.graph.Graph` with subsystems ``S1..Sp`` (states ``[x, v]`` of their
-        DOFs, then their unknowns) and interfaces ``Si.right <-> S(i+1).left``.
+        DOFs, then their unknowns, named as in the chain) and interfaces ``Si.right <-> S(i+1).left``;
+        :func:`~twinfer.infer.graph.estimate` returns its estimates in the chain's state order.
 
     Raises:
         ValueError: naming the argument, the expected and the received value.
@@ -151,6 +152,10 @@ def chain_graph(
                 estimator=estimators[s],
                 weights=weights,
                 dynamics=node.dynamics,
+                state_names=tuple(f"x{d}" for d in seg)
+                + tuple(f"v{d}" for d in seg)
+                + tuple(local[s].values()),
+                parameters=tuple(local[s].values()),
             )
         )
     edges = []
@@ -162,7 +167,7 @@ def chain_graph(
         edges += two_way(
             f"S{s + 1}", "right", f"S{s + 2}", "left", connection_law, gamma, (kinds[s],) * 2, rule
         )
-    return Graph(name, subs, edges)
+    return Graph(name, subs, edges, state_order=tuple(chain.state_names) + tuple(unknown))
 
 
 def _global_output(local: str, first: int) -> str:

@@ -36,6 +36,8 @@ class Graph(eqx.Module):
         interfaces: directed edges.
         exports: ports of members exposed to an outer graph.
         fields: sparse field couplings (:class:`Field`) of the leaf members (top level only).
+        state_order: column names that :func:`~twinfer.infer.graph.estimate` puts first, in this order
+            (a graph from a model: the model's states, then the unknown parameters).
 
     """
 
@@ -44,6 +46,7 @@ class Graph(eqx.Module):
     interfaces: tuple[Interface, ...]
     exports: dict[str, tuple[str, str]] = eqx.field(static=True, default_factory=dict)
     fields: tuple[Field, ...] = ()
+    state_order: tuple[str, ...] = eqx.field(static=True, default=())
 
     def __init__(
         self,
@@ -52,12 +55,14 @@ class Graph(eqx.Module):
         interfaces: Sequence[Interface] = (),
         exports: dict[str, tuple[str, str]] | None = None,
         fields: Sequence[Field] = (),
+        state_order: Sequence[str] = (),
     ):
         self.name = name
         self.nodes = tuple(nodes)
         self.interfaces = tuple(interfaces)
         self.exports = dict(exports or {})
         self.fields = tuple(fields)
+        self.state_order = tuple(state_order)
         subs, _ = self.flatten()  # validates
         if any(isinstance(n, Graph) and n.fields for n in self.nodes):
             raise ValueError(

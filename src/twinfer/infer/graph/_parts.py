@@ -98,6 +98,10 @@ class Subsystem(eqx.Module):
         dynamics: the node's :class:`twinfer.sim.Dynamics` when built by :func:`twinfer.sim.heun_node`
             (its transition then reads one message per Heun stage); required by a :class:`Field` with
             ``message="predicted"``.
+        state_names: a name for each state (e.g. the whole model's ``"x3"``, ``"k2"``), used by
+            :func:`twinfer.infer.graph.estimate` to merge the subsystems into one
+            :class:`~twinfer.infer.Estimate`; default ``"<name>[i]"``.
+        parameters: the states that are unknown parameters, by name (among ``state_names``).
 
     """
 
@@ -119,10 +123,19 @@ class Subsystem(eqx.Module):
     weights: UnscentedWeights = eqx.field(static=True, default_factory=UnscentedWeights.paper_code)
     innovation: Callable[[Any, Any], Any] | None = eqx.field(static=True, default=None)
     dynamics: Dynamics | None = eqx.field(static=True, default=None)
+    state_names: tuple[str, ...] | None = eqx.field(static=True, default=None)
+    parameters: tuple[str, ...] = eqx.field(static=True, default=())
 
     def __check_init__(self) -> None:
         n = int(jnp.shape(self.x0)[0])
         where = f"Subsystem {self.name!r}"
+        if self.state_names is not None and len(self.state_names) != n:
+            raise ValueError(
+                f"{where} state_names: expected {n} names (one per state); received {self.state_names}."
+            )
+        missing = [p for p in self.parameters if p not in self.names]
+        if missing:
+            raise ValueError(f"{where} parameters: expected names among {self.names}; received {missing}.")
         if isinstance(self.output, LinearOutput):
             shape = self.output.shape
             if shape != (len(self.outputs), n):
@@ -157,6 +170,13 @@ class Subsystem(eqx.Module):
     @property
     def n_state(self) -> int:
         return int(jnp.shape(self.x0)[0])
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """``state_names``, or ``"<name>[i]"`` for each state."""
+        if self.state_names is not None:
+            return tuple(self.state_names)
+        return tuple(f"{self.name}[{i}]" for i in range(self.n_state))
 
 
 class Interface(eqx.Module):

@@ -1,0 +1,177 @@
+"""The one result type of twinfer's state estimators: :class:`Estimate`.
+
+Every estimator that tracks states over a record (``run_filter``/``filter``, ``smooth``, a compositional
+graph through :func:`twinfer.infer.graph.estimate`) returns the same object: times, the names of the
+columns (states, then unknown parameters), means and marginal standard deviations per time, the full
+covariances where the estimator keeps them, and the log-likelihood of the measurements. Parameters are
+read by name with :meth:`Estimate.interval`; :meth:`Estimate.to_xarray`, :meth:`Estimate.to_netcdf` and
+:meth:`Estimate.to_dataframe` hand the result to the usual tools.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from scipy.stats import norm
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Estimate:
+    """Estimates over the record's times t_0..t_N (row 0 is the prior at t_0).
+
+    Attributes:
+        times: (N+1,) times.
+        means: (N+1, n) means of every column (states, then unknown parameters).
+        stds: (N+1, n) marginal standard deviations.
+        covs: (N+1, n, n) covariances, or None where the estimator does not keep the cross-covariances
+            (a distributed graph keeps each subsystem's own block only).
+        state_names: names of the n columns.
+        parameters: the columns that are unknown parameters (random-walk states), by name.
+        loglik: log-likelihood of the measurements y_1..y_N under the estimator (NaN when none).
+        nis: mean normalised innovation squared per observed measurement (about 1 for a consistent
+            filter); None when the estimator does not compute it.
+
+    """
+
+    times: Any
+    means: Any
+    stds: Any
+    covs: Any
+    state_names: tuple[str, ...]
+    parameters: tuple[str, ...] = ()
+    loglik: float = float("nan")
+    nis: float | None = None
+
+    def __post_init__(self) -> None:
+        n = len(self.state_names)
+        rows = np.shape(self.times)[0]
+        for field in ("means", "stds"):
+            shape = np.shape(getattr(self, field))
+            if shape != (rows, n):
+                raise ValueError(
+                    f"Estimate {field}: expected shape {(rows, n)} (times x state_names); received {shape}."
+                )
+        if len(set(self.state_names)) != n:
+            raise ValueError(f"Estimate state_names: expected unique names; received {self.state_names}.")
+        missing = [p for p in self.parameters if p not in self.state_names]
+        if missing:
+            raise ValueError(
+                f"Estimate parameters: expected names among state_names {self.state_names}; received "
+                f"{missing}."
+            )
+
+    def _column(self, name: str) -> int:
+        try:
+            return self.state_names.index(name)
+        except ValueError:
+            raise KeyError(f"Estimate: no column {name!r}; columns: {', '.join(self.state_names)}.") from None
+
+    @property
+    def params(self) -> dict[str, tuple[Any, Any]]:
+        """``{name: (mean (N+1,), sd (N+1,))}`` of each unknown parameter."""
+        return {p: self.series(p) for p in self.parameters}
+
+    def series(self, name: str) -> tuple[Any, Any]:
+        """Mean and standard deviation over time of one column (a state or a parameter)."""
+        j = self._column(name)
+        return self.means[:, j], self.stds[:, j]
+
+    def interval(self, name: str, level: float = 0.95, at: int = -1) -> tuple[float, float]:
+        """The central ``level`` interval of one column at row ``at`` (default the last): mean -+ z sd.
+
+        Raises:
+            KeyError: for a name that is not a column, naming the columns.
+            ValueError: for a level outside (0, 1).
+
+        """
+        if not 0.0 < level < 1.0:
+            raise ValueError(f"Estimate.interval level: expected a value in (0, 1); received {level}.")
+        mean, sd = (float(np.asarray(v)[at]) for v in self.series(name))
+        z = float(norm.ppf(0.5 + level / 2.0))
+        return mean - z * sd, mean + z * sd
+
+    def to_xarray(self) -> Any:
+        """An :class:`xarray.Dataset`: ``mean`` and ``sd`` over ``(time, state)``.
+
+        Also ``cov`` over ``(time, state, state_)`` when kept; attributes ``loglik``, ``nis`` and
+        ``parameters`` (comma-separated).
+        """
+        import xarray as xr
+
+        coords: dict[str, Any] = {"time": np.asarray(self.times), "state": list(self.state_names)}
+        data: dict[str, Any] = {
+            "mean": (("time", "state"), np.asarray(self.means)),
+            "sd": (("time", "state"), np.asarray(self.stds)),
+        }
+        if self.covs is not None:
+            data["cov"] = (("time", "state", "state_"), np.asarray(self.covs))
+            coords["state_"] = list(self.state_names)
+        attrs = {"loglik": float(self.loglik), "parameters": ",".join(self.parameters)}
+        if self.nis is not None:
+            attrs["nis"] = float(self.nis)
+        return xr.Dataset(data, coords=coords, attrs=attrs)
+
+    def to_netcdf(self, path: str | Path) -> Path:
+        """Write :meth:`to_xarray` to a netCDF file (h5netcdf engine); returns the path."""
+        path = Path(path)
+        self.to_xarray().to_netcdf(path, engine="h5netcdf")
+        return path
+
+    def to_dataframe(self) -> Any:
+        """A :class:`pandas.DataFrame` indexed by time with columns ``<name>`` (mean) and ``<name>_sd``."""
+        import pandas as pd
+
+        means, stds = np.asarray(self.means), np.asarray(self.stds)
+        columns: dict[str, Any] = {}
+        for j, name in enumerate(self.state_names):
+            columns[name] = means[:, j]
+            columns[f"{name}_sd"] = stds[:, j]
+        return pd.DataFrame(columns, index=pd.Index(np.asarray(self.times), name="time"))
+
+
+def merge_estimates(
+    blocks: Sequence[tuple[Sequence[str], Any, Any]],
+    times: Any,
+    *,
+    order: Sequence[str] = (),
+    parameters: Sequence[str] = (),
+    loglik: float = float("nan"),
+) -> Estimate:
+    """One :class:`Estimate` from per-subsystem ``(names, means, stds)`` blocks (no cross-covariances).
+
+    Columns named in ``order`` come first, in that order; the others follow in block order.
+
+    Raises:
+        ValueError: when two blocks name the same column, or ``order`` names a column no block has.
+
+    """
+    names: list[str] = []
+    mean_cols: list[Any] = []
+    sd_cols: list[Any] = []
+    for block_names, means, stds in blocks:
+        for j, name in enumerate(block_names):
+            if name in names:
+                raise ValueError(f"merge_estimates: the column {name!r} is estimated by two subsystems.")
+            names.append(name)
+            mean_cols.append(np.asarray(means)[:, j])
+            sd_cols.append(np.asarray(stds)[:, j])
+    unknown = [n for n in order if n not in names]
+    if unknown:
+        raise ValueError(
+            f"merge_estimates order: expected names of estimated columns {names}; received {unknown}."
+        )
+    first = [names.index(n) for n in order]
+    index = first + [j for j in range(len(names)) if j not in first]
+    return Estimate(
+        times=np.asarray(times),
+        means=np.stack([mean_cols[j] for j in index], axis=1),
+        stds=np.stack([sd_cols[j] for j in index], axis=1),
+        covs=None,
+        state_names=tuple(names[j] for j in index),
+        parameters=tuple(parameters),
+        loglik=float(loglik),
+    )

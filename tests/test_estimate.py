@@ -1,0 +1,64 @@
+"""twinfer.infer.Estimate: the one result type (intervals by name, xarray/netCDF/pandas, merging)."""
+
+import numpy as np
+import pytest
+import xarray
+
+from twinfer.infer import Estimate, merge_estimates
+
+
+def _estimate():
+    times = np.linspace(0.0, 1.0, 5)
+    means = np.column_stack([np.sin(times), np.cos(times), np.full(5, 2.0)])
+    stds = np.column_stack([np.full(5, 0.1), np.full(5, 0.2), np.linspace(1.0, 0.5, 5)])
+    return Estimate(times, means, stds, None, ("x1", "v1", "k1"), ("k1",), loglik=-3.5)
+
+
+def test_interval_is_mean_plus_minus_the_normal_quantile_and_params_are_by_name():
+    est = _estimate()
+    low, high = est.interval("k1")
+    np.testing.assert_allclose([low, high], [2.0 - 1.959963984540054 * 0.5, 2.0 + 1.959963984540054 * 0.5])
+    low, high = est.interval("x1", level=0.5, at=0)
+    np.testing.assert_allclose([low, high], [-0.6744897501960817 * 0.1, 0.6744897501960817 * 0.1])
+    assert list(est.params) == ["k1"]
+    np.testing.assert_array_equal(est.params["k1"][1], est.stds[:, 2])
+
+
+def test_bad_names_levels_and_shapes_are_named_errors():
+    est = _estimate()
+    with pytest.raises(KeyError, match="no column 'k2'; columns: x1, v1, k1"):
+        est.interval("k2")
+    with pytest.raises(ValueError, match=r"level: expected a value in \(0, 1\); received 95"):
+        est.interval("k1", level=95)
+    with pytest.raises(ValueError, match=r"Estimate stds: expected shape \(5, 3\)"):
+        Estimate(est.times, est.means, est.stds[:, :2], None, est.state_names)
+    with pytest.raises(ValueError, match="parameters: expected names among state_names"):
+        Estimate(est.times, est.means, est.stds, None, est.state_names, ("c1",))
+
+
+def test_xarray_netcdf_and_dataframe_hold_the_same_numbers(tmp_path):
+    est = _estimate()
+    path = est.to_netcdf(tmp_path / "estimate.nc")
+    back = xarray.open_dataset(path, engine="h5netcdf")
+    np.testing.assert_array_equal(back["mean"].sel(state="v1").values, est.means[:, 1])
+    np.testing.assert_array_equal(back["sd"].values, est.stds)
+    assert back.attrs["loglik"] == -3.5 and back.attrs["parameters"] == "k1"
+    back.close()
+    frame = est.to_dataframe()
+    assert list(frame.columns) == ["x1", "x1_sd", "v1", "v1_sd", "k1", "k1_sd"]
+    np.testing.assert_array_equal(frame.index.values, est.times)
+    np.testing.assert_array_equal(frame["k1_sd"].values, est.stds[:, 2])
+
+
+def test_merge_orders_named_columns_first_and_refuses_a_column_twice():
+    t = np.arange(3.0)
+    a = (("x2", "v2"), np.ones((3, 2)), np.full((3, 2), 0.1))
+    b = (("x1", "v1", "k1"), np.zeros((3, 3)), np.full((3, 3), 0.2))
+    est = merge_estimates([a, b], t, order=["x1", "x2", "v1", "v2"], parameters=["k1"], loglik=-1.0)
+    assert est.state_names == ("x1", "x2", "v1", "v2", "k1")
+    np.testing.assert_array_equal(est.means[0], [0, 1, 0, 1, 0])
+    assert est.covs is None and est.parameters == ("k1",)
+    with pytest.raises(ValueError, match="'x1' is estimated by two subsystems"):
+        merge_estimates([b, b], t)
+    with pytest.raises(ValueError, match="merge_estimates order: expected names of estimated columns"):
+        merge_estimates([a], t, order=["x9"])
