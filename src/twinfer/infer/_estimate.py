@@ -15,13 +15,14 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import jax
 import numpy as np
 from scipy.stats import norm
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class Estimate:
-    """Estimates over the record's times t_0..t_N (row 0 is the prior at t_0).
+    """Estimates over the record's times t_0..t_N (row 0 is the prior at t_0); a JAX pytree.
 
     Attributes:
         times: (N+1,) times.
@@ -131,6 +132,24 @@ class Estimate:
             columns[name] = means[:, j]
             columns[f"{name}_sd"] = stds[:, j]
         return pd.DataFrame(columns, index=pd.Index(np.asarray(self.times), name="time"))
+
+
+_DATA = ("times", "means", "stds", "covs", "loglik", "nis")
+_META = ("state_names", "parameters")
+
+
+def _flatten(est: Estimate) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
+    return tuple(getattr(est, k) for k in _DATA), tuple(getattr(est, k) for k in _META)
+
+
+def _unflatten(meta: tuple[Any, ...], data: tuple[Any, ...]) -> Estimate:
+    est = object.__new__(Estimate)  # no validation: jax rebuilds trees with placeholders
+    for k, v in (*zip(_DATA, data, strict=True), *zip(_META, meta, strict=True)):
+        object.__setattr__(est, k, v)
+    return est
+
+
+jax.tree_util.register_pytree_node(Estimate, _flatten, _unflatten)
 
 
 def merge_estimates(
