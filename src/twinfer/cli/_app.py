@@ -257,6 +257,67 @@ def run(
     out.print(f"run folder: [bold]{run_dir}[/] ({time.perf_counter() - start:.1f} s)", soft_wrap=True)
 
 
+@app.command()
+def estimate(
+    spec: Annotated[Path, typer.Argument(help="A spec file (TOML): model, data, unknowns, estimator.")],
+    out_dir: Annotated[Path, typer.Option("--out", help="Parent folder of run folders.")] = Path("runs"),
+    debug: Annotated[bool, typer.Option("--debug", help="Show the full traceback of an error.")] = False,
+) -> None:
+    """Estimate a user's own system from a spec file and write a run folder.
+
+    The spec names a library model (a chain) with its known parameters, a CSV data file with its
+    column mapping or a simulation, the unknown parameters with priors, and the estimator (central, or
+    distributed with a partition); see :mod:`twinfer.spec`. The run folder holds ``estimate.nc`` (the
+    :class:`twinfer.infer.Estimate`), metrics (the truth's where known), figures and ``report.md``.
+    Exit status: 0, 1 for an error during the run, 2 for a bad spec.
+    """
+    _use_compilation_cache()
+    from twinfer.report import check_output_folder, new_run_dir, write_run
+    from twinfer.spec import SpecError, load_spec, run_spec
+
+    try:
+        parsed, base = load_spec(spec)
+    except SpecError as exc:
+        _fail(str(exc))
+        return
+    try:
+        check_output_folder(out_dir)
+    except OSError as exc:
+        _fail(f"--out: {exc}")
+    start = time.perf_counter()
+    try:
+        est, _, artifacts, figures = run_spec(parsed, base)
+    except SpecError as exc:
+        _fail(str(exc))
+        return
+    except Exception as exc:
+        if debug:
+            raise
+        line = escape(f"estimate {spec} failed: {type(exc).__name__}: {exc}".splitlines()[0])
+        console.print(
+            f"[bold red]error:[/] {line} (--debug shows the traceback)", highlight=False, soft_wrap=True
+        )
+        raise typer.Exit(1) from None
+
+    def netcdf(folder: Path) -> object:
+        return est.to_netcdf(folder / "estimate.nc")
+
+    run_dir = write_run(
+        new_run_dir(out_dir, parsed.name),
+        parsed.name,
+        f"twinfer estimate {spec.name}: {parsed.estimator.kind} {parsed.estimator.estimator} on a "
+        f"{parsed.model.kind}",
+        parsed.model_dump(mode="json"),
+        artifacts,
+        figures,
+        {},
+        extras=(netcdf,),
+        on_warning=_warn,
+    )
+    _print_metrics(parsed.name, dict(artifacts.metrics), {})
+    out.print(f"run folder: [bold]{run_dir}[/] ({time.perf_counter() - start:.1f} s)", soft_wrap=True)
+
+
 def _distributed_options(
     coordinator: str | None, num_processes: int | None, process_id: int | None, resuming: bool
 ) -> tuple[str, int, int] | None:

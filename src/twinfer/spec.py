@@ -1,0 +1,348 @@
+"""Estimation specs: a user's own system, data and estimator in one TOML file (``twinfer estimate``).
+
+A spec names a library model and its known parameters, where the data come from (a CSV file with a
+column mapping, or a simulation of the model itself, which also gives the truth), the unknown
+parameters with their priors, and the estimator: central (one filter or smoother on the whole model) or
+distributed (the model cut into subsystems by :meth:`twinfer.infer.graph.Graph.from_model`). Example::
+
+    name = "frame"
+
+    [model]                       # a twinfer.models.Chain
+    kind = "chain"
+    mass = [500.0, 500.0, 500.0, 500.0]
+    stiffness = 5e4               # one value for every connection, or one per connection
+    damping = 300.0
+    forced_dofs = [4]
+    outputs = ["a1", "a3"]
+
+    [data]                        # or [simulate]
+    file = "frame.csv"            # relative to the spec
+    time = "t"
+    inputs = ["f4"]               # one column per forced DOF, in the model's order
+    outputs = ["acc1", "acc3"]    # one column per model output, in the model's order
+
+    [estimator]
+    kind = "distributed"          # or "central"
+    partition = [[1, 2], [3, 4]]
+    noise_sd = 0.05
+    state_sd = 1e-3
+
+    [unknown]
+    k4 = [2.5e4, 5e3, 0.0]        # initial value, prior sd, random-walk sd per step
+
+:func:`load_spec` validates a spec (every error names its key, what it expects and what it received);
+:func:`run_spec` runs it and returns the :class:`~twinfer.infer.Estimate`, the dataset and the run's
+metrics, arrays and figures for :func:`twinfer.report.write_run`.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import pydantic
+
+__all__ = ["Spec", "SpecError", "load_spec", "run_spec"]
+
+
+class SpecError(ValueError):
+    """A spec that cannot be read or does not validate; the message names each offending key."""
+
+
+class _Strict(pydantic.BaseModel):
+    model_config = pydantic.ConfigDict(extra="forbid", frozen=True)
+
+
+Values = float | list[float]
+
+
+class ChainModel(_Strict):
+    """A :class:`twinfer.models.Chain` (masses [kg], stiffnesses [N/m], dampings [N s/m])."""
+
+    kind: Literal["chain"]
+    mass: Values
+    stiffness: Values
+    damping: Values
+    cubic_stiffness: Values | None = None
+    vdp_damping: Values | None = None
+    forced_dofs: list[int] | None = None
+    outputs: list[str] = pydantic.Field(min_length=1)
+
+
+class CsvData(_Strict):
+    """Measured data in a CSV file: the columns that hold time, the inputs and the outputs."""
+
+    file: Path
+    time: str
+    inputs: list[str] = []
+    outputs: list[str] = pydantic.Field(min_length=1)
+    states: list[str] | None = None
+
+
+class Simulation(_Strict):
+    """Data simulated from the model itself, so the truth is known.
+
+    A band-limited force on each forced DOF (white noise of ``force_sd`` through a 4th-order Butterworth
+    low-pass at ``force_band`` of the Nyquist frequency), measured with noise of ``noise_sd`` per output.
+    """
+
+    duration: float = pydantic.Field(gt=0)
+    dt: float = pydantic.Field(gt=0)
+    noise_sd: Values
+    force_sd: float = pydantic.Field(default=1.0, ge=0)
+    force_band: float = pydantic.Field(default=0.05, gt=0, lt=1)
+    seed: int = 0
+
+
+class Estimator(_Strict):
+    """The estimator and its noise levels: standard deviations, as in ``run_filter``."""
+
+    kind: Literal["central", "distributed"] = "central"
+    estimator: Literal["ukf", "ekf", "kf"] = "ukf"
+    integrator: Literal["rk4", "euler", "exact"] = "rk4"
+    smoother: bool = False
+    partition: list[list[int]] | None = None
+    messages: Literal["probabilistic", "deterministic"] = "probabilistic"
+    rule: Literal["split", "paper"] = "split"
+    noise_sd: Values | None = None
+    state_sd: Values = 1e-3
+    process_sd: Values = 1e-6
+    x0: Values = 0.0
+
+    @pydantic.model_validator(mode="after")
+    def _partition_for_distributed(self) -> Estimator:
+        if self.kind == "distributed" and not self.partition:
+            raise ValueError("a distributed estimator needs a partition, e.g. [[1, 2], [3, 4]]")
+        if self.kind == "central" and self.partition:
+            raise ValueError("a partition is only for kind = 'distributed'")
+        if self.kind == "distributed" and self.smoother:
+            raise ValueError("smoother = true is only for kind = 'central'")
+        return self
+
+
+class Spec(_Strict):
+    """A validated spec (see the module docstring)."""
+
+    name: str = pydantic.Field(default="estimate", pattern=r"^[A-Za-z0-9_.-]+$")
+    model: ChainModel
+    data: CsvData | None = None
+    simulate: Simulation | None = None
+    estimator: Estimator = Estimator()
+    unknown: dict[str, tuple[float, float, float]] = {}
+
+    @pydantic.model_validator(mode="after")
+    def _one_source(self) -> Spec:
+        if (self.data is None) == (self.simulate is None):
+            raise ValueError("give exactly one of [data] and [simulate]")
+        if self.data is None and self.estimator.noise_sd is None:
+            return self
+        if self.data is not None and self.estimator.noise_sd is None:
+            raise ValueError("estimator.noise_sd: the measurement noise sd is needed with measured [data]")
+        return self
+
+
+def load_spec(path: str | Path) -> tuple[Spec, Path]:
+    """Read and validate a spec file; returns the spec and the folder relative paths start from.
+
+    Raises:
+        SpecError: the file cannot be read or is not TOML, or a value does not validate (each key named
+            with what it expects and what it received).
+
+    """
+    path = Path(path)
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except OSError as exc:
+        raise SpecError(f"spec {path}: could not read the file ({exc}).") from None
+    except UnicodeDecodeError as exc:
+        raise SpecError(
+            f"spec {path}: expected TOML text (UTF-8); received bytes that are not ({exc.reason})."
+        ) from None
+    try:
+        values = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise SpecError(f"spec {path}: could not read a TOML table ({exc}).") from None
+    try:
+        return Spec.model_validate(values), path.resolve().parent
+    except pydantic.ValidationError as exc:
+        lines = []
+        for item in exc.errors():
+            key = ".".join(str(p) for p in item["loc"]) or "(spec)"
+            if item["type"] == "extra_forbidden":
+                lines.append(f"unknown key {key!r}")
+            else:
+                lines.append(f"{key!r}: {item['msg']}; received {item.get('input')!r}")
+        raise SpecError(f"spec {path}:\n  " + "\n  ".join(lines)) from None
+
+
+def _chain(spec: Spec) -> Any:
+    from twinfer.models import Chain
+
+    m = spec.model
+    try:
+        return Chain(
+            m.mass,
+            m.stiffness,
+            m.damping,
+            cubic_stiffness=m.cubic_stiffness,
+            vdp_damping=m.vdp_damping,
+            forced_dofs=m.forced_dofs,
+            outputs=m.outputs,
+        )
+    except ValueError as exc:
+        raise SpecError(f"spec model: {exc}") from None
+
+
+def _dataset(spec: Spec, chain: Any, base: Path) -> Any:
+    from twinfer.data import from_csv
+
+    if spec.data is not None:
+        d = spec.data
+        n_in = len(chain.forced_dofs)
+        if len(d.inputs) != n_in or len(d.outputs) != len(chain.outputs):
+            raise SpecError(
+                f"spec data: expected {n_in} input columns (one per forced DOF {list(chain.forced_dofs)}) "
+                f"and {len(chain.outputs)} output columns (for {list(chain.outputs)}); received inputs "
+                f"{d.inputs} and outputs {d.outputs}."
+            )
+        file = d.file if d.file.is_absolute() else base / d.file
+        try:
+            return from_csv(file, d.time, d.inputs or None, d.outputs, states=d.states)
+        except (OSError, ValueError) as exc:
+            raise SpecError(f"spec data.file {file}: {exc}") from None
+    import jax
+    from scipy.signal import butter, lfilter
+
+    from twinfer.sim import simulate_dataset
+
+    s = spec.simulate
+    assert s is not None
+    n = int(round(s.duration / s.dt))
+    rng = np.random.default_rng(s.seed)
+    coeffs = butter(4, s.force_band)
+    assert coeffs is not None
+    b, a = coeffs[0], coeffs[1]
+    forces = lfilter(b, a, rng.normal(size=(n + 1, len(chain.forced_dofs))) * s.force_sd, axis=0)
+    return simulate_dataset(chain, forces, s.dt, s.noise_sd, jax.random.key(s.seed))
+
+
+def _step(data: Any) -> float:
+    dts = np.diff(np.asarray(data.times))
+    if dts.size == 0 or not np.allclose(dts, dts[0], rtol=1e-6, atol=0.0):
+        raise SpecError("spec data: expected equally spaced times (one step length dt).")
+    return float(dts[0])
+
+
+def run_spec(spec: Spec, base: str | Path = ".") -> tuple[Any, Any, Any, Any]:
+    """Run a spec: ``(estimate, dataset, artifacts, figures)``.
+
+    ``artifacts`` (:class:`twinfer.report.RunArtifacts`) holds the metrics: the log-likelihood, the NIS
+    of a central filter, each unknown's final mean, sd and 95 % interval, and, where the truth is known
+    (a simulation, or truth columns in the data), the state RMSE and 95 % coverage and each unknown's
+    error and whether its interval holds the truth. ``figures`` is a function making the figures.
+
+    Raises:
+        SpecError: for a spec that does not fit its model or data, naming the key.
+        ValueError: from the estimator, naming the argument (e.g. an unknown parameter name).
+
+    """
+    from twinfer import metrics
+    from twinfer.infer.filters import run_filter, smooth
+    from twinfer.infer.graph import Graph, estimate
+    from twinfer.report import RunArtifacts
+
+    chain = _chain(spec)
+    data = _dataset(spec, chain, Path(base))
+    dt = _step(data)
+    e = spec.estimator
+    noise_sd = e.noise_sd if e.noise_sd is not None else spec.simulate.noise_sd  # type: ignore[union-attr]
+    options: dict[str, Any] = dict(
+        noise_sd=noise_sd, state_sd=e.state_sd, process_sd=e.process_sd, x0=e.x0, unknown=spec.unknown or None
+    )
+    if e.kind == "central":
+        fn = smooth if e.smoother else run_filter
+        est = fn(chain, data, estimator=e.estimator, integrator=e.integrator, **options)
+    else:
+        graph = Graph.from_model(
+            chain,
+            e.partition,
+            dt=dt,
+            integrator=e.integrator,
+            estimator=e.estimator,
+            messages=e.messages,
+            rule=e.rule,
+            **options,
+        )
+        est = estimate(graph, data)
+    out: dict[str, float] = {"loglik": float(est.loglik)}
+    if est.nis is not None:
+        out["nis"] = float(est.nis)
+    truth_params = dict(data.truth_params or {}) if spec.simulate is not None else {}
+    for name in est.parameters:
+        mean, sd = (float(np.asarray(v)[-1]) for v in est.series(name))
+        low, high = est.interval(name)
+        out |= {
+            f"param.{name}": mean,
+            f"param.{name}_sd": sd,
+            f"param.{name}_low": low,
+            f"param.{name}_high": high,
+        }
+        if name in truth_params:
+            true = float(truth_params[name])
+            out[f"param.{name}_err_pct"] = 100.0 * abs(mean - true) / abs(true)
+            out[f"param.{name}_covered"] = float(low <= true <= high)
+    arrays: dict[str, Any] = {
+        "times": np.asarray(est.times),
+        "means": np.asarray(est.means),
+        "stds": np.asarray(est.stds),
+    }
+    n = chain.n_state
+    truth = None if data.truth_states is None else np.asarray(data.truth_states)
+    if truth is not None:
+        mean, sd = np.asarray(est.means)[:, :n], np.asarray(est.stds)[:, :n]
+        out["state.rmse"] = float(metrics.rmse(mean, truth))
+        out["state.coverage95"] = float(metrics.coverage(mean, sd, truth, 0.95))
+        arrays["truth_states"] = truth
+    artifacts = RunArtifacts(
+        out, arrays, notes=(f"{e.kind} {e.estimator}, {len(data.times) - 1} steps of {dt:g} s",)
+    )
+    return est, data, artifacts, lambda: _figures(est, truth, n)
+
+
+def _figures(est: Any, truth: Any, n: int) -> dict[str, Any]:
+    """States (up to 8) and unknowns with their 95 % bands.
+
+    Where the truth is known, each state's error is drawn inside its band: what calibration looks like.
+    """
+    import matplotlib.pyplot as plt
+
+    t = np.asarray(est.times)
+    shown = list(range(min(n, 8)))
+    fig, axes = plt.subplots(len(shown), 1, figsize=(8, 1.6 * len(shown)), sharex=True, squeeze=False)
+    for ax, j in zip(axes[:, 0], shown, strict=True):
+        mean, sd = np.asarray(est.means)[:, j], np.asarray(est.stds)[:, j]
+        if truth is None:  # the estimate with its band
+            ax.fill_between(t, mean - 1.96 * sd, mean + 1.96 * sd, alpha=0.3, label="95 %")
+            ax.plot(t, mean, lw=0.8, label="estimate")
+            ax.set_ylabel(est.state_names[j])
+        else:  # the error against the truth inside the band: what calibration looks like
+            ax.fill_between(t, -1.96 * sd, 1.96 * sd, alpha=0.3, label="95 % band")
+            ax.plot(t, mean - truth[:, j], lw=0.6, label="estimate - truth")
+            ax.set_ylabel(f"{est.state_names[j]} error")
+    axes[0, 0].legend(loc="upper right", fontsize=7)
+    axes[-1, 0].set_xlabel("time [s]")
+    figs = {"states": fig}
+    if est.parameters:
+        fig, axes = plt.subplots(
+            len(est.parameters), 1, figsize=(8, 1.8 * len(est.parameters)), squeeze=False
+        )
+        for ax, name in zip(axes[:, 0], est.parameters, strict=True):
+            mean, sd = (np.asarray(v) for v in est.series(name))
+            ax.fill_between(t, mean - 1.96 * sd, mean + 1.96 * sd, alpha=0.3)
+            ax.plot(t, mean, lw=0.8)
+            ax.set_ylabel(name)
+        axes[-1, 0].set_xlabel("time [s]")
+        figs["parameters"] = fig
+    return figs

@@ -1,0 +1,105 @@
+"""`twinfer estimate SPEC.toml`: a user's chain from a CSV file or a simulation, central or distributed."""
+
+import json
+
+import jax
+import numpy as np
+import pytest
+import xarray
+from typer.testing import CliRunner
+
+from twinfer.cli import app
+from twinfer.models import Chain
+from twinfer.sim import simulate_dataset
+
+CHAIN = """
+[model]
+kind = "chain"
+mass = [100.0, 80.0, 120.0, 90.0]
+stiffness = [2e4, 1.8e4, 2.2e4, 2e4]
+damping = 30.0
+forced_dofs = [4]
+outputs = ["a1", "a3", "a4"]
+"""
+
+
+def _invoke(*args):
+    return CliRunner().invoke(app, ["estimate", *map(str, args)])
+
+
+def _folder(out):
+    (run,) = [p for p in out.iterdir() if not p.name.startswith(".")]
+    return run
+
+
+def test_a_chain_from_a_csv_file_distributed_writes_estimate_nc_and_metrics(tmp_path):
+    chain = Chain([100.0, 80.0, 120.0, 90.0], [2e4, 1.8e4, 2.2e4, 2e4], 30.0, forced_dofs=[4],
+                  outputs=("a1", "a3", "a4"))  # fmt: skip
+    force = np.random.default_rng(0).normal(size=(1001, 1)) * 200.0
+    data = simulate_dataset(chain, force, 1e-3, 0.05, jax.random.key(0))
+    table = np.column_stack([data.times, data.inputs, data.observations])
+    np.savetxt(tmp_path / "frame.csv", table, delimiter=",", header="t,f4,acc1,acc3,acc4", comments="")
+    spec = tmp_path / "frame.toml"
+    spec.write_text(
+        'name = "frame"\n' + CHAIN + '\n[data]\nfile = "frame.csv"\ntime = "t"\ninputs = ["f4"]\n'
+        'outputs = ["acc1", "acc3", "acc4"]\n\n[estimator]\nkind = "distributed"\n'
+        "partition = [[1, 2], [3, 4]]\nnoise_sd = 0.05\n\n[unknown]\nk4 = [2.5e4, 5e3, 0.0]\n"
+    )
+    result = _invoke(spec, "--out", tmp_path / "runs")
+    assert result.exit_code == 0, result.output
+    run = _folder(tmp_path / "runs")
+    metrics = json.loads((run / "metrics.json").read_text())
+    assert metrics["param.k4_low"] < metrics["param.k4"] < metrics["param.k4_high"]
+    assert np.isfinite(metrics["loglik"]) and "state.rmse" not in metrics  # no truth in the CSV
+    with xarray.open_dataset(run / "estimate.nc", engine="h5netcdf") as est:
+        assert list(est["state"].values) == [*chain.state_names, "k4"]
+        np.testing.assert_allclose(est["time"].values, data.times)
+    assert (run / "report.md").exists() and any(run.glob("figures/*"))
+
+
+def test_a_simulated_chain_central_reports_the_truths_coverage(tmp_path):
+    spec = tmp_path / "sim.toml"
+    spec.write_text(
+        CHAIN + "\n[simulate]\nduration = 1.0\ndt = 1e-3\nnoise_sd = 0.05\nforce_sd = 200.0\n\n"
+        '[estimator]\nkind = "central"\nprocess_sd = 1e-5\n\n[unknown]\nk2 = [1.5e4, 5e3, 0.0]\n'
+    )
+    result = _invoke(spec, "--out", tmp_path / "runs")
+    assert result.exit_code == 0, result.output
+    metrics = json.loads((_folder(tmp_path / "runs") / "metrics.json").read_text())
+    assert 0.0 <= metrics["state.coverage95"] <= 1.0 and metrics["state.rmse"] > 0
+    assert metrics["param.k2_covered"] == 1.0, metrics
+    assert metrics["nis"] > 0
+
+
+@pytest.mark.parametrize(
+    ("body", "named"),
+    [
+        (CHAIN + "\n[simulate]\nduration = 1.0\ndt = 1e-3\nnoise_sd = 0.1\ncolour = 1\n", "simulate.colour"),
+        (CHAIN, "give exactly one of [data] and [simulate]"),
+        (
+            CHAIN
+            + '\n[simulate]\nduration = 1.0\ndt = 1e-3\nnoise_sd = 0.1\n[estimator]\nkind = "distributed"\n',
+            "needs a partition",
+        ),
+        (
+            CHAIN.replace('"chain"', '"truss"') + "\n[simulate]\nduration = 1\ndt = 1e-3\nnoise_sd = 0.1\n",
+            "model.kind",
+        ),
+        (
+            CHAIN + '\n[data]\nfile = "missing.csv"\ntime = "t"\ninputs = ["f4"]\noutputs = ["a", "b", "c"]\n'
+            "[estimator]\nnoise_sd = 0.1\n",
+            "data.file",
+        ),
+        (
+            CHAIN + '\n[data]\nfile = "x.csv"\ntime = "t"\noutputs = ["a"]\n[estimator]\nnoise_sd = 0.1\n',
+            "expected 1 input columns",
+        ),
+    ],
+    ids=["unknown-key", "no-source", "no-partition", "bad-model", "missing-file", "column-count"],
+)
+def test_bad_specs_exit_2_naming_the_key(tmp_path, body, named):
+    spec = tmp_path / "bad.toml"
+    spec.write_text(body)
+    result = _invoke(spec, "--out", tmp_path / "runs")
+    assert result.exit_code == 2, result.output
+    assert named in " ".join(result.output.split()), result.output
