@@ -71,6 +71,18 @@ class ChainModel(_Strict):
     outputs: list[str] = pydantic.Field(min_length=1)
 
 
+class GridModel(_Strict):
+    """A power grid as a Kuramoto network (the ``grid`` case).
+
+    ``network``: a network pandapower ships, by name, or a pandapower JSON / MATPOWER ``.m`` file
+    (relative to the spec); ``s_max`` the largest cluster.
+    """
+
+    kind: Literal["grid"]
+    network: str
+    s_max: int = pydantic.Field(default=5, ge=1, le=10)
+
+
 class CsvData(_Strict):
     """Measured data in a CSV file: the columns that hold time, the inputs and the outputs."""
 
@@ -126,7 +138,7 @@ class Spec(_Strict):
     """A validated spec (see the module docstring)."""
 
     name: str = pydantic.Field(default="estimate", pattern=r"^[A-Za-z0-9_.-]+$")
-    model: ChainModel
+    model: ChainModel | GridModel = pydantic.Field(discriminator="kind")
     data: CsvData | None = None
     simulate: Simulation | None = None
     estimator: Estimator = Estimator()
@@ -136,6 +148,15 @@ class Spec(_Strict):
     def _one_source(self) -> Spec:
         if (self.data is None) == (self.simulate is None):
             raise ValueError("give exactly one of [data] and [simulate]")
+        if isinstance(self.model, GridModel):
+            if self.data is not None:
+                raise ValueError(
+                    "a grid is estimated from a [simulate] section (measured grid data: not yet)"
+                )
+            if self.unknown or self.estimator.partition:
+                raise ValueError(
+                    "a grid takes no [unknown] and no partition (its clusters are found by s_max)"
+                )
         if self.data is None and self.estimator.noise_sd is None:
             return self
         if self.data is not None and self.estimator.noise_sd is None:
@@ -172,6 +193,11 @@ def load_spec(path: str | Path) -> tuple[Spec, Path]:
             key = ".".join(str(p) for p in item["loc"]) or "(spec)"
             if item["type"] == "extra_forbidden":
                 lines.append(f"unknown key {key!r}")
+            elif item["type"] == "union_tag_invalid":  # the model kind
+                ctx = item.get("ctx", {})
+                lines.append(
+                    f"'{key}.kind': expected one of {ctx.get('expected_tags')}; received {ctx.get('tag')!r}"
+                )
             else:
                 lines.append(f"{key!r}: {item['msg']}; received {item.get('input')!r}")
         raise SpecError(f"spec {path}:\n  " + "\n  ".join(lines)) from None
@@ -181,6 +207,7 @@ def _chain(spec: Spec) -> Any:
     from twinfer.models import Chain
 
     m = spec.model
+    assert isinstance(m, ChainModel)
     try:
         return Chain(
             m.mass,
@@ -253,6 +280,8 @@ def run_spec(spec: Spec, base: str | Path = ".") -> tuple[Any, Any, Any, Any]:
     from twinfer.infer.graph import Graph, estimate
     from twinfer.report import RunArtifacts
 
+    if isinstance(spec.model, GridModel):
+        return _run_grid(spec, spec.model, Path(base))
     chain = _chain(spec)
     data = _dataset(spec, chain, Path(base))
     dt = _step(data)
@@ -309,6 +338,54 @@ def run_spec(spec: Spec, base: str | Path = ".") -> tuple[Any, Any, Any, Any]:
         out, arrays, notes=(f"{e.kind} {e.estimator}, {len(data.times) - 1} steps of {dt:g} s",)
     )
     return est, data, artifacts, lambda: _figures(est, truth, n)
+
+
+def _run_grid(spec: Spec, model: GridModel, base: Path) -> tuple[Any, Any, Any, Any]:
+    """A grid spec through the ``grid`` case: its metrics, arrays and figures, and the Estimate.
+
+    The Estimate holds ``theta``, ``omega`` and ``Omega`` per bus (``Omega``, the natural frequency, as a
+    parameter).
+    """
+    from twinfer.experiments import ConfigError, get_case, no_progress, resolve_config
+    from twinfer.infer import Estimate
+
+    sim, e = spec.simulate, spec.estimator
+    assert sim is not None
+    network = model.network
+    if network.endswith((".json", ".m")) and not Path(network).is_absolute():
+        network = str(base / network)
+    if np.ndim(sim.noise_sd) != 0:
+        raise SpecError(f"spec simulate.noise_sd: expected one value for a grid; received {sim.noise_sd}.")
+    case = get_case("grid")
+    values = {
+        "case": network,
+        "s_max": model.s_max,
+        "steps": int(round(sim.duration / sim.dt)),
+        "dt": sim.dt,
+        "sigma": float(sim.noise_sd),  # type: ignore[arg-type]
+        "seed": sim.seed,
+        "central": "yes" if e.kind == "central" else "no",
+        "messages": "probabilistic" if e.messages == "probabilistic" else "held",
+        "wls": False,
+    }
+    try:
+        config = resolve_config(case, sets=values)
+    except ConfigError as exc:
+        raise SpecError(f"spec model.network / simulate: {exc}") from None
+    artifacts = case.run(config, no_progress)
+    name = "central" if e.kind == "central" else "distributed"
+    mean, std = np.asarray(artifacts.arrays[f"{name}_mean"]), np.asarray(artifacts.arrays[f"{name}_std"])
+    steps, buses = mean.shape[:2]
+    columns = [f"{q}{b + 1}" for q in ("theta", "omega", "Omega") for b in range(buses)]
+    est = Estimate(
+        times=sim.dt * np.arange(1, steps + 1),
+        means=np.concatenate([mean[:, :, k] for k in range(3)], axis=1),
+        stds=np.concatenate([std[:, :, k] for k in range(3)], axis=1),
+        covs=None,
+        state_names=tuple(columns),
+        parameters=tuple(columns[2 * buses :]),
+    )
+    return est, None, artifacts, lambda: case.figures(artifacts.arrays, config)
 
 
 def _figures(est: Any, truth: Any, n: int) -> dict[str, Any]:
