@@ -29,7 +29,7 @@ typecheck: $(STAMP)
 	$(BIN)/pyright
 
 pytest: $(STAMP)
-	$(BIN)/pytest
+	$(BIN)/pytest -n 2 --dist loadfile
 
 bench: $(STAMP)
 	$(BIN)/twinfer bench filters
