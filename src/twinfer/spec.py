@@ -157,8 +157,6 @@ class Spec(_Strict):
                 raise ValueError(
                     "a grid takes no [unknown] and no partition (its clusters are found by s_max)"
                 )
-        if self.data is None and self.estimator.noise_sd is None:
-            return self
         if self.data is not None and self.estimator.noise_sd is None:
             raise ValueError("estimator.noise_sd: the measurement noise sd is needed with measured [data]")
         return self
