@@ -1,4 +1,5 @@
-# twinfer: `make run` (set up, then the main job) and `make test` (set up, then all checks).
+# twinfer: `make run` (set up, then the main job) and `make test` (set up, then all checks,
+# the documentation site included).
 PY      ?= python3
 VENV    := .venv
 BIN     := $(VENV)/bin
@@ -6,20 +7,20 @@ STAMP   := $(VENV)/.installed
 export JAX_ENABLE_X64 := 1
 export MPLBACKEND := Agg
 
-.PHONY: run test bench setup lint typecheck pytest clean
+.PHONY: run test bench setup lint typecheck docs pytest clean
 
 setup: $(STAMP)
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade "pip==26.3"
-	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[test]"
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[test,docs]"
 	touch $(STAMP)
 
 run: $(STAMP)
 	$(BIN)/twinfer run chain4
 
-test: $(STAMP) lint typecheck pytest
+test: $(STAMP) lint typecheck docs pytest
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests
@@ -28,6 +29,11 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/pyright
 
+# The site (mkdocs.yml, docs/), warnings as errors. NO_MKDOCS_2_WARNING: mkdocs-material's end-of-life
+# banner (May 2027), not a build warning.
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
+
 pytest: $(STAMP)
 	$(BIN)/pytest -n 2 --dist loadfile
 
@@ -35,4 +41,4 @@ bench: $(STAMP)
 	$(BIN)/twinfer bench filters
 
 clean:
-	rm -rf $(VENV) runs
+	rm -rf $(VENV) runs site

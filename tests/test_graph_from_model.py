@@ -155,3 +155,79 @@ def test_an_unknown_message_rule_is_a_named_error():
         Interface("A", "p", "B", "p", lambda a, b, g: a, 0.0, "probabilistic", "exact")
     with pytest.raises(ValueError, match="chain_graph rule: expected one of"):
         Graph.from_model(_chain(), PARTITION, dt=1e-3, rule="held")
+
+
+def _acceptance_system(kind):
+    """Issue #20's acceptance chain: four subsystems of two masses (50-200 kg), nonlinear cut connections
+    whose nonlinear force is 0.6x the linear one at the RMS motion of the linear chain, a band-limited
+    force at mass 8, accelerometers on masses 1, 3, 6, 8 with 5 % noise, 10 s at 1 kHz, truth exact.
+
+    Duffing: kappa r^3 = 0.6 k r. Van der Pol (the model's ``mu (r^2 - 1) dr``, nondimensional in the PINN
+    paper): mu r^2 dr = 0.6 c dr, with the cut's viscous damper c + mu so that the net linear damping
+    stays c (a bare ``- mu dr`` at millimetre motion would be a large negative damper)."""
+    m = [100.0, 80.0, 120.0, 90.0, 150.0, 60.0, 200.0, 50.0]
+    k = [2e4, 1.8e4, 2.2e4, 2e4, 1.5e4, 1.7e4, 2.5e4, 1.2e4]
+    c, cuts, dt, n = [30.0] * 8, [3, 5, 7], 1e-3, 10000
+    u = _force(n)
+    outputs = ("a1", "a3", "a6", "a8")
+    linear = simulate_dataset(Chain(m, k, c, forced_dofs=[8], outputs=outputs), u, dt, 0.0, jax.random.key(0))
+    x = linear.truth_states[:, :8]
+    extra, damping = np.zeros(8), list(c)
+    for cut in cuts:
+        r2 = np.mean((x[:, cut - 1] - x[:, cut - 2]) ** 2)
+        extra[cut - 1] = 0.6 * (k if kind == "duffing" else c)[cut - 1] / r2
+        if kind == "vdp":
+            damping[cut - 1] += extra[cut - 1]
+    kw = {"duffing": {"cubic_stiffness": extra.tolist()}, "vdp": {"vdp_damping": extra.tolist()}}.get(
+        kind, {}
+    )
+    chain = Chain(m, k, damping, forced_dofs=[8], outputs=outputs, **kw)
+    clean = simulate_dataset(chain, u, dt, 0.0, jax.random.key(1))
+    sd = 0.05 * np.sqrt(np.mean(clean.observations**2, axis=0))
+    return chain, simulate_dataset(chain, u, dt, sd, jax.random.key(2)), sd
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize(
+    "kind",
+    [
+        pytest.param(
+            "duffing",
+            marks=pytest.mark.xfail(
+                strict=True, reason="issue #20: positions under-cover (0.78), neighbours' errors co-drift"
+            ),
+        ),
+        "vdp",
+    ],
+)
+def test_issue_20_acceptance_chain(kind):
+    """Probabilistic Jacobi with the defaults of Graph.from_model on the acceptance chain: finite, state 95 %
+    coverage in [0.90, 0.99], each unknown's truth inside its 95 % interval, state RMSE within 2x of the
+    central UKF on the same discretisation, deterministic messages covering less."""
+    chain, data, sd = _acceptance_system(kind)
+    options = dict(
+        noise_sd=sd,
+        state_sd=1e-3,
+        process_sd=1e-5,
+        unknown={"k2": (1.5e4, 5e3, 0.0), "k6": (2.2e4, 5e3, 0.0)},
+    )
+    parts = [(1, 2), (3, 4), (5, 6), (7, 8)]
+    central = run_filter(chain, data, integrator="rk4", **options)
+    states = slice(0, 16)
+    rmse = lambda e: np.sqrt(np.mean(np.asarray(e) ** 2))  # noqa: E731
+    coverage, error = {}, {}
+    for messages in ("probabilistic", "deterministic"):
+        dist = estimate(Graph.from_model(chain, parts, dt=1e-3, messages=messages, **options), data)
+        error[messages] = np.asarray(dist.means)[:, states] - data.truth_states
+        coverage[messages] = np.mean(np.abs(error[messages]) <= 1.96 * np.asarray(dist.stds)[:, states])
+        if messages == "probabilistic":
+            for name, truth in (("k2", 1.8e4), ("k6", 1.7e4)):
+                low, high = dist.interval(name)
+                assert low <= truth <= high, (name, low, high)
+    central_error = np.asarray(central.means)[:, states] - data.truth_states
+    assert rmse(error["probabilistic"]) <= 2.0 * rmse(central_error), (
+        rmse(error["probabilistic"]),
+        rmse(central_error),
+    )
+    assert coverage["deterministic"] < coverage["probabilistic"], coverage
+    assert 0.90 <= coverage["probabilistic"] <= 0.99, coverage

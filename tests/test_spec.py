@@ -106,8 +106,9 @@ def test_bad_specs_exit_2_naming_the_key(tmp_path, body, named):
 
 
 def test_a_grid_from_a_pandapower_json_file(tmp_path):
-    """A network written by pandapower (not one of the bundled names) runs through the grid case; the
-    Estimate holds theta, omega and Omega per bus, the metrics the calibration of the distributed UKF."""
+    """A network written by pandapower (not one of the bundled names) runs through the grid case,
+    distributed without a partition (the clusters come from s_max); the Estimate holds theta, omega and
+    Omega per bus, the metrics the calibration of the distributed UKF."""
     import pandapower
     import pandapower.networks
 
@@ -116,6 +117,7 @@ def test_a_grid_from_a_pandapower_json_file(tmp_path):
     spec.write_text(
         'name = "my-grid"\n[model]\nkind = "grid"\nnetwork = "net.json"\n\n'
         "[simulate]\nduration = 0.3\ndt = 0.01\nnoise_sd = 0.02\n"
+        '[estimator]\nkind = "distributed"\n'  # a grid's clusters need no partition
     )
     result = _invoke(spec, "--out", tmp_path / "runs")
     assert result.exit_code == 0, result.output

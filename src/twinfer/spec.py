@@ -125,8 +125,6 @@ class Estimator(_Strict):
 
     @pydantic.model_validator(mode="after")
     def _partition_for_distributed(self) -> Estimator:
-        if self.kind == "distributed" and not self.partition:
-            raise ValueError("a distributed estimator needs a partition, e.g. [[1, 2], [3, 4]]")
         if self.kind == "central" and self.partition:
             raise ValueError("a partition is only for kind = 'distributed'")
         if self.kind == "distributed" and self.smoother:
@@ -157,6 +155,11 @@ class Spec(_Strict):
                 raise ValueError(
                     "a grid takes no [unknown] and no partition (its clusters are found by s_max)"
                 )
+        elif self.estimator.kind == "distributed" and not self.estimator.partition:
+            raise ValueError(
+                "estimator.partition: a distributed estimator of a chain needs a partition, e.g. "
+                "[[1, 2], [3, 4]]; received none"
+            )
         if self.data is not None and self.estimator.noise_sd is None:
             raise ValueError("estimator.noise_sd: the measurement noise sd is needed with measured [data]")
         return self

@@ -105,8 +105,10 @@ class Combination(eqx.Module):
     """The combined algebraic system s_z of eqs. (9)-(12), itself usable as a system (recursion).
 
     Args:
-        a, b: the two systems.
-        n_z_in, n_z_out: sizes of the combination's input upsilon_z and output gamma_z.
+        a: the first system.
+        b: the second system.
+        n_z_in: size of the combination's input upsilon_z.
+        n_z_out: size of the combination's output gamma_z.
         modes: block name (``W_az``, ..., ``b_z``) to its mode; missing blocks are ``zero``.
         values: matrices of ``frozen`` blocks and initial values of ``trainable`` ones.
 

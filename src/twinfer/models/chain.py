@@ -99,7 +99,9 @@ class Chain(AbstractModel):
     input through the equation of motion (specs/compositional-inference.md 3.1, [REPO] measurement).
 
     Args:
-        mass, stiffness, damping: one value per DOF (a scalar is broadcast).
+        mass: one value per DOF (a scalar is broadcast).
+        stiffness: one value per DOF (a scalar is broadcast).
+        damping: one value per DOF (a scalar is broadcast).
         cubic_stiffness: Duffing coefficients kappa_i of each connection, or None for linear springs.
         vdp_damping: Van der Pol coefficients mu_i of each connection, or None.
         forced_dofs: 1-based DOFs where an external force acts (default: every DOF).

@@ -33,15 +33,27 @@ sender j as F = h(s_j, s_i) with s the interface variables, P_j, P_i their poste
   receiver's share of h is thus propagated by its own filter, exactly for any law as far as its
   sigma points carry it, and its correlation with the receiver's state is kept; the sender's path is
   linear in time, so the exchange is second order (a 1 ms step of a Duffing chain: 2e-4 of the motion
-  against 7e-2 held). A probabilistic message injects only the sender's share,
+  against 7e-2 held). A probabilistic message makes the sender's error a *consider* state of the
+  receiver (Schmidt 1966; Brown & Hwang, sec. 9.4): the receiver carries z ~ N(0, I) (one per sender
+  interface variable) after its state and reads the sender at
 
-      V^j_n = Var_{s_j ~ N(mean_j, P_j)} [ h(s_j, mean_i) ],      Q_i += G V^j_n G^T,   R_i += D V^j_n D^T,
+      s_j(tau) = s_j(t_n) + tau (s^_j(t_{n+1}) - s_j(t_n)) + L_j z,      L_j L_j^T = P_j (port block),
 
-  in full every step (D = d y / d m for outputs that read the force, such as an accelerometer at the
-  cut). For a linear law h = a_j^T s_j + a_i^T s_i, V^j = a_j^T P_j a_j: the paper's S33 without the
-  receiver's own term, which its sigma points already carry. V^j depends on the receiver only through
-  its mean, so a subsystem's uncertainty never feeds itself as noise, and V^j stays bounded as long as
-  the sender's covariance does.
+  so its sigma points spread over the sender's uncertainty as well as its own, at every stage and in
+  the outputs that read the force. z is never estimated (the gain's rows for it are zero): after each
+  update its mean is reset to 0 and its covariance to I, and only its cross-covariance P_xz with the
+  receiver's state is kept (:func:`_schmidt`); L_j is the sender's factor at the current step, so
+  z's persistence models an error that is correlated in time, as the sender's is. This is what the
+  error needs: a sender's error drifts slowly, and white noise of the same variance injected each step
+  (the rule ``Q_i += G Var[h(s_j, mean_i)] G^T`` tried first) integrates to a far smaller position
+  error, so positions under-covered badly (coverage 0.63 on the Duffing chain of
+  issue #20, against 0.78 with consider states; 0.69 -> 0.92 with linear cuts). For a linear law the
+  receiver's moments are those of the joint Gaussian with the sender's port independent of z's past
+  effect on it: exact for one step, as S33 without the receiver's own term.
+  What remains (issue #20): the errors of neighbouring subsystems co-drift (correlation 0.98-0.997 of
+  the port positions across each Duffing cut), while each receiver treats its sender's error as
+  independent of its own; a sender's covariance itself is not inflated by this, so positions still
+  under-cover where the common mode dominates.
 
 """
 
@@ -61,7 +73,7 @@ from twinfer.data._checks import first_bad
 from twinfer.infer._estimate import Estimate, merge_estimates
 from twinfer.infer.filters import DivergenceError, gaussian_filter, ukf_step, wls_step
 from twinfer.infer.filters._errors import first_not_psd
-from twinfer.infer.gaussian import UnscentedWeights, cholesky, linear, predict, psd_factor, taylor
+from twinfer.infer.gaussian import UnscentedWeights, cholesky, linear, predict, psd_factor, taylor, tria
 from twinfer.infer.graph._field import FieldEngine, _columns, compile_field
 from twinfer.infer.graph._graph import Graph
 from twinfer.infer.graph._parts import Interface, LinearOutput, Subsystem
@@ -109,6 +121,7 @@ class _EdgeGroup(NamedTuple):
     recv: np.ndarray  # (E, p_r)
     target: np.ndarray  # (E, m) into the flat message vector
     split: bool = False  # rule "split": the receiver evaluates the law at its own sigma points
+    consider: bool = False  # "split" and probabilistic: the sender's error is a consider state
 
 
 class _SplitIn(NamedTuple):
@@ -120,6 +133,7 @@ class _SplitIn(NamedTuple):
     recv: np.ndarray  # (G, J, p_r) the receiver's local state indices of its port
     slots: np.ndarray  # (G, J, m) the receiver's local message slots
     valid: np.ndarray  # (G, J) 1.0 for a real edge, 0.0 for padding
+    z_start: int = -1  # probabilistic: first index of the edges' consider states after the state, else -1
 
 
 class Numbers(eqx.Module):
@@ -253,7 +267,8 @@ def compile(  # noqa: A001
     for k, e in enumerate(edges):
         si, ri = index[e.sender], index[e.receiver]
         key = (e.law, len(subs[si].ports[e.sender_port].state), len(subs[ri].ports[e.receiver_port].state))
-        key += (len(subs[ri].ports[e.receiver_port].slots), e.rule == "split")
+        split = e.rule == "split"
+        key += (len(subs[ri].ports[e.receiver_port].slots), split, split and e.kind == "probabilistic")
         ekeyed.setdefault(key, []).append(k)
     edge_groups = []
     for key, members in ekeyed.items():
@@ -267,7 +282,7 @@ def compile(  # noqa: A001
             recv.append(port_base[ri] + np.arange(a, b))
             target.append(slot_base[ri] + np.asarray(subs[ri].ports[e.receiver_port].slots, dtype=int))
         edge_groups.append(
-            _EdgeGroup(key[0], tuple(members), np.stack(send), np.stack(recv), np.stack(target), key[-1])
+            _EdgeGroup(key[0], tuple(members), np.stack(send), np.stack(recv), np.stack(target), *key[-2:])
         )
     split_in = _split_tables(subs, edges, groups, edge_groups, index)
     numbers = numbers_of(subs, edges, groups, edge_groups)
@@ -298,6 +313,7 @@ def _split_tables(
     """Per group, one padded table of incoming ``"split"`` edges for each split edge group."""
     where = {i: (gi, j) for gi, g in enumerate(groups) for j, i in enumerate(g.members)}
     out: list[list[_SplitIn]] = [[] for _ in groups]
+    z_used = [0] * len(groups)  # consider states laid out so far, per group
     for egi, eg in enumerate(edge_groups):
         if not eg.split:
             continue
@@ -318,7 +334,10 @@ def _split_tables(
                 for w, (pos, e) in enumerate(lst):
                     port = subs[index[e.receiver]].ports[e.receiver_port]
                     edge[j, w], recv[j, w], slots[j, w], valid[j, w] = pos, port.state, port.slots, 1.0
-            out[gi].append(_SplitIn(egi, eg.law, edge, recv, slots, valid))
+            z_start = -1
+            if eg.consider:
+                z_start, z_used[gi] = z_used[gi], z_used[gi] + width * eg.send.shape[1]
+            out[gi].append(_SplitIn(egi, eg.law, edge, recv, slots, valid, z_start))
     return tuple(tuple(t) for t in out)
 
 
@@ -427,17 +446,20 @@ def _local_step(
     mask_all: Any,
     m: Any,
     cm: Any,
-    laws: tuple[Callable[..., Any], ...] = (),
+    laws: tuple[tuple[Callable[..., Any], int], ...] = (),
     split: tuple[Any, ...] = (),
-    cm_out: Any = None,
+    n_z: int = 0,
 ):
     """One predict/update of one subsystem with message mean ``m`` and message covariance ``cm``.
 
     The probabilistic messages enter as extra process noise ``G cm G^T`` (G = d x_next / d m, S40-S44),
     appended to the factor of Q as ``G F`` with ``F F^T = cm``. ``split`` edges (rule ``"split"``, one
     table per law in ``laws``: senders' interface means, gammas, the port's local state indices and
-    slots, validity) add ``law(s_j, x[port])`` to ``m`` at every sigma point and integrator stage; their
-    senders' covariance ``cm_out`` also enters the measurement noise as ``D cm_out D^T`` (D = d y / d m).
+    slots, validity, the sender's port factor) add ``law(s_j, x[port])`` to ``m`` at every sigma point
+    and integrator stage. The last ``n_z`` entries of ``x`` are the consider states of probabilistic
+    split edges, which read the sender at ``s_j + L_j z``: after the
+    update their mean is reset to 0 and their covariance to I, keeping their cross-covariance with the
+    state (:func:`_schmidt`).
     Returns filtered and predicted means and lower factors and the log-likelihood increment.
     """
     u = _columns(u_all, arr["inputs"])
@@ -445,16 +467,23 @@ def _local_step(
     mask = mask_all[arr["outputs"]]
     params = arr["params"]
 
-    fm, hm = _split_model(tmpl, params, m, laws, split)
+    fm, hm = _split_model(tmpl, params, m, laws, split, n_z)
     f = lambda xx, uu: fm(xx, uu, m)  # noqa: E731
     h = lambda xx, uu: hm(xx, uu, m)  # noqa: E731
     chol_q, chol_r = arr["chol_Q"], arr["chol_R"]
+    if n_z:  # no process noise on the consider states
+        chol_q = jnp.concatenate([chol_q, jnp.zeros((n_z, chol_q.shape[1]), chol_q.dtype)], axis=0)
     if tmpl.n_msg:
         gain = jax.jacfwd(lambda mm: fm(x, u, mm))(m)  # d x_next / d m (S40-S44)
         chol_q = jnp.concatenate([chol_q, gain @ _psd_root(cm)], axis=1)
-    if laws and cm_out is not None and y.shape[0]:
-        sens = jax.jacfwd(lambda mm: hm(x, u, mm))(m)  # d y / d m
-        chol_r = jnp.concatenate([chol_r, sens @ _psd_root(cm_out)], axis=1)
+    res = _estimator_step(tmpl, f, h, x, chol, chol_q, chol_r, u, y, mask)
+    if not n_z:
+        return res
+    return (*_schmidt(res[0], res[1], n_z, tmpl.estimator == "ukf"), *res[2:])
+
+
+def _estimator_step(tmpl: _Template, f, h, x, chol, chol_q, chol_r, u, y, mask) -> tuple[Any, ...]:
+    """The subsystem's estimator on ``f``, ``h``: filtered and predicted means and factors, log-likelihood."""
     if tmpl.estimator == "none":
         jac = jax.jacfwd(lambda xx: f(xx, u))(x)
         mean, chol_p = predict(x, chol, jac, f(x, u) - jac @ x, chol_q)
@@ -474,8 +503,30 @@ def _local_step(
     return out.means[0], out.chols[0], out.pred_means[0], out.pred_chols[0], out.loglik
 
 
+def _schmidt(mean: Any, chol: Any, n_z: int, triangular: bool) -> tuple[Any, Any]:
+    """The Schmidt (consider) posterior from the optimal one: the last ``n_z`` states keep their prior.
+
+    The consider states z ~ N(0, I) are never estimated: the gain's rows for them are zero, so the
+    state's mean and covariance and its cross-covariance with z are the optimal update's, and z keeps
+    mean 0 and covariance I. With the lower factor ``[[L_x, 0], [C, L_z]]`` of the optimal posterior
+    (``P_zx = C L_x^T``) that is the factor ``[[L_x, 0], [C, F]]`` with ``F F^T = I - C C^T``, positive
+    semi-definite because the Schmidt covariance is (Schmidt 1966; Brown & Hwang, *Introduction to
+    Random Signals and Applied Kalman Filtering*, 4th ed., sec. 9.4).
+    """
+    n = mean.shape[0] - n_z
+    low = chol if triangular else tria(chol)
+    c = low[n:, :n]
+    rest = _psd_root(jnp.eye(n_z, dtype=low.dtype) - c @ c.T)
+    return mean.at[n:].set(0.0), low.at[n:, n:].set(rest)
+
+
 def _split_model(
-    tmpl: _Template, params: Any, m: Any, laws: tuple[Callable[..., Any], ...], split: tuple[Any, ...]
+    tmpl: _Template,
+    params: Any,
+    m: Any,
+    laws: tuple[tuple[Callable[..., Any], int], ...],
+    split: tuple[Any, ...],
+    n_z: int = 0,
 ) -> tuple[Callable[..., Any], Callable[..., Any]]:
     """``fm(x, u, mm)`` and ``hm(x, u, mm)``: the subsystem with the ``"split"`` edges' laws inside.
 
@@ -483,13 +534,17 @@ def _split_model(
     its end ``a1``, read at the fraction ``tau`` of the step as ``a0 + tau (a1 - a0)``; the law is
     evaluated with the receiver's own state at each integrator stage (``tau`` the stage's time) when the
     subsystem carries its :class:`~twinfer.sim.Dynamics`, else once at the start and held; the output
-    reads it at ``tau = 1``.
+    reads it at ``tau = 1``. A probabilistic split edge's sender is read at ``a + L_s z`` with ``L_s``
+    the factor of the sender's port covariance and ``z`` its consider states, the last ``n_z`` entries
+    of ``xx`` (carried unchanged by ``fm``).
     """
 
-    def own(xx: Any, tau: Any) -> Any:
+    def own(xx: Any, zz: Any, tau: Any) -> Any:
         out = jnp.zeros_like(m)
-        for law, (a0, a1, gamma, ridx, slots, valid) in zip(laws, split, strict=True):
+        for (law, z0), (a0, a1, gamma, ridx, slots, valid, chol_s) in zip(laws, split, strict=True):
             a = a0 + tau * (a1 - a0)
+            if z0 >= 0:  # the sender's error: its port factor times the edge's consider states
+                a = a + jnp.einsum("jpq,jq->jp", chol_s, zz[z0 : z0 + a.size].reshape(a.shape))
             vals = jax.vmap(lambda aa, g, ri, law=law: jnp.atleast_1d(law(aa, xx[ri], g)))(a, gamma, ridx)
             out = out.at[slots].add(vals * valid[:, None])
         return out
@@ -500,23 +555,35 @@ def _split_model(
             lambda xx, uu, mm: tmpl.transition(xx, uu, mm, params),
             lambda xx, uu, mm: tmpl.output(xx, uu, mm, params),
         )
-    if dyn is None:  # the law at the state the step starts from, held over the step
-        fm = lambda xx, uu, mm: tmpl.transition(xx, uu, mm + own(xx, 0.0), params)  # noqa: E731
-    else:  # the law at every stage of the subsystem's own integrator
 
-        def fm(xx: Any, uu: Any, mm: Any) -> Any:
-            rhs = lambda t, z: dyn.vector_field(z, uu, mm + own(z, t / dyn.dt), params)  # noqa: E731
-            step, h = integrator_step(dyn.method), dyn.dt / dyn.substeps
-            for j in range(dyn.substeps):
-                xx = step(rhs, j * h, xx, h)
-            return xx
+    def parts(xx: Any) -> tuple[Any, Any]:
+        n = xx.shape[0] - n_z
+        return xx[:n], xx[n:]
 
-    return fm, lambda xx, uu, mm: tmpl.output(xx, uu, mm + own(xx, 1.0), params)
+    def fm(xx: Any, uu: Any, mm: Any) -> Any:
+        x, zz = parts(xx)
+        if dyn is None:  # the law at the state the step starts from, held over the step
+            x = tmpl.transition(x, uu, mm + own(x, zz, 0.0), params)
+        else:  # the law at every stage of the subsystem's own integrator
+            d = dyn
+            rhs = lambda t, w: d.vector_field(w, uu, mm + own(w, zz, t / d.dt), params)  # noqa: E731
+            step, h = integrator_step(d.method), d.dt / d.substeps
+            for j in range(d.substeps):
+                x = step(rhs, j * h, x, h)
+        return jnp.concatenate([x, zz]) if n_z else x
+
+    def hm(xx: Any, uu: Any, mm: Any) -> Any:
+        x, zz = parts(xx)
+        return tmpl.output(x, uu, mm + own(x, zz, 1.0), params)
+
+    return fm, hm
 
 
-def _predict_mean(tmpl: _Template, arr: dict[str, Any], x: Any, u_all: Any, m: Any, laws: Any, split: Any):
+def _predict_mean(
+    tmpl: _Template, arr: dict[str, Any], x: Any, u_all: Any, m: Any, laws: Any, split: Any, n_z: int
+):
     """The mean stepped once with the messages held (split senders held at their start): ``a1``'s source."""
-    fm, _ = _split_model(tmpl, arr["params"], m, laws, split)
+    fm, _ = _split_model(tmpl, arr["params"], m, laws, split, n_z)
     return fm(x, _columns(u_all, arr["inputs"]), m)
 
 
@@ -541,6 +608,13 @@ class _Engine:
     @property
     def _m_max(self) -> int:
         return max([1] + [g.template.n_msg for g in self.groups])
+
+    def n_z(self, gi: int) -> int:
+        """The number of consider states group ``gi`` carries after its state (probabilistic split edges)."""
+        tables = self.split_in[gi] if self.split_in else ()
+        return sum(
+            t.edge.shape[1] * self.edge_groups[t.edge_group].send.shape[1] for t in tables if t.z_start >= 0
+        )
 
     def ports(self, means: tuple[Any, ...], chols: tuple[Any, ...]) -> tuple[Any, Any]:
         """Flat interface variables (n_ports,) and each member's port covariance (M, p_max, p_max).
@@ -567,36 +641,31 @@ class _Engine:
     def messages(self, num: Numbers, s: Any, s_cov: Any, var_prev: tuple[Any, ...], s_own: Any = None):
         """Summed message means (n_slots,), per-receiver injected covariances, new edge variances.
 
-        The injected covariances are one (m_max, m_max) block per subsystem (M of them): ``cm`` for the
-        process noise (every probabilistic edge), ``cm_out`` for the measurement noise (the ``"split"``
-        edges only). Senders' interface variables come from ``s``, receivers' from ``s_own`` (default
-        ``s``). A ``"split"`` edge adds no mean here: its receiver evaluates the law itself.
+        The injected covariances ``cm`` are one (m_max, m_max) block per subsystem (M of them), added to
+        the process noise. Senders' interface variables come from ``s``, receivers' from ``s_own``
+        (default ``s``). A ``"split"`` edge adds nothing here: its receiver evaluates the law itself, and
+        a probabilistic one carries its sender's uncertainty as consider states.
         """
         s_own = s if s_own is None else s_own
         m = jnp.zeros(self.n_slots)
         cm = jnp.zeros((len(self.names), self._m_max, self._m_max))
-        cm_out = cm
         new_var = []
         for eg, gamma, prob, vprev in zip(
             self.edge_groups, num.gammas, num.probabilistic, var_prev, strict=True
         ):
             s_send, s_recv = s[eg.send], s_own[eg.recv]
             ps = eg.send.shape[1]
-            if not eg.split:
-                mean = jax.vmap(lambda a, b, g, law=eg.law: jnp.atleast_1d(law(a, b, g)))(
-                    s_send, s_recv, gamma
-                )
-                m = m.at[eg.target].add(mean)
+            if eg.split:  # the receiver evaluates the law (and carries a consider state if probabilistic)
+                new_var.append(jnp.zeros_like(vprev))
+                continue
+            mean = jax.vmap(lambda a, b, g, law=eg.law: jnp.atleast_1d(law(a, b, g)))(s_send, s_recv, gamma)
+            m = m.at[eg.target].add(mean)
 
-            def law_var(a, b, g, ca, cb, law=eg.law, ps=ps, split=eg.split):
-                if split:  # the sender's share only, the receiver at its mean
-                    fn = lambda aa: jnp.atleast_1d(law(aa, b, g))  # noqa: E731
-                    pts, wm, wc = _UT.sigma_points(a, cholesky(0.5 * (ca + ca.T)))
-                else:
-                    z = jnp.concatenate([a, b])
-                    cz = jax.scipy.linalg.block_diag(ca, cb)
-                    fn = lambda zz: jnp.atleast_1d(law(zz[:ps], zz[ps:], g))  # noqa: E731
-                    pts, wm, wc = _UT.sigma_points(z, cholesky(0.5 * (cz + cz.T)))
+            def law_var(a, b, g, ca, cb, law=eg.law, ps=ps):
+                z = jnp.concatenate([a, b])
+                cz = jax.scipy.linalg.block_diag(ca, cb)
+                fn = lambda zz: jnp.atleast_1d(law(zz[:ps], zz[ps:], g))  # noqa: E731
+                pts, wm, wc = _UT.sigma_points(z, cholesky(0.5 * (cz + cz.T)))
                 vals = jax.vmap(fn)(pts)
                 d = vals - wm @ vals
                 return (d.T * wc) @ d  # var(F) = a^T (P_s1 + P_s2) a for linear laws (S33)
@@ -604,14 +673,11 @@ class _Engine:
             ca, cb = self._port_cov(s_cov, eg.send), self._port_cov(s_cov, eg.recv)
             var = jax.vmap(law_var)(s_send, s_recv, gamma, ca, cb)
             var = jnp.where((prob > 0)[:, None, None], jnp.nan_to_num(var), 0.0)
-            # the paper's rule injects the positive increment (S46); "split" the whole sender variance
-            used = var if eg.split else jax.vmap(_psd_part)(var - vprev)
+            used = jax.vmap(_psd_part)(var - vprev)  # the paper's rule: the positive increment (S46)
             owner, local = self.slot_owner[eg.target[:, 0], 0], self.slot_owner[eg.target, 1]
             cm = cm.at[owner[:, None, None], local[:, :, None], local[:, None, :]].add(used)
-            if eg.split:
-                cm_out = cm_out.at[owner[:, None, None], local[:, :, None], local[:, None, :]].add(used)
             new_var.append(var)
-        return m, cm, cm_out, tuple(new_var)
+        return m, cm, tuple(new_var)
 
     def sweep(self, num, start, iterate, msg_src, var_prev, u, y, mask, active, own_src=None):
         """Every group steps from ``start`` with messages from ``msg_src``; ``active`` selects members.
@@ -620,7 +686,7 @@ class _Engine:
         """
         s, s_cov = self.ports(*msg_src)
         s_own = None if own_src is None else self.ports(*own_src)[0]
-        m, cm, cm_out, new_var = self.messages(num, s, s_cov, var_prev, s_own)
+        m, cm, new_var = self.messages(num, s, s_cov, var_prev, s_own)
         s_end = self._predicted_ports(num, msg_src[0], s, m, u) if any(self.split_in) else s
         outs = []
         base = position = 0
@@ -628,16 +694,16 @@ class _Engine:
             G, nm = len(g.members), g.template.n_msg
             sl = base + np.arange(G)[:, None] * nm + np.arange(nm)[None, :]
             cm_g = cm[position : position + G, :nm, :nm]
-            co_g = cm_out[position : position + G, :nm, :nm]
             base += G * nm
             position += G
-            laws, split = self._split_args(num, gi, s, s_end)
+            laws, split = self._split_args(num, gi, s, s_end, s_cov)
+            n_z = self.n_z(gi)
 
-            def fn(a, x, P, mm, cc, sp, co, tmpl=g.template, laws=laws):
-                return _local_step(tmpl, a, x, P, u, y, mask, mm, cc, laws, sp, co)
+            def fn(a, x, P, mm, cc, sp, tmpl=g.template, laws=laws, n_z=n_z):
+                return _local_step(tmpl, a, x, P, u, y, mask, mm, cc, laws, sp, n_z)
 
             arr_v = {k: v for k, v in arr.items() if k not in ("x0", "P0", "chol_P0", "Q", "R")}
-            args = (arr_v, start[0][gi], start[1][gi], m[sl], cm_g, split, co_g)
+            args = (arr_v, start[0][gi], start[1][gi], m[sl], cm_g, split)
             if G == 1:  # a lone member runs unbatched: vmap over one adds ~30 % to the compile time
                 lone = fn(*jax.tree_util.tree_map(lambda a: a[0], args))
                 res = jax.tree_util.tree_map(lambda r: r[None], lone)
@@ -653,15 +719,29 @@ class _Engine:
             outs.append(res)
         return tuple(tuple(o[j] for o in outs) for j in range(5)), new_var
 
-    def _split_args(self, num: Numbers, gi: int, s0: Any, s1: Any) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
-        """Laws and per-member arrays of group ``gi``'s incoming split edges (senders' start and end)."""
+    def _split_args(
+        self, num: Numbers, gi: int, s0: Any, s1: Any, s_cov: Any = None
+    ) -> tuple[tuple[tuple[Callable[..., Any], int], ...], tuple[Any, ...]]:
+        """Laws and per-member arrays of group ``gi``'s incoming split edges.
+
+        Per edge: the sender's port mean at the start ``s0`` and predicted end ``s1`` of the step, the
+        gamma, the receiver's port indices and slots, validity, and the lower factor of the sender's port
+        covariance from ``s_cov`` (the port covariance blocks) for a probabilistic edge (zero for a
+        deterministic edge or padding, and without ``s_cov``).
+        """
         tables = self.split_in[gi] if self.split_in else ()
         args = []
         for t in tables:
-            send = self.edge_groups[t.edge_group].send[t.edge]
+            send = self.edge_groups[t.edge_group].send[t.edge]  # (G, J, p)
             gamma = jax.tree_util.tree_map(lambda a, t=t: a[t.edge], num.gammas[t.edge_group])
-            args.append((s0[send], s1[send], gamma, t.recv, t.slots, t.valid))
-        return tuple(t.law for t in tables), tuple(args)
+            chol_s = jnp.zeros(send.shape + send.shape[-1:])
+            if t.z_start >= 0 and s_cov is not None:
+                cov = self._port_cov(s_cov, send.reshape(-1, send.shape[-1]))
+                on = jnp.asarray(num.probabilistic[t.edge_group][t.edge] * t.valid).reshape(-1, 1, 1)
+                low = jax.vmap(cholesky)(0.5 * (cov + cov.transpose(0, 2, 1)))
+                chol_s = (low * jnp.sqrt(on)).reshape(chol_s.shape)
+            args.append((s0[send], s1[send], gamma, t.recv, t.slots, t.valid, chol_s))
+        return tuple((t.law, t.z_start) for t in tables), tuple(args)
 
     def _predicted_ports(self, num: Numbers, means: tuple[Any, ...], s: Any, m: Any, u: Any) -> Any:
         """Every member's mean stepped once (messages held, split senders at ``s``): interface values."""
@@ -673,7 +753,10 @@ class _Engine:
             base += G * nm
             laws, split = self._split_args(num, gi, s, s)
             arr_v = {k: arr[k] for k in ("params", "inputs")}
-            fn = lambda a, x, mm, sp, tmpl=g.template, laws=laws: _predict_mean(tmpl, a, x, u, mm, laws, sp)  # noqa: E731
+            nz = self.n_z(gi)
+            fn = lambda a, x, mm, sp, tmpl=g.template, laws=laws, nz=nz: _predict_mean(  # noqa: E731
+                tmpl, a, x, u, mm, laws, sp, nz
+            )
             preds.append(jax.vmap(fn)(arr_v, means[gi], m[sl], split)[:, g.port_idx].reshape(-1))
         return jnp.concatenate(preds)
 
@@ -712,8 +795,20 @@ class _Engine:
         return new_carry, it
 
     def init(self, num: Numbers) -> Any:
-        means = tuple(a["x0"] for a in num.groups)
-        chols = tuple(a["chol_P0"] for a in num.groups)
+        """The carry at t_0; consider states (:meth:`n_z`) start at mean 0, covariance I, uncorrelated."""
+        means, chols = [], []
+        for gi, a in enumerate(num.groups):
+            n_z, x0, c0 = self.n_z(gi), jnp.asarray(a["x0"]), jnp.asarray(a["chol_P0"])
+            if n_z:
+                G, n = x0.shape
+                x0 = jnp.concatenate([x0, jnp.zeros((G, n_z), x0.dtype)], axis=1)
+                eye = jnp.broadcast_to(jnp.eye(n_z, dtype=c0.dtype), (G, n_z, n_z))
+                c0 = jnp.concatenate(
+                    [jnp.pad(c0, ((0, 0), (0, 0), (0, n_z))), jnp.pad(eye, ((0, 0), (0, 0), (n, 0)))], axis=1
+                )
+            means.append(x0)
+            chols.append(c0)
+        means, chols = tuple(means), tuple(chols)
         var0 = tuple(
             jnp.zeros((len(eg.members), eg.target.shape[1], eg.target.shape[1])) for eg in self.edge_groups
         )
@@ -729,6 +824,12 @@ class _Engine:
         """
         ys_clean = jnp.where(masks, ys, 0.0)
         _, outs = jax.lax.scan(lambda c, i: self.step(num, c, i), self.init(num), (us, ys_clean, masks))
+        if any(self.n_z(gi) for gi in range(len(self.groups))):  # the states without the consider states
+            n = [num.groups[gi]["x0"].shape[-1] for gi in range(len(self.groups))]
+            mu, ch, pm, pc, ll = outs
+            cut_m = lambda xs: tuple(x[..., :k] for x, k in zip(xs, n, strict=True))  # noqa: E731
+            cut_c = lambda xs: tuple(x[..., :k, :k] for x, k in zip(xs, n, strict=True))  # noqa: E731
+            outs = (cut_m(mu), cut_c(ch), cut_m(pm), cut_c(pc), ll)
         if check:
             bad = []  # (n_subsystems,) in group order, True where any step diverged
             for mu, chol in zip(outs[0], outs[1], strict=True):
