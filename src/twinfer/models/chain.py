@@ -22,6 +22,7 @@ References:
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Sequence
 from typing import Any
@@ -59,6 +60,39 @@ def connection_law(s_send: Any, s_recv: Any, gamma: Any) -> Any:
     """
     d = s_send - s_recv
     return jnp.atleast_1d(connection_force(gamma[0], gamma[1], gamma[2], gamma[3], d[0], d[1]))
+
+
+CONNECTION_PARAMS = ("k", "c", "kappa", "mu")
+"""The parameters of one connection, in the order of :func:`connection_law`'s ``gamma``."""
+
+
+@dataclasses.dataclass(frozen=True)
+class EstimatedConnectionLaw:
+    """:func:`connection_law` with some of the connection's parameters read from a port, not ``gamma``.
+
+    A cut connection whose parameters are unknown: one end holds them as states after its port's
+    ``[x, v]`` (``holder`` ``"send"`` or ``"recv"``, in the order of ``names``, each one of
+    :data:`CONNECTION_PARAMS`); the others come from ``gamma = [k, c, kappa, mu]``. Frozen, so laws of the
+    same structure compare equal and share a compiled program.
+    """
+
+    names: tuple[str, ...]
+    holder: str
+
+    def __post_init__(self) -> None:
+        if self.holder not in ("send", "recv") or any(n not in CONNECTION_PARAMS for n in self.names):
+            raise ValueError(
+                "EstimatedConnectionLaw: expected holder 'send' or 'recv' and names from "
+                f"{CONNECTION_PARAMS}; received holder {self.holder!r}, names {self.names}."
+            )
+
+    def __call__(self, s_send: Any, s_recv: Any, gamma: Any) -> Any:
+        held = (s_send if self.holder == "send" else s_recv)[2:]
+        values = list(gamma[j] for j in range(len(CONNECTION_PARAMS)))
+        for j, name in enumerate(self.names):
+            values[CONNECTION_PARAMS.index(name)] = held[j]
+        d = s_send[:2] - s_recv[:2]
+        return jnp.atleast_1d(connection_force(*values, d[0], d[1]))
 
 
 def spring_damper_law(s_send: Any, s_recv: Any, gamma: Any) -> Any:

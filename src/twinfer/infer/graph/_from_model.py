@@ -18,14 +18,15 @@ import functools
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import jax.numpy as jnp
 import numpy as np
 
 from twinfer.infer.filters import UnscentedWeights, augment
-from twinfer.infer.graph._parts import MESSAGE_KINDS, MESSAGE_RULES, Port, Subsystem, two_way
+from twinfer.infer.graph._parts import MESSAGE_KINDS, MESSAGE_RULES, Interface, Port, Subsystem, two_way
 from twinfer.models import Chain
 from twinfer.models._params import locate
-from twinfer.models.chain import connection_law
-from twinfer.sim import GraphNode, graph_node
+from twinfer.models.chain import EstimatedConnectionLaw, connection_law
+from twinfer.sim import Dynamics, GraphNode, graph_node
 
 
 def chain_graph(
@@ -67,8 +68,11 @@ def chain_graph(
             means, both sides' variance by the incremental rule S46, for reproduction).
         unknown: ``{global name: (initial value, prior sd > 0, random-walk sd per step >= 0)}`` of the
             chain's parameters to estimate (``"k4"``, ``"m2"``, ``"kappa3"``); each joins the state of the
-            subsystem that holds it. A cut connection's parameters live on the interface and cannot be
-            unknown here.
+            subsystem that holds it. A cut connection's parameter (connection d joins masses d - 1 and d)
+            joins the state of one of the two subsystems it joins, and its port: the one that measures
+            its end mass (d - 1 or d) when only one does, else the one starting at mass d. Both directions
+            of the interface read it from there (:class:`twinfer.models.chain.EstimatedConnectionLaw`), the
+            other side through the message (with its uncertainty, for probabilistic messages).
         x0: prior mean of the chain's state ``[x1..xn, v1..vn]`` (a scalar or 2n values).
         state_sd: prior standard deviation of each state (scalar or 2n values), > 0.
         process_sd: process-noise standard deviation per step of each state (scalar or 2n), >= 0.
@@ -112,7 +116,18 @@ def chain_graph(
     sdq = _values("process_sd", process_sd, 2 * n, ">= 0")
     sdr = _values("noise_sd", noise_sd, len(chain.outputs), "> 0")
     unknown = dict(unknown or {})
-    local = _local_unknowns(chain, segments, unknown)
+    local, at_cut = _local_unknowns(chain, segments, unknown)
+    if at_cut and rule != "split":
+        raise ValueError(
+            f"chain_graph unknown {[g for held in at_cut.values() for _, g in held]}: a cut connection's "
+            f"parameters are estimated only with rule='split' (the receiver evaluates the law at its sigma "
+            f"points); received rule={rule!r}, which evaluates it at the means, outside the filters."
+        )
+    measured = {int(o[1:]) for o in chain.outputs}
+    # the cut at the start of segment s is held by the side that measures its end mass (the right on a tie)
+    holder = {
+        s: s - 1 if segments[s][0] - 1 in measured and segments[s][0] not in measured else s for s in at_cut
+    }
     weights = UnscentedWeights.merwe() if weights is None else weights
     forced = {d: i for i, d in enumerate(chain.forced_dofs)}
     out_col = {o: i for i, o in enumerate(chain.outputs)}
@@ -123,16 +138,22 @@ def chain_graph(
         m = len(seg)
         part = chain.segment(first, last)
         names = tuple(local[s])
+        # the unknowns of the cut connections this segment holds, after its own: left cut, then right
+        held_left = [g for _, g in at_cut.get(s, [])] if holder.get(s) == s else []
+        held_right = [g for _, g in at_cut.get(s + 1, [])] if holder.get(s + 1) == s else []
+        held = held_left + held_right
         node = _segment_node(
-            m, part.outputs, "kappa" in params, "mu" in params, names, integrator, dt, substeps
+            m, part.outputs, "kappa" in params, "mu" in params, names, integrator, dt, substeps, len(held)
         )
         states = [d - 1 for d in seg] + [n + d - 1 for d in seg]
-        values = [unknown[g] for g in local[s].values()]
+        values = [unknown[g] for g in (*local[s].values(), *held)]
         ports = {}
+        base = 2 * m + len(names)
         if first > 1:
-            ports["left"] = Port(state=(0, m), slots=(0,))
+            ports["left"] = Port(state=(0, m, *range(base, base + len(held_left))), slots=(0,))
         if last < n:
-            ports["right"] = Port(state=(m - 1, 2 * m - 1), slots=(m - 1,))
+            extra = range(base + len(held_left), base + len(held))
+            ports["right"] = Port(state=(m - 1, 2 * m - 1, *extra), slots=(m - 1,))
         subs.append(
             Subsystem(
                 name=f"S{s + 1}",
@@ -154,8 +175,9 @@ def chain_graph(
                 dynamics=node.dynamics,
                 state_names=tuple(f"x{d}" for d in seg)
                 + tuple(f"v{d}" for d in seg)
-                + tuple(local[s].values()),
-                parameters=tuple(local[s].values()),
+                + tuple(local[s].values())
+                + tuple(held),
+                parameters=tuple(local[s].values()) + tuple(held),
             )
         )
     edges = []
@@ -164,9 +186,18 @@ def chain_graph(
         gamma = np.asarray(
             [float(np.asarray(params[g])[cut - 1]) if g in params else 0.0 for g in ("k", "c", "kappa", "mu")]
         )
-        edges += two_way(
-            f"S{s + 1}", "right", f"S{s + 2}", "left", connection_law, gamma, (kinds[s],) * 2, rule
-        )
+        a, b = f"S{s + 1}", f"S{s + 2}"
+        groups = tuple(group for group, _ in at_cut.get(s + 1, []))
+        if groups:  # one side holds the unknowns: both directions read them from its port
+            by_b = holder[s + 1] == s + 1
+            a_to_b = EstimatedConnectionLaw(groups, "recv" if by_b else "send")
+            b_to_a = EstimatedConnectionLaw(groups, "send" if by_b else "recv")
+            edges += [
+                Interface(a, "right", b, "left", a_to_b, gamma, kinds[s], rule),
+                Interface(b, "left", a, "right", b_to_a, gamma, kinds[s], rule),
+            ]
+        else:
+            edges += two_way(a, "right", b, "left", connection_law, gamma, (kinds[s],) * 2, rule)
     return Graph(name, subs, edges, state_order=tuple(chain.state_names) + tuple(unknown))
 
 
@@ -184,10 +215,13 @@ def _segment_node(
     integrator: str,
     dt: float,
     substeps: int,
+    n_held: int = 0,
 ) -> GraphNode:
     """The transition and output of a segment's structure, every DOF forced (messages add to inputs).
 
-    Cached, so segments of one structure share their functions and batch together in ``compile``.
+    ``n_held`` constant states after the segment's own (a cut connection's unknowns, which only its
+    interface reads). Cached, so segments of one structure share their functions and batch together in
+    ``compile``.
     """
     template = Chain(
         1.0,
@@ -198,14 +232,38 @@ def _segment_node(
         outputs=outputs,
         n_dof=n_dof,
     )
-    return graph_node(augment(template, list(unknown)) if unknown else template, dt, integrator, substeps)
+    node = graph_node(augment(template, list(unknown)) if unknown else template, dt, integrator, substeps)
+    if not n_held:
+        return node
+    own = lambda x: x[: x.shape[0] - n_held]  # noqa: E731
+    keep = lambda x, new: jnp.concatenate([new, x[x.shape[0] - n_held :]])  # noqa: E731
+    dyn = node.dynamics
+    return GraphNode(
+        lambda x, u, m, p: keep(x, node.transition(own(x), u, m, p)),
+        lambda x, u, m, p: node.output(own(x), u, m, p),
+        None
+        if dyn is None
+        else Dynamics(
+            lambda x, u, m, p: jnp.concatenate(
+                [dyn.vector_field(own(x), u, m, p), jnp.zeros(n_held, x.dtype)]
+            ),
+            dyn.dt,
+            dyn.substeps,
+            dyn.method,
+        ),
+    )
 
 
 def _local_unknowns(
     chain: Chain, segments: list[tuple[int, ...]], unknown: Mapping[str, tuple[float, float, float]]
-) -> list[dict[str, str]]:
-    """Per segment ``{local name: global name}`` of the unknown parameters it holds."""
+) -> tuple[list[dict[str, str]], dict[int, list[tuple[str, str]]]]:
+    """The unknowns each segment holds: its own, and those of the cut connection it starts at.
+
+    Returns per segment ``{local name: global name}``, and per segment starting at a cut
+    ``[(parameter group, global name)]`` of that connection's unknowns, in the chain's order.
+    """
     out: list[dict[str, str]] = [{} for _ in segments]
+    cut: dict[int, list[tuple[str, str]]] = {}
     owner = {d: s for s, seg in enumerate(segments) for d in seg}
     for name, value in unknown.items():
         try:
@@ -224,14 +282,13 @@ def _local_unknowns(
         dof = 1 if index is None else index + 1
         s = owner[dof]
         first = segments[s][0]
-        if group != "m" and dof == first and first > 1:
-            raise ValueError(
-                f"chain_graph unknown {name!r}: connection {dof} is cut between subsystems S{s} and S{s + 1} "
-                "(its parameters are the interface's); put masses "
-                f"{dof - 1} and {dof} in one subsystem, or hold {name} known."
-            )
+        if group != "m" and dof == first and first > 1:  # a cut connection's: on the interface
+            cut.setdefault(s, []).append((group, name))
+            continue
         out[s][f"{group}{dof - first + 1}"] = name
-    return out
+    for held in cut.values():
+        held.sort(key=lambda pair: list(chain.param_names).index(pair[1]))
+    return out, cut
 
 
 def _per(field: str, value: str | Sequence[str], count: int, what: str) -> list[str]:
