@@ -351,3 +351,38 @@ def test_from_csv_round_trips_through_npz(tmp_path):
     ds = from_csv(path, "t", ["f1"], ["a1", "a4"])
     assert_same(Dataset.load(ds.save(tmp_path / "frame.npz")), ds)
     assert re.search(r"observed=4/6", repr(ds))
+
+
+def test_from_table_reads_csv_parquet_and_netcdf_alike(tmp_path):
+    """One table written as CSV, Parquet and netCDF gives the same Dataset (gaps in an output masked);
+    an unknown suffix, a missing column and a gap in the time column are named errors."""
+    import pandas as pd
+    import xarray as xr
+
+    from twinfer.data import from_table
+
+    t = np.arange(6) * 0.1
+    frame = pd.DataFrame({"t": t, "f": np.sin(t), "acc": np.cos(t), "x": t**2})
+    frame.loc[2, "acc"] = np.nan
+    frame.to_csv(tmp_path / "a.csv", index=False)
+    frame.to_parquet(tmp_path / "a.parquet")
+    xr.Dataset({c: ("row", frame[c].to_numpy()) for c in frame.columns}).to_netcdf(
+        tmp_path / "a.nc", engine="h5netcdf"
+    )
+    sets = [
+        from_table(tmp_path / f"a.{s}", "t", ["f"], ["acc"], states=["x"]) for s in ("csv", "parquet", "nc")
+    ]
+    for d in sets:
+        np.testing.assert_array_equal(d.times, t)
+        np.testing.assert_array_equal(d.mask[:, 0], [True, True, False, True, True, True])
+        np.testing.assert_allclose(d.inputs[:, 0], np.sin(t))
+        np.testing.assert_allclose(d.truth_states[:, 0], t**2)
+        assert d.output_names == ("acc",) and d.input_names == ("f",)
+    with pytest.raises(ValueError, match=r"from_table: expected a \.csv, \.parquet/\.pq or \.nc"):
+        from_table(tmp_path / "a.xlsx", "t", [], ["acc"])
+    with pytest.raises(ValueError, match=r"expected columns \['v'\]"):
+        from_table(tmp_path / "a.parquet", "t", [], ["v"])
+    frame.loc[1, "t"] = np.nan
+    frame.to_parquet(tmp_path / "b.parquet")
+    with pytest.raises(ValueError, match=r"column 't', row 1"):
+        from_table(tmp_path / "b.parquet", "t", [], ["acc"])

@@ -12,7 +12,7 @@ import pytest
 from scipy.signal import butter, lfilter
 
 from twinfer.infer.filters import run_filter
-from twinfer.infer.graph import Graph, estimate, run
+from twinfer.infer.graph import Graph, auto_partition, estimate, run
 from twinfer.models import Chain
 from twinfer.sim import simulate_dataset
 
@@ -113,6 +113,18 @@ def test_a_cut_connections_unknowns_are_estimated_through_the_interface():
     assert 0.90 <= coverage <= 0.99, coverage
     with pytest.raises(ValueError, match="rule='split'"):
         Graph.from_model(chain, PARTITION, dt=dt, rule="paper", **options)
+
+
+def test_auto_partition_cuts_every_two_masses_and_gives_each_subsystem_a_sensor():
+    chain = lambda n, outputs: Chain([1.0] * n, [1.0] * n, 0.0, outputs=outputs)  # noqa: E731
+    assert auto_partition(chain(8, ("a1", "a3", "a6", "a8"))) == [(1, 2), (3, 4), (5, 6), (7, 8)]
+    assert auto_partition(chain(7, ("a1", "x7"))) == [(1, 2), (3, 4, 5, 6, 7)]  # (3, 4) measures nothing
+    assert auto_partition(chain(5, ("a5",)), size=2) == [(1, 2, 3, 4, 5)]
+    assert auto_partition(chain(6, ("a1", "a6")), size=3) == [(1, 2, 3), (4, 5, 6)]
+    graph = Graph.from_model(_chain(), "auto", dt=1e-3)
+    assert [s.name for s in graph.flatten()[0]] == ["S1", "S2", "S3"]
+    with pytest.raises(ValueError, match=r"partition: expected DOF groups or 'auto'; received 'even'"):
+        Graph.from_model(_chain(), "even", dt=1e-3)
 
 
 def test_from_model_errors_name_the_problem():

@@ -127,3 +127,15 @@ def test_a_grid_from_a_pandapower_json_file(tmp_path):
     with xarray.open_dataset(run / "estimate.nc", engine="h5netcdf") as est:
         assert list(est["state"].values[:2]) == ["theta1", "theta2"] and est.sizes["time"] == 30
         assert est.attrs["parameters"].split(",")[0] == "Omega1"
+
+
+def test_a_partition_may_be_automatic(tmp_path):
+    from twinfer.spec import load_spec
+
+    path = tmp_path / "auto.toml"
+    path.write_text(
+        CHAIN + '\n[simulate]\nduration = 1.0\ndt = 1e-3\nnoise_sd = 0.1\n[estimator]\nkind = "distributed"\n'
+        'partition = "auto"\n'
+    )
+    spec, _ = load_spec(path)
+    assert spec.estimator.partition == "auto"

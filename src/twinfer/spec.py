@@ -84,7 +84,10 @@ class GridModel(_Strict):
 
 
 class CsvData(_Strict):
-    """Measured data in a CSV file: the columns that hold time, the inputs and the outputs."""
+    """Measured data in a file: the columns that hold time, the inputs and the outputs.
+
+    CSV, Parquet or netCDF, chosen by the file's suffix (:func:`twinfer.data.from_table`).
+    """
 
     file: Path
     time: str
@@ -115,7 +118,7 @@ class Estimator(_Strict):
     estimator: Literal["ukf", "ekf", "kf"] = "ukf"
     integrator: Literal["rk4", "euler", "exact"] = "rk4"
     smoother: bool = False
-    partition: list[list[int]] | None = None
+    partition: list[list[int]] | Literal["auto"] | None = None
     messages: Literal["probabilistic", "deterministic"] = "probabilistic"
     rule: Literal["split", "paper"] = "split"
     noise_sd: Values | None = None
@@ -158,7 +161,7 @@ class Spec(_Strict):
         elif self.estimator.kind == "distributed" and not self.estimator.partition:
             raise ValueError(
                 "estimator.partition: a distributed estimator of a chain needs a partition, e.g. "
-                "[[1, 2], [3, 4]]; received none"
+                "[[1, 2], [3, 4]] or \"auto\" (two masses each, every subsystem measured); received none"
             )
         if self.data is not None and self.estimator.noise_sd is None:
             raise ValueError("estimator.noise_sd: the measurement noise sd is needed with measured [data]")
@@ -224,7 +227,7 @@ def _chain(spec: Spec) -> Any:
 
 
 def _dataset(spec: Spec, chain: Any, base: Path) -> Any:
-    from twinfer.data import from_csv
+    from twinfer.data import from_table
 
     if spec.data is not None:
         d = spec.data
@@ -237,7 +240,7 @@ def _dataset(spec: Spec, chain: Any, base: Path) -> Any:
             )
         file = d.file if d.file.is_absolute() else base / d.file
         try:
-            return from_csv(file, d.time, d.inputs or None, d.outputs, states=d.states)
+            return from_table(file, d.time, d.inputs or None, d.outputs, states=d.states)
         except (OSError, ValueError) as exc:
             raise SpecError(f"spec data.file {file}: {exc}") from None
     import jax

@@ -11,7 +11,7 @@ from twinfer.data._grid import (
     pandapower_networks,
     read_matpower,
 )
-from twinfer.data._io import from_csv
+from twinfer.data._io import from_csv, from_table
 
 __all__ = [
     "GRID_CASES",
@@ -22,6 +22,7 @@ __all__ = [
     "GridNetwork",
     "branch_coupling",
     "from_csv",
+    "from_table",
     "load_emps",
     "load_grid",
     "load_silverbox",

@@ -155,3 +155,90 @@ def from_csv(
         state_names=states or None,
         metadata={"source": str(path), **(metadata or {})},
     )
+
+
+def from_table(
+    path: str | Path,
+    time: str,
+    inputs: Sequence[str] | None = None,
+    outputs: Sequence[str] = (),
+    *,
+    states: Sequence[str] | None = None,
+    metadata: Mapping[str, Any] | None = None,
+) -> Dataset:
+    """A Dataset from a table file chosen by its suffix: CSV (:func:`from_csv`), Parquet or netCDF.
+
+    Parquet (``.parquet``, ``.pq``): one column per channel. netCDF (``.nc``, ``.nc4``, ``.cdf``): one
+    one-dimensional variable (or coordinate) per channel, all of one length. Missing output values are
+    NaN (masked out); time, inputs and states must be complete.
+
+    Args:
+        path: the file.
+        time: name of the time column.
+        inputs: names of input columns (None or empty: no inputs).
+        outputs: names of observed output columns.
+        states: optional names of true-state columns (simulated data).
+        metadata: extra metadata; ``source`` (the path) is added.
+
+    Raises:
+        ValueError: for an unknown suffix or column, a column that is not numeric or not 1-D, or a
+            missing value in the time, input or state columns, naming the file and column.
+
+    """
+    path = Path(path)
+    suffix = path.suffix.lower()
+    if suffix in (".csv", ".txt"):
+        return from_csv(path, time, inputs, outputs, states=states, metadata=metadata)
+    inputs, outputs, states = list(inputs or []), list(outputs), list(states or [])
+    if not outputs:
+        raise ValueError("from_table: expected at least one output column; received outputs=[].")
+    wanted = [time, *inputs, *outputs, *states]
+    if suffix in (".parquet", ".pq"):
+        import pandas as pd
+
+        frame = pd.read_parquet(path)
+        names = [str(c) for c in frame.columns]
+        get = lambda name: frame[name].to_numpy()  # noqa: E731
+    elif suffix in (".nc", ".nc4", ".cdf"):
+        import xarray as xr
+
+        with xr.open_dataset(path, engine="h5netcdf") as table:
+            names = [str(v) for v in (*table.coords, *table.data_vars)]
+            arrays = {n: np.asarray(table[n].values) for n in wanted if n in names}
+        get = arrays.__getitem__
+    else:
+        raise ValueError(
+            f"from_table: expected a .csv, .parquet/.pq or .nc/.nc4/.cdf file; received {path.name!r}."
+        )
+    unknown = [c for c in wanted if c not in names]
+    if unknown:
+        raise ValueError(f"from_table: expected columns {unknown} in {path}; received columns {names}.")
+
+    def column(name: str, may_miss: bool) -> np.ndarray:
+        raw = np.asarray(get(name))
+        if raw.ndim != 1 or raw.dtype.kind not in "fiu":
+            raise ValueError(
+                f"from_table: expected column {name!r} of {path} to be one-dimensional and numeric; "
+                f"received shape {raw.shape}, dtype {raw.dtype}."
+            )
+        values = raw.astype(np.float64)
+        if not may_miss and np.isnan(values).any():
+            row = int(np.argmax(np.isnan(values)))
+            raise ValueError(
+                f"from_table: expected a number in column {name!r}, row {row} of {path}; received a missing "
+                "value (only output columns may have gaps)."
+            )
+        return values
+
+    y = np.stack([column(c, True) for c in outputs], axis=1)
+    return Dataset(
+        column(time, False),
+        y,
+        mask=~np.isnan(y),
+        inputs=np.stack([column(c, False) for c in inputs], axis=1) if inputs else None,
+        truth_states=np.stack([column(c, False) for c in states], axis=1) if states else None,
+        input_names=inputs,
+        output_names=outputs,
+        state_names=states or None,
+        metadata={"source": str(path), **(metadata or {})},
+    )

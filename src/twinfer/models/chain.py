@@ -88,11 +88,12 @@ class EstimatedConnectionLaw:
 
     def __call__(self, s_send: Any, s_recv: Any, gamma: Any) -> Any:
         held = (s_send if self.holder == "send" else s_recv)[2:]
-        values = list(gamma[j] for j in range(len(CONNECTION_PARAMS)))
-        for j, name in enumerate(self.names):
-            values[CONNECTION_PARAMS.index(name)] = held[j]
+        k, c, kappa, mu = (
+            held[self.names.index(name)] if name in self.names else gamma[j]
+            for j, name in enumerate(CONNECTION_PARAMS)
+        )
         d = s_send[:2] - s_recv[:2]
-        return jnp.atleast_1d(connection_force(*values, d[0], d[1]))
+        return jnp.atleast_1d(connection_force(k, c, kappa, mu, d[0], d[1]))
 
 
 def spring_damper_law(s_send: Any, s_recv: Any, gamma: Any) -> Any:

@@ -31,7 +31,7 @@ from twinfer.infer.graph._field import (
     field_estimates,
     run_field,
 )
-from twinfer.infer.graph._from_model import chain_graph
+from twinfer.infer.graph._from_model import auto_partition, chain_graph
 from twinfer.infer.graph._graph import Graph
 from twinfer.infer.graph._parts import Interface, Port, Subsystem, two_way
 
@@ -43,6 +43,7 @@ __all__ = [
     "FieldEngine",
     "FieldEstimate",
     "FieldNumbers",
+    "auto_partition",
     "chain_graph",
     "check_field_run",
     "field_estimates",

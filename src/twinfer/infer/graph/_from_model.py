@@ -29,9 +29,42 @@ from twinfer.models.chain import EstimatedConnectionLaw, connection_law
 from twinfer.sim import Dynamics, GraphNode, graph_node
 
 
+def auto_partition(chain: Chain, size: int = 2) -> list[tuple[int, ...]]:
+    """Contiguous subsystems of ``size`` masses, each with at least one of the chain's sensors.
+
+    The chain is cut every ``size`` masses (a last segment shorter than ``size`` joins the one before);
+    a segment without a measured mass (no output names one of its DOFs) joins its right neighbour, the
+    last one its left: a subsystem that measures nothing would only follow its neighbours' means.
+
+    Raises:
+        ValueError: for ``size`` < 1 or a chain without outputs.
+
+    """
+    if int(size) != size or size < 1:
+        raise ValueError(f"auto_partition size: expected an integer >= 1; received {size}.")
+    measured = {int(o[1:]) for o in chain.outputs}
+    if not measured:
+        raise ValueError("auto_partition: expected a chain with outputs; received none.")
+    n, size = chain.n_dof, int(size)
+    cuts = list(range(1, n + 1, size))
+    if len(cuts) > 1 and n - cuts[-1] + 1 < size:
+        cuts.pop()
+    segments = [tuple(range(a, b)) for a, b in zip(cuts, [*cuts[1:], n + 1], strict=True)]
+    merged: list[tuple[int, ...]] = []
+    pending: tuple[int, ...] = ()
+    for seg in segments:
+        seg = pending + seg
+        pending = () if measured & set(seg) else seg
+        if not pending:
+            merged.append(seg)
+    if pending:
+        merged[-1] = merged[-1] + pending
+    return merged
+
+
 def chain_graph(
     chain: Chain,
-    partition: Sequence[Sequence[int]],
+    partition: Sequence[Sequence[int]] | str,
     *,
     dt: float,
     integrator: str = "rk4",
@@ -53,7 +86,8 @@ def chain_graph(
         chain: the chain (its parameters are the known values; its forced DOFs and outputs are the data's
             input and output columns, in the chain's order).
         partition: every DOF of each subsystem, contiguous and in order, covering 1..n once
-            (``[(1, 2, 3), (4, 5, 6)]``; a group lists its DOFs, it is not a range).
+            (``[(1, 2, 3), (4, 5, 6)]``; a group lists its DOFs, it is not a range), or ``"auto"``
+            (:func:`auto_partition`: two masses each, every subsystem measured).
         dt: step length of the data.
         integrator: a :func:`twinfer.sim.discretise` method.
         substeps: integrator steps per data step.
@@ -92,6 +126,10 @@ def chain_graph(
     from twinfer.infer.graph._graph import Graph
 
     n = chain.n_dof
+    if isinstance(partition, str):
+        if partition != "auto":
+            raise ValueError(f"chain_graph partition: expected DOF groups or 'auto'; received {partition!r}.")
+        partition = auto_partition(chain)
     segments = [tuple(int(d) for d in part) for part in partition]
     flat = [d for seg in segments for d in seg]
     if (
