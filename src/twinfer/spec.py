@@ -161,7 +161,7 @@ class Spec(_Strict):
         elif self.estimator.kind == "distributed" and not self.estimator.partition:
             raise ValueError(
                 "estimator.partition: a distributed estimator of a chain needs a partition, e.g. "
-                "[[1, 2], [3, 4]] or \"auto\" (two masses each, every subsystem measured); received none"
+                '[[1, 2], [3, 4]] or "auto" (two masses each, every subsystem measured); received none'
             )
         if self.data is not None and self.estimator.noise_sd is None:
             raise ValueError("estimator.noise_sd: the measurement noise sd is needed with measured [data]")

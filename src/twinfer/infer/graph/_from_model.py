@@ -97,8 +97,9 @@ def chain_graph(
             ``"probabilistic"``, ``"learned"``), used in both directions.
         rule: where the laws are evaluated and which variance probabilistic messages inject
             (:class:`~twinfer.infer.graph.Interface`): ``"split"`` (default: each receiver evaluates
-            the connection at its own sigma points and integrator stages, only the sender's uncertainty
-            is injected; bounded for Duffing and Van der Pol connections) or ``"paper"`` (the law at the
+            the connection at its own sigma points and integrator stages, a probabilistic sender's
+            error a consider state of the receiver; bounded for Duffing and Van der Pol connections) or
+            ``"paper"`` (the law at the
             means, both sides' variance by the incremental rule S46, for reproduction).
         unknown: ``{global name: (initial value, prior sd > 0, random-walk sd per step >= 0)}`` of the
             chain's parameters to estimate (``"k4"``, ``"m2"``, ``"kappa3"``); each joins the state of the

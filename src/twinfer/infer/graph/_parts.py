@@ -197,12 +197,11 @@ class Interface(eqx.Module):
     * ``"paper"`` (the paper's rule, for reproduction): the law at both ends' posterior means, held over
       the step; its unscented variance under *both* ports' marginals, positive increment only (S46);
     * ``"split"``: the receiver evaluates the law itself, at each of its own sigma points and at every
-      integrator stage, with the sender's interface variables at their mean (its own share of the law is
-      then propagated exactly, correlations and all); only the sender's share of the uncertainty,
-      ``Var_{s_j}[law(s_j, mean s_i)]``, is injected, in full every step, into the receiver's process
-      noise (through d x_next / d m) and measurement noise (through d y / d m). Exact for linear laws up
-      to the neglected cross-covariance; bounded for nonlinear ones, since a subsystem's own uncertainty
-      never feeds back into itself as noise.
+      integrator stage, with the sender's interface variables on a line from their mean to their
+      predicted mean (its own share of the law is then propagated exactly, correlations and all). A
+      probabilistic message makes the sender's error a consider state of the receiver (never estimated;
+      its cross-covariance with the receiver's state kept), so the sender's uncertainty enters every
+      sigma point and stage, correlated in time as the sender's error is.
 
     Laws built from the same callable with the same port sizes are batched together; only ``gamma``
     (a pytree of arrays) differs between them.
