@@ -385,3 +385,31 @@ def test_a_diverging_cluster_is_named_with_its_step_and_time():
     name = next(k for k, b in cg.buses.items() if 2 in b)
     with pytest.raises(DivergenceError, match=rf"subsystem '{name}' at step 3 \(t = 0.04\)"):
         run_field(cg.graph, Dataset(times=np.arange(7) * 0.01, observations=np.vstack([ys[:1], ys])))
+
+
+def test_estimate_of_a_cluster_graph_is_one_estimate_in_bus_order():
+    """graph.estimate on a field-coupled cluster graph: theta, omega, Omega per bus in bus order (padding
+    slots left out), Omega as the parameters, the values those of run_field mapped by bus_values."""
+    from twinfer.infer.graph import estimate
+
+    _, model, rng = _ring_network()
+    n = model.n_bus
+    part = partition_greedy(sp.csr_matrix(np.ones((n, n)) - np.eye(n)), np.array([0, 4]), s_max=3)
+    assert max(len(c) for c in part.clusters) > min(len(c) for c in part.clusters)  # a padded cluster
+    x0 = np.stack([np.zeros(n), np.zeros(n), np.asarray(model.params["Omega"])], axis=1)
+    cg = kuramoto_graph(model, part, dt=0.01, x0=x0, var0=(0.1, 0.1, 0.1), q=(1e-4,) * 3, r=1e-2)
+    ys = rng.normal(scale=0.1, size=(20, 2 * n))
+    est = estimate(cg.graph, us=np.zeros((20, 0)), ys=ys)
+    names = [f"{q}{b + 1}" for q in ("theta", "omega", "Omega") for b in range(n)]
+    assert est.state_names == tuple(names) and est.parameters == tuple(names[2 * n :])
+    assert est.means.shape == (21, 3 * n) and np.isnan(est.loglik)
+    fields = run_field(cg.graph, us=np.zeros((20, 0)), ys=ys)
+    compiled = compile_graph(cg.graph)
+    per = [
+        np.stack([np.asarray(fields[compiled.names[i]].means) for i in g.members], 1)
+        for g in compiled.engine.groups
+    ]
+    by_bus = bus_values(cg, compiled, per, n)  # (T + 1, N, 3)
+    np.testing.assert_allclose(
+        est.means, np.concatenate([by_bus[:, :, k] for k in range(3)], axis=1), rtol=1e-12
+    )

@@ -198,6 +198,7 @@ def kuramoto_graph(
     member_of = {name: i for i, name in enumerate(names)}
     nodes = {k: heun_node(_cluster_field, dt, k) for k in sorted({k for _, _, k in ordered})}
     subs, buses = [], {}
+    quantities = ("theta", "omega", "Omega")
     send, send_var, recv, recv_var, w_edge = [], [], [], [], []
     for name, members, k in ordered:
         bus = np.full(size, -1)
@@ -220,6 +221,9 @@ def kuramoto_graph(
         start = np.zeros((size, 3))
         start[valid] = x0[members]
         buses[name] = bus
+        labels = [
+            f"{q}{b + 1}" if b >= 0 else f"~{name}.{q}[{a}]" for q in quantities for a, b in enumerate(bus)
+        ]
         subs.append(
             Subsystem(
                 name=name,
@@ -240,6 +244,8 @@ def kuramoto_graph(
                 weights=weights,
                 innovation=wrapped_innovation,
                 dynamics=nodes[k].dynamics,
+                state_names=tuple(labels),
+                parameters=tuple(f"Omega{b + 1}" for b in members),
             )
         )
     probabilistic = messages == "probabilistic"
@@ -259,7 +265,8 @@ def kuramoto_graph(
         rate="omega" if probabilistic else None,
         drives="omega" if probabilistic else None,
     )
-    return ClusterGraph(Graph("grid", subs, fields=[field]), buses)
+    order = tuple(f"{q}{b + 1}" for q in quantities for b in range(n))
+    return ClusterGraph(Graph("grid", subs, fields=[field], state_order=order), buses)
 
 
 def bus_values(cluster_graph: ClusterGraph, compiled: Any, values: Sequence[Any], n_bus: int) -> np.ndarray:

@@ -74,7 +74,7 @@ from twinfer.infer._estimate import Estimate, merge_estimates
 from twinfer.infer.filters import DivergenceError, gaussian_filter, ukf_step, wls_step
 from twinfer.infer.filters._errors import first_not_psd
 from twinfer.infer.gaussian import UnscentedWeights, cholesky, linear, predict, psd_factor, taylor, tria
-from twinfer.infer.graph._field import FieldEngine, _columns, compile_field
+from twinfer.infer.graph._field import FieldEngine, _columns, compile_field, run_field
 from twinfer.infer.graph._graph import Graph
 from twinfer.infer.graph._parts import Interface, LinearOutput, Subsystem
 from twinfer.sim import Dynamics, integrator_step
@@ -946,10 +946,12 @@ def estimate(
 ) -> Estimate:
     """Run ``graph`` over a record (as :func:`run`) and merge the subsystems into one :class:`Estimate`.
 
-    Columns are the subsystems' ``state_names`` (``"<subsystem>[i]"`` where unnamed), those in the
-    graph's ``state_order`` first (a chain's ``x1..xn, v1..vn``, then its unknowns); the means and
-    standard deviations are each subsystem's own (a distributed estimate keeps no cross-covariances, so
-    ``covs`` is None); the log-likelihood is the sum of the subsystems'. Times are the dataset's, or
+    Columns are the subsystems' ``state_names`` (``"<subsystem>[i]"`` where unnamed; padding states,
+    named ``"~..."``, are left out), those in the graph's ``state_order`` first (a chain's
+    ``x1..xn, v1..vn``, then its unknowns; a power grid's ``theta``, ``omega``, ``Omega`` per bus); the
+    means and standard deviations are each subsystem's own (a distributed estimate keeps no
+    cross-covariances, so ``covs`` is None); the log-likelihood is the sum of the subsystems' (NaN for a
+    graph coupled by a field, run by :func:`run_field`, which keeps none). Times are the dataset's, or
     ``times`` (T + 1,) with arrays, or the step numbers 0..T.
 
     Raises:
@@ -957,9 +959,17 @@ def estimate(
             wrong length.
 
     """
-    result = run(graph, dataset, schedule, us=us, ys=ys)
+    if graph.fields:
+        fields = run_field(graph, dataset, us=us, ys=ys)
+        result = {k: (np.asarray(v.means), np.asarray(v.stds), float("nan")) for k, v in fields.items()}
+    else:
+        runs = run(graph, dataset, schedule, us=us, ys=ys)
+        result = {
+            k: (r.means, np.sqrt(np.maximum(np.diagonal(r.covs, axis1=1, axis2=2), 0.0)), r.loglik)
+            for k, r in runs.items()
+        }
     subs, _ = graph.flatten()
-    rows = next(iter(result.values())).means.shape[0]
+    rows = next(iter(result.values()))[0].shape[0]
     if dataset is not None:
         times = np.asarray(dataset.times)
     elif times is None:
@@ -970,15 +980,18 @@ def estimate(
         )
     blocks = []
     for s in subs:
-        r = result[s.name]
-        blocks.append((s.names, r.means, np.sqrt(np.maximum(np.diagonal(r.covs, axis1=1, axis2=2), 0.0))))
-    return merge_estimates(
+        means, stds, _ = result[s.name]
+        keep = [j for j, name in enumerate(s.names) if not name.startswith("~")]
+        blocks.append(([s.names[j] for j in keep], means[:, keep], stds[:, keep]))
+    merged = merge_estimates(
         blocks,
         times,
         order=[n for n in graph.state_order if any(n in s.names for s in subs)],
         parameters=[p for s in subs for p in s.parameters],
-        loglik=float(sum(r.loglik for r in result.values())),
+        loglik=float(sum(r[2] for r in result.values())),
     )
+    held = {p for s in subs for p in s.parameters}  # the parameters in column order
+    return dataclasses.replace(merged, parameters=tuple(n for n in merged.state_names if n in held))
 
 
 def _prepare_record(

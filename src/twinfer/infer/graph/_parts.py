@@ -100,7 +100,8 @@ class Subsystem(eqx.Module):
             ``message="predicted"``.
         state_names: a name for each state (e.g. the whole model's ``"x3"``, ``"k2"``), used by
             :func:`twinfer.infer.graph.estimate` to merge the subsystems into one
-            :class:`~twinfer.infer.Estimate`; default ``"<name>[i]"``.
+            :class:`~twinfer.infer.Estimate`; default ``"<name>[i]"``. A name starting with ``"~"``
+            marks an inert padding state (a cluster's unused slot), left out of the Estimate.
         parameters: the states that are unknown parameters, by name (among ``state_names``).
 
     """
