@@ -62,3 +62,32 @@ def test_merge_orders_named_columns_first_and_refuses_a_column_twice():
         merge_estimates([b, b], t)
     with pytest.raises(ValueError, match="merge_estimates order: expected names of estimated columns"):
         merge_estimates([a], t, order=["x9"])
+
+
+def test_pn_solutions_and_smc_posteriors_convert_to_estimates():
+    """PNSolution.to_estimate keeps the grid's means and sds; IBISResult.to_estimate gives the weighted
+    posterior moments of the particles (numpy's weighted average and covariance as the reference)."""
+    import jax.numpy as jnp
+
+    from twinfer.infer.pn import PNSolution
+    from twinfer.infer.smc import IBISResult
+
+    rng = np.random.default_rng(0)
+    sol = PNSolution(
+        jnp.asarray(rng.normal(size=(5, 2))), jnp.ones((5, 2)) * 0.1, jnp.ones(2), jnp.asarray(-3.0)
+    )
+    est = sol.to_estimate(np.linspace(0, 1, 5), ("x", "v"))
+    np.testing.assert_array_equal(est.means, np.asarray(sol.mean))
+    assert est.state_names == ("x", "v") and est.loglik == -3.0 and est.covs is None
+    with pytest.raises(ValueError, match="expected 5 times and 2 names"):
+        sol.to_estimate(np.linspace(0, 1, 4))
+    theta = rng.normal(size=(200, 2)) * [1.0, 3.0] + [2.0, -1.0]
+    log_w = rng.normal(size=200)
+    res = IBISResult(theta, theta, log_w, rng.normal(size=200), np.ones(3), np.zeros(0, int), np.zeros(0))
+    post = res.to_estimate(("k", "c"))
+    w = np.exp(log_w) / np.exp(log_w).sum()
+    np.testing.assert_allclose(post.means[0], np.average(theta, axis=0, weights=w), rtol=1e-12)
+    np.testing.assert_allclose(post.covs[0], np.cov(theta.T, aweights=w, bias=True), rtol=1e-10)
+    assert post.parameters == ("k", "c")
+    low, high = post.interval("k")
+    assert low < post.means[0, 0] < high

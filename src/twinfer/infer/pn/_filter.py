@@ -402,6 +402,26 @@ class PNSolution(NamedTuple):
     diffusion: Float[Array, " d"]
     loglik: Float[Array, ""]
 
+    def to_estimate(self, times: Any, state_names: Any = None) -> Any:
+        """The solve as a :class:`twinfer.infer.Estimate` on its grid ``times`` (T,).
+
+        ``state_names`` name the d columns (default ``"x[i]"``); no covariances are kept.
+
+        Raises:
+            ValueError: when ``times`` or ``state_names`` do not match the solution's shape.
+
+        """
+        from twinfer.infer._estimate import Estimate
+
+        mean, std = np.asarray(self.mean), np.asarray(self.std)
+        names = tuple(f"x[{i}]" for i in range(mean.shape[1])) if state_names is None else tuple(state_names)
+        if np.shape(times) != (mean.shape[0],) or len(names) != mean.shape[1]:
+            raise ValueError(
+                f"PNSolution.to_estimate: expected {mean.shape[0]} times and {mean.shape[1]} names; received "
+                f"times of shape {np.shape(times)} and {len(names)} names."
+            )
+        return Estimate(np.asarray(times, np.float64), mean, std, None, names, loglik=float(self.loglik))
+
 
 def pn_solve(
     pn: PNFilter,

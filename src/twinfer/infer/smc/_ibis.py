@@ -85,6 +85,42 @@ class IBISResult(NamedTuple):
     acceptance: Float[np.ndarray, " R"]
     lambdas: Float[np.ndarray, " S"] | None = None
 
+    def to_estimate(self, names: Any = None) -> Any:
+        """The weighted posterior of the parameters as a one-row :class:`twinfer.infer.Estimate`.
+
+        Means, standard deviations and covariance of ``theta`` under the normalised weights, at time 0
+        (a static posterior); every column is a parameter, named by ``names`` (default ``"theta[i]"``);
+        ``loglik`` is the weighted mean of the particles' log-likelihoods. ``interval`` is then the
+        Gaussian interval of the posterior's first two moments; quantiles of the particles themselves
+        are ``theta`` with weights ``exp(log_w)``.
+
+        Raises:
+            ValueError: when ``names`` does not name every parameter.
+
+        """
+        from twinfer.infer._estimate import Estimate
+
+        theta = np.asarray(self.theta, np.float64)
+        w = np.exp(self.log_w - np.max(self.log_w))
+        w = w / w.sum()
+        labels = tuple(f"theta[{i}]" for i in range(theta.shape[1])) if names is None else tuple(names)
+        if len(labels) != theta.shape[1]:
+            raise ValueError(
+                f"IBISResult.to_estimate names: expected {theta.shape[1]} names; received {len(labels)}."
+            )
+        mean = w @ theta
+        dev = theta - mean
+        cov = (dev.T * w) @ dev
+        return Estimate(
+            np.zeros(1),
+            mean[None],
+            np.sqrt(np.diag(cov))[None],
+            cov[None],
+            labels,
+            parameters=labels,
+            loglik=float(w @ np.asarray(self.loglik, np.float64)),
+        )
+
 
 def ess(log_w: Float[Array, " N"]) -> Float[Array, ""]:
     """``(sum w)^2 / sum w^2`` (Eq. 22), from log-weights."""
