@@ -139,3 +139,41 @@ def test_a_partition_may_be_automatic(tmp_path):
     )
     spec, _ = load_spec(path)
     assert spec.estimator.partition == "auto"
+
+
+def test_a_grid_from_measured_phases_and_frequencies(tmp_path):
+    """Measured PMU-like data of a grid (a Parquet file, one bus's phase column absent): the Kuramoto
+    network of the named network with the spec's damping, estimated by clusters; the Estimate holds theta,
+    omega and Omega for every bus, the unmeasured phase's bus least certain. Without damping: exit 2."""
+    import pandas as pd
+
+    from twinfer.data import load_grid
+    from twinfer.models import KuramotoNetwork
+
+    net = load_grid("ieee9")
+    n = net.n_bus
+    rng = np.random.default_rng(0)
+    model = KuramotoNetwork(*net.neighbours, np.full(n, 0.2), rng.choice(np.linspace(-1, 1, 21), n))
+    x0 = np.concatenate([rng.uniform(-0.5, 0.5, n), rng.uniform(-0.2, 0.2, n)])
+    data = simulate_dataset(model, None, 0.01, 0.02, jax.random.key(0), x0=x0, n_steps=200)
+    frame = pd.DataFrame(np.asarray(data.observations), columns=list(data.output_names)).drop(
+        columns="theta4"
+    )
+    frame.insert(0, "t", np.asarray(data.times))
+    frame.to_parquet(tmp_path / "pmu.parquet")
+    body = '[model]\nkind = "grid"\nnetwork = "ieee9"\n{}\n[data]\nfile = "pmu.parquet"\ntime = "t"\n\n'
+    body += '[estimator]\nkind = "distributed"\nnoise_sd = 0.02\n'
+    (tmp_path / "grid.toml").write_text(body.format("damping = 0.2\n"))
+    result = _invoke(tmp_path / "grid.toml", "--out", tmp_path / "runs")
+    assert result.exit_code == 0, result.output
+    run = _folder(tmp_path / "runs")
+    metrics = json.loads((run / "metrics.json").read_text())
+    assert metrics["data.measured_channels"] == 2 * n - 1 and metrics["network.buses"] == n
+    with xarray.open_dataset(run / "estimate.nc", engine="h5netcdf") as est:
+        names = [f"{q}{b + 1}" for q in ("theta", "omega", "Omega") for b in range(n)]
+        assert list(est["state"].values) == names
+        sd = est["sd"].sel(state=[f"Omega{b + 1}" for b in range(n)]).values[-1]
+    assert np.argmax(sd) == 3, sd  # bus 4, whose phase is not measured
+    (tmp_path / "bad.toml").write_text(body.format(""))
+    result = _invoke(tmp_path / "bad.toml", "--out", tmp_path / "runs")
+    assert result.exit_code == 2 and "model.damping" in " ".join(result.output.split()), result.output

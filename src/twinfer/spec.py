@@ -75,12 +75,14 @@ class GridModel(_Strict):
     """A power grid as a Kuramoto network (the ``grid`` case).
 
     ``network``: a network pandapower ships, by name, or a pandapower JSON / MATPOWER ``.m`` file
-    (relative to the spec); ``s_max`` the largest cluster.
+    (relative to the spec); ``s_max`` the largest cluster; ``damping`` the damping d of every bus (one
+    value or one per bus), needed with measured ``[data]`` (a simulation draws it, Table S4).
     """
 
     kind: Literal["grid"]
     network: str
     s_max: int = pydantic.Field(default=5, ge=1, le=10)
+    damping: Values | None = None
 
 
 class CsvData(_Strict):
@@ -92,7 +94,7 @@ class CsvData(_Strict):
     file: Path
     time: str
     inputs: list[str] = []
-    outputs: list[str] = pydantic.Field(min_length=1)
+    outputs: list[str] = []
     states: list[str] | None = None
 
 
@@ -150,9 +152,15 @@ class Spec(_Strict):
         if (self.data is None) == (self.simulate is None):
             raise ValueError("give exactly one of [data] and [simulate]")
         if isinstance(self.model, GridModel):
-            if self.data is not None:
+            if (self.data is not None) != (self.model.damping is not None):
                 raise ValueError(
-                    "a grid is estimated from a [simulate] section (measured grid data: not yet)"
+                    "model.damping: expected with measured [data] (the buses' damping d) and only then "
+                    f"(a [simulate] section draws it); received damping={self.model.damping}"
+                )
+            if self.data is not None and (self.data.inputs or self.data.outputs or self.data.states):
+                raise ValueError(
+                    "data: a grid's columns are found by name (theta<bus>, omega<bus>, buses from 1); "
+                    "expected no inputs, outputs or states lists"
                 )
             if self.unknown or self.estimator.partition:
                 raise ValueError(
@@ -285,6 +293,8 @@ def run_spec(spec: Spec, base: str | Path = ".") -> tuple[Any, Any, Any, Any]:
     from twinfer.report import RunArtifacts
 
     if isinstance(spec.model, GridModel):
+        if spec.data is not None:
+            return _run_grid_data(spec, spec.model, Path(base))
         return _run_grid(spec, spec.model, Path(base))
     chain = _chain(spec)
     data = _dataset(spec, chain, Path(base))
@@ -392,6 +402,94 @@ def _run_grid(spec: Spec, model: GridModel, base: Path) -> tuple[Any, Any, Any, 
     return est, None, artifacts, lambda: case.figures(artifacts.arrays, config)
 
 
+def _run_grid_data(spec: Spec, model: GridModel, base: Path) -> tuple[Any, Any, Any, Any]:
+    """A grid from measured phases and frequencies: the Kuramoto network of the file's buses, estimated.
+
+    The data file's columns ``theta<b>`` and ``omega<b>`` (buses numbered from 1 in the network's order;
+    a missing column is an unmeasured bus, NaN a missing sample) are the measurements; the natural
+    frequencies Omega are unknown (prior 0 +- 1, random walk as the grid case's), the damping the
+    spec's. Central: one UKF on the whole network; distributed: the clusters of ``s_max`` buses. The
+    noise levels other than the measurement's are the grid case's defaults (Table S4).
+    """
+    from twinfer.data import Dataset, from_table, load_grid, table_columns
+    from twinfer.experiments.grid import GridConfig
+    from twinfer.infer.clusters import Partition, kuramoto_graph, partition_greedy
+    from twinfer.infer.graph import estimate
+    from twinfer.models import KuramotoNetwork
+    from twinfer.report import RunArtifacts
+
+    d, e = spec.data, spec.estimator
+    assert d is not None and model.damping is not None and e.noise_sd is not None
+    network = model.network
+    if network.endswith((".json", ".m")) and not Path(network).is_absolute():
+        network = str(base / network)
+    try:
+        net = load_grid(network)
+    except (OSError, ValueError) as exc:
+        raise SpecError(f"spec model.network: {exc}") from None
+    n = net.n_bus
+    file = d.file if d.file.is_absolute() else base / d.file
+    try:
+        present = set(table_columns(file))
+    except (OSError, ValueError) as exc:
+        raise SpecError(f"spec data.file {file}: {exc}") from None
+    names = [f"{q}{b + 1}" for q in ("theta", "omega") for b in range(n)]
+    measured = [c for c in names if c in present]
+    if not measured:
+        raise SpecError(
+            f"spec data.file {file}: expected columns theta<bus> / omega<bus> for buses 1..{n}; received "
+            f"{sorted(present)[:10]}."
+        )
+    try:
+        table = from_table(file, d.time, None, measured)
+    except (OSError, ValueError) as exc:
+        raise SpecError(f"spec data.file {file}: {exc}") from None
+    y = np.full((len(table.times), 2 * n), np.nan)
+    y[:, [names.index(c) for c in measured]] = np.asarray(table.observations)
+    data = Dataset(table.times, y, mask=~np.isnan(y), output_names=names, metadata={"source": str(file)})
+    dt = _step(data)
+    if np.ndim(e.noise_sd) != 0 or np.ndim(model.damping) not in (0, 1):
+        raise SpecError("spec estimator.noise_sd: expected one value for a grid.")
+    damping = np.broadcast_to(np.asarray(model.damping, dtype=np.float64), (n,))
+    index, weight = net.neighbours
+    central = e.kind == "central"
+    if central:
+        partition = Partition(labels=np.zeros(n, int), clusters=(np.arange(n),))
+    else:
+        partition = partition_greedy(net.coupling, net.gen_buses, model.s_max)
+    default = {k: f.default for k, f in GridConfig.model_fields.items()}  # the grid case's noise levels
+    x0 = np.stack([np.nan_to_num(y[0, :n]), np.nan_to_num(y[0, n:]), np.zeros(n)], axis=1)
+    cluster_graph = kuramoto_graph(
+        KuramotoNetwork(index, weight, damping, np.zeros(n)),
+        partition,
+        dt=dt,
+        x0=x0,
+        var0=(0.25, 0.25, 1.0),
+        q=(
+            default["q_theta"],
+            default["q_omega"],
+            default["q_Omega_central" if central else "q_Omega_distributed"],
+        ),
+        r=float(e.noise_sd) ** 2,  # type: ignore[arg-type]
+        gamma=default["ukf_gamma"],
+        messages="probabilistic" if e.messages == "probabilistic" else "held",
+    )
+    est = estimate(cluster_graph.graph, data)
+    omega_sd = np.asarray(est.stds)[-1, 2 * n :]
+    out = {
+        "network.buses": float(n),
+        "data.measured_channels": float(len(measured)),
+        "partition.clusters": float(partition.n_clusters),
+        "Omega.final_sd_median": float(np.median(omega_sd)),
+    }
+    arrays = {"times": np.asarray(est.times), "means": np.asarray(est.means), "stds": np.asarray(est.stds)}
+    notes = (
+        f"{e.kind} UKF on {n} buses ({partition.n_clusters} clusters), "
+        f"{len(data.times) - 1} steps of {dt:g} s",
+    )
+    return est, data, RunArtifacts(out, arrays, notes=notes), lambda: _figures(est, None, 2 * n)
+
+
 def _figures(est: Any, truth: Any, n: int) -> dict[str, Any]:
     """States (up to 8) and unknowns with their 95 % bands.
 
@@ -416,10 +514,9 @@ def _figures(est: Any, truth: Any, n: int) -> dict[str, Any]:
     axes[-1, 0].set_xlabel("time [s]")
     figs = {"states": fig}
     if est.parameters:
-        fig, axes = plt.subplots(
-            len(est.parameters), 1, figsize=(8, 1.8 * len(est.parameters)), squeeze=False
-        )
-        for ax, name in zip(axes[:, 0], est.parameters, strict=True):
+        params = est.parameters[:8]
+        fig, axes = plt.subplots(len(params), 1, figsize=(8, 1.8 * len(params)), squeeze=False)
+        for ax, name in zip(axes[:, 0], params, strict=True):
             mean, sd = (np.asarray(v) for v in est.series(name))
             ax.fill_between(t, mean - 1.96 * sd, mean + 1.96 * sd, alpha=0.3)
             ax.plot(t, mean, lw=0.8)

@@ -11,7 +11,7 @@ from twinfer.data._grid import (
     pandapower_networks,
     read_matpower,
 )
-from twinfer.data._io import from_csv, from_table
+from twinfer.data._io import from_csv, from_table, table_columns
 
 __all__ = [
     "GRID_CASES",
@@ -23,6 +23,7 @@ __all__ = [
     "branch_coupling",
     "from_csv",
     "from_table",
+    "table_columns",
     "load_emps",
     "load_grid",
     "load_silverbox",

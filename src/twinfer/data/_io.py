@@ -242,3 +242,29 @@ def from_table(
         state_names=states or None,
         metadata={"source": str(path), **(metadata or {})},
     )
+
+
+def table_columns(path: str | Path) -> list[str]:
+    """The column names of a CSV (header row), Parquet or netCDF (variables and coordinates) file.
+
+    Raises:
+        ValueError: for an unknown suffix (as :func:`from_table`).
+
+    """
+    path = Path(path)
+    suffix = path.suffix.lower()
+    if suffix in (".csv", ".txt"):
+        with path.open(newline="") as handle:
+            return [h.strip() for h in next(csv.reader(handle), [])]
+    if suffix in (".parquet", ".pq"):
+        import pyarrow.parquet as pq
+
+        return [str(n) for n in pq.read_schema(path).names]
+    if suffix in (".nc", ".nc4", ".cdf"):
+        import xarray as xr
+
+        with xr.open_dataset(path, engine="h5netcdf") as table:
+            return [str(v) for v in (*table.coords, *table.data_vars)]
+    raise ValueError(
+        f"table_columns: expected a .csv, .parquet/.pq or .nc/.nc4/.cdf file; received {path.name!r}."
+    )
