@@ -18,7 +18,6 @@ from statistics import NormalDist
 from typing import Any, Literal
 
 import numpy as np
-from scipy.special import ndtr
 
 _LOG_2PI = math.log(2.0 * math.pi)
 
@@ -389,6 +388,8 @@ def crps_gaussian(mean: Any, std: Any, truth: Any) -> float:
     m, s, t = _array(mean, "mean", fn), _array(std, "std", fn), _array(truth, "truth", fn)
     _same_shape(fn, mean=m, std=s, truth=t)
     _positive(s, fn)
+    from scipy.special import ndtr
+
     w = (t - m) / s
     pdf = np.exp(-0.5 * w**2) / math.sqrt(2.0 * math.pi)
     return float(np.mean(s * (w * (2.0 * ndtr(w) - 1.0) + 2.0 * pdf - 1.0 / math.sqrt(math.pi))))

@@ -6,6 +6,8 @@ The estimators of case ``chain4`` (specs/compositional-inference.md section 3.1)
 differ only in numbers. Each is timed with :func:`time_jitted`: the first call (trace + compile + run)
 apart from the median of repeated runs; a variant that reuses the shared compilation shows a compile
 time close to its run time.
+
+Benchmark ``chain4-process``: wall time of whole ``twinfer run chain4`` processes, cold and warm.
 """
 
 from __future__ import annotations
@@ -55,3 +57,38 @@ def bench_graph(quick: bool, progress: Progress) -> dict[str, float]:
     out["graph.all.run_s"] = sum(out[f"graph.{n}.run_s"] for n in runs)
     out["graph.all.compile_s"] = out["graph.central.compile_s"] + out["graph.deterministic.compile_s"]
     return out
+
+
+@register("chain4-process", "whole `twinfer run chain4` processes: cold (empty compilation cache), warm")
+def bench_chain4_process(quick: bool, progress: Progress) -> dict[str, float]:
+    """Median wall seconds of a whole ``twinfer run chain4`` process (quick: ``--quick``), cold and warm.
+
+    Each repeat gets a fresh, empty compilation cache (``TWINFER_CACHE_DIR``): its first run is cold
+    (imports, tracing, every compilation), the second warm (the compiled programs read from that
+    cache), as a user's first and later runs. The processes inherit this one's cores (``--cores``).
+    """
+    import os
+    import statistics
+    import subprocess
+    import sys
+    import tempfile
+    import time
+
+    repeats = 1 if quick else 3
+    cmd = [sys.executable, "-c", "from twinfer.cli import main; main()", "run", "chain4"]
+    times: dict[str, list[float]] = {"cold": [], "warm": []}
+    for i in range(repeats):
+        with tempfile.TemporaryDirectory() as tmp:
+            env = {k: v for k, v in os.environ.items() if k != "JAX_COMPILATION_CACHE_DIR"}
+            env["TWINFER_CACHE_DIR"] = os.path.join(tmp, "xla")
+            for kind in ("cold", "warm"):
+                progress(f"chain4 process {i + 1}/{repeats}, {kind}")
+                start = time.perf_counter()
+                done = subprocess.run(
+                    [*cmd, *(["--quick"] if quick else []), "--out", tmp], env=env, capture_output=True
+                )
+                times[kind].append(time.perf_counter() - start)
+                if done.returncode:
+                    raise RuntimeError(f"twinfer run chain4 failed: {done.stderr.decode()[-2000:]}")
+    out = {f"chain4_process.{kind}_s": statistics.median(v) for kind, v in times.items()}
+    return out | {"chain4_process.repeats": float(repeats)}

@@ -22,10 +22,12 @@ import warnings
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import scipy.sparse as sp
+
+if TYPE_CHECKING:
+    import scipy.sparse as sp
 
 GRID_CASES: dict[str, str] = {
     "ieee9": "case9",
@@ -58,6 +60,8 @@ def branch_coupling(n_bus: int, branch: np.ndarray) -> sp.csr_matrix:
         admittances before the magnitude is taken, as in Y_bus.
 
     """
+    import scipy.sparse as sp  # grid cases only: not imported with twinfer.data (0.1 s)
+
     branch = np.real(np.asarray(branch))
     live = branch[:, _BR_STATUS] > 0
     br = branch[live]

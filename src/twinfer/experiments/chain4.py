@@ -19,7 +19,8 @@ from __future__ import annotations
 import dataclasses
 import functools
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Literal
 
 import jax
@@ -309,7 +310,9 @@ def fit_sindy(config: Chain4Config) -> SindyFit:
     return fit_interface_law(dx, dv, force, threshold=config.sindy_threshold)
 
 
-def graph_estimators(config: Chain4Config, data: Dataset, xi: Any) -> tuple[dict[str, Any], dict[str, float]]:
+def graph_estimators(
+    config: Chain4Config, data: Dataset, xi: Any | Callable[[], Any]
+) -> tuple[dict[str, Any], dict[str, float]]:
     """Run central (monolithic), deterministic, probabilistic and SINDy estimators on ``data``.
 
     The three distributed variants differ only in numbers (message-kind flags, law coefficients): they
@@ -317,9 +320,18 @@ def graph_estimators(config: Chain4Config, data: Dataset, xi: Any) -> tuple[dict
     faster but compiled 2 s slower). The centralised UKF is the monolithic model of the same graph with
     the central Q and R ([REPO]): the second compiled scan.
 
+    The two scans compile one after the other in a background thread (XLA compiles without holding
+    Python's lock, and already spreads one compilation over the cores: two at once were no faster on
+    2 cores), and each starts its estimators as soon as it is compiled; only the SINDy variant waits for
+    ``xi``. Given as a function (``lambda: fit_sindy(config).xi``), ``xi`` is computed meanwhile, while
+    the scans compile (first run) or run (compiled programs from the persistent cache). The numbers are
+    those of running everything one after another: the same programs on the same inputs.
+
     Returns:
         Per estimator: ``mean``/``var`` (N+1, 9) in the order [x1..x4, v1..v4, k4], ``pred_mean`` (N, 8)
-        and ``pred_cov`` (N, 8, 8); and the timings ``timing.compile_s``, ``timing.run_s``.
+        and ``pred_cov`` (N, 8, 8); and the timings ``timing.compile_s`` (building and lowering the
+        graphs, then until both scans are compiled) and ``timing.run_s`` (from the first estimator
+        started until all four are done; with ``xi`` a function, this includes the wait for it).
 
     """
     if data.inputs is None:
@@ -332,41 +344,63 @@ def graph_estimators(config: Chain4Config, data: Dataset, xi: Any) -> tuple[dict
     t0 = time.perf_counter()
     comp = compile_graph(det, "jacobi")
     comp_c = compile_graph(central_graph, "jacobi")
-    exe = comp.scan.lower(comp.numbers, us, ys, masks).compile()
-    exe_c = comp_c.scan.lower(comp_c.numbers, us, ys, masks).compile()
-    timings = {"timing.compile_s": time.perf_counter() - t0}
+    lowered = comp.scan.lower(comp.numbers, us, ys, masks)
+    lowered_c = comp_c.scan.lower(comp_c.numbers, us, ys, masks)
     variants = {
         "deterministic": comp.numbers,
         "probabilistic": with_numbers(comp, build_graph(config, "probabilistic")),
-        "sindy": with_numbers(comp, build_graph(config, "learned", xi)),
     }
-    t0 = time.perf_counter()
-    raw = {"central": (comp_c, comp_c.numbers, exe_c(comp_c.numbers, us, ys, masks))}
-    for name, num in variants.items():
-        raw[name] = (comp, num, exe(num, us, ys, masks))
-    jax.block_until_ready([r[2] for r in raw.values()])
-    timings["timing.run_s"] = time.perf_counter() - t0
+
+    def compile_and_start(low: Any, numbers: list[Any]) -> tuple[Any, list[Any], float]:
+        exe = low.compile()
+        done = time.perf_counter()
+        return exe, [exe(num, us, ys, masks) for num in numbers], done  # runs go on in XLA's threads
+
+    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="chain4-compile")
+    try:
+        job = pool.submit(compile_and_start, lowered, list(variants.values()))
+        job_c = pool.submit(compile_and_start, lowered_c, [comp_c.numbers])
+        xi = xi() if callable(xi) else xi  # the SINDy fit, while the scans compile or run
+        variants["sindy"] = with_numbers(comp, build_graph(config, "learned", xi))
+        _, outs_c, compiled_c = job_c.result()
+        exe, outs, compiled = job.result()
+    except BaseException:
+        pool.shutdown(wait=False, cancel_futures=True)  # an interrupt does not wait for XLA
+        raise
+    pool.shutdown()
+    outs.append(exe(variants["sindy"], us, ys, masks))
+    timings = {"timing.compile_s": max(compiled, compiled_c) - t0}
+    raw = {"central": (comp_c, comp_c.numbers, outs_c[0])}
+    for (name, num), res_outs in zip(variants.items(), outs, strict=True):
+        raw[name] = (comp, num, res_outs)
     out = {}
     for name, (c, num, res_outs) in raw.items():
-        res = unpack(c, num, res_outs)
-        parts = [res["central"]] if name == "central" else [res["S1"], res["S2"]]
-        mean = np.concatenate([p.means for p in parts], axis=1)
-        var = np.concatenate([np.diagonal(p.covs, axis1=1, axis2=2) for p in parts], axis=1)
-        pm = np.concatenate([p.pred_means for p in parts], axis=1)
-        if name == "central":
-            pc = parts[0].pred_covs
-        else:
-            pc = np.zeros(pm.shape + (9,))
-            pc[:, :4, :4] = parts[0].pred_covs
-            pc[:, 4:, 4:] = parts[1].pred_covs  # block-diagonal assembly (section 5 [REPO])
-        order = np.concatenate([_KIN, [8]])
-        out[name] = {
-            "mean": mean[:, order],
-            "var": var[:, order],
-            "pred_mean": pm[:, _KIN],
-            "pred_cov": pc[:, _KIN][:, :, _KIN],
-        }
+        if name == "sindy":  # the others are unpacked while it runs
+            jax.block_until_ready(res_outs)
+            timings["timing.run_s"] = time.perf_counter() - min(compiled, compiled_c)
+        out[name] = _estimates(name, unpack(c, num, res_outs))
     return out, timings
+
+
+def _estimates(name: str, res: Mapping[str, Any]) -> dict[str, np.ndarray]:
+    """One estimator's ``mean``/``var``/``pred_mean``/``pred_cov`` in the truth's state order."""
+    parts = [res["central"]] if name == "central" else [res["S1"], res["S2"]]
+    mean = np.concatenate([p.means for p in parts], axis=1)
+    var = np.concatenate([np.diagonal(p.covs, axis1=1, axis2=2) for p in parts], axis=1)
+    pm = np.concatenate([p.pred_means for p in parts], axis=1)
+    if name == "central":
+        pc = parts[0].pred_covs
+    else:
+        pc = np.zeros(pm.shape + (9,))
+        pc[:, :4, :4] = parts[0].pred_covs
+        pc[:, 4:, 4:] = parts[1].pred_covs  # block-diagonal assembly (section 5 [REPO])
+    order = np.concatenate([_KIN, [8]])
+    return {
+        "mean": mean[:, order],
+        "var": var[:, order],
+        "pred_mean": pm[:, _KIN],
+        "pred_cov": pc[:, _KIN][:, :, _KIN],
+    }
 
 
 def estimator_metrics(
@@ -404,15 +438,21 @@ def run(config: Chain4Config, progress: Progress) -> RunArtifacts:
     data = simulate(config)
     progress("simulate truth and measurements", 1, 1)
     metrics_out: dict[str, float] = {"sim.steps": float(config.n_steps)}
-    progress("SINDy interface law", 0, 1)
-    fit = fit_sindy(config)
+    fits: list[SindyFit] = []
+
+    def sindy() -> np.ndarray:  # called by graph_estimators while its scans compile or run
+        progress("SINDy interface law", 0, 1)
+        fits.append(fit_sindy(config))
+        progress("SINDy interface law", 1, 1)
+        return fits[0].xi
+
+    progress("graph estimators (central, deterministic, probabilistic, sindy)", 0, 1)
+    graph_est, timings = graph_estimators(config, data, sindy)
+    progress("graph estimators (central, deterministic, probabilistic, sindy)", 1, 1)
+    fit = fits[0]
     metrics_out.update({f"sindy.xi[{term}]": float(v) for term, v in zip(TERMS, fit.xi, strict=True)})
     metrics_out["sindy.k_hat"], metrics_out["sindy.c_hat"] = float(fit.xi[0]), float(fit.xi[1])
     metrics_out["sindy.fit_r2"] = fit.r2
-    progress("SINDy interface law", 1, 1)
-    progress("graph estimators (central, deterministic, probabilistic, sindy)", 0, 1)
-    graph_est, timings = graph_estimators(config, data, fit.xi)
-    progress("graph estimators (central, deterministic, probabilistic, sindy)", 1, 1)
     for name, e in graph_est.items():
         metrics_out.update(estimator_metrics(config, data, name, e))
     metrics_out.update(timings)

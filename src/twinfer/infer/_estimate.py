@@ -17,7 +17,6 @@ from typing import Any
 
 import jax
 import numpy as np
-from scipy.stats import norm
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -92,6 +91,8 @@ class Estimate:
         if not 0.0 < level < 1.0:
             raise ValueError(f"Estimate.interval level: expected a value in (0, 1); received {level}.")
         mean, sd = (float(np.asarray(v)[at]) for v in self.series(name))
+        from scipy.stats import norm  # scipy.stats costs 0.5 s to import: only here
+
         z = float(norm.ppf(0.5 + level / 2.0))
         return mean - z * sd, mean + z * sd
 

@@ -23,7 +23,6 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
 from jax.flatten_util import ravel_pytree
 
 from twinfer.checkpoint import Checkpoint, Snapshot, array_digest, as_checkpoint, digest
@@ -135,6 +134,8 @@ class TrainResult(dict):
 
 
 def _schedule(settings: TrainSettings) -> Any:
+    import optax
+
     if settings.stages:
         boundaries, values, total = [], [], 0
         for lr, n in settings.stages:
@@ -188,6 +189,8 @@ def train(
     total = sum(s[1] for s in settings.stages) if settings.stages else settings.steps
     fixed = {k: v for k, v in params.items() if k not in trainable}
     theta = {k: jnp.asarray(params[k]) for k in trainable}
+    import optax  # training only: not imported with twinfer.learn (0.07 s)
+
     opt = optax.adam(_schedule(settings))
     opt_state = opt.init(theta)
     key = jax.random.key(settings.seed)

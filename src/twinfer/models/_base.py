@@ -95,7 +95,11 @@ class AbstractModel(eqx.Module):
 
     @property
     def is_linear(self) -> bool:
-        return self.linear_matrices(self.params) is not None
+        """Whether :meth:`linear_matrices` gives matrices.
+
+        Asked abstractly (``jax.eval_shape``): no matrix is computed, no operation compiled to answer.
+        """
+        return jax.eval_shape(self.linear_matrices, self.params) is not None
 
     # -- hybrid structure (declared here, implemented by event-capable models) -------------------
     @property

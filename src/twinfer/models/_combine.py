@@ -30,9 +30,6 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optimistix as optx
-from scipy.sparse import csr_matrix
-from scipy.sparse.csgraph import connected_components
 
 from twinfer.models._base import AbstractModel, Params
 
@@ -194,6 +191,9 @@ class Combination(eqx.Module):
     @staticmethod
     def _evaluation_order(deps: Mapping[str, set[str]]) -> tuple[tuple[str, ...], ...]:
         """Strongly connected components of the dependency graph in topological order."""
+        from scipy.sparse import csr_matrix
+        from scipy.sparse.csgraph import connected_components
+
         index = {n: i for i, n in enumerate(_NODES)}
         adj = np.zeros((4, 4))
         for node, sources in deps.items():
@@ -273,6 +273,8 @@ class Combination(eqx.Module):
             def residual(y, known, comp=comp, splits=splits):
                 trial = dict(known, **dict(zip(comp, jnp.split(y, splits), strict=True)))
                 return y - jnp.concatenate([equation(n, trial) for n in comp])
+
+            import optimistix as optx  # only for algebraic loops (0.1 s to import)
 
             n_unknown = sum(sizes[n] for n in comp)
             sol = optx.root_find(

@@ -146,7 +146,7 @@ def discretise(model: AbstractModel, dt: float, method: str = "rk4", substeps: i
             "discretise method 'semi-implicit-euler': expected a mechanical state [q, v] of even length; "
             f"{type(model).__name__} has {model.n_state} states."
         )
-    if method == "exact" and model.linear_matrices(model.params) is None:
+    if method == "exact" and not model.is_linear:
         raise ValueError(
             f"discretise method 'exact': expected a linear model (linear_matrices not None); "
             f"{type(model).__name__} is nonlinear. Use 'rk4' or a finer step instead."

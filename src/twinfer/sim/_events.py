@@ -19,12 +19,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
-import diffrax
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optimistix as optx
 
 from twinfer.models import AbstractModel
 from twinfer.sim._events_rk4 import simulate_rk4
@@ -131,6 +129,9 @@ def simulate_events(
             max_pieces=max_events_per_interval + 1,
         )
         return _finish(model, tsj, states, discrete, n, ev_t, ev_w, max_events, u_fn, params)
+    import diffrax  # adaptive solves only (0.15 s to import with optimistix)
+    import optimistix as optx
+
     n_ev = model.n_events
     solver = diffrax.Tsit5() if solver is None else solver
     term = diffrax.ODETerm(lambda t, x, args: model.hybrid_vector_field(t, x, args[0], u_fn(t), args[1]))
