@@ -143,18 +143,7 @@ def from_csv(
                 ) from None
         return values
 
-    y = np.stack([column(c, True) for c in outputs], axis=1)
-    return Dataset(
-        column(time, False),
-        y,
-        mask=~np.isnan(y),  # an 'inf' cell stays observed, and is refused
-        inputs=np.stack([column(c, False) for c in inputs], axis=1) if inputs else None,
-        truth_states=np.stack([column(c, False) for c in states], axis=1) if states else None,
-        input_names=inputs,
-        output_names=outputs,
-        state_names=states or None,
-        metadata={"source": str(path), **(metadata or {})},
-    )
+    return _assemble(column, path, time, inputs, outputs, states, metadata)
 
 
 def from_table(
@@ -230,18 +219,7 @@ def from_table(
             )
         return values
 
-    y = np.stack([column(c, True) for c in outputs], axis=1)
-    return Dataset(
-        column(time, False),
-        y,
-        mask=~np.isnan(y),
-        inputs=np.stack([column(c, False) for c in inputs], axis=1) if inputs else None,
-        truth_states=np.stack([column(c, False) for c in states], axis=1) if states else None,
-        input_names=inputs,
-        output_names=outputs,
-        state_names=states or None,
-        metadata={"source": str(path), **(metadata or {})},
-    )
+    return _assemble(column, path, time, inputs, outputs, states, metadata)
 
 
 def table_columns(path: str | Path) -> list[str]:
@@ -267,4 +245,31 @@ def table_columns(path: str | Path) -> list[str]:
             return [str(v) for v in (*table.coords, *table.data_vars)]
     raise ValueError(
         f"table_columns: expected a .csv, .parquet/.pq or .nc/.nc4/.cdf file; received {path.name!r}."
+    )
+
+
+def _assemble(
+    column: Any,
+    path: Path,
+    time: str,
+    inputs: list[str],
+    outputs: list[str],
+    states: list[str],
+    metadata: Mapping[str, Any] | None,
+) -> Dataset:
+    """The Dataset of a table whose ``column(name, may_miss)`` reads one checked column.
+
+    Only outputs may miss values (NaN: masked out; an infinite value stays observed, and is refused).
+    """
+    y = np.stack([column(c, True) for c in outputs], axis=1)
+    return Dataset(
+        column(time, False),
+        y,
+        mask=~np.isnan(y),
+        inputs=np.stack([column(c, False) for c in inputs], axis=1) if inputs else None,
+        truth_states=np.stack([column(c, False) for c in states], axis=1) if states else None,
+        input_names=inputs,
+        output_names=outputs,
+        state_names=states or None,
+        metadata={"source": str(path), **(metadata or {})},
     )
