@@ -8,6 +8,9 @@ same arithmetic. Both use Merwe sigma points (alpha=1, beta=2, kappa=0) and the 
 
 from __future__ import annotations
 
+import statistics
+import time
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -77,8 +80,9 @@ def _data(key, n_steps: int, n_systems: int):
 def _api_overhead(model, step, u, y, weights) -> tuple[float, float]:
     """Median warm time of ``run_filter`` on a Dataset and of ``run_ukf`` on the same arrays (s).
 
-    The second and later calls of ``run_filter`` on the same structure reuse the compiled filter; what
-    is left is its checking and assembly (#20: at most 1.2x ``run_ukf``).
+    15 calls of each, interleaved (the machine's drift falls on both). The second and later calls of
+    ``run_filter`` on the same structure reuse the compiled filter; what is left is its checking and
+    assembly (#20: at most 1.2x ``run_ukf``).
     """
     n_steps = u.shape[0]
     data = Dataset(
@@ -104,7 +108,13 @@ def _api_overhead(model, step, u, y, weights) -> tuple[float, float]:
 
     api()  # compile
     core()
-    return time_python(api, repeats=7).median_s, time_python(core, repeats=7).median_s
+    times: tuple[list[float], list[float]] = ([], [])
+    for _ in range(15):  # interleaved, so that the machine's drift does not fall on one side
+        for fn, out in zip((api, core), times, strict=True):
+            start = time.perf_counter()
+            fn()
+            out.append(time.perf_counter() - start)
+    return statistics.median(times[0]), statistics.median(times[1])
 
 
 @register("filters", "UKF on a 10-state Duffing chain: batched throughput and speed-up over filterpy")

@@ -210,7 +210,7 @@ def _vector(where: str, name: str, value: Any, names: tuple[str, ...], *, lower:
         raise ValueError(
             f"{where} {name}: expected values >= 0 (standard deviations); received {arr.tolist()}."
         )
-    return jnp.asarray(arr)
+    return arr
 
 
 _ARGS_HINT = (
@@ -331,22 +331,12 @@ def _run(model: AbstractModel, data: Dataset, where: str, options: Mapping[str, 
         )
     n_base = model.n_state
     base_names = model.state_names
-    x_init = _vector(where, "x0", opts.x0, base_names, lower="any")
-    sd0 = jnp.concatenate(
-        [
-            _vector(where, "state_sd", opts.state_sd, base_names, lower="> 0"),
-            jnp.asarray([v[1] for v in unknown.values()]),
-        ]
-    )
-    sdq = jnp.concatenate(
-        [
-            _vector(where, "process_sd", opts.process_sd, base_names),
-            jnp.asarray([v[2] for v in unknown.values()]),
-        ]
-    )
+    # host (numpy) arrays up to the jitted filter: no eager device op per argument on a warm call
+    prior = np.asarray([v for v in unknown.values()], dtype=np.float64).reshape(-1, 3)
+    x_init = np.concatenate([_vector(where, "x0", opts.x0, base_names, lower="any"), prior[:, 0]])
+    sd0 = np.concatenate([_vector(where, "state_sd", opts.state_sd, base_names, lower="> 0"), prior[:, 1]])
+    sdq = np.concatenate([_vector(where, "process_sd", opts.process_sd, base_names), prior[:, 2]])
     sdr = _vector(where, "noise_sd", opts.noise_sd, model.output_names, lower="> 0")
-    if unknown:
-        x_init = jnp.concatenate([x_init, jnp.asarray([v[0] for v in unknown.values()])])
     weights = opts.weights
     if weights is not None and not isinstance(weights, UnscentedWeights):
         raise TypeError(
@@ -366,17 +356,17 @@ def _run(model: AbstractModel, data: Dataset, where: str, options: Mapping[str, 
     us = data.inputs[:-1] if data.inputs is not None else np.zeros((data.n_steps - 1, 0))
     f = _Transition(step, params)
     h = _Output(aug, params)
-    ys, masks = jnp.asarray(np.nan_to_num(data.observations[1:])), jnp.asarray(data.mask[1:])
+    ys, masks = np.nan_to_num(data.observations[1:]), np.asarray(data.mask[1:])
     if lin_name == "propagated":
         try:
             out = run_ukf(
                 f,
                 h,
                 x_init,
-                jnp.diag(sd0**2),
-                jnp.diag(sdq**2),
-                jnp.diag(sdr**2),
-                jnp.asarray(us),
+                np.diag(sd0**2),
+                np.diag(sdq**2),
+                np.diag(sdr**2),
+                np.asarray(us),
                 ys,
                 masks,
                 weights=weights,
@@ -392,13 +382,13 @@ def _run(model: AbstractModel, data: Dataset, where: str, options: Mapping[str, 
         out = _JIT_GAUSSIAN(
             f,
             h,
-            x_init,
+            jnp.asarray(x_init),
             jnp.diag(sd0),
             jnp.diag(sdq),
             jnp.diag(sdr),
             jnp.asarray(us),
-            ys,
-            masks,
+            jnp.asarray(ys),
+            jnp.asarray(masks),
             linearisation=lin,
         )
         if int(out.first_bad_step) >= 0:
@@ -407,7 +397,7 @@ def _run(model: AbstractModel, data: Dataset, where: str, options: Mapping[str, 
                 f"(t = {float(data.times[1 + int(out.first_bad_step)]):g}): non-finite state or covariance. "
                 f"Check the model. {_ARGS_HINT}"
             )
-    cov0 = jnp.diag(sd0**2)
+    cov0 = np.diag(sd0**2)
     if where == "smooth":
         sm = rts_smooth(out, x_init, cov0)
         means, covs = sm.means, sm.covs
