@@ -653,11 +653,11 @@ class _Engine:
         for eg, gamma, prob, vprev in zip(
             self.edge_groups, num.gammas, num.probabilistic, var_prev, strict=True
         ):
-            s_send, s_recv = s[eg.send], s_own[eg.recv]
-            ps = eg.send.shape[1]
             if eg.split:  # the receiver evaluates the law (and carries a consider state if probabilistic)
                 new_var.append(jnp.zeros_like(vprev))
                 continue
+            s_send, s_recv = s[eg.send], s_own[eg.recv]
+            ps = eg.send.shape[1]
             mean = jax.vmap(lambda a, b, g, law=eg.law: jnp.atleast_1d(law(a, b, g)))(s_send, s_recv, gamma)
             m = m.at[eg.target].add(mean)
 
@@ -823,13 +823,15 @@ class _Engine:
         positive diagonal; :func:`run` checks on the host instead and also names the step.
         """
         ys_clean = jnp.where(masks, ys, 0.0)
-        _, outs = jax.lax.scan(lambda c, i: self.step(num, c, i), self.init(num), (us, ys_clean, masks))
-        if any(self.n_z(gi) for gi in range(len(self.groups))):  # the states without the consider states
-            n = [num.groups[gi]["x0"].shape[-1] for gi in range(len(self.groups))]
-            mu, ch, pm, pc, ll = outs
+        n = [num.groups[gi]["x0"].shape[-1] for gi in range(len(self.groups))]
+
+        def body(carry: Any, inp: Any) -> Any:  # the outputs keep the states, not the consider states
+            carry, (mu, ch, pm, pc, ll) = self.step(num, carry, inp)
             cut_m = lambda xs: tuple(x[..., :k] for x, k in zip(xs, n, strict=True))  # noqa: E731
             cut_c = lambda xs: tuple(x[..., :k, :k] for x, k in zip(xs, n, strict=True))  # noqa: E731
-            outs = (cut_m(mu), cut_c(ch), cut_m(pm), cut_c(pc), ll)
+            return carry, (cut_m(mu), cut_c(ch), cut_m(pm), cut_c(pc), ll)
+
+        _, outs = jax.lax.scan(body, self.init(num), (us, ys_clean, masks))
         if check:
             bad = []  # (n_subsystems,) in group order, True where any step diverged
             for mu, chol in zip(outs[0], outs[1], strict=True):
