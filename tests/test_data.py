@@ -380,6 +380,13 @@ def test_from_table_reads_csv_parquet_and_netcdf_alike(tmp_path):
         assert d.output_names == ("acc",) and d.input_names == ("f",)
     with pytest.raises(ValueError, match=r"from_table: expected a \.csv, \.parquet/\.pq or \.nc"):
         from_table(tmp_path / "a.xlsx", "t", [], ["acc"])
+    from twinfer.data import table_columns
+
+    assert (
+        table_columns(tmp_path / "a.parquet") == table_columns(tmp_path / "a.csv") == ["t", "f", "acc", "x"]
+    )
+    with pytest.raises(ValueError, match=r"table_columns: expected a \.csv"):
+        table_columns(tmp_path / "a.xlsx")
     with pytest.raises(ValueError, match=r"expected columns \['v'\]"):
         from_table(tmp_path / "a.parquet", "t", [], ["v"])
     frame.loc[1, "t"] = np.nan

@@ -91,3 +91,5 @@ def test_pn_solutions_and_smc_posteriors_convert_to_estimates():
     assert post.parameters == ("k", "c")
     low, high = post.interval("k")
     assert low < post.means[0, 0] < high
+    with pytest.raises(ValueError, match="IBISResult.to_estimate names: expected 2 names; received 1"):
+        res.to_estimate(("k",))

@@ -113,6 +113,10 @@ def test_a_cut_connections_unknowns_are_estimated_through_the_interface():
     assert 0.90 <= coverage <= 0.99, coverage
     with pytest.raises(ValueError, match="rule='split'"):
         Graph.from_model(chain, PARTITION, dt=dt, rule="paper", **options)
+    from twinfer.models.chain import EstimatedConnectionLaw
+
+    with pytest.raises(ValueError, match=r"expected holder 'send' or 'recv' .* received holder 'left'"):
+        EstimatedConnectionLaw(("k",), "left")
 
 
 def test_auto_partition_cuts_every_two_masses_and_gives_each_subsystem_a_sensor():
