@@ -13,6 +13,7 @@ from twinfer.infer.pinn import (
     StateNetwork,
     TrainSettings,
     chain_residuals,
+    layer_estimate,
     observed_dofs,
     predicted_force,
     sensor_losses,
@@ -398,3 +399,39 @@ def test_layer_posterior_equals_direct_gaussian_likelihood():
     with pytest.raises(ValueError, match="z_scale: expected 4 finite values > 0"):
         layer_log_posterior(chain, (h_o, None, off_o), z_obs, -scale, (h_c, dh_c, off_c), force, names,
                             priors, (3.0, 0.5))  # fmt: skip
+
+
+def test_layer_estimate_matches_the_sampled_trajectories():
+    """The states' posterior from output-layer samples: exact moments equal the per-sample trajectories'."""
+    net = StateNetwork(jax.random.key(3), 4, 0.0, 2.0, width=8, depth=2, initial_state=[0.1, 0.0, 0.0, 0.2])
+    ts = jnp.linspace(0.0, 2.0, 50)
+    h, dh, off = net.basis(ts)
+    rng = np.random.default_rng(0)
+    w0 = np.asarray(net.last_layer())
+    layers = w0.ravel() + 0.01 * rng.normal(size=(300, w0.size)) @ rng.normal(size=(w0.size, w0.size)) / 6
+    k = rng.normal(5.0, 0.3, size=300)
+    est = layer_estimate((h, dh, off), ts, layers, ["u1", "u2", "v1", "v2"], {"k1": k})
+    traj = np.einsum("tp,sip->sti", np.asarray(h), layers.reshape(300, 4, -1)) + np.asarray(off)
+    np.testing.assert_allclose(est.means[:, :4], traj.mean(axis=0), rtol=1e-10, atol=1e-14)
+    np.testing.assert_allclose(est.stds[:, :4], traj.std(axis=0, ddof=1), rtol=1e-8, atol=1e-14)
+    np.testing.assert_allclose(est.stds[0, :4], 0.0, atol=1e-14)  # anchored at t0: no spread
+    assert est.parameters == ("k1",) and est.interval("k1")[0] < 5.0 < est.interval("k1")[1]
+    np.testing.assert_allclose(
+        np.asarray(net.batch(ts)[0]), np.asarray(h) @ w0.T + np.asarray(off), atol=1e-12
+    )
+    with pytest.raises(ValueError, match=r"layer_samples: expected shape \(S >= 2, "):
+        layer_estimate((h, dh, off), ts, layers[:, :-1], ["u1", "u2", "v1", "v2"])
+    with pytest.raises(ValueError, match=r"parameter_samples\['k1'\]: expected 300 samples"):
+        layer_estimate((h, dh, off), ts, layers, ["u1", "u2", "v1", "v2"], {"k1": k[:5]})
+
+
+def test_state_network_to_estimate_is_a_point_estimate():
+    """A trained PINN claims no certainty: state sd NaN; learned parameters as columns."""
+    net = StateNetwork(jax.random.key(4), 4, 0.0, 1.0, width=8, depth=2)
+    ts = np.linspace(0.0, 1.0, 11)
+    est = net.to_estimate(ts, ["u1", "u2", "v1", "v2"], {"c1": 0.5, "k1": np.array([9.0, 11.0])})
+    np.testing.assert_allclose(est.means[:, :4], np.asarray(net.batch(jnp.asarray(ts))[0]))
+    assert np.isnan(est.stds[:, :5]).all() and est.stds[0, 5] == pytest.approx(np.sqrt(2.0))
+    assert est.state_names == ("u1", "u2", "v1", "v2", "c1", "k1") and est.parameters == ("c1", "k1")
+    with pytest.raises(ValueError, match="state_names: expected 4 names; received 2"):
+        net.to_estimate(ts, ["u1", "u2"])

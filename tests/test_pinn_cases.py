@@ -57,6 +57,10 @@ def test_pinn_bayes_quick_writes_posterior(tmp_path):
     assert -1.0 <= art.metrics["posterior.corr_k1_kappa1"] <= 1.0
     ds = xarray.open_dataset(run_dir / "posterior.nc", group="posterior")
     assert ds["k1"].shape == (4, 100)
+    est = xarray.open_dataset(run_dir / "estimate.nc")  # the one result type: states with bands
+    assert list(est["state"].values[:4]) == ["u1", "u2", "v1", "v2"] and "k1" in est["state"].values
+    assert np.all(est["sd"].values[1:] > 0) and 0.0 <= art.metrics["posterior.states.cov95"] <= 1.0
+    assert np.isfinite(art.metrics["posterior.states.nrmse"])  # quick size: undertrained, no accuracy claim
 
 
 def test_repeat_noise_sd_estimates_the_noise_scale_from_the_repeats():

@@ -8,6 +8,7 @@ argument) or a finite result, never another exception type and never NaN (DESIGN
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import re
 import warnings
@@ -288,6 +289,17 @@ def test_graph_run_names_the_diverged_subsystem_and_step():
         jax.block_until_ready(compiled.scan(compiled.numbers, us, ys, np.ones(ys.shape, bool), check=True))
     ok = compiled.scan(_compiled().numbers, us, ys, np.ones(ys.shape, bool), check=True)  # same structure
     assert all(np.isfinite(np.asarray(m)).all() for m in ok[0])
+
+
+def test_graph_run_names_a_finite_runaway():
+    """A state that runs away while finite (innovations of 1e6 standard deviations, the covariance tiny
+    and PSD) passed the check, which saw only non-finite values and lost PSD (issue #20)."""
+    us, ys = _record()
+    sure = Graph("g", [dataclasses.replace(_graph().nodes[0], Q=1e-12 * jnp.eye(1), R=1e-12 * jnp.eye(1))])
+    with pytest.raises(DivergenceError, match=r"subsystem 's1' at step 1: an innovation exceeded 1e\+04"):
+        run(sure, us=us[:, :1], ys=ys[:, :1])
+    res = run(_graph(), us=us, ys=ys)  # the same data with the stated noise: no false alarm
+    assert np.all(res["s1"].step_logliks > -50.0)  # data N(0, 1) against R = 0.1: a few sigma at most
 
 
 def test_graph_run_masks_nan_observations_and_refuses_inf():

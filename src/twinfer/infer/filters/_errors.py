@@ -29,6 +29,14 @@ probability of about 2e-4 (chi-square with 10 degrees of freedom below 1).
 NIS_MIN_COUNT = 10
 """Observed values needed before a low mean NIS is reported (fewer scatter too much)."""
 
+NIS_DIVERGED = 1e8
+"""A step whose normalised innovation squared exceeds this (an innovation of 1e4 predicted standard
+deviations) has diverged, though finite: the state ran away while its covariance stayed small, or a
+measurement is wildly wrong. Judged from the step's log-likelihood, ``-(NIS + log det 2 pi S) / 2``:
+below ``-NIS_DIVERGED / 2`` (issue #20: a distributed estimate whose means reached 1e13 raised nothing
+while the check saw only non-finite values and lost positive semi-definiteness).
+"""
+
 PSD_RTOL = 1e-8
 """A covariance whose smallest eigenvalue is below ``-PSD_RTOL`` times its largest has lost PSD."""
 
@@ -56,4 +64,15 @@ def first_not_psd(covs: Any) -> int:
         eig = np.linalg.eigvalsh(0.5 * (c[finite] + np.swapaxes(c[finite], -1, -2)))
         scale = np.max(np.abs(eig), axis=-1)
         bad[finite] = eig[:, 0] < -PSD_RTOL * scale
+    return int(np.argmax(bad)) if bad.any() else -1
+
+
+def first_runaway(step_logliks: Any) -> int:
+    """Index of the first step whose log-likelihood is below ``-NIS_DIVERGED / 2``; -1 if none.
+
+    ``step_logliks`` (T,) are per-step Gaussian log-likelihoods ``-(NIS + log det 2 pi S) / 2``; a NIS of
+    :data:`NIS_DIVERGED` outweighs any plausible ``log det`` (1e3 components at 1e20 each add 4.6e4).
+    """
+    ll = np.asarray(step_logliks)
+    bad = ll < -0.5 * NIS_DIVERGED
     return int(np.argmax(bad)) if bad.any() else -1

@@ -53,7 +53,10 @@ sender j as F = h(s_j, s_i) with s the interface variables, P_j, P_i their poste
   What remains (issue #20): the errors of neighbouring subsystems co-drift (correlation 0.98-0.997 of
   the port positions across each Duffing cut), while each receiver treats its sender's error as
   independent of its own; a sender's covariance itself is not inflated by this, so positions still
-  under-cover where the common mode dominates.
+  under-cover where the common mode dominates. Inflating ``L_j`` (covariance-intersection style) does
+  not help: the exchange is a feedback loop near its stability limit, and ``sqrt(2) L_j`` diverged on
+  that chain (and blew the linear-cut chain's RMSE up 147-fold); a Gauss-Seidel sweep with the same
+  rule under-covers worse (0.44), since its predicted path assumes the senders' simultaneous step.
 
 """
 
@@ -72,7 +75,7 @@ import numpy as np
 from twinfer.data._checks import first_bad
 from twinfer.infer._estimate import Estimate, merge_estimates
 from twinfer.infer.filters import DivergenceError, gaussian_filter, ukf_step, wls_step
-from twinfer.infer.filters._errors import first_not_psd
+from twinfer.infer.filters._errors import NIS_DIVERGED, first_not_psd, first_runaway
 from twinfer.infer.gaussian import UnscentedWeights, cholesky, linear, predict, psd_factor, taylor, tria
 from twinfer.infer.graph._field import FieldEngine, _columns, compile_field, run_field
 from twinfer.infer.graph._graph import Graph
@@ -148,7 +151,8 @@ class GraphResult(NamedTuple):
     """One subsystem's estimates.
 
     ``means``/``covs`` over t_0..t_T (row 0 the prior), one-step predictive ``pred_means``/``pred_covs``
-    over t_1..t_T, and the log-likelihood of its measurements.
+    over t_1..t_T, the log-likelihood of its measurements and its terms per step ``step_logliks``
+    over t_1..t_T.
     """
 
     means: Any
@@ -156,6 +160,7 @@ class GraphResult(NamedTuple):
     pred_means: Any
     pred_covs: Any
     loglik: Any
+    step_logliks: Any = None
 
 
 def _group_key(s: Subsystem) -> tuple[Any, ...]:
@@ -915,9 +920,10 @@ def run(
             have the wrong shape or dtype (float64 required) or hold an infinite observation or a
             non-finite input, and when a subsystem's x0, P0, Q or R is non-finite or not positive
             semi-definite, naming the field, the expected and the received value.
-        DivergenceError: (a ``ValueError``) when a subsystem's state becomes non-finite or its
-            covariance stops being positive semi-definite, naming the subsystem, the first such step
-            (and its time with a dataset) and the likely causes.
+        DivergenceError: (a ``ValueError``) when a subsystem's state becomes non-finite, its
+            covariance stops being positive semi-definite, or an innovation exceeds 1e4 predicted
+            standard deviations (a finite runaway, ``NIS_DIVERGED``), naming the subsystem, the first
+            such step (and its time with a dataset) and the likely causes.
 
     """
     if compiled is None:
@@ -1081,38 +1087,48 @@ def _check_numbers(compiled: Compiled, numbers: Numbers) -> None:
             )
 
 
-def _diverged_message(who: str, hint: str = "") -> str:
+def _diverged_message(who: str, hint: str = "", runaway: bool = False) -> str:
+    what = (
+        f"an innovation exceeded {NIS_DIVERGED**0.5:.0e} predicted standard deviations (the state ran "
+        "away while finite, or a measurement is wildly wrong, or R and Q are far too small for how well "
+        "the model fits the data)"
+        if runaway
+        else "the state became non-finite or the covariance stopped being positive semi-definite"
+    )
     return (
-        f"graph run diverged: {who}: the state became non-finite or the covariance stopped being "
-        "positive semi-definite. Likely causes: process noise Q too small (or P0 too large) for the "
-        "model, a step size too large for the transition, or an interface law/gamma whose messages "
+        f"graph run diverged: {who}: {what}. Likely causes: process noise Q too small (or P0 too large) "
+        "for the model, a step size too large for the transition, or an interface law/gamma whose messages "
         f"grow without bound{hint}."
     )
 
 
 def _check_divergence(graph: Graph, result: dict[str, GraphResult], times: Any) -> None:
     """Raise :class:`DivergenceError` for the subsystem that diverged first (ties: graph order)."""
-    first: list[tuple[int, str]] = []
+    first: list[tuple[int, str, bool]] = []
     for name, res in result.items():
         finite = np.isfinite(res.means[1:]).all(axis=1)
         bad = -1 if finite.all() else int(np.argmax(~finite))
         lost = first_not_psd(res.covs[1:] if bad < 0 else res.covs[1 : bad + 1])
         bad = lost if lost >= 0 else bad
-        if bad >= 0:
-            first.append((bad, name))
+        ran = -1 if res.step_logliks is None else first_runaway(res.step_logliks[: None if bad < 0 else bad])
+        if ran >= 0:
+            first.append((ran, name, True))
+        elif bad >= 0:
+            first.append((bad, name, False))
     if not first:
         return
-    step, name = min(first)
+    step, name, runaway = min(first)
     _, edges = graph.flatten()
     incoming = [f"{e.kind} from {e.sender!r}" for e in edges if e.receiver == name]
     kinds = f"; its incoming messages: {', '.join(incoming)}" if incoming else ""
     when = f" (t = {float(times[step + 1]):g})" if times is not None else ""
-    others = sorted(n for _, n in first if n != name)
+    others = sorted(n for _, n, _ in first if n != name)
     also = f" Also diverged later: {others}." if others else ""
     raise DivergenceError(
         _diverged_message(
             f"subsystem {name!r} at step {step}{when}",
             kinds + "; probabilistic messages add their covariance to Q",
+            runaway,
         )
         + also
     )
@@ -1133,5 +1149,6 @@ def unpack(compiled: Compiled, numbers: Numbers, outs: Any) -> dict[str, GraphRe
                 pm[gi][:, j],
                 pc[gi][:, j],
                 float(np.sum(ll[gi][:, j])),
+                ll[gi][:, j],
             )
     return out

@@ -6,7 +6,13 @@ References:
 
 """
 
-from twinfer.infer.pinn._bayes import affine_force, force_log_posterior, gamma_logpdf, layer_log_posterior
+from twinfer.infer.pinn._bayes import (
+    affine_force,
+    force_log_posterior,
+    gamma_logpdf,
+    layer_estimate,
+    layer_log_posterior,
+)
 from twinfer.infer.pinn._loss import (
     ChainProblem,
     LossWeights,
@@ -42,6 +48,7 @@ __all__ = [
     "affine_force",
     "force_log_posterior",
     "gamma_logpdf",
+    "layer_estimate",
     "layer_log_posterior",
     "check_parameter_names",
     "loss_parts",

@@ -198,3 +198,70 @@ def layer_log_posterior(
         return loglik + jnp.sum(gamma_logpdf(values, conc, rate)) + jnp.sum(q[n_w:])
 
     return logdensity, (n_state, p)
+
+
+def layer_estimate(
+    basis: Basis,
+    times: Float[ArrayLike, " T"],
+    layer_samples: Float[ArrayLike, "S q"],
+    state_names: Sequence[str],
+    parameter_samples: Mapping[str, Float[ArrayLike, " S"]] | None = None,
+) -> Any:
+    """The posterior of the states (and parameters) from samples of the network's output layer.
+
+    With the hidden layers frozen the state is linear in the output layer, ``z(t) = H(t) W^T + offset``
+    (:meth:`~twinfer.infer.pinn.StateNetwork.basis`), so the posterior moments over the samples are
+    exact without forming a trajectory per sample: the mean is ``H(t) E[W_i]^T + offset_i`` and the
+    variance of state ``i`` is ``H(t) Cov[W_i] H(t)^T`` with ``W_i`` the ``i``-th row of ``W``.
+
+    Args:
+        basis: ``(H, dH/dt, offset)`` at ``times`` (T, p).
+        times: (T,) times [s] of the rows.
+        layer_samples: (S, n_state * p) samples of ``W`` row-major (the ``vec(W)`` part of the
+            positions of :func:`layer_log_posterior`), any number of chains flattened.
+        state_names: the n_state state names.
+        parameter_samples: ``{name: (S,) samples}`` of the parameters, appended as constant columns.
+
+    Returns:
+        :class:`twinfer.infer.Estimate` with the states then the parameters as columns (no
+        covariances kept).
+
+    Raises:
+        ValueError: for shapes that do not agree, naming the argument, the expected and the received.
+
+    """
+    from twinfer.infer._estimate import Estimate
+
+    h, off = np.asarray(basis[0], dtype=np.float64), np.asarray(basis[2], dtype=np.float64)
+    t = np.asarray(times, dtype=np.float64)
+    n_state, (n_t, p) = len(state_names), h.shape
+    w = np.asarray(layer_samples, dtype=np.float64)
+    if t.shape != (n_t,):
+        raise ValueError(
+            f"layer_estimate times: expected shape {(n_t,)} (the basis rows); received {t.shape}."
+        )
+    if w.ndim != 2 or w.shape[1] != n_state * p or w.shape[0] < 2:
+        raise ValueError(
+            f"layer_estimate layer_samples: expected shape (S >= 2, {n_state * p}) for {n_state} states "
+            f"and a basis of width {p}; received {w.shape}."
+        )
+    w = w.reshape(-1, n_state, p)
+    w_mean = w.mean(axis=0)
+    means = h @ w_mean.T + off
+    dev = w - w_mean
+    cov = np.einsum("sip,siq->ipq", dev, dev) / (w.shape[0] - 1)  # Cov[W_i], (n_state, p, p)
+    var = np.einsum("tp,ipq,tq->ti", h, cov, h)
+    stds = np.sqrt(np.maximum(var, 0.0))
+    names, params = list(state_names), []
+    for name, values in (parameter_samples or {}).items():
+        v = np.asarray(values, dtype=np.float64).ravel()
+        if v.shape != (w.shape[0],):
+            raise ValueError(
+                f"layer_estimate parameter_samples[{name!r}]: expected {w.shape[0]} samples (one per layer "
+                f"sample); received {v.shape[0]}."
+            )
+        means = np.concatenate([means, np.full((n_t, 1), v.mean())], axis=1)
+        stds = np.concatenate([stds, np.full((n_t, 1), v.std(ddof=1))], axis=1)
+        names.append(name)
+        params.append(name)
+    return Estimate(t, means, stds, None, tuple(names), tuple(params))

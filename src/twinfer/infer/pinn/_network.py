@@ -16,7 +16,8 @@ References:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import equinox as eqx
 import jax
@@ -159,6 +160,39 @@ class StateNetwork(eqx.Module):
         if self.initial_state is None:
             return h, dh, jnp.zeros(n_state)
         return h - self._hidden(jnp.asarray(self.t0)), dh, jnp.asarray(self.initial_state)
+
+    def to_estimate(
+        self,
+        times: Float[ArrayLike, " T"],
+        state_names: Sequence[str],
+        parameters: Mapping[str, Float[ArrayLike, "..."]] | None = None,
+    ) -> Any:
+        """The network's states at ``times`` as an :class:`~twinfer.infer.Estimate` (a point estimate).
+
+        A trained PINN carries no uncertainty: the states' standard deviations are NaN (not zero, which
+        would claim certainty). For a posterior, sample the output layer and use
+        :func:`twinfer.infer.pinn.layer_estimate`. ``parameters`` by name are appended as constant
+        columns: a learned value (sd NaN) or samples of a posterior (their mean and sd).
+
+        Raises:
+            ValueError: when ``state_names`` does not name every output.
+
+        """
+        from twinfer.infer._estimate import Estimate
+
+        if len(state_names) != len(self.out_scale):
+            raise ValueError(
+                f"StateNetwork.to_estimate state_names: expected {len(self.out_scale)} names; received "
+                f"{len(state_names)}."
+            )
+        t = np.asarray(times, dtype=np.float64)
+        z = np.asarray(self.batch(jnp.asarray(t))[0])
+        values = {k: np.asarray(v, dtype=np.float64).ravel() for k, v in (parameters or {}).items()}
+        mean = [v.mean() for v in values.values()]
+        sd = [v.std(ddof=1) if v.size > 1 else np.nan for v in values.values()]
+        means = np.concatenate([z, np.tile(np.asarray(mean, float), (t.size, 1))], axis=1)
+        stds = np.concatenate([np.full(z.shape, np.nan), np.tile(np.asarray(sd, float), (t.size, 1))], axis=1)
+        return Estimate(t, means, stds, None, (*state_names, *values), tuple(values))
 
     def batch(self, ts: Float[Array, " T"]) -> tuple[Float[Array, "T n_state"], Float[Array, "T n_state"]]:
         """States and rates at many times (the anchor offset is computed once)."""
