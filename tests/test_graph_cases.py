@@ -44,3 +44,16 @@ def test_schedules_quick_writes_per_dof_errors(tmp_path):
     for kind in ("jacobi", "gauss_seidel", "ab2"):
         for dof in range(1, 5):
             assert m[f"{kind}.disp_rmse_dof{dof}"] > 0
+
+
+@pytest.mark.slow
+def test_chain_scaling_quick_times_both_estimators_and_fits_the_slopes(tmp_path):
+    """chain-scaling (Fig. S4) at two sizes: each size's central and distributed run time, RMSE and
+    coverage, and the log-log slopes of the run times, computed from the run."""
+    m = _metrics(tmp_path, "chain-scaling")
+    for n in (2, 4):
+        for label in ("central", "distributed"):
+            assert m[f"n{n}.{label}.run_s"] > 0 and m[f"n{n}.{label}.compile_s"] > 0
+            assert 0.0 <= m[f"n{n}.{label}.coverage95"] <= 1.0 and m[f"n{n}.{label}.rmse"] < 0.05
+    assert "slope.central_run_s" in m and "slope.distributed_run_s" in m
+    assert m["speedup_at_largest_central"] == m["n4.central.run_s"] / m["n4.distributed.run_s"]

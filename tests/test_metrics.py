@@ -261,3 +261,13 @@ def test_nrmse_population_divides_by_the_spread_of_the_true_values():
     assert M.nrmse_population(np.zeros((3, 2)), np.array([0.5, 0.5])) == pytest.approx(0.5)
     with pytest.raises(ValueError, match=r"nrmse_population: expected estimate_trajectory \(T, p\)"):
         M.nrmse_population(np.zeros(3), truth)
+
+
+def test_loglog_slope_recovers_a_power_law_and_names_bad_input():
+    """values = 3 n^2.5 gives exponent 2.5 exactly; sizes must be distinct and both positive."""
+    n = np.array([4.0, 8.0, 16.0, 32.0])
+    assert M.loglog_slope(n, 3.0 * n**2.5) == pytest.approx(2.5, abs=1e-12)
+    with pytest.raises(ValueError, match="two or more distinct sizes"):
+        M.loglog_slope([4.0, 4.0], [1.0, 2.0])
+    with pytest.raises(ValueError, match="expected sizes and values > 0"):
+        M.loglog_slope([4.0, 8.0], [1.0, 0.0])

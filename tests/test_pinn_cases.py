@@ -43,10 +43,14 @@ def test_pinn_sparse_and_joint_quick(tmp_path):
     again, _ = _run("pinn-sparse", tmp_path, resume=True)
     assert again.metrics["train.resumed_from"] == 150
     assert again.metrics["fitness.all_u"] == art.metrics["fitness.all_u"]
-    joint, _ = _run("pinn-joint", tmp_path, compare_ukf=False)
+    joint, joint_dir = _run("pinn-joint", tmp_path, compare_ukf=False)
     for name in ("k2", "k4", "kappa2", "kappa4"):
         assert joint.metrics[f"param.{name}"] > 0
         assert joint.metrics[f"param.{name}_err_pct"] >= 0
+    est = xarray.open_dataset(joint_dir / "estimate.nc")  # a point estimate: the learned values, sd NaN
+    assert float(est["mean"].sel(state="k2")[-1]) == pytest.approx(joint.metrics["param.k2"])
+    assert np.isnan(est["sd"].sel(state="x1")).all() and "v5" in est["state"].values
+    assert "x6" in xarray.open_dataset(run_dir / "estimate.nc")["state"].values  # pinn-sparse: 6 DOFs
 
 
 @pytest.mark.slow

@@ -424,3 +424,29 @@ def crps_samples(samples: Any, truth: Any) -> float:
     spread_weights = (2.0 * np.arange(1, n + 1) - n - 1).reshape((n,) + (1,) * y.ndim)
     mean_pair_diff = 2.0 / n**2 * np.sum(spread_weights * np.sort(x, axis=0), axis=0)
     return float(np.mean(np.mean(np.abs(x - y), axis=0) - 0.5 * mean_pair_diff))
+
+
+def loglog_slope(sizes: Any, values: Any) -> float:
+    """The least-squares slope of ``log(values)`` against ``log(sizes)``: the exponent p of values ~ n^p.
+
+    Args:
+        sizes: (k,) problem sizes, > 0, at least two distinct.
+        values: (k,) measured values (run times), > 0.
+
+    Returns:
+        The fitted exponent (1 for linear growth, 3 for cubic).
+
+    References:
+        specs/compositional-inference.md, section 3.3 (Fig. S4: monolithic ~ n^3, distributed ~ n).
+
+    """
+    fn = "loglog_slope"
+    n, v = _array(sizes, "sizes", fn), _array(values, "values", fn)
+    if n.ndim != 1 or n.shape != v.shape or np.unique(n).size < 2:
+        raise ValueError(
+            f"{fn}: expected sizes and values of one shape (k,) with two or more distinct sizes; received "
+            f"{n.shape} and {v.shape}."
+        )
+    if np.any(n <= 0) or np.any(v <= 0):
+        raise ValueError(f"{fn}: expected sizes and values > 0; received {n.tolist()} and {v.tolist()}.")
+    return float(np.polyfit(np.log(n), np.log(v), 1)[0])

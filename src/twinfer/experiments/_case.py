@@ -140,6 +140,7 @@ CASE_MODULES: dict[str, str] = {
     "boucwen": "boucwen",
     "bouncing-ball": "bouncing_ball",
     "chain4": "chain4",
+    "chain-scaling": "chain_scaling",
     "common-interface": "common_interface",
     "emps": "emps",
     "grid": "grid",

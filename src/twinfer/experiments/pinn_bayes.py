@@ -329,7 +329,6 @@ def run(config: PinnBayesConfig, progress: Progress) -> RunArtifacts:
     out["timing.run_s"] = time.perf_counter() - start
     with tempfile.TemporaryDirectory() as tmp:
         payload = write_netcdf(idata, Path(tmp) / "posterior.nc")
-        estimate_nc = est.to_netcdf(Path(tmp) / "estimate.nc").read_bytes()
     notes = [
         f"{config.system} 2-DOF, {config.horizon:g} s window (specs D10), SNR {config.snr_db:g} dB, "
         f"{config.repeats} repeats; stage 1 learned {names} jointly with the network from initial guesses "
@@ -378,7 +377,7 @@ def run(config: PinnBayesConfig, progress: Progress) -> RunArtifacts:
                      "use this posterior as is.")  # fmt: skip
     arrays = {"samples": samples, "names": np.asarray(var_names), "truth": np.asarray(
         [float(get_param(model.params, n)) for n in names])}  # fmt: skip
-    files = {"posterior.nc": payload, "estimate.nc": estimate_nc}
+    files = {"posterior.nc": payload, "estimate.nc": est.netcdf_bytes()}
     return RunArtifacts(metrics=out, arrays=arrays, notes=notes, files=files)
 
 

@@ -127,7 +127,10 @@ def run(config: PinnJointConfig, progress: Progress) -> RunArtifacts:
         progress("UKF + RTS smoother (same sensors, true parameters)", 1, 1)
         notes.append("`ukf_rts.*`: UKF + RTS smoother given the true parameters (a state-only reference).")
     out["timing.run_s"] = time.perf_counter() - start
-    return RunArtifacts(metrics=out, arrays=arrays, notes=notes)
+    estimate = net.to_estimate(data.times, model.state_names, theta_fit.as_dict())  # a point estimate
+    notes.append("estimate.nc: the PINN's states and learned parameters (a point estimate, sd NaN).")
+    files = {"estimate.nc": estimate.netcdf_bytes()}
+    return RunArtifacts(metrics=out, arrays=arrays, notes=notes, files=files)
 
 
 def figures(arrays: Mapping[str, Any], config: PinnJointConfig) -> dict[str, Any]:

@@ -123,7 +123,9 @@ def run(config: PinnSparseConfig, progress: Progress) -> RunArtifacts:
             "instants (others masked) and the noisy force at every sample as input; `ukf_rts.*` metrics."
         )
     out["timing.run_s"] = time.perf_counter() - start
-    return RunArtifacts(metrics=out, arrays=arrays, notes=notes)
+    notes.append("estimate.nc: the PINN's states (a point estimate, sd NaN).")
+    files = {"estimate.nc": net.to_estimate(data.times, model.state_names).netcdf_bytes()}
+    return RunArtifacts(metrics=out, arrays=arrays, notes=notes, files=files)
 
 
 def figures(arrays: Mapping[str, Any], config: PinnSparseConfig) -> dict[str, Any]:

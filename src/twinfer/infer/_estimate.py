@@ -123,6 +123,13 @@ class Estimate:
         self.to_xarray().to_netcdf(path, engine="h5netcdf")
         return path
 
+    def netcdf_bytes(self) -> bytes:
+        """The bytes of :meth:`to_netcdf`'s file (for a run folder's extra files)."""
+        import tempfile
+
+        with tempfile.TemporaryDirectory() as tmp:
+            return self.to_netcdf(Path(tmp) / "estimate.nc").read_bytes()
+
     def to_dataframe(self) -> Any:
         """A :class:`pandas.DataFrame` indexed by time with columns ``<name>`` (mean) and ``<name>_sd``."""
         import pandas as pd

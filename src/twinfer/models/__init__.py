@@ -1,6 +1,6 @@
 """Models: the interface, combinators and the library of systems."""
 
-from twinfer.models._base import AbstractModel, Params
+from twinfer.models._base import AbstractModel, Connection, Params
 from twinfer.models._combine import BLOCKS, TOPOLOGIES, Combination, System, noisy, psd
 from twinfer.models._combine_model import CombinedModel
 from twinfer.models._params import get_param, locate, param_names, set_params
@@ -15,6 +15,7 @@ __all__ = [
     "EMPS",
     "TOPOLOGIES",
     "AbstractModel",
+    "Connection",
     "BoucWen",
     "BouncingBall2D",
     "Chain",

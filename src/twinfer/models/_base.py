@@ -20,7 +20,7 @@ variants, which also see ``z``. :func:`twinfer.sim.simulate_events` runs any of 
 from __future__ import annotations
 
 import abc
-from typing import Any
+from typing import Any, NamedTuple
 
 import equinox as eqx
 import jax
@@ -33,6 +33,20 @@ Params = dict[str, Any]
 State = Float[Array, " n_state"]
 Input = Float[Array, " n_input"]
 Output = Float[Array, " n_output"]
+
+
+class Connection(NamedTuple):
+    """Two groups of states that a model's equations couple across a cut (issue #20, item 1).
+
+    ``a`` and ``b`` are state names. Cut between them, the subsystem holding ``a`` reads ``b`` (its
+    equations and outputs depend on ``b`` only through these states) and the one holding ``b`` reads
+    ``a``: a spring between two masses is ``Connection(("x2", "v2"), ("x3", "v3"))``. A model declares
+    its interface coupling by returning these from :attr:`AbstractModel.connections`;
+    :meth:`twinfer.infer.graph.Graph.from_model` then cuts it into subsystems along any partition.
+    """
+
+    a: tuple[str, ...]
+    b: tuple[str, ...]
 
 
 class AbstractModel(eqx.Module):
@@ -67,6 +81,11 @@ class AbstractModel(eqx.Module):
     @abc.abstractmethod
     def output_names(self) -> tuple[str, ...]:
         """Names of the outputs, in order."""
+
+    @property
+    def connections(self) -> tuple[Connection, ...]:
+        """The model's interface coupling (:class:`Connection`); none declared by default."""
+        return ()
 
     @property
     def param_names(self) -> tuple[str, ...]:

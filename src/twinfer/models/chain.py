@@ -32,7 +32,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array
 
-from twinfer.models._base import AbstractModel, Input, Output, Params, State
+from twinfer.models._base import AbstractModel, Connection, Input, Output, Params, State
 
 _OUTPUT = re.compile(r"^(?P<kind>[xva])(?P<dof>[0-9]+)$")
 
@@ -296,6 +296,13 @@ class Chain(AbstractModel):
         if not c_rows:
             return a_mat, b_mat, jnp.zeros((0, 2 * n)), jnp.zeros((0, len(self.forced_dofs)))
         return a_mat, b_mat, jnp.stack(c_rows), jnp.stack(d_rows)
+
+    @property
+    def connections(self) -> tuple[Connection, ...]:
+        """Connection ``d`` (2..n) joins masses d - 1 and d through their positions and velocities."""
+        return tuple(
+            Connection((f"x{d - 1}", f"v{d - 1}"), (f"x{d}", f"v{d}")) for d in range(2, self.n_dof + 1)
+        )
 
     def segment(self, first: int, last: int) -> Chain:
         """DOFs ``first..last`` (1-based, inclusive) as a chain of their own: one subsystem of a partition.

@@ -17,6 +17,7 @@ from twinfer.infer.graph._compile import (
     compiled_for,
     estimate,
     run,
+    timed_estimate,
     unpack,
     with_numbers,
 )
@@ -31,7 +32,7 @@ from twinfer.infer.graph._field import (
     field_estimates,
     run_field,
 )
-from twinfer.infer.graph._from_model import auto_partition, chain_graph
+from twinfer.infer.graph._from_model import auto_partition, chain_graph, model_graph
 from twinfer.infer.graph._graph import Graph
 from twinfer.infer.graph._parts import Interface, Port, Subsystem, two_way
 
@@ -44,6 +45,7 @@ __all__ = [
     "FieldEstimate",
     "FieldNumbers",
     "auto_partition",
+    "model_graph",
     "chain_graph",
     "check_field_run",
     "field_estimates",
@@ -60,6 +62,7 @@ __all__ = [
     "compile_graph",
     "compiled_for",
     "estimate",
+    "timed_estimate",
     "run",
     "two_way",
     "unpack",

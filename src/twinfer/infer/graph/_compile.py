@@ -81,6 +81,7 @@ from twinfer.infer.graph._field import FieldEngine, _columns, compile_field, run
 from twinfer.infer.graph._graph import Graph
 from twinfer.infer.graph._parts import Interface, LinearOutput, Subsystem
 from twinfer.sim import Dynamics, integrator_step
+from twinfer.timing import BenchResult
 
 SCHEDULES = ("jacobi", "gauss_seidel", "ab2")
 _UT = UnscentedWeights.merwe(1.0, 2.0, 0.0)
@@ -926,6 +927,16 @@ def run(
             such step (and its time with a dataset) and the likely causes.
 
     """
+    compiled, chosen, outs, times = _scan_record(graph, dataset, schedule, us, ys, compiled, numbers)
+    result = unpack(compiled, chosen, outs)
+    _check_divergence(graph, {k: (r.means, r.covs, r.step_logliks) for k, r in result.items()}, times)
+    return result
+
+
+def _scan_record(
+    graph: Graph, dataset: Any, schedule: Schedule | str, us: Any, ys: Any, compiled: Any, numbers: Any
+) -> tuple[Compiled, Numbers, Any, Any]:
+    """The checked record through the (cached) compiled scan: ``(compiled, numbers, outs, times)``."""
     if compiled is None:
         compiled = compiled_for(graph, schedule)
         if numbers is None and not isinstance(compiled.engine, FieldEngine):
@@ -938,9 +949,7 @@ def run(
     chosen: Numbers = compiled.numbers if numbers is None else numbers
     us, ys, masks, times = _prepare_record(compiled, chosen, dataset, us, ys)
     outs = compiled.scan(chosen, jnp.asarray(us), jnp.asarray(ys), jnp.asarray(masks))
-    result = unpack(compiled, chosen, outs)
-    _check_divergence(graph, result, times)
-    return result
+    return compiled, chosen, outs, times
 
 
 def estimate(
@@ -970,12 +979,47 @@ def estimate(
     if graph.fields:
         fields = run_field(graph, dataset, us=us, ys=ys)
         result = {k: (np.asarray(v.means), np.asarray(v.stds), float("nan")) for k, v in fields.items()}
-    else:
-        runs = run(graph, dataset, schedule, us=us, ys=ys)
-        result = {
-            k: (r.means, np.sqrt(np.maximum(np.diagonal(r.covs, axis1=1, axis2=2), 0.0)), r.loglik)
-            for k, r in runs.items()
-        }
+    else:  # the marginals straight from the factors: no (T, n, n) covariance formed, O(T n^2) on the host
+        compiled, chosen, outs, times_ = _scan_record(graph, dataset, schedule, us, ys, None, None)
+        result = _checked_moments(graph, compiled, chosen, outs, times_)
+    return _merged(graph, result, dataset, times)
+
+
+def timed_estimate(
+    graph: Graph, dataset: Any, schedule: Schedule | str = "jacobi", *, repeats: int = 1
+) -> tuple[Estimate, BenchResult]:
+    """:func:`estimate` with the compiled scan timed: its first call apart from ``repeats`` more.
+
+    The first call traces, compiles and runs; the program is then run ``repeats`` times more, and the
+    estimate is the last run's. For benchmarks and the cases that report run times (``chain-scaling``).
+
+    Raises:
+        ValueError: as :func:`estimate`; for a graph coupled by a field (time :func:`run_field`).
+
+    """
+    from twinfer.timing import time_jitted
+
+    compiled = compiled_for(graph, schedule)
+    if isinstance(compiled.engine, FieldEngine):
+        raise ValueError(
+            f"timed_estimate: graph {graph.name!r} is coupled by a field; time run_field instead."
+        )
+    chosen = with_numbers(compiled, graph)
+    us, ys, masks, times = _prepare_record(compiled, chosen, dataset, None, None)
+    args = (jnp.asarray(us), jnp.asarray(ys), jnp.asarray(masks))
+    timed = time_jitted(lambda u, y, k: compiled.scan(chosen, u, y, k), *args, repeats=repeats)
+    result = _checked_moments(graph, compiled, chosen, timed.value, times)
+    return _merged(graph, result, dataset, None), timed
+
+
+def _checked_moments(graph: Graph, compiled: Compiled, chosen: Numbers, outs: Any, times: Any) -> dict:
+    moments = unpack_moments(compiled, chosen, outs)
+    _check_divergence(graph, moments, times)
+    return {k: (m, sd, float(np.sum(ll))) for k, (m, sd, ll) in moments.items()}
+
+
+def _merged(graph: Graph, result: dict[str, tuple[Any, Any, float]], dataset: Any, times: Any) -> Estimate:
+    """The subsystems' ``(means, stds, loglik)`` as one :class:`Estimate` in the graph's state order."""
     subs, _ = graph.flatten()
     rows = next(iter(result.values()))[0].shape[0]
     if dataset is not None:
@@ -1102,15 +1146,20 @@ def _diverged_message(who: str, hint: str = "", runaway: bool = False) -> str:
     )
 
 
-def _check_divergence(graph: Graph, result: dict[str, GraphResult], times: Any) -> None:
-    """Raise :class:`DivergenceError` for the subsystem that diverged first (ties: graph order)."""
+def _check_divergence(graph: Graph, result: dict[str, tuple[Any, Any, Any]], times: Any) -> None:
+    """Raise :class:`DivergenceError` for the subsystem that diverged first (ties: graph order).
+
+    ``result`` maps each subsystem to ``(means, spread, step log-likelihoods)`` over t_0..t_T (the
+    log-likelihoods over t_1..t_T), ``spread`` its covariances or standard deviations. Both come from
+    square-root factors (Gram products), positive semi-definite by construction, so a diverged step is
+    a non-finite one or a finite runaway (:func:`~twinfer.infer.filters._errors.first_runaway`).
+    """
     first: list[tuple[int, str, bool]] = []
-    for name, res in result.items():
-        finite = np.isfinite(res.means[1:]).all(axis=1)
+    for name, (means, spread, step_ll) in result.items():
+        m, sp = np.asarray(means)[1:], np.asarray(spread)[1:]
+        finite = np.isfinite(m).all(axis=1) & np.isfinite(sp.reshape(sp.shape[0], -1)).all(axis=1)
         bad = -1 if finite.all() else int(np.argmax(~finite))
-        lost = first_not_psd(res.covs[1:] if bad < 0 else res.covs[1 : bad + 1])
-        bad = lost if lost >= 0 else bad
-        ran = -1 if res.step_logliks is None else first_runaway(res.step_logliks[: None if bad < 0 else bad])
+        ran = -1 if step_ll is None else first_runaway(np.asarray(step_ll)[: None if bad < 0 else bad])
         if ran >= 0:
             first.append((ran, name, True))
         elif bad >= 0:
@@ -1132,6 +1181,26 @@ def _check_divergence(graph: Graph, result: dict[str, GraphResult], times: Any) 
         )
         + also
     )
+
+
+def unpack_moments(compiled: Compiled, numbers: Numbers, outs: Any) -> dict[str, tuple[Any, Any, Any]]:
+    """Each subsystem's means and standard deviations over t_0..t_T and step log-likelihoods (t_1..t_T).
+
+    The standard deviations are the row norms of the square-root factors: no covariance is formed.
+    """
+    means, chols, _, _, ll = jax.tree_util.tree_map(np.asarray, outs)  # index on the host
+    out: dict[str, tuple[Any, Any, Any]] = {}
+    for gi, g in enumerate(compiled.groups):
+        x0, P0 = np.asarray(numbers.groups[gi]["x0"]), np.asarray(numbers.groups[gi]["P0"])
+        sds = np.sqrt(np.einsum("...ij,...ij->...i", chols[gi], chols[gi]))
+        for j, i in enumerate(g.members):
+            sd0 = np.sqrt(np.maximum(np.diagonal(P0[j]), 0.0))
+            out[compiled.names[i]] = (
+                np.concatenate([x0[j][None], means[gi][:, j]]),
+                np.concatenate([sd0[None], sds[:, j]]),
+                ll[gi][:, j],
+            )
+    return out
 
 
 def unpack(compiled: Compiled, numbers: Numbers, outs: Any) -> dict[str, GraphResult]:

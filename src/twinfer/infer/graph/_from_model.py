@@ -18,12 +18,13 @@ import functools
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import equinox as eqx
 import jax.numpy as jnp
 import numpy as np
 
 from twinfer.infer.filters import UnscentedWeights, augment
 from twinfer.infer.graph._parts import MESSAGE_KINDS, MESSAGE_RULES, Interface, Port, Subsystem, two_way
-from twinfer.models import Chain
+from twinfer.models import AbstractModel, Chain, Connection
 from twinfer.models._params import locate
 from twinfer.models.chain import EstimatedConnectionLaw, connection_law
 from twinfer.sim import Dynamics, GraphNode, graph_node
@@ -330,18 +331,16 @@ def _local_unknowns(
     return out, cut
 
 
-def _per(field: str, value: str | Sequence[str], count: int, what: str) -> list[str]:
+def _per(field: str, value: str | Sequence[str], count: int, what: str, fn: str = "chain_graph") -> list[str]:
     if isinstance(value, str):
         return [value] * count
     values = list(value)
     if len(values) != count:
-        raise ValueError(
-            f"chain_graph {field}: expected one value or {count} (one per {what}); received {values}."
-        )
+        raise ValueError(f"{fn} {field}: expected one value or {count} (one per {what}); received {values}.")
     return values
 
 
-def _values(field: str, value: Any, count: int, bound: str) -> np.ndarray:
+def _values(field: str, value: Any, count: int, bound: str, fn: str = "chain_graph") -> np.ndarray:
     arr = (
         np.broadcast_to(np.asarray(value, dtype=np.float64), (count,))
         if np.ndim(value) == 0
@@ -349,9 +348,307 @@ def _values(field: str, value: Any, count: int, bound: str) -> np.ndarray:
     )
     if arr.shape != (count,) or not np.all(np.isfinite(arr)):
         raise ValueError(
-            f"chain_graph {field}: expected one or {count} finite values; received "
-            f"{np.asarray(value).tolist()}."
+            f"{fn} {field}: expected one or {count} finite values; received {np.asarray(value).tolist()}."
         )
     if (bound == "> 0" and np.any(arr <= 0)) or (bound == ">= 0" and np.any(arr < 0)):
-        raise ValueError(f"chain_graph {field}: expected values {bound}; received {arr.tolist()}.")
+        raise ValueError(f"{fn} {field}: expected values {bound}; received {arr.tolist()}.")
     return arr
+
+
+def _read_sender(s_send: Any, s_recv: Any, gamma: Any) -> Any:
+    """The law of a declared connection: the message is the sender's interface states themselves.
+
+    The receiver evaluates its own equations with them (rule ``"split"``: at its sigma points and
+    integrator stages, a probabilistic sender's error a consider state), so the coupling terms are the
+    model's own, however nonlinear.
+    """
+    return s_send
+
+
+def model_graph(
+    model: AbstractModel,
+    partition: Sequence[Sequence[str | int]],
+    *,
+    dt: float,
+    connections: Sequence[Connection] | None = None,
+    integrator: str = "rk4",
+    substeps: int = 1,
+    estimator: str | Sequence[str] = "ukf",
+    messages: str | Sequence[str] = "probabilistic",
+    rule: str = "split",
+    unknown: Mapping[str, tuple[float, float, float]] | None = None,
+    x0: Any = 0.0,
+    state_sd: Any = 1.0,
+    process_sd: Any = 1e-6,
+    noise_sd: Any = 1.0,
+    weights: UnscentedWeights | None = None,
+    name: str = "model",
+) -> Any:
+    """The graph of any model that declares its interface coupling, cut into the groups of ``partition``.
+
+    Subsystem ``i`` holds the states of group ``i`` (and the unknown parameters its equations read). Its
+    message vector is the states of other groups that its equations and outputs read, which the model's
+    :attr:`~twinfer.models.AbstractModel.connections` (or ``connections``) declare: the subsystem steps
+    the model's own vector field on a state in which its own states and the messages are filled in (the
+    states it does not read at zero, where the declared coupling says they do not matter), with the
+    integrator of ``sim``. A connection's law is the sender's states (:func:`_read_sender`), so with the
+    default rule ``"split"`` each receiver evaluates the model's coupling terms itself at its sigma points
+    and integrator stages, with a probabilistic sender's error as a consider state (the derivation is in
+    :mod:`twinfer.infer.graph._compile`). On a :class:`~twinfer.models.Chain` this is the same estimator as
+    :func:`chain_graph` with rule ``"split"``.
+
+    Each output goes to the first subsystem whose own states it reads. The declaration is checked: at
+    three draws from the prior (``x0``, ``state_sd``), the Jacobians of the vector field and the outputs
+    must vanish on every state of another group that a subsystem does not read.
+
+    Args:
+        model: the continuous-time model; its inputs are given to every subsystem.
+        partition: groups of state names (or indices into ``model.state_names``) covering every state
+            once; at least two groups.
+        dt: step length of the data.
+        connections: the interface coupling (default ``model.connections``).
+        integrator: a :func:`twinfer.sim.discretise` method (not ``"exact"``: a group is nonlinear in
+            its messages in general).
+        substeps: integrator steps per data step.
+        estimator: one for every subsystem or one per subsystem, as :func:`chain_graph`.
+        messages: one kind for every directed interface or one per interface in creation order (for
+            each pair of groups in order, the lower's to the higher's, then back).
+        rule: as :func:`chain_graph`; ``"split"`` (default) evaluates the coupling in the receiver.
+        weights: UKF sigma-point weights (default Merwe alpha=1, beta=2, kappa=0).
+        name: the graph's name.
+        unknown: ``{parameter name: (initial value, prior sd > 0, random-walk sd per step >= 0)}``; each
+            joins the subsystem whose equations read it (one only).
+        x0: prior mean per model state (scalar or ``n_state`` values).
+        state_sd: prior standard deviation per model state, > 0.
+        process_sd: process-noise standard deviation per step per model state, >= 0.
+        noise_sd: per output (scalar or ``n_output`` values), > 0.
+
+    Returns:
+        A :class:`~twinfer.infer.graph.Graph` with subsystems ``S1..Sp`` in partition order, ports named
+        after the neighbour, and the model's state order (then the unknowns) for
+        :func:`~twinfer.infer.graph.estimate`.
+
+    Raises:
+        ValueError: for a partition that does not cover the states once, a connection naming unknown
+            states or two groups' worth of states on one side, coupling the declaration leaves out, an
+            output no subsystem can evaluate, or an unknown read by two subsystems, naming them.
+
+    References:
+        Ghorbani & Hackl, section 1, SI (S1)-(S4) (subsystems, messages as interface variables).
+
+    """
+    import jax
+
+    from twinfer.infer.graph._graph import Graph
+
+    names = tuple(model.state_names)
+    n = len(names)
+    groups = [[names[g] if isinstance(g, int | np.integer) else str(g) for g in part] for part in partition]
+    flat = [g for part in groups for g in part]
+    if sorted(flat) != sorted(names) or len(flat) != n or len(groups) < 2 or any(not g for g in groups):
+        raise ValueError(
+            f"model_graph partition: expected two or more non-empty groups covering the states {names} once; "
+            f"received {groups}."
+        )
+    owner = {s: i for i, part in enumerate(groups) for s in part}
+    p = len(groups)
+    if rule not in MESSAGE_RULES:
+        raise ValueError(f"model_graph rule: expected one of {MESSAGE_RULES}; received {rule!r}.")
+    conns = tuple(model.connections if connections is None else connections)
+    reads: list[dict[int, list[str]]] = [{} for _ in groups]  # reads[i][j]: j's states i reads
+    for c in conns:
+        sides = []
+        for side in (c.a, c.b):
+            bad = [s for s in side if s not in owner]
+            held = {owner[s] for s in side if s in owner}
+            if bad or len(held) != 1:
+                what = f"unknown states {bad}" if bad else f"states of groups {sorted(held)} on one side"
+                raise ValueError(
+                    f"model_graph connection {tuple(c.a)} <-> {tuple(c.b)}: expected each side to name "
+                    f"states of one group; received {what}."
+                )
+            sides.append(held.pop())
+        (ga, gb), (sa, sb) = sides, (c.a, c.b)
+        if ga != gb:
+            for i, j, side in ((ga, gb, sb), (gb, ga, sa)):
+                got = reads[i].setdefault(j, [])
+                got += [s for s in side if s not in got]
+    unknown = dict(unknown or {})
+    for key, value in unknown.items():
+        if len(value) != 3 or not value[1] > 0 or not value[2] >= 0:
+            raise ValueError(
+                f"model_graph unknown {key!r}: expected (initial value, prior sd > 0, random-walk sd >= 0); "
+                f"received {value!r}."
+            )
+    full = augment(model, list(unknown)) if unknown else model
+    n_full = n + len(unknown)
+    mean0 = np.concatenate([_values("x0", x0, n, "any", "model_graph"), [v[0] for v in unknown.values()]])
+    sd0 = np.concatenate(
+        [_values("state_sd", state_sd, n, "> 0", "model_graph"), [v[1] for v in unknown.values()]]
+    )
+    sdq = np.concatenate(
+        [_values("process_sd", process_sd, n, ">= 0", "model_graph"), [v[2] for v in unknown.values()]]
+    )
+    sdr = _values("noise_sd", noise_sd, full.n_output, "> 0", "model_graph")
+    u0 = np.zeros(full.n_input)
+
+    # the dependence structure at three draws from the prior: which states each equation and output reads
+    draws = mean0 + sd0 * np.random.default_rng(0).normal(size=(3, n_full))
+    jac_f = jax.jit(jax.jacfwd(lambda x: full.vector_field(0.0, x, jnp.asarray(u0), full.params)))
+    jac_h = jax.jit(jax.jacfwd(lambda x: full.output(0.0, x, jnp.asarray(u0), full.params)))
+    dep_f = np.zeros((n_full, n_full), bool)
+    dep_h = np.zeros((full.n_output, n_full), bool)
+    for x in draws:
+        jf, jh = np.asarray(jac_f(jnp.asarray(x))), np.asarray(jac_h(jnp.asarray(x)))
+        if not (np.isfinite(jf).all() and np.isfinite(jh).all()):
+            raise ValueError(
+                "model_graph: the model's vector field or outputs gave non-finite derivatives at a draw from "
+                "the prior (x0, state_sd); give a prior inside the model's domain."
+            )
+        dep_f |= jf != 0
+        dep_h |= jh != 0
+    held_by = dict(owner)
+    for k, key in enumerate(unknown):
+        readers = sorted({owner[names[r]] for r in np.flatnonzero(dep_f[:n, n + k])})
+        if len(readers) != 1:
+            raise ValueError(
+                f"model_graph unknown {key!r}: expected a parameter that the equations of one group read; "
+                f"read by groups {[f'S{r + 1}' for r in readers]}."
+            )
+        held_by[key] = readers[0]
+    full_names = names + tuple(unknown)
+    own = [[full_names.index(s) for s in full_names if held_by[s] == i] for i in range(p)]
+    read_idx = [[full_names.index(s) for j in sorted(reads[i]) for s in reads[i][j]] for i in range(p)]
+    for i in range(p):
+        allowed = set(own[i]) | set(read_idx[i])
+        extra = sorted({full_names[c] for r in own[i] for c in np.flatnonzero(dep_f[r]) if c not in allowed})
+        if extra:
+            raise ValueError(
+                f"model_graph: the equations of group S{i + 1} read {extra}, which no connection declares; "
+                f"declare them (a Connection between the states of S{i + 1} and theirs)."
+            )
+    out_of: list[list[int]] = [[] for _ in range(p)]
+    for k in range(full.n_output):
+        cols = set(np.flatnonzero(dep_h[k]))
+        fits = [i for i in range(p) if cols & set(own[i]) and cols <= set(own[i]) | set(read_idx[i])]
+        if not fits:
+            raise ValueError(
+                f"model_graph output {full.output_names[k]!r}: it reads "
+                f"{sorted(full_names[c] for c in cols)}, which no group holds with the states it reads by "
+                "declared connections."
+            )
+        out_of[fits[0]].append(k)
+    pairs = [(i, j) for i in range(p) for j in range(i + 1, p) if j in reads[i]]
+    kinds = _per("messages", messages, 2 * len(pairs), "directed interface", "model_graph")
+    for kind in kinds:
+        if kind not in MESSAGE_KINDS:
+            raise ValueError(f"model_graph messages: expected one of {MESSAGE_KINDS}; received {kind!r}.")
+    estimators = _per("estimator", estimator, p, "subsystem", "model_graph")
+    weights = UnscentedWeights.merwe() if weights is None else weights
+    subs = []
+    for i in range(p):
+        node = _group_node(
+            full, tuple(own[i]), tuple(read_idx[i]), tuple(out_of[i]), integrator, dt, substeps
+        )
+        ports = {}
+        for j in sorted(reads[i]):
+            base = sum(len(reads[i][q]) for q in sorted(reads[i]) if q < j)
+            mine = [own[i].index(full_names.index(s)) for s in reads[j][i]]
+            ports[f"S{j + 1}"] = Port(state=tuple(mine), slots=tuple(range(base, base + len(reads[i][j]))))
+        idx = own[i]
+        local_names = tuple(full_names[r] for r in idx)
+        subs.append(
+            Subsystem(
+                name=f"S{i + 1}",
+                transition=node.transition,
+                output=node.output,
+                params=full.params,
+                x0=mean0[idx],
+                P0=np.diag(sd0[idx] ** 2),
+                Q=np.diag(sdq[idx] ** 2),
+                R=np.diag(sdr[out_of[i]] ** 2) if out_of[i] else np.zeros((0, 0)),
+                inputs=tuple(range(full.n_input)),
+                outputs=tuple(out_of[i]),
+                ports=ports,
+                n_msg=len(read_idx[i]),
+                estimator=estimators[i],
+                weights=weights,
+                dynamics=node.dynamics,
+                state_names=local_names,
+                parameters=tuple(s for s in local_names if s in unknown),
+            )
+        )
+    edges = []
+    for e, (i, j) in enumerate(pairs):
+        gamma = np.zeros(1)
+        a, b = f"S{i + 1}", f"S{j + 1}"
+        edges += [
+            Interface(a, b, b, a, _read_sender, gamma, kinds[2 * e], rule),
+            Interface(b, a, a, b, _read_sender, gamma, kinds[2 * e + 1], rule),
+        ]
+    return Graph(name, subs, edges, state_order=full_names)
+
+
+def _group_node(
+    model: AbstractModel,
+    own: tuple[int, ...],
+    reads: tuple[int, ...],
+    outputs: tuple[int, ...],
+    integrator: str,
+    dt: float,
+    substeps: int,
+) -> GraphNode:
+    """A group's transition and output: the model's functions on its states, the messages filled in."""
+    from twinfer.sim import discretise
+
+    out_i = np.asarray(outputs, int)
+    block = _Group(model, own, reads)
+    step = discretise(block, dt, integrator, substeps)
+
+    def transition(x: Any, u: Any, m: Any, params: Any) -> Any:
+        return step.transition(0.0, x, jnp.concatenate([u, m]), params)
+
+    def output(x: Any, u: Any, m: Any, params: Any) -> Any:
+        return model.output(0.0, block.whole(x, jnp.concatenate([u, m])), u, params)[out_i]
+
+    def vector_field(x: Any, u: Any, m: Any, params: Any) -> Any:
+        return block.vector_field(0.0, x, jnp.concatenate([u, m]), params)
+
+    dynamics = None if integrator == "exact" else Dynamics(vector_field, float(dt), int(substeps), integrator)
+    return GraphNode(transition, output, dynamics)
+
+
+class _Group(AbstractModel):
+    """One group of a model's states as a model: its messages (the states it reads) as extra inputs."""
+
+    base: AbstractModel
+    params: Any
+    own: tuple[int, ...] = eqx.field(static=True)
+    reads: tuple[int, ...] = eqx.field(static=True)
+
+    def __init__(self, base: AbstractModel, own: tuple[int, ...], reads: tuple[int, ...]):
+        self.base, self.params, self.own, self.reads = base, base.params, own, reads
+
+    def whole(self, x: Any, v: Any) -> Any:
+        """The whole model's state: the group's own ``x``, the read states from the inputs ``v``, else 0."""
+        z = jnp.zeros(self.base.n_state, x.dtype).at[np.asarray(self.own, int)].set(x)
+        return z.at[np.asarray(self.reads, int)].set(v[self.base.n_input :]) if self.reads else z
+
+    def vector_field(self, t: Any, x: Any, u: Any, params: Any) -> Any:
+        dz = self.base.vector_field(t, self.whole(x, u), u[: self.base.n_input], params)
+        return dz[np.asarray(self.own, int)]
+
+    def output(self, t: Any, x: Any, u: Any, params: Any) -> Any:
+        return self.base.output(t, self.whole(x, u), u[: self.base.n_input], params)
+
+    @property
+    def state_names(self) -> tuple[str, ...]:
+        return tuple(self.base.state_names[i] for i in self.own)
+
+    @property
+    def input_names(self) -> tuple[str, ...]:
+        return tuple(self.base.input_names) + tuple(f"msg:{self.base.state_names[i]}" for i in self.reads)
+
+    @property
+    def output_names(self) -> tuple[str, ...]:
+        return tuple(self.base.output_names)

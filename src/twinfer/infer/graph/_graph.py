@@ -100,13 +100,16 @@ class Graph(eqx.Module):
 
         * a :class:`~twinfer.models.Chain` and contiguous DOF groups: :func:`chain_graph` (its keywords);
         * a :class:`~twinfer.models.KuramotoNetwork` and a :class:`~twinfer.infer.clusters.Partition`:
-          :func:`twinfer.infer.clusters.kuramoto_graph` (its keywords; the graph is its ``.graph``).
+          :func:`twinfer.infer.clusters.kuramoto_graph` (its keywords; the graph is its ``.graph``);
+        * any other model that declares its interface coupling
+          (:attr:`~twinfer.models.AbstractModel.connections`, or ``connections=``) and groups of its
+          state names: :func:`~twinfer.infer.graph.model_graph` (its keywords).
 
         Raises:
-            TypeError: for a model without a graph builder, naming the supported ones.
+            TypeError: for a model that declares no interface coupling, naming the ways to give one.
 
         """
-        from twinfer.models import Chain, KuramotoNetwork
+        from twinfer.models import AbstractModel, Chain, KuramotoNetwork
 
         if isinstance(model, Chain):
             from twinfer.infer.graph._from_model import chain_graph
@@ -116,10 +119,15 @@ class Graph(eqx.Module):
             from twinfer.infer.clusters import kuramoto_graph
 
             return kuramoto_graph(model, partition, **options).graph
+        if isinstance(model, AbstractModel) and (model.connections or options.get("connections")):
+            from twinfer.infer.graph._from_model import model_graph
+
+            return model_graph(model, partition, **options)
         raise TypeError(
-            "Graph.from_model model: expected a Chain or a KuramotoNetwork; received "
-            f"{type(model).__name__}. "
-            "Build other models' graphs from Subsystem (twinfer.sim.graph_node) and Interface."
+            "Graph.from_model model: expected a Chain, a KuramotoNetwork or a model that declares its "
+            f"interface coupling (a `connections` property or the connections= keyword); received "
+            f"{type(model).__name__} with none. Or build the graph from Subsystem (twinfer.sim.graph_node) "
+            "and Interface."
         )
 
     def flatten(self) -> tuple[list[Subsystem], list[Interface]]:
@@ -258,6 +266,7 @@ class Graph(eqx.Module):
             return jnp.concatenate([jnp.atleast_1d(o) for o in outs]) if outs else jnp.zeros(0)
 
         params = {"sub": {s.name: s.params for s in subs}, "gamma": [e.gamma for e in edges]}
+        named = tuple(n for s in subs for n in (s.state_names or ()))  # used where every leaf is named
         ukf_subs = [s for s in subs if s.estimator == "ukf"]
         return Subsystem(
             name=name or self.name,
@@ -274,6 +283,8 @@ class Graph(eqx.Module):
             n_msg=0,
             estimator=subs[0].estimator,
             weights=ukf_subs[0].weights if ukf_subs else subs[0].weights,
+            state_names=named if all(s.state_names for s in subs) else None,
+            parameters=tuple(p for s in subs for p in s.parameters),
         )
 
     def state_slices(self) -> dict[str, tuple[int, int]]:

@@ -1,0 +1,207 @@
+"""Case ``chain-scaling``: central against distributed UKF on chains of n two-DOF subsystems (Fig. S4).
+
+Chains of ``n`` subsystems of two 500 kg masses (springs 5e4 N/m and dampers 300 N s/m, the first mass
+tied to the ground), every mass forced by N(0, 400^2) N samples, one accelerometer per subsystem (mass
+1 in the first, its second mass in every other), and in every subsystem but the first its internal
+stiffness (the spring between its two masses) unknown: the settings of the authors' script 05
+(specs 3.3). For each size the same graph (:meth:`twinfer.infer.graph.Graph.from_model`) runs
+distributed (one UKF per subsystem, Jacobi, deterministic messages by default) and as its monolithic
+whole (one UKF on all 2n + (n - 1) states, the same RK4), each timed without its compilation
+(:func:`twinfer.infer.graph.timed_estimate`). The paper reports the figure only: the monolithic time
+grows like n^3, the distributed one about linearly; the slopes of the log-log fits are this case's
+numbers, beside the state RMSE, coverage and stiffness NRMSE of both estimators.
+
+References:
+    Ghorbani & Hackl, SI section 3.3 and Fig. S4; specs/compositional-inference.md 3.3.
+
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from typing import Any, Literal
+
+import jax
+import numpy as np
+import pydantic
+
+from twinfer.experiments._case import Case, CaseConfig, Progress, register
+from twinfer.infer.filters import UnscentedWeights
+from twinfer.infer.graph import Graph, timed_estimate
+from twinfer.metrics import coverage, loglog_slope, nrmse_constant, rmse
+from twinfer.models import Chain
+from twinfer.report import PaperValue, RunArtifacts
+from twinfer.sim import simulate_dataset
+
+
+class ChainScalingConfig(CaseConfig):
+    """Configuration of ``chain-scaling``; defaults are the authors' script 05 (specs 3.3)."""
+
+    sizes: list[int] = pydantic.Field(
+        default_factory=lambda: [4, 8, 16, 32, 64], description="Numbers of two-DOF subsystems."
+    )
+    central_max: int = pydantic.Field(
+        32, ge=1, description="Largest size also run central (its UKF holds 3n - 1 states; memory ~ T n^2)."
+    )
+    t_end: pydantic.PositiveFloat = pydantic.Field(5.0, description="Record length [s].")
+    dt: pydantic.PositiveFloat = pydantic.Field(1e-3, description="Step [s].")
+    mass: pydantic.PositiveFloat = pydantic.Field(500.0, description="Every mass [kg].")
+    stiffness: pydantic.PositiveFloat = pydantic.Field(5e4, description="Every spring [N/m].")
+    damping: pydantic.PositiveFloat = pydantic.Field(300.0, description="Every damper [N s/m].")
+    force_sd: pydantic.PositiveFloat = pydantic.Field(
+        400.0, description="Forcing sd per mass and sample [N]."
+    )
+    noise_sd: pydantic.PositiveFloat = pydantic.Field(1e-3, description="Accelerometer noise sd [m/s^2].")
+    filter_noise_sd: pydantic.PositiveFloat = pydantic.Field(
+        float(np.sqrt(1e-3)), description="The filters' measurement sd ([REPO] R = 1e-3)."
+    )
+    k_initial: pydantic.PositiveFloat = pydantic.Field(3e4, description="Initial stiffness estimate [N/m].")
+    k_sd: pydantic.PositiveFloat = pydantic.Field(5e4, description="Prior sd of each unknown stiffness.")
+    state_sd: pydantic.PositiveFloat = pydantic.Field(
+        1e-2, description="Prior sd of each state ([REPO] 1e-4 var)."
+    )
+    process_sd: pydantic.NonNegativeFloat = pydantic.Field(
+        1e-4, description="Process sd per step ([REPO] Q 1e-8)."
+    )
+    messages: Literal["deterministic", "probabilistic"] = pydantic.Field(
+        "deterministic", description="Message kind at every cut (the paper: deterministic)."
+    )
+    rule: Literal["paper", "split"] = pydantic.Field(
+        "paper", description="Where the connection is evaluated: the paper's (held force) or split."
+    )
+
+    @pydantic.field_validator("sizes")
+    @classmethod
+    def _sizes(cls, value: list[int]) -> list[int]:
+        if not value or any(n < 2 for n in value) or len(set(value)) != len(value):
+            raise ValueError(f"expected distinct sizes >= 2 (subsystems); received {value}")
+        return sorted(value)
+
+
+def chain_of(n: int, config: ChainScalingConfig) -> tuple[Chain, dict[str, tuple[float, float, float]]]:
+    """The chain of ``n`` two-DOF subsystems and its unknowns (each subsystem's internal spring but S1's)."""
+    dofs = 2 * n
+    outputs = ("a1", *(f"a{2 * s}" for s in range(2, n + 1)))
+    chain = Chain(
+        [config.mass] * dofs,
+        [config.stiffness] * dofs,
+        [config.damping] * dofs,
+        forced_dofs=list(range(1, dofs + 1)),
+        outputs=outputs,
+    )
+    unknown = {f"k{2 * s}": (config.k_initial, config.k_sd, config.process_sd) for s in range(2, n + 1)}
+    return chain, unknown
+
+
+def run(config: ChainScalingConfig, progress: Progress) -> RunArtifacts:
+    """Every size: simulate, estimate distributed and central (timed), score both."""
+    start = time.perf_counter()
+    metrics: dict[str, float] = {}
+    rows: dict[str, list[float]] = {k: [] for k in ("n", "dist_s", "cent_s", "dist_rmse", "cent_rmse")}
+    steps = int(round(config.t_end / config.dt))
+    for i, n in enumerate(config.sizes):
+        progress(f"chain of {n} subsystems", i, len(config.sizes))
+        chain, unknown = chain_of(n, config)
+        force = config.force_sd * np.random.default_rng(config.seed + 123).normal(size=(steps + 1, 2 * n))
+        data = simulate_dataset(chain, force, config.dt, config.noise_sd, jax.random.key(config.seed + n))
+        graph = Graph.from_model(
+            chain,
+            [(2 * s - 1, 2 * s) for s in range(1, n + 1)],
+            dt=config.dt,
+            messages=config.messages,
+            rule=config.rule,
+            unknown=unknown,
+            state_sd=config.state_sd,
+            process_sd=config.process_sd,
+            noise_sd=config.filter_noise_sd,
+            weights=UnscentedWeights.paper_code(0.0),
+        )
+        runs = {"distributed": graph}
+        if n <= config.central_max:
+            runs["central"] = Graph("central", [graph.monolithic("central")], state_order=graph.state_order)
+        truth_k = np.asarray([config.stiffness] * len(unknown))
+        truth = np.asarray(data.truth_states)
+        for label, g in runs.items():
+            est, timed = timed_estimate(g, data)
+            means, stds = np.asarray(est.means), np.asarray(est.stds)
+            states = slice(0, 4 * n)
+            metrics[f"n{n}.{label}.run_s"] = timed.median_s
+            metrics[f"n{n}.{label}.compile_s"] = timed.compile_s - timed.median_s
+            metrics[f"n{n}.{label}.rmse"] = float(rmse(means[:, states], truth))
+            metrics[f"n{n}.{label}.coverage95"] = coverage(means[1:, states], stds[1:, states], truth[1:])
+            cols = [est.state_names.index(k) for k in unknown]
+            metrics[f"n{n}.{label}.k_nrmse"] = float(np.mean(nrmse_constant(means[:, cols], truth_k)))
+        rows["n"].append(n)
+        rows["dist_s"].append(metrics[f"n{n}.distributed.run_s"])
+        rows["dist_rmse"].append(metrics[f"n{n}.distributed.rmse"])
+        rows["cent_s"].append(metrics.get(f"n{n}.central.run_s", np.nan))
+        rows["cent_rmse"].append(metrics.get(f"n{n}.central.rmse", np.nan))
+    progress("chain-scaling", len(config.sizes), len(config.sizes))
+    sizes = np.asarray(rows["n"], float)
+    if len(sizes) >= 2:
+        metrics["slope.distributed_run_s"] = loglog_slope(sizes, rows["dist_s"])
+    central = np.isfinite(rows["cent_s"])
+    if central.sum() >= 2:
+        metrics["slope.central_run_s"] = loglog_slope(sizes[central], np.asarray(rows["cent_s"])[central])
+    largest = int(sizes[central][-1]) if central.any() else None
+    if largest is not None:
+        metrics["speedup_at_largest_central"] = (
+            metrics[f"n{largest}.central.run_s"] / metrics[f"n{largest}.distributed.run_s"]
+        )
+    metrics["timing.run_s"] = time.perf_counter() - start
+    notes = [
+        f"Sizes {config.sizes} subsystems (2 DOF each); central up to {config.central_max}. Every mass "
+        f"forced by N(0, {config.force_sd:g}^2) N per sample, accelerometer noise sd {config.noise_sd:g} "
+        f"(filters: {config.filter_noise_sd:.3g}), {config.t_end:g} s at {config.dt:g} s, the truth "
+        "simulated exactly (matrix exponential).",
+        f"Messages {config.messages}, rule '{config.rule}', Jacobi; the paper's UKF weights (gamma 0). "
+        "Run times are the compiled scan's, without its compilation, measured one size after another on a "
+        "machine that may be shared: compare the slopes, not single times.",
+        "The paper reports the figure only (Fig. S4): monolithic time ~ n^3, distributed ~ linear.",
+    ]
+    arrays = {k: np.asarray(v, float) for k, v in rows.items()}
+    return RunArtifacts(metrics=metrics, arrays=arrays, notes=notes)
+
+
+def figures(arrays: Mapping[str, Any], config: ChainScalingConfig) -> dict[str, Any]:
+    """Fig. S4: run time and state RMSE against the number of subsystems, log-log."""
+    import matplotlib.pyplot as plt
+
+    n = np.asarray(arrays["n"])
+    fig, (ax_t, ax_e) = plt.subplots(1, 2, figsize=(10, 4))
+    for key, label, marker in (("dist", "distributed", "o"), ("cent", "central", "s")):
+        t, e = np.asarray(arrays[f"{key}_s"]), np.asarray(arrays[f"{key}_rmse"])
+        ok = np.isfinite(t)
+        ax_t.loglog(n[ok], t[ok], marker=marker, label=label)
+        ax_e.loglog(n[ok], e[ok], marker=marker, label=label)
+    ax_t.set_xlabel("subsystems n")
+    ax_t.set_ylabel("run time [s] (compiled scan)")
+    ax_e.set_xlabel("subsystems n")
+    ax_e.set_ylabel("state RMSE")
+    for ax in (ax_t, ax_e):
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend()
+    fig.tight_layout()
+    return {"scaling": fig}
+
+
+CASE = register(
+    Case(
+        name="chain-scaling",
+        description=(
+            "Central against distributed UKF on chains of n two-DOF subsystems: run time, RMSE, coverage "
+            "(compositional-inference paper, Fig. S4)."
+        ),
+        config_type=ChainScalingConfig,
+        run=run,
+        figures=figures,
+        quick={"sizes": [2, 4], "t_end": 0.5},
+        paper={
+            "slope.central_run_s": PaperValue(3.0, "SI 3.3 / Fig. S4: monolithic ~ O(n^3) (figure only)"),
+            "slope.distributed_run_s": PaperValue(
+                1.0, "SI 3.3 / Fig. S4: distributed ~ linear (figure only)"
+            ),
+        },
+    )
+)
