@@ -21,6 +21,7 @@ from twinfer.infer.graph._compile import (
     unpack,
     with_numbers,
 )
+from twinfer.infer.graph._diffusion import diffuse, subsystem_laplacian
 from twinfer.infer.graph._field import (
     FIELD_MESSAGES,
     FIELD_VARIANCES,
@@ -45,6 +46,8 @@ __all__ = [
     "FieldEstimate",
     "FieldNumbers",
     "auto_partition",
+    "diffuse",
+    "subsystem_laplacian",
     "model_graph",
     "chain_graph",
     "check_field_run",
