@@ -17,7 +17,7 @@ def _run(name, tmp_path, **sets):
     artifacts = case.run(config, no_progress)
     run_dir = new_run_dir(tmp_path / "runs", name)
     write_run(run_dir, name, case.description, config.model_dump(), artifacts, case.figures(artifacts.arrays,
-              config), case.paper)  # fmt: skip
+              config), case.paper_values(config))  # fmt: skip
     return artifacts, run_dir
 
 
@@ -110,3 +110,22 @@ def test_midstep_collocation_removes_the_zero_order_hold_delay():
     at_mid = damping(mid, (x[idx + 1] - x[idx]) / dt, force[idx])
     assert np.all(np.abs(at_samples[:2] - 1.0) > 0.03)  # half a step of delay: several percent on c
     np.testing.assert_allclose(at_mid, [1.0, 1.0, 15.0, 15.0], rtol=5e-3)
+
+
+def test_each_configuration_is_compared_with_its_own_paper_row():
+    """Issue #22: pinn-sparse case c, pinn-joint cases 4 and 5, pinn-bayes on Van der Pol each get the
+    paper's row of that configuration, not the default's."""
+    sparse = get_case("pinn-sparse")
+    row = sparse.paper_values(resolve_config(sparse, sets={"case": "c"}))
+    assert row["fitness.f1"].value == 94.07 and "SNR 10" in row["fitness.f1"].source
+    joint = get_case("pinn-joint")
+    vdp = joint.paper_values(resolve_config(joint, sets={"case": 4}))
+    assert vdp["param.mu2"].value == 0.802 and "param.kappa2" not in vdp and vdp["fitness.f1"].value == 98.42
+    linear = joint.paper_values(resolve_config(joint, sets={"case": 5}))
+    assert {k for k in linear if k.startswith("param.")} == {
+        "param.k2", "param.k4", "param.k2_err_pct", "param.k4_err_pct"
+    } and linear["fitness.unobs_u"].value == 97.66  # fmt: skip
+    bayes = get_case("pinn-bayes")
+    v = bayes.paper_values(resolve_config(bayes, sets={"system": "vdp"}))
+    assert v["posterior.mu1.mean"].value == 0.720 and v["posterior.mu1.err_pct"].value == 4.0
+    assert "posterior.kappa1.mean" not in v and "Van der Pol" in v["posterior.c1.sd"].source
