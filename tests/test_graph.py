@@ -321,3 +321,23 @@ def test_errors_name_subsystem_port_and_option():
             {},
             1,
         )
+
+
+def test_law_moments_of_a_linear_law_are_the_closed_form_with_cross_covariance():
+    """law_moments: for F = k (x_s - x_r) + c (v_s - v_r), mean a^T m and variance a^T P a (S33), the
+    ports' cross-covariance included; a quadratic law gets the exact Gaussian mean (unscented)."""
+    from twinfer.infer.graph import law_moments
+
+    rng = np.random.default_rng(0)
+    root = rng.normal(size=(4, 4))
+    cov = root @ root.T
+    mean = rng.normal(size=4)
+    gamma = jnp.asarray([5e4, 300.0])
+    m, v = law_moments(spring_damper_law, gamma, jnp.asarray(mean), jnp.asarray(cov), 2)
+    a = np.array([5e4, 300.0, -5e4, -300.0])
+    np.testing.assert_allclose(m, [a @ mean], rtol=1e-12)
+    np.testing.assert_allclose(v, [[a @ cov @ a]], rtol=1e-10)
+    square = lambda s, r, g: jnp.atleast_1d((s[0] - r[0]) ** 2)  # noqa: E731
+    m2, _ = law_moments(square, gamma, jnp.asarray(mean), jnp.asarray(cov), 2)
+    d, var_d = mean[0] - mean[2], cov[0, 0] + cov[2, 2] - 2 * cov[0, 2]
+    np.testing.assert_allclose(m2, [d**2 + var_d], rtol=1e-10)

@@ -336,3 +336,37 @@ def test_structure_auto_choice_and_errors():
             ys,
             chol_R=jnp.eye(1),
         )
+
+
+def test_pn_likelihood_solve_is_the_samplers_filter_and_mixes_particles():
+    """PNLikelihood.solve runs the likelihood's own steps (its log-likelihood is the sum of the sampler's
+    increments); posterior_states of identical particles is that one filter, and of two particles
+    the mixture's moments (law of total variance)."""
+    from twinfer.infer.pn import PNLikelihood
+
+    model = Chain([1.0], [4.0], [0.2], forced_dofs=[1], outputs=["x1"])
+    t = np.arange(60) * 0.05
+    us = np.sin(3.0 * t)[:, None]
+    ys = 0.1 * np.sin(2.0 * t)[:, None]
+    lik = PNLikelihood(
+        pn=PNFilter(model, q=2), base_params=model.params, names=("k1",), x0=jnp.zeros(2),
+        x0_std=jnp.full(2, 0.1), h=0.05, us=jnp.asarray(us), ys=jnp.asarray(ys),
+        y_mask=jnp.ones((60, 1), bool), chol_R=0.01 * jnp.eye(1),
+    )  # fmt: skip
+    theta = jnp.array([4.0])
+    sol = lik.solve(theta)
+    carry, total = lik.init(theta), 0.0
+    for k in range(60):
+        carry, ll = lik.step(carry, theta, k)
+        total += float(ll)
+    assert float(sol.loglik) == pytest.approx(total, rel=1e-10)
+    same = lik.posterior_states(jnp.stack([theta, theta]), t)
+    np.testing.assert_allclose(same.means, sol.mean, rtol=1e-12, atol=1e-15)
+    np.testing.assert_allclose(same.stds, sol.std, rtol=1e-8, atol=1e-12)
+    other = lik.solve(jnp.array([6.0]))
+    mix = lik.posterior_states(jnp.array([[4.0], [6.0]]), t, ("x", "v"))
+    mean = (sol.mean + other.mean) / 2
+    var = (sol.std**2 + other.std**2) / 2 + ((sol.mean - other.mean) / 2) ** 2
+    np.testing.assert_allclose(mix.means, mean, rtol=1e-10, atol=1e-14)
+    np.testing.assert_allclose(mix.stds, np.sqrt(var), rtol=1e-8, atol=1e-12)
+    assert mix.state_names == ("x", "v") and np.all(np.isfinite(mix.stds))

@@ -75,6 +75,9 @@ def test_boucwen_quick_end_to_end(tmp_path):
     assert metrics["posterior.beta_gamma.sd"] > 0 and "posterior.identified_truth_in_99" in metrics
     assert (run_dir / "posterior.nc").is_file() and (run_dir / "posterior_summary.md").is_file()
     assert (run_dir / "figures" / "prior_vs_posterior.png").is_file()
+    # pn-smc Fig. 3: the posterior states on the training data, scored against the simulated truth
+    assert 0.0 <= metrics["train.states.cov95"] <= 1.0 and metrics["train.states.nrmse_x"] < 0.2
+    assert (run_dir / "estimate.nc").is_file() and (run_dir / "figures" / "train_states.png").is_file()
 
 
 def test_fine_input_linear_midpoints_and_hold():
@@ -207,3 +210,15 @@ def test_cosine_sum_matches_direct_sum():
     f, p, n, dt = rng.uniform(0.5, 100.0, 37), rng.uniform(0, 2 * np.pi, 37), 1234, 1.0 / 4096
     direct = np.cos(2 * np.pi * np.outer(np.arange(n) * dt, f) + p).sum(axis=1)
     np.testing.assert_allclose(cosine_sum(f, p, n, dt, block=100), direct, rtol=0, atol=1e-11)
+
+
+@pytest.mark.slow
+def test_silverbox_quick_end_to_end(tmp_path):
+    """`twinfer run silverbox --quick` on the measured data: test RMSE of every particle and the 2-sigma
+    coverage of the measured output (the paper's claim, section 4.2), computed from the run."""
+    result = CliRunner().invoke(app, ["run", "silverbox", "--quick", "--out", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    (run_dir,) = [p for p in tmp_path.iterdir() if p.name.startswith("silverbox-")]
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    assert 0.0 < metrics["test.rmse_min"] <= metrics["test.rmse_mean"] <= metrics["test.rmse_max"] < 0.01
+    assert 0.0 <= metrics["test.coverage_2sd"] <= 1.0

@@ -32,7 +32,7 @@ from twinfer import metrics
 from twinfer.data import Dataset
 from twinfer.experiments._case import Case, CaseConfig, Progress, register
 from twinfer.infer.filters import UnscentedWeights, augment
-from twinfer.infer.graph import Graph, Interface, Port, Subsystem, unpack, with_numbers
+from twinfer.infer.graph import Graph, Interface, Port, Subsystem, law_moments, unpack, with_numbers
 from twinfer.infer.graph import compile as compile_graph
 from twinfer.learn import (
     TERMS,
@@ -45,6 +45,7 @@ from twinfer.learn import (
     reconstruct_relative,
 )
 from twinfer.models import Chain
+from twinfer.models.chain import spring_damper_force
 from twinfer.report import PaperValue, RunArtifacts
 from twinfer.sim import GraphNode, discretise, graph_node, simulate_discrete
 
@@ -374,12 +375,47 @@ def graph_estimators(
     for (name, num), res_outs in zip(variants.items(), outs, strict=True):
         raw[name] = (comp, num, res_outs)
     out = {}
+    linear = linear_coefficients(config.stiffness, config.damping)
     for name, (c, num, res_outs) in raw.items():
         if name == "sindy":  # the others are unpacked while it runs
             jax.block_until_ready(res_outs)
             timings["timing.run_s"] = time.perf_counter() - min(compiled, compiled_c)
-        out[name] = _estimates(name, unpack(c, num, res_outs))
+        res = unpack(c, num, res_outs)
+        out[name] = _estimates(name, res)
+        out[name]["fmsg_mean"], out[name]["fmsg_sd"] = _interface_force(
+            name, res, xi if name == "sindy" else linear
+        )
     return out, timings
+
+
+def interface_force_truth(config: Chain4Config, data: Dataset) -> np.ndarray:
+    """The true interface force F = k3 (x2 - x3) + c3 (v2 - v3) over t_0..t_T (eq. S24)."""
+    x = np.asarray(data.truth_states)
+    return np.asarray(
+        spring_damper_force(config.stiffness, config.damping, x[:, 1] - x[:, 2], x[:, 5] - x[:, 6])
+    )
+
+
+def _interface_force(name: str, res: Mapping[str, Any], xi: Any) -> tuple[np.ndarray, np.ndarray]:
+    """The message F_msg = F(x2 - x3, v2 - v3) with its sd over t_0..t_T under one estimator (Fig. 2e).
+
+    The ports ``[x2, v2]`` (sender S1) and ``[x3, v3]`` (receiver S2) with the estimator's joint covariance:
+    the central filter's cross-covariances, the distributed filters' block-diagonal (S33); the estimator's
+    own law (the SINDy fit for ``sindy``) through :func:`twinfer.infer.graph.law_moments`.
+    """
+    if name == "central":  # the monolithic state is S1's [x1, x2, v1, v2] then S2's [x3, x4, v3, v4, k4]
+        whole = res["central"]
+        idx = [1, 3, 4, 6]
+        mean, cov = whole.means[:, idx], whole.covs[:, idx][:, :, idx]
+    else:
+        s1, s2 = res["S1"], res["S2"]
+        mean = np.concatenate([s1.means[:, [1, 3]], s2.means[:, [0, 2]]], axis=1)
+        cov = np.zeros(mean.shape + (4,))
+        cov[:, :2, :2] = s1.covs[:, [1, 3]][:, :, [1, 3]]
+        cov[:, 2:, 2:] = s2.covs[:, [0, 2]][:, :, [0, 2]]
+    xi = jnp.asarray(xi)
+    m, v = jax.vmap(lambda mu, p: law_moments(library_law, xi, mu, p, 2))(jnp.asarray(mean), jnp.asarray(cov))
+    return np.asarray(m[:, 0]), np.sqrt(np.maximum(np.asarray(v[:, 0, 0]), 0.0))
 
 
 def _estimates(name: str, res: Mapping[str, Any]) -> dict[str, np.ndarray]:
@@ -453,8 +489,14 @@ def run(config: Chain4Config, progress: Progress) -> RunArtifacts:
     metrics_out.update({f"sindy.xi[{term}]": float(v) for term, v in zip(TERMS, fit.xi, strict=True)})
     metrics_out["sindy.k_hat"], metrics_out["sindy.c_hat"] = float(fit.xi[0]), float(fit.xi[1])
     metrics_out["sindy.fit_r2"] = fit.r2
+    truth_fmsg = interface_force_truth(config, data)
+    win = data.times >= config.state_window_start
     for name, e in graph_est.items():
         metrics_out.update(estimator_metrics(config, data, name, e))
+        f_mean, f_sd = e["fmsg_mean"][win], np.maximum(e["fmsg_sd"][win], 1e-300)
+        metrics_out[f"{name}.fmsg_rmse"] = float(metrics.rmse(f_mean, truth_fmsg[win]))
+        metrics_out[f"{name}.fmsg_coverage95"] = metrics.coverage(f_mean, f_sd, truth_fmsg[win], 0.95)
+        metrics_out[f"{name}.fmsg_sd_mean"] = float(np.mean(f_sd))
     metrics_out.update(timings)
     arrays: dict[str, Any] = {
         "times": data.times,
@@ -462,9 +504,12 @@ def run(config: Chain4Config, progress: Progress) -> RunArtifacts:
         "observations": data.observations,
         "truth_states": data.truth_states,
     }
+    arrays["truth_fmsg"] = truth_fmsg
     for name, e in graph_est.items():
         arrays[f"{name}_mean"] = e["mean"]
         arrays[f"{name}_var"] = e["var"]
+        arrays[f"{name}_fmsg_mean"] = e["fmsg_mean"]
+        arrays[f"{name}_fmsg_sd"] = e["fmsg_sd"]
     notes = [
         "Truth simulated with the paper's explicit Euler scheme at the filter step (the authors' "
         "script 01), to reproduce Table S1; `--set truth=exact` removes this inverse crime."
@@ -518,7 +563,69 @@ def figures(arrays: Mapping[str, Any], config: Chain4Config) -> dict[str, Any]:
                 t, states, np.asarray(arrays["central_mean"]), np.asarray(arrays["central_var"]), config
             )
         )
+    if "probabilistic_fmsg_mean" in arrays:
+        figs.update(_comparison_figures(arrays, config))
     return figs
+
+
+_STYLE = {"central": "C0", "deterministic": "C3", "probabilistic": "C2", "sindy": "C4"}
+
+
+def _comparison_figures(arrays: Mapping[str, Any], config: Chain4Config) -> dict[str, Any]:
+    """Fig. 2b-e: x3 and v3 of the estimators with 95 % bands, k4 of all four, F_msg with its envelope."""
+    import matplotlib.pyplot as plt
+
+    t = np.asarray(arrays["times"])
+    truth = np.asarray(arrays["truth_states"])
+    names = [n for n in _STYLE if f"{n}_mean" in arrays]
+    fig_xv, axes = plt.subplots(2, 1, figsize=(9, 6), sharex=True)
+    for ax, idx, label in ((axes[0], 2, "x3 [m]"), (axes[1], 6, "v3 [m/s]")):
+        ax.plot(t, truth[:, idx], "k", lw=0.9, label="truth")
+        for n in ("central", "deterministic", "probabilistic"):
+            mean, sd = (
+                np.asarray(arrays[f"{n}_mean"])[:, idx],
+                np.sqrt(np.asarray(arrays[f"{n}_var"])[:, idx]),
+            )
+            ax.plot(t, mean, color=_STYLE[n], lw=0.8, ls="--", label=n)
+            ax.fill_between(t, mean - 1.96 * sd, mean + 1.96 * sd, color=_STYLE[n], alpha=0.15)
+        ax.set_ylabel(label)
+        ax.grid(alpha=0.3)
+        ax.legend(loc="upper left", fontsize=7, frameon=False, ncol=4)
+    axes[0].set_title("chain4 (Fig. 2b-c): distributed against monolithic, 95 % bands")
+    axes[1].set_xlabel("time [s]")
+    fig_k4, ax = plt.subplots(figsize=(9, 3.5))
+    for n in names:
+        mean, sd = np.asarray(arrays[f"{n}_mean"])[:, 8], np.sqrt(np.asarray(arrays[f"{n}_var"])[:, 8])
+        ax.plot(t, mean, color=_STYLE[n], lw=0.9, label=n)
+        ax.fill_between(t, mean - 1.96 * sd, mean + 1.96 * sd, color=_STYLE[n], alpha=0.12)
+    ax.axhline(config.stiffness, color="k", ls="--", lw=0.8, label="true k4")
+    ax.set_ylim(0.0, 2.0 * config.stiffness)
+    ax.set(
+        xlabel="time [s]", ylabel="k4 [N/m]", title="chain4 (Fig. 2d): k4 of the four estimators, 95 % bands"
+    )
+    ax.grid(alpha=0.3)
+    ax.legend(frameon=False, fontsize=8, ncol=5)
+    fig_f, axes_f = plt.subplots(2, 1, figsize=(9, 6), sharex=True)
+    panels = (
+        (axes_f[0], ("central",), "joint covariance"),
+        (axes_f[1], ("deterministic", "probabilistic"), "S33"),
+    )
+    for ax, group, how in panels:
+        ax.plot(t, np.asarray(arrays["truth_fmsg"]), "k", lw=0.9, label="true F")
+        for n in group:
+            mean, sd = np.asarray(arrays[f"{n}_fmsg_mean"]), np.asarray(arrays[f"{n}_fmsg_sd"])
+            ax.plot(t, mean, color=_STYLE[n], lw=0.8, ls="--", label=f"{n} F_msg")
+            ax.fill_between(t, mean - 1.96 * sd, mean + 1.96 * sd, color=_STYLE[n], alpha=0.2)
+        ax.set_ylabel(f"F_msg [N] ({how})")
+        ax.grid(alpha=0.3)
+        ax.legend(frameon=False, fontsize=8, ncol=3, loc="upper left")
+    axes_f[0].set_title(
+        "chain4 (Fig. 2e): interface message, 95 % envelope: central (ports' cross-covariance) and "
+        "distributed (ports independent, S33)",
+        fontsize=9,
+    )
+    axes_f[1].set_xlabel("time [s]")
+    return {"estimators_x3_v3": fig_xv, "estimators_k4": fig_k4, "interface_force": fig_f}
 
 
 def _estimate_figures(

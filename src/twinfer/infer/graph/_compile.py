@@ -593,6 +593,23 @@ def _predict_mean(
     return fm(x, _columns(u_all, arr["inputs"]), m)
 
 
+def law_moments(law: Callable[..., Any], gamma: Any, mean: Any, cov: Any, n_send: int) -> tuple[Any, Any]:
+    """Mean and covariance of an interface message ``law(s_send, s_recv, gamma)`` under a Gaussian.
+
+    ``mean`` and ``cov`` are those of the concatenated ports ``[s_send, s_recv]`` (the first ``n_send``
+    entries the sender's), so a joint posterior's cross-covariance between the two ports is used where
+    an estimator keeps it; a distributed one gives the block-diagonal of its subsystems' (the
+    probabilistic message's own assumption, S33). Unscented (Merwe alpha 1, beta 2, kappa 0): exact for
+    a linear law, where the variance is ``a^T P a`` (S33). Batch over time with ``jax.vmap``.
+    """
+    fn = lambda zz: jnp.atleast_1d(law(zz[:n_send], zz[n_send:], gamma))  # noqa: E731
+    pts, wm, wc = _UT.sigma_points(mean, cholesky(0.5 * (cov + cov.T)))
+    vals = jax.vmap(fn)(pts)
+    centre = wm @ vals
+    d = vals - centre
+    return centre, (d.T * wc) @ d
+
+
 @dataclasses.dataclass(frozen=True)
 class _Engine:
     groups: tuple[_Group, ...]
@@ -668,13 +685,8 @@ class _Engine:
             m = m.at[eg.target].add(mean)
 
             def law_var(a, b, g, ca, cb, law=eg.law, ps=ps):
-                z = jnp.concatenate([a, b])
-                cz = jax.scipy.linalg.block_diag(ca, cb)
-                fn = lambda zz: jnp.atleast_1d(law(zz[:ps], zz[ps:], g))  # noqa: E731
-                pts, wm, wc = _UT.sigma_points(z, cholesky(0.5 * (cz + cz.T)))
-                vals = jax.vmap(fn)(pts)
-                d = vals - wm @ vals
-                return (d.T * wc) @ d  # var(F) = a^T (P_s1 + P_s2) a for linear laws (S33)
+                joint = jax.scipy.linalg.block_diag(ca, cb)  # the ports independent (S33)
+                return law_moments(law, g, jnp.concatenate([a, b]), joint, ps)[1]
 
             ca, cb = self._port_cov(s_cov, eg.send), self._port_cov(s_cov, eg.recv)
             var = jax.vmap(law_var)(s_send, s_recv, gamma, ca, cb)

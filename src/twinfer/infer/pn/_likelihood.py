@@ -18,9 +18,11 @@ from typing import Any, Literal
 import equinox as eqx
 import jax
 import jax.numpy as jnp
-from jaxtyping import Array, Bool, Float, Int
+import numpy as np
+from jaxtyping import Array, ArrayLike, Bool, Float, Int
 
-from twinfer.infer.pn._filter import PNFilter, PNState
+from twinfer.infer.pn._filter import PNFilter, PNSolution, PNState
+from twinfer.infer.pn._prior import projection
 from twinfer.models import set_params
 
 
@@ -106,3 +108,35 @@ class PNLikelihood(eqx.Module):
             ode_update=~first,
         )
         return new, info.loglik
+
+    def solve(self, theta: Float[Array, " p"]) -> PNSolution:
+        """The filter's ODE-state means and standard deviations at every data time under ``theta``.
+
+        The same steps as the likelihood (its sub-steps and input rule), so ``loglik`` is the sum of the
+        increments the sampler sees.
+        """
+        e0 = projection(self.pn.q, self.pn.d, 0)
+
+        def body(carry: PNState, k: Any) -> tuple[PNState, tuple[Any, Any, Any]]:
+            new, ll = self.step(carry, theta, k)
+            return new, (e0 @ new.mean, self.pn.marginal_std(new), ll)
+
+        last, (means, stds, lls) = jax.lax.scan(body, self.init(theta), jnp.arange(self.n_steps))
+        return PNSolution(mean=means, std=stds, diffusion=last.diffusion, loglik=jnp.sum(lls))
+
+    def posterior_states(self, thetas: Float[ArrayLike, "P p"], times: Any, state_names: Any = None) -> Any:
+        """The states' posterior over equally weighted particles ``thetas``: a mixture of their filters.
+
+        Each particle's filter (:meth:`solve`) gives a Gaussian per time; the mixture's mean is their
+        average and its variance the average of ``sd^2 + mean^2`` less the squared mean (the law of total
+        variance: filter uncertainty plus the spread between parameter particles). Returned as a
+        :class:`twinfer.infer.Estimate` on ``times`` (pn-smc Fig. 3: posterior states on the training data).
+        """
+        from twinfer.infer._estimate import Estimate
+
+        sols = jax.vmap(self.solve)(jnp.asarray(thetas))
+        mean = jnp.mean(sols.mean, axis=0)
+        var = jnp.mean(sols.std**2 + sols.mean**2, axis=0) - mean**2
+        std = jnp.sqrt(jnp.maximum(var, 0.0))
+        names = tuple(f"x[{i}]" for i in range(mean.shape[1])) if state_names is None else tuple(state_names)
+        return Estimate(np.asarray(times, np.float64), np.asarray(mean), np.asarray(std), None, names)
