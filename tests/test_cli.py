@@ -79,7 +79,7 @@ def test_run_chain4_quick_writes_run_folder(tmp_path):
     metrics = json.loads((run_dir / "metrics.json").read_text())
     assert metrics["sim.steps"] == 2000 and metrics["timing.run_s"] > 0
     assert (run_dir / "figures" / "simulation.png").stat().st_size > 10_000
-    for fig in ("ukf_states.png", "ukf_k4.png"):
+    for fig in ("estimators_x3_v3.png", "estimators_k4.png", "interface_force.png"):
         assert (run_dir / "figures" / fig).is_file()
     for key in ("state_rmse", "k4_nrmse", "coverage95", "coverage68", "nll"):
         key = f"central.{key}"

@@ -38,6 +38,7 @@ from twinfer.infer.pinn import (
     train,
 )
 from twinfer.models import Chain
+from twinfer.report import PaperValue
 from twinfer.sim import (
     add_noise_numpy_legacy,
     bandlimited_noise_dynasim,
@@ -153,6 +154,11 @@ def fitness_table(
         out[f"{prefix}.first_{q}"] = float(per_dof[0])
         out[f"{prefix}.last_{q}"] = float(per_dof[-1])
     return out
+
+
+def fitness_row(keys: Sequence[str], row: Sequence[float], source: str) -> dict[str, PaperValue]:
+    """A fitness table's row as paper values ``fitness.<key>`` (Tables 2 and 5), all from ``source``."""
+    return {f"fitness.{k}": PaperValue(v, source) for k, v in zip(keys, row, strict=True)}
 
 
 # -- shared PINN driver of pinn-sparse and pinn-joint ---------------------------------------------------

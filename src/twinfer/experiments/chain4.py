@@ -557,12 +557,6 @@ def figures(arrays: Mapping[str, Any], config: Chain4Config) -> dict[str, Any]:
         ax.grid(alpha=0.3)
     axes[0].set_title("chain4: simulated states and noisy accelerometer measurements")
     figs = {"simulation": fig}
-    if "central_mean" in arrays:
-        figs.update(
-            _estimate_figures(
-                t, states, np.asarray(arrays["central_mean"]), np.asarray(arrays["central_var"]), config
-            )
-        )
     if "probabilistic_fmsg_mean" in arrays:
         figs.update(_comparison_figures(arrays, config))
     return figs
@@ -626,36 +620,6 @@ def _comparison_figures(arrays: Mapping[str, Any], config: Chain4Config) -> dict
     )
     axes_f[1].set_xlabel("time [s]")
     return {"estimators_x3_v3": fig_xv, "estimators_k4": fig_k4, "interface_force": fig_f}
-
-
-def _estimate_figures(
-    t: np.ndarray, states: np.ndarray, mean: np.ndarray, var: np.ndarray, config: Chain4Config
-) -> dict[str, Any]:
-    import matplotlib.pyplot as plt
-
-    fig_state, axes = plt.subplots(2, 1, figsize=(9, 6), sharex=True)
-    for ax, idx, label in ((axes[0], 1, "x2 [m]"), (axes[1], 6, "v3 [m/s]")):
-        sd = np.sqrt(var[:, idx])
-        ax.fill_between(t, mean[:, idx] - 1.96 * sd, mean[:, idx] + 1.96 * sd, alpha=0.3, label="95% band")
-        ax.plot(t, states[:, idx], "k", lw=0.8, label="truth")
-        ax.plot(t, mean[:, idx], "C1--", lw=0.8, label="central UKF")
-        ax.set_ylabel(label)
-        ax.grid(alpha=0.3)
-        ax.legend(loc="upper left", fontsize=7, frameon=False, ncol=3)
-    axes[0].set_title("chain4: hidden interface states, central UKF with 95% band")
-    axes[1].set_xlabel("time [s]")
-    fig_k4, ax = plt.subplots(figsize=(8, 3.5))
-    sd = np.sqrt(var[:, 8])
-    ax.fill_between(t, mean[:, 8] - 1.96 * sd, mean[:, 8] + 1.96 * sd, alpha=0.3, label="95% band")
-    ax.plot(t, mean[:, 8], "C1", label="central UKF k4")
-    ax.axhline(config.stiffness, color="k", ls="--", label="true k4")
-    ax.set_ylim(0.0, 2.0 * config.stiffness)
-    ax.set_xlabel("time [s]")
-    ax.set_ylabel("k4 [N/m]")
-    ax.grid(alpha=0.3)
-    ax.legend(frameon=False, fontsize=8)
-    ax.set_title("chain4: k4 estimate converging")
-    return {"ukf_states": fig_state, "ukf_k4": fig_k4}
 
 
 _TABLE_S1 = {

@@ -25,6 +25,7 @@ from twinfer.experiments._pinn_data import (
     PinnTrainConfig,
     chain_of,
     evaluate_states,
+    fitness_row,
     fitness_table,
     perturbation_factors,
     pinn_memory_estimate,
@@ -209,9 +210,7 @@ def paper_values(config: PinnJointConfig) -> dict[str, PaperValue]:
         out[f"param.{name}"] = PaperValue(value, source)
         out[f"param.{name}_err_pct"] = PaperValue(err, source)
     label, row = _TABLE5_ROWS[config.case]
-    out.update(
-        {f"fitness.{k}": PaperValue(v, f"Table 5, {label}") for k, v in zip(_TABLE5_KEYS, row, strict=True)}
-    )
+    out.update(fitness_row(_TABLE5_KEYS, row, f"Table 5, {label}"))
     return out
 
 

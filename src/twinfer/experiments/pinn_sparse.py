@@ -25,6 +25,7 @@ from twinfer.experiments._pinn_data import (
     PinnTrainConfig,
     chain_of,
     evaluate_states,
+    fitness_row,
     fitness_table,
     perturbation_factors,
     pinn_memory_estimate,
@@ -192,9 +193,7 @@ _TABLE2_KEYS = (
 def paper_values(config: PinnSparseConfig) -> dict[str, PaperValue]:
     """Table 2's row of this configuration's case (a-f)."""
     label, row = _TABLE2_ROWS[config.case]
-    return {
-        f"fitness.{k}": PaperValue(v, f"Table 2, {label}") for k, v in zip(_TABLE2_KEYS, row, strict=True)
-    }
+    return fitness_row(_TABLE2_KEYS, row, f"Table 2, {label}")
 
 
 CASE = register(
