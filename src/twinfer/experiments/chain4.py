@@ -32,7 +32,7 @@ from twinfer import metrics
 from twinfer.data import Dataset
 from twinfer.experiments._case import Case, CaseConfig, Progress, register
 from twinfer.infer.filters import UnscentedWeights, augment
-from twinfer.infer.graph import Graph, Interface, Port, Subsystem, law_moments, unpack, with_numbers
+from twinfer.infer.graph import Graph, Interface, Port, Subsystem, law_moments_series, unpack, with_numbers
 from twinfer.infer.graph import compile as compile_graph
 from twinfer.learn import (
     TERMS,
@@ -401,7 +401,7 @@ def _interface_force(name: str, res: Mapping[str, Any], xi: Any) -> tuple[np.nda
 
     The ports ``[x2, v2]`` (sender S1) and ``[x3, v3]`` (receiver S2) with the estimator's joint covariance:
     the central filter's cross-covariances, the distributed filters' block-diagonal (S33); the estimator's
-    own law (the SINDy fit for ``sindy``) through :func:`twinfer.infer.graph.law_moments`.
+    own law (the SINDy fit for ``sindy``) through :func:`twinfer.infer.graph.law_moments_series`.
     """
     if name == "central":  # the monolithic state is S1's [x1, x2, v1, v2] then S2's [x3, x4, v3, v4, k4]
         whole = res["central"]
@@ -414,7 +414,7 @@ def _interface_force(name: str, res: Mapping[str, Any], xi: Any) -> tuple[np.nda
         cov[:, :2, :2] = s1.covs[:, [1, 3]][:, :, [1, 3]]
         cov[:, 2:, 2:] = s2.covs[:, [0, 2]][:, :, [0, 2]]
     xi = jnp.asarray(xi)
-    m, v = jax.vmap(lambda mu, p: law_moments(library_law, xi, mu, p, 2))(jnp.asarray(mean), jnp.asarray(cov))
+    m, v = law_moments_series(library_law, xi, jnp.asarray(mean), jnp.asarray(cov), 2)
     return np.asarray(m[:, 0]), np.sqrt(np.maximum(np.asarray(v[:, 0, 0]), 0.0))
 
 

@@ -64,6 +64,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import functools
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -608,6 +609,17 @@ def law_moments(law: Callable[..., Any], gamma: Any, mean: Any, cov: Any, n_send
     centre = wm @ vals
     d = vals - centre
     return centre, (d.T * wc) @ d
+
+
+@functools.partial(jax.jit, static_argnames=("law", "n_send"))
+def law_moments_series(
+    law: Callable[..., Any], gamma: Any, means: Any, covs: Any, n_send: int
+) -> tuple[Any, Any]:
+    """:func:`law_moments` at every row of ``means`` (T, p) and ``covs`` (T, p, p), compiled once.
+
+    One program per law and shape: run op by op, the batch cost 2 s of dispatch on a cold start.
+    """
+    return jax.vmap(lambda m, c: law_moments(law, gamma, m, c, n_send))(means, covs)
 
 
 @dataclasses.dataclass(frozen=True)
