@@ -26,7 +26,7 @@ def bench_graph(quick: bool, progress: Progress) -> dict[str, float]:
         Chain4Config,
         build_central,
         build_graph,
-        fit_sindy,
+        learn_interface_law,
         simulate,
     )
     from twinfer.infer.graph import compile_graph, with_numbers
@@ -39,7 +39,7 @@ def bench_graph(quick: bool, progress: Progress) -> dict[str, float]:
     us = np.asarray(data.inputs[:-1])
     ys = np.asarray(data.observations[1:])
     masks = np.isfinite(ys)
-    xi = fit_sindy(config).xi
+    xi = learn_interface_law(config).xi
     comp_c = compile_graph(build_central(config), "jacobi")
     comp = compile_graph(build_graph(config, "deterministic"), "jacobi")
     runs = {

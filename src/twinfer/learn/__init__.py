@@ -4,6 +4,7 @@ from twinfer.learn._neural import MLP, RNN, SecondOrderNeuralODE, apply_mlp, ini
 from twinfer.learn._sindy import (
     TERMS,
     SindyFit,
+    balance_force,
     fit_interface_law,
     highpass,
     library,
@@ -23,6 +24,7 @@ __all__ = [
     "TrainResult",
     "TrainSettings",
     "apply_mlp",
+    "balance_force",
     "fit_interface_law",
     "highpass",
     "init_mlp",
