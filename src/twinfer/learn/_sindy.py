@@ -215,6 +215,12 @@ def fit_interface_law(dx: Any, dv: Any, force: Any, threshold: float = 0.02, alp
             f"fit_interface_law: expected equal 1-D shapes; received dx {dx.shape}, dv {dv.shape}, "
             f"force {force.shape}."
         )
+    bad = {name: int(np.sum(~np.isfinite(a))) for name, a in (("dx", dx), ("dv", dv), ("force", force))}
+    if any(bad.values()):
+        raise ValueError(
+            f"fit_interface_law: expected finite dx, dv and force; received non-finite samples {bad}. "
+            "Check the record (a NaN measurement, or a target built from missing data)."
+        )
     theta = library(dx, dv)
     scale = np.sqrt(np.mean(theta**2, axis=0))
     scale[scale == 0] = 1.0
