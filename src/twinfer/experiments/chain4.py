@@ -8,6 +8,10 @@ drawn in the authors' order: forces, then the noise of a1..a4), because Table S1
 the report says so. ``--set truth=exact`` simulates with the exact (matrix-exponential) discretisation
 instead, so the filter's Euler model is no longer the truth generator (no "inverse crime").
 
+The SINDy estimator's interface law is fitted on an independent training record from measurements only
+(:func:`fit_sindy`: noisy a1, a2, a3, the applied force and S1's known parameters); ``--set
+sindy_target=true-force`` fits it to the simulation's true interface force instead (an oracle).
+
 References:
     Ghorbani & Hackl, "Subsystem structure as an inferential resource for coupled engineered systems",
     SI eq. (S20-S21), Table S1; authors' script 01 ([REPO] settings of the spec).
@@ -367,7 +371,14 @@ def fit_sindy(record: SindyRecord, threshold: float = 0.02, cutoff_hz: float = 0
     with ``x2 - x1``, ``v2 - v1`` reconstructed from the measured ``a2 - a1`` like ``dx``, ``dv`` and every
     term through the same high-pass (:func:`twinfer.learn.balance_force`). Nothing of the simulation's
     truth enters: the inputs are the record's measured accelerations, the applied force and S1's known
-    parameters.
+    parameters. Threshold and cut-off are justified from the nominal model in :mod:`twinfer.learn._sindy`.
+
+    Measured on the default 10 s record: k within 0.1 %, c within 0.3 %, the nonlinear terms pruned (the
+    2 s ``--quick`` record: c within 3.5 %, the noise of the reconstructed ``x2 - x1`` in the target).
+    The paper's S50 law is +12.2 % in k, +10.3 % in c, with cubic and quadratic terms of a law that is
+    linear; with those coefficients in place of the fit, :func:`graph_estimators` gives state RMSE
+    2.377e-3 and k4 NRMSE 2.390e-2, Table S1's SINDy row. That row measures the paper's law error; a
+    fit this close puts the SINDy-Jacobi filter next to the deterministic Jacobi (same messages).
 
     Args:
         record: the measurement record.
@@ -633,7 +644,11 @@ def run(config: Chain4Config, progress: Progress) -> RunArtifacts:
             if config.sindy_target == "measured"
             else "target = the simulation's TRUE interface force k3 (x2 - x3) + c3 (v2 - v3) (oracle, "
             "the paper's 'reconstructed from high-fidelity simulation'), high-passed alike."
-        ),
+        )
+        + " Table S1's SINDy row reflects the paper's S50 law (k +12.2 %, c +10.3 %, spurious nonlinear "
+        "terms): at the default settings these filters given the S50 coefficients reproduce it (state "
+        "RMSE 2.377e-3, k4 NRMSE 2.390e-2), so a closer fit scores closer to the deterministic Jacobi "
+        "than to that row.",
     ]
     metrics_out["timing.total_s"] = time.perf_counter() - start
     return RunArtifacts(metrics=metrics_out, arrays=arrays, notes=notes)
