@@ -7,7 +7,7 @@ import shutil
 import numpy as np
 import pytest
 
-from twinfer.data import load_emps, load_silverbox, verified_path
+from twinfer.data import load_elcentro, load_emps, load_silverbox, verified_path
 from twinfer.data._benchmarks import default_data_root
 
 
@@ -25,6 +25,14 @@ def test_emps_contents():
     assert train["q"].shape == (24841,) and test["q"].shape == (24841,)
     np.testing.assert_allclose(np.diff(train["t"][:3]), 1e-3, rtol=1e-3)
     assert 0.0 < np.max(train["q"]) < 0.3
+
+
+def test_elcentro_contents():
+    """The El Centro record of the 6-DOF case: 2502 samples at 0.02 s to 50.02 s, peak 3.417 m/s^2."""
+    data = load_elcentro()
+    assert data["t"].shape == data["a"].shape == (2502,)
+    np.testing.assert_allclose(np.diff(data["t"]), 0.02, atol=1e-9)
+    assert np.max(np.abs(data["a"])) == pytest.approx(3.417, abs=1e-3)
 
 
 def test_missing_and_changed_files_raise(tmp_path):

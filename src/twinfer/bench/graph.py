@@ -8,6 +8,8 @@ apart from the median of repeated runs; a variant that reuses the shared compila
 time close to its run time.
 
 Benchmark ``chain4-process``: wall time of whole ``twinfer run chain4`` processes, cold and warm.
+
+Benchmark ``chain6``: the 6-DOF case's T9, a distributed UKF pass against graph-diffusion propagation.
 """
 
 from __future__ import annotations
@@ -92,3 +94,54 @@ def bench_chain4_process(quick: bool, progress: Progress) -> dict[str, float]:
                     raise RuntimeError(f"twinfer run chain4 failed: {done.stderr.decode()[-2000:]}")
     out = {f"chain4_process.{kind}_s": statistics.median(v) for kind, v in times.items()}
     return out | {"chain4_process.repeats": float(repeats)}
+
+
+@register("chain6", "T9: the 6-DOF chain's distributed UKF pass against 1-hop and heat-kernel propagation")
+def bench_chain6(quick: bool, progress: Progress) -> dict[str, float]:
+    """The paper's T9 (SI section 3.4): a distributed UKF pass against the two propagations, medians.
+
+    One pass over the El Centro record against the 1-hop and heat-kernel envelopes (weights and defects
+    included). The UKF pass is the compiled scan without its compilation
+    (:func:`twinfer.infer.graph.timed_estimate`); each propagation is
+    :func:`twinfer.experiments.chain6.propagation` at the pass's estimate, timed as a plain call after a
+    first, compiling one.
+    """
+    import jax
+
+    from twinfer.bench._harness import time_python
+    from twinfer.experiments.chain6 import (
+        CASE,
+        UNKNOWN,
+        Chain6Config,
+        build_graph,
+        build_network,
+        forcing,
+        propagation,
+    )
+    from twinfer.infer.graph import timed_estimate
+    from twinfer.sim import simulate_dataset
+
+    config = Chain6Config.model_validate(dict(CASE.quick) if quick else {})
+    model = build_network()
+    steps = int(round(config.t_end / config.dt))
+    inputs = np.concatenate([forcing(config)[:steps], [0.0]])[:, None]
+    progress(f"simulate the 6-DOF chain ({steps} steps)")
+    data = simulate_dataset(model, inputs, config.dt, config.noise_sd, jax.random.key(config.seed + 123))
+    progress("distributed UKF: compile + 3 runs")
+    est, ukf = timed_estimate(build_graph(config, model), data, repeats=3)
+    means = np.asarray(est.means)
+    final = {p: float(means[-1, est.state_names.index(p)]) for p in UNKNOWN}
+    out = {
+        "chain6.steps": float(steps),
+        "chain6.ukf.run_s": ukf.median_s,
+        "chain6.ukf.compile_s": ukf.compile_s,
+    }
+    for method in ("one_hop", "heat"):
+        progress(f"{method} propagation: 51 runs")
+        propagation(model, means[:, :12], np.asarray(data.inputs), final, method, config)
+        res = time_python(
+            lambda m=method: propagation(model, means[:, :12], np.asarray(data.inputs), final, m, config), 51
+        )
+        out[f"chain6.{method}.run_s"] = res.median_s
+        out[f"chain6.{method}.speedup"] = ukf.median_s / res.median_s
+    return out

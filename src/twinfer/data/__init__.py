@@ -1,6 +1,6 @@
 """Datasets: times, inputs, observations with a missing-value mask, and optional truth."""
 
-from twinfer.data._benchmarks import load_emps, load_silverbox, verified_path
+from twinfer.data._benchmarks import load_elcentro, load_emps, load_silverbox, verified_path
 from twinfer.data._dataset import Dataset
 from twinfer.data._grid import (
     GRID_CASES,
@@ -24,6 +24,7 @@ __all__ = [
     "from_csv",
     "from_table",
     "table_columns",
+    "load_elcentro",
     "load_emps",
     "load_grid",
     "load_silverbox",

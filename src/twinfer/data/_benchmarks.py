@@ -1,4 +1,4 @@
-"""Loaders for the measured benchmark data (Silverbox, EMPS), checked against their sha256 first.
+"""Loaders for the measured benchmark data (Silverbox, EMPS, El Centro), checked against their sha256 first.
 
 The files live in ``../shared/data/`` relative to the project root (never downloaded); a different
 folder can be given. A missing or changed file raises an error that names the file, the expected and
@@ -23,6 +23,7 @@ SHA256: dict[str, str] = {
     "silverbox/SNLS80mV.mat": "5c7413a52255af0cb4e2f93fb6903beb92b08965ba1e6ad0a6ffedfed8477ed4",
     "emps/DATA_EMPS.mat": "6cf6814ae14618795da0101aae2bb97ff0c6351b0501b5492751b02b07facf7e",
     "emps/DATA_EMPS_PULSES.mat": "0eab75bb1f6b16228ee78791343a88bf9bfd9a51036ac9807d7b5fc11c0e1704",
+    "elcentro/elcentro.mat": "55bd1787da7b60387800f6289670f0b19b90a1a408f5ac7f285e63d9d396dd0d",
 }
 SILVERBOX_FS = 1e7 / 2**14
 """Silverbox sampling rate, 610.3515625 Hz."""
@@ -110,3 +111,17 @@ def load_emps(root: str | Path | None = None, *, pulses: bool = False) -> dict[s
     if "pulses_N" in mat:
         out["pulses_N"] = np.asarray(mat["pulses_N"], np.float64).ravel()
     return out
+
+
+def load_elcentro(root: str | Path | None = None) -> dict[str, np.ndarray]:
+    """The 1940 El Centro ground acceleration used by the compositional-inference paper's 6-DOF case.
+
+    Returns:
+        ``{"t", "a"}``: time 0..50.02 s at 0.02 s and the acceleration [m/s^2] (peak 3.417), the rows
+        of the file's ``e`` (specs/compositional-inference.md 3.4; ../shared/data/README.md).
+
+    """
+    e = np.asarray(_loadmat(verified_path("elcentro/elcentro.mat", root))["e"], np.float64)
+    if e.ndim != 2 or e.shape[0] != 2:
+        raise ValueError(f"El Centro record: expected 'e' of shape (2, T); received {e.shape}.")
+    return {"t": e[0].copy(), "a": e[1].copy()}

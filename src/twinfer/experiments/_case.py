@@ -141,6 +141,7 @@ CASE_MODULES: dict[str, str] = {
     "bouncing-ball": "bouncing_ball",
     "chain4": "chain4",
     "chain-scaling": "chain_scaling",
+    "chain6": "chain6",
     "common-interface": "common_interface",
     "emps": "emps",
     "grid": "grid",

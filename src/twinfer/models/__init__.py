@@ -9,6 +9,7 @@ from twinfer.models.bouncing_ball import BouncingBall2D
 from twinfer.models.chain import Chain, spring_damper_law
 from twinfer.models.emps import EMPS
 from twinfer.models.kuramoto import KuramotoNetwork, wrap_angle
+from twinfer.models.network import Link, SpringNetwork
 
 __all__ = [
     "BLOCKS",
@@ -22,7 +23,9 @@ __all__ = [
     "Combination",
     "CombinedModel",
     "KuramotoNetwork",
+    "Link",
     "Params",
+    "SpringNetwork",
     "System",
     "get_param",
     "locate",

@@ -115,6 +115,52 @@ def spring_damper_law(s_send: Any, s_recv: Any, gamma: Any) -> Any:
     return jnp.atleast_1d(spring_damper_force(gamma[0], gamma[1], d[0], d[1]))
 
 
+def parse_kinematic_outputs(names: tuple[str, ...], n_dof: int, owner: str) -> tuple[str, ...]:
+    """Check output names like ``a1``, ``v2``, ``x3`` (acceleration, velocity, displacement of a DOF).
+
+    Raises:
+        ValueError: naming the model (``owner``), the expected form and the name received.
+
+    """
+    for name in names:
+        match = _OUTPUT.match(name)
+        if not match or not 1 <= int(match["dof"]) <= n_dof:
+            raise ValueError(
+                f"{owner} outputs: expected names like 'a1', 'v2', 'x3' with DOF in 1..{n_dof}; "
+                f"received {name!r}."
+            )
+    return names
+
+
+def kinematic_outputs(names: tuple[str, ...], x: Any, acc: Any) -> Any:
+    """The outputs ``names`` of a mechanical state ``x = [q, v]`` with accelerations ``acc``."""
+    n = acc.shape[0]
+    return jnp.stack(
+        [{"x": x[int(s[1:]) - 1], "v": x[n + int(s[1:]) - 1], "a": acc[int(s[1:]) - 1]}[s[0]] for s in names]
+    )
+
+
+def kinematic_output_rows(names: tuple[str, ...], a_mat: Any, b_mat: Any) -> tuple[Any, Any]:
+    """``(C, D)`` of the outputs ``names`` given the state-space ``A``, ``B`` of ``[q, v]``.
+
+    An acceleration's row is the velocity block's row of ``A`` and ``B``; a displacement or velocity
+    selects its state.
+    """
+    n2, m = b_mat.shape
+    if not names:
+        return jnp.zeros((0, n2)), jnp.zeros((0, m))
+    c_rows, d_rows = [], []
+    for name in names:
+        dof = int(name[1:]) - 1
+        if name[0] == "a":
+            c_rows.append(a_mat[n2 // 2 + dof])
+            d_rows.append(b_mat[n2 // 2 + dof])
+        else:
+            c_rows.append(jnp.zeros(n2).at[dof + (n2 // 2 if name[0] == "v" else 0)].set(1.0))
+            d_rows.append(jnp.zeros(m))
+    return jnp.stack(c_rows), jnp.stack(d_rows)
+
+
 def _vector(name: str, value: Any, n: int) -> np.ndarray:
     arr = np.asarray(value, dtype=np.float64)
     if arr.ndim == 0:
@@ -183,14 +229,7 @@ class Chain(AbstractModel):
                 raise ValueError(f"Chain forced_dofs: expected DOFs in 1..{n_dof}; received {d}.")
         self.forced_dofs = dofs
         outs = tuple(f"a{i}" for i in range(1, n_dof + 1)) if outputs is None else tuple(outputs)
-        for name in outs:
-            match = _OUTPUT.match(name)
-            if not match or not 1 <= int(match["dof"]) <= n_dof:
-                raise ValueError(
-                    f"Chain outputs: expected names like 'a1', 'v2', 'x3' with DOF in 1..{n_dof}; "
-                    f"received {name!r}."
-                )
-        self.outputs = outs
+        self.outputs = parse_kinematic_outputs(outs, n_dof, "Chain")
 
     def check_params(self, params: Params) -> None:
         """Masses > 0, stiffnesses and damping coefficients >= 0 (Duffing and Van der Pol terms: any sign).
@@ -253,15 +292,9 @@ class Chain(AbstractModel):
         return jnp.concatenate([x[self.n_dof :], self.acceleration(x, u, params)])
 
     def output(self, t: Any, x: State, u: Input, params: Params) -> Output:
-        n = self.n_dof
         if not self.outputs:
             return jnp.zeros(0, dtype=jnp.result_type(x, float))
-        acc = self.acceleration(x, u, params)
-        parts = []
-        for name in self.outputs:
-            dof = int(name[1:]) - 1
-            parts.append({"x": x[dof], "v": x[n + dof], "a": acc[dof]}[name[0]])
-        return jnp.stack(parts)
+        return kinematic_outputs(self.outputs, x, self.acceleration(x, u, params))
 
     def stiffness_matrix(self, params: Params) -> Array:
         """Tridiagonal K of (S21) from per-connection stiffnesses."""
@@ -284,18 +317,7 @@ class Chain(AbstractModel):
             .set(1.0)
         )
         b_mat = jnp.concatenate([jnp.zeros((n, len(self.forced_dofs))), m_inv @ force_sel])
-        c_rows, d_rows = [], []
-        for name in self.outputs:
-            dof = int(name[1:]) - 1
-            if name[0] == "a":
-                c_rows.append(a_mat[n + dof])
-                d_rows.append(b_mat[n + dof])
-            else:
-                c_rows.append(jnp.zeros(2 * n).at[dof + (n if name[0] == "v" else 0)].set(1.0))
-                d_rows.append(jnp.zeros(len(self.forced_dofs)))
-        if not c_rows:
-            return a_mat, b_mat, jnp.zeros((0, 2 * n)), jnp.zeros((0, len(self.forced_dofs)))
-        return a_mat, b_mat, jnp.stack(c_rows), jnp.stack(d_rows)
+        return (a_mat, b_mat, *kinematic_output_rows(self.outputs, a_mat, b_mat))
 
     @property
     def connections(self) -> tuple[Connection, ...]:
