@@ -44,7 +44,8 @@ def test_run_common_interface_quick(tmp_path):
         assert metrics[f"{name}.loss"] < bound * metrics[f"{name}.loss_untrained"], name
         assert f"timing.train_s.{name}" in metrics
     # ... and the RNN, trained on the whole trajectory, beats predicting the data's mean (0.78): 0.50-0.65
-    truth = np.load(run_dir / "arrays.npz")["truth"]
+    with np.load(run_dir / "arrays.npz") as arrays:
+        truth = arrays["truth"]
     mean_predictor = float(np.sum(np.asarray(WEIGHTS) * np.mean(np.abs(truth - truth.mean(axis=0)), axis=0)))
     assert metrics["rnn_events.loss"] < 0.9 * mean_predictor
     assert metrics["rnn_events.final_horizon"] == 131
