@@ -57,14 +57,28 @@ def test_pinn_sparse_and_joint_quick(tmp_path):
 def test_pinn_bayes_quick_writes_posterior(tmp_path):
     """pinn-bayes: posterior summaries, R-hat from 4 chains and posterior.nc readable as netCDF."""
     art, run_dir = _run("pinn-bayes", tmp_path)
-    assert art.metrics["posterior.rhat_max"] > 0.9
-    assert -1.0 <= art.metrics["posterior.corr_k1_kappa1"] <= 1.0
+    m = art.metrics
+    # NUTS mixes at quick size (4 chains x 100 draws after 100 warm-up): seeds 43810, 1, 2 give R-hat
+    # 1.015-1.023, min ESS 451-557 of 400 draws and no divergences. Chains stuck apart (a broken
+    # adaptation or gradient) give R-hat well above 1.1 and an ESS of a few per chain.
+    assert m["posterior.rhat_max"] < 1.1 and m["posterior.ess_min"] > 100
+    assert m["posterior.divergences"] <= 4  # 1 % of the draws
     ds = xarray.open_dataset(run_dir / "posterior.nc", group="posterior")
     assert ds["k1"].shape == (4, 100)
+    # the reported correlation is that of the saved draws (at quick size kappa stays at its Gamma(3, 0.5)
+    # prior, ~6 against the true 100, so the correlation's value carries no claim here)
+    k1, kappa1 = ds["k1"].values.ravel(), ds["kappa1"].values.ravel()
+    assert m["posterior.corr_k1_kappa1"] == pytest.approx(np.corrcoef(k1, kappa1)[0, 1], abs=1e-9)
     est = xarray.open_dataset(run_dir / "estimate.nc")  # the one result type: states with bands
     assert list(est["state"].values[:4]) == ["u1", "u2", "v1", "v2"] and "k1" in est["state"].values
     assert np.all(est["sd"].values[1:] > 0) and 0.0 <= art.metrics["posterior.states.cov95"] <= 1.0
-    assert np.isfinite(art.metrics["posterior.states.nrmse"])  # quick size: undertrained, no accuracy claim
+    # quick size: stage 1 is undertrained, yet the states' posterior mean must beat predicting zero (NRMSE
+    # over the range: 0.22); seeds 43810, 1, 2 give 0.16 / 0.17 / 0.12 (0.53-0.78 of it)
+    from twinfer.experiments.pinn_bayes import simulate
+
+    states = simulate(resolve_config(get_case("pinn-bayes"), quick=True))["states"]
+    zero = float(np.mean(np.sqrt(np.mean(states**2, axis=0)) / np.ptp(states, axis=0)))
+    assert art.metrics["posterior.states.nrmse"] < 0.9 * zero
 
 
 def test_repeat_noise_sd_estimates_the_noise_scale_from_the_repeats():
