@@ -44,9 +44,26 @@ def test_pinn_sparse_and_joint_quick(tmp_path):
     assert again.metrics["train.resumed_from"] == 150
     assert again.metrics["fitness.all_u"] == art.metrics["fitness.all_u"]
     joint, joint_dir = _run("pinn-joint", tmp_path, compare_ukf=False)
+    # Quick size (100 Adam epochs, 50 L-BFGS) identifies no parameter: seeds 123, 1, 2 leave k2 at its
+    # floor 0.01 and kappa2 at 1e4-3e4, k4 3.5-23 % off; the states' fitness (70 %) is that of predicting
+    # zero (all_u 69.7 %), and neither a larger learning rate nor Adam alone changes this at this size.
+    # What it shows: the errors are scored against the truth of specs 4.3 (k 15, kappa 100 at DOFs 2, 4) ...
     for name in ("k2", "k4", "kappa2", "kappa4"):
-        assert joint.metrics[f"param.{name}"] > 0
-        assert joint.metrics[f"param.{name}_err_pct"] >= 0
+        true = 100.0 if name.startswith("kappa") else 15.0
+        assert joint.metrics[f"param.{name}_true"] == true
+        err = abs(joint.metrics[f"param.{name}"] / true - 1.0) * 100.0
+        assert joint.metrics[f"param.{name}_err_pct"] == pytest.approx(err, rel=1e-12)
+    # ... and the force at DOF 1 (Eq 15 on the network's states and learned parameters) fits the truth:
+    # f1 fitness 90.2-90.9 over those seeds, against 76.7 for predicting zero
+    from twinfer.experiments._pinn_data import chain_of, simulate_chain
+    from twinfer.metrics import fitness
+
+    cfg = resolve_config(get_case("pinn-joint"), quick=True)
+    data = simulate_chain(
+        chain_of(5, "duffing", [1]), cfg.horizon, cfg.n_samples, 50.0, {"acc": 2024, "force": 1234}
+    )
+    zero_f1 = float(fitness(np.zeros(cfg.n_samples), data.force[:, 0]))
+    assert joint.metrics["fitness.f1"] > zero_f1 + 8.0
     est = xarray.open_dataset(joint_dir / "estimate.nc")  # a point estimate: the learned values, sd NaN
     assert float(est["mean"].sel(state="k2")[-1]) == pytest.approx(joint.metrics["param.k2"])
     assert np.isnan(est["sd"].sel(state="x1")).all() and "v5" in est["state"].values
