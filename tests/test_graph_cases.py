@@ -44,10 +44,23 @@ def test_chain4_quick_has_every_estimator_and_the_calibration_ordering(tmp_path)
 
 @pytest.mark.slow
 def test_schedules_quick_writes_per_dof_errors(tmp_path):
+    """Fig. S1 (specs 3.2): Jacobi has the lowest displacement error at DOFs 3 and 4.
+
+    Quick size is 4 s (the first ~2 s are the monolith's integrator error, equal for all schedules). There
+    Jacobi's RMSE at DOFs 3, 4 is 0.55-0.69 of the better of Gauss-Seidel and AB2 over seeds 1, 2, 3, 123
+    (median |e_x3| 0.45-0.56); 0.85 guards the ordering with margin. A schedule that hands the two sides
+    forces from different states, or a Jacobi that lags one side, loses it.
+    """
     m = _metrics(tmp_path, "schedules")
+    for dof in (3, 4):
+        others = min(m[f"{kind}.disp_rmse_dof{dof}"] for kind in ("gauss_seidel", "ab2"))
+        assert m[f"jacobi.disp_rmse_dof{dof}"] < 0.85 * others, (dof, m)
+    others = min(m[f"{kind}.disp_median_abs_dof3"] for kind in ("gauss_seidel", "ab2"))
+    assert m["jacobi.disp_median_abs_dof3"] < 0.7 * others
+    # every schedule tracks the monolith: RMSE 2.8-3.8e-5 m against ~1e-3 m of motion; a dropped or
+    # sign-flipped interface force leaves errors of the motion's own size
     for kind in ("jacobi", "gauss_seidel", "ab2"):
-        for dof in range(1, 5):
-            assert m[f"{kind}.disp_rmse_dof{dof}"] > 0
+        assert m[f"{kind}.disp_rmse"] < 1e-4 and m[f"{kind}.disp_max_norm"] < 3e-4, kind
 
 
 @pytest.mark.slow

@@ -44,9 +44,26 @@ def test_pinn_sparse_and_joint_quick(tmp_path):
     assert again.metrics["train.resumed_from"] == 150
     assert again.metrics["fitness.all_u"] == art.metrics["fitness.all_u"]
     joint, joint_dir = _run("pinn-joint", tmp_path, compare_ukf=False)
+    # Quick size (100 Adam epochs, 50 L-BFGS) identifies no parameter: seeds 123, 1, 2 leave k2 at its
+    # floor 0.01 and kappa2 at 1e4-3e4, k4 3.5-23 % off; the states' fitness (70 %) is that of predicting
+    # zero (all_u 69.7 %), and neither a larger learning rate nor Adam alone changes this at this size.
+    # What it shows: the errors are scored against the truth of specs 4.3 (k 15, kappa 100 at DOFs 2, 4) ...
     for name in ("k2", "k4", "kappa2", "kappa4"):
-        assert joint.metrics[f"param.{name}"] > 0
-        assert joint.metrics[f"param.{name}_err_pct"] >= 0
+        true = 100.0 if name.startswith("kappa") else 15.0
+        assert joint.metrics[f"param.{name}_true"] == true
+        err = abs(joint.metrics[f"param.{name}"] / true - 1.0) * 100.0
+        assert joint.metrics[f"param.{name}_err_pct"] == pytest.approx(err, rel=1e-12)
+    # ... and the force at DOF 1 (Eq 15 on the network's states and learned parameters) fits the truth:
+    # f1 fitness 90.2-90.9 over those seeds, against 76.7 for predicting zero
+    from twinfer.experiments._pinn_data import chain_of, simulate_chain
+    from twinfer.metrics import fitness
+
+    cfg = resolve_config(get_case("pinn-joint"), quick=True)
+    data = simulate_chain(
+        chain_of(5, "duffing", [1]), cfg.horizon, cfg.n_samples, 50.0, {"acc": 2024, "force": 1234}
+    )
+    zero_f1 = float(fitness(np.zeros(cfg.n_samples), data.force[:, 0]))
+    assert joint.metrics["fitness.f1"] > zero_f1 + 8.0
     est = xarray.open_dataset(joint_dir / "estimate.nc")  # a point estimate: the learned values, sd NaN
     assert float(est["mean"].sel(state="k2")[-1]) == pytest.approx(joint.metrics["param.k2"])
     assert np.isnan(est["sd"].sel(state="x1")).all() and "v5" in est["state"].values
@@ -57,14 +74,28 @@ def test_pinn_sparse_and_joint_quick(tmp_path):
 def test_pinn_bayes_quick_writes_posterior(tmp_path):
     """pinn-bayes: posterior summaries, R-hat from 4 chains and posterior.nc readable as netCDF."""
     art, run_dir = _run("pinn-bayes", tmp_path)
-    assert art.metrics["posterior.rhat_max"] > 0.9
-    assert -1.0 <= art.metrics["posterior.corr_k1_kappa1"] <= 1.0
+    m = art.metrics
+    # NUTS mixes at quick size (4 chains x 100 draws after 100 warm-up): seeds 43810, 1, 2 give R-hat
+    # 1.015-1.023, min ESS 451-557 of 400 draws and no divergences. Chains stuck apart (a broken
+    # adaptation or gradient) give R-hat well above 1.1 and an ESS of a few per chain.
+    assert m["posterior.rhat_max"] < 1.1 and m["posterior.ess_min"] > 100
+    assert m["posterior.divergences"] <= 4  # 1 % of the draws
     ds = xarray.open_dataset(run_dir / "posterior.nc", group="posterior")
     assert ds["k1"].shape == (4, 100)
+    # the reported correlation is that of the saved draws (at quick size kappa stays at its Gamma(3, 0.5)
+    # prior, ~6 against the true 100, so the correlation's value carries no claim here)
+    k1, kappa1 = ds["k1"].values.ravel(), ds["kappa1"].values.ravel()
+    assert m["posterior.corr_k1_kappa1"] == pytest.approx(np.corrcoef(k1, kappa1)[0, 1], abs=1e-9)
     est = xarray.open_dataset(run_dir / "estimate.nc")  # the one result type: states with bands
     assert list(est["state"].values[:4]) == ["u1", "u2", "v1", "v2"] and "k1" in est["state"].values
     assert np.all(est["sd"].values[1:] > 0) and 0.0 <= art.metrics["posterior.states.cov95"] <= 1.0
-    assert np.isfinite(art.metrics["posterior.states.nrmse"])  # quick size: undertrained, no accuracy claim
+    # quick size: stage 1 is undertrained, yet the states' posterior mean must beat predicting zero (NRMSE
+    # over the range: 0.22); seeds 43810, 1, 2 give 0.16 / 0.17 / 0.12 (0.53-0.78 of it)
+    from twinfer.experiments.pinn_bayes import simulate
+
+    states = simulate(resolve_config(get_case("pinn-bayes"), quick=True))["states"]
+    zero = float(np.mean(np.sqrt(np.mean(states**2, axis=0)) / np.ptp(states, axis=0)))
+    assert art.metrics["posterior.states.nrmse"] < 0.9 * zero
 
 
 def test_repeat_noise_sd_estimates_the_noise_scale_from_the_repeats():

@@ -71,8 +71,24 @@ def test_boucwen_quick_end_to_end(tmp_path):
     metrics = json.loads((run_dir / "metrics.json").read_text())
     for key in ("sinesweep.test.rmse_mean", "multisine.test.rmse_mean", "smc.resample_count", "timing.run_s"):
         assert np.isfinite(metrics[key])
-    assert metrics["posterior.m.sd"] > 0
-    assert metrics["posterior.beta_gamma.sd"] > 0 and "posterior.identified_truth_in_99" in metrics
+    # Quick size (512 accelerations = 0.125 s, 32 particles): the mass is identified, the hysteresis
+    # products are not (seed 0: beta gamma 437 against 800), and 32 particles are overconfident (no 99 %
+    # interval holds the truth), so the checks are the mass and the particles' predictions.
+    # m: prior 2.1 +- 0.105, truth 2.0. Seeds 0-2: mean 1.4 / 0.8 / 0.8 % off, sd 0.007-0.042 of the
+    # prior's. A likelihood that ignores the data leaves m at the prior (5 % off, sd ~0.1).
+    from twinfer.experiments.boucwen import TABLE1
+
+    prior_sd = np.sqrt(TABLE1["m"][1])
+    assert abs(metrics["posterior.m.mean"] / 2.0 - 1.0) < 0.03
+    assert 1e-3 * prior_sd < metrics["posterior.m.sd"] < 0.1 * prior_sd
+    # Every scored particle predicts the unseen test responses: worst particle's displacement RMSE over
+    # the response's RMS, seeds 0-2: sine sweep 0.062 / 0.030 / 0.019, multisine 0.125 / 0.06 / 0.02.
+    # Prior draws give a median 0.36 / 0.72 (worst of 16: 0.76 / 1.4), the prior mean 0.098 / 0.19.
+    with np.load(run_dir / "arrays.npz") as arrays:
+        rms_of = {s: np.sqrt(np.mean(arrays[f"{s}_truth"] ** 2)) for s in ("sinesweep", "multisine")}
+    for signal, bound in (("sinesweep", 0.08), ("multisine", 0.15)):
+        rms = rms_of[signal]
+        assert metrics[f"{signal}.test.rmse_max"] < bound * rms, signal
     assert (run_dir / "posterior.nc").is_file() and (run_dir / "posterior_summary.md").is_file()
     assert (run_dir / "figures" / "prior_vs_posterior.png").is_file()
     # pn-smc Fig. 3: the posterior states on the training data, scored against the simulated truth
