@@ -7,7 +7,7 @@ STAMP   := $(VENV)/.installed
 export JAX_ENABLE_X64 := 1
 export MPLBACKEND := Agg
 
-.PHONY: run test bench setup lint typecheck docs pytest clean
+.PHONY: run test bench reproduce setup lint typecheck docs pytest clean
 
 setup: $(STAMP)
 
@@ -40,5 +40,10 @@ pytest: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/twinfer bench filters
 
+# Every case at full size against the papers' tables (hours: PN-SMC, the PINN cases, bouncing-ball and
+# the grid's big networks dominate); running it again resumes. Writes reproduction/REPRODUCTION.md.
+reproduce: $(STAMP)
+	$(BIN)/twinfer reproduce --out reproduction
+
 clean:
-	rm -rf $(VENV) runs site
+	rm -rf $(VENV) runs site reproduction

@@ -1,4 +1,4 @@
-"""The ``twinfer`` command: list, run, report, bench. The only place in twinfer that prints."""
+"""The ``twinfer`` command (list, run, estimate, report, reproduce, bench): the only place that prints."""
 
 from __future__ import annotations
 
@@ -557,6 +557,129 @@ def report(run_dir: Annotated[Path, typer.Argument(help="A run folder written by
         _fail(escape(f"{run_dir}: could not write the re-rendered report ({exc})."), code=1)
         return
     out.print(f"re-rendered {escape(str(run_dir / 'report.md'))} and {len(names)} figure(s)")
+
+
+@app.command()
+def reproduce(
+    cases: Annotated[
+        list[str] | None, typer.Argument(help="Cases to run (default: every case, `twinfer list`).")
+    ] = None,
+    out_dir: Annotated[
+        Path, typer.Option("--out", help="Folder of the table and of the runs (OUT/runs).")
+    ] = Path("reproduction"),
+    quick: Annotated[bool, typer.Option("--quick", help="Small sizes for a smoke run.")] = False,
+) -> None:
+    """Run cases at full size (or --quick) and check every paper value under its written tolerance.
+
+    Each case runs as its own ``twinfer run CASE --out OUT/runs`` process (its progress shown). After
+    each case ``OUT/REPRODUCTION.md`` and ``OUT/reproduction.json`` are rewritten: per paper value the
+    case, metric, paper and our value, ratio, tolerance with its reason, and pass / FAIL / reported (no
+    tolerance) / missing; per case the run time and run folder. Running the same command again resumes:
+    a case already finished with the same size, config and twinfer version is not run again, and an
+    interrupted case continues from its checkpoints (``--resume``). Exit status 1 when a case failed
+    to run or (at full size) a check failed; ``--quick`` compares smoke-size runs with full-size tables,
+    so its verdicts are written but do not fail the command.
+    """
+    import subprocess
+
+    import twinfer
+    from twinfer.experiments import all_cases, get_case, resolve_config
+    from twinfer.experiments._checkpointing import config_digest
+    from twinfer.report import check_output_folder
+
+    try:
+        check_output_folder(out_dir)
+        chosen = [get_case(c) for c in cases] if cases else list(all_cases().values())
+    except OSError as exc:
+        _fail(f"--out: {exc}")
+        return
+    except KeyError as exc:
+        _fail(str(exc.args[0]))
+        return
+    state_path = out_dir / "reproduction.json"
+    try:
+        runs: dict[str, dict[str, Any]] = json.loads(state_path.read_text())["runs"]
+    except (OSError, ValueError, KeyError):
+        runs = {}
+    runs_dir = out_dir / "runs"
+    failed = False
+    for i, the_case in enumerate(chosen):
+        cfg = resolve_config(the_case, None, {}, None, quick)
+        if "resume" in type(cfg).model_fields:
+            cfg = cfg.model_copy(update={"resume": False})
+        wanted = {"quick": quick, "version": twinfer.__version__, "config": config_digest(cfg)}
+        done = runs.get(the_case.name, {})
+        if done.get("status") == "done" and all(done.get(k) == v for k, v in wanted.items()):
+            if (Path(done["run_dir"]) / "metrics.json").is_file():
+                out.print(f"[{i + 1}/{len(chosen)}] {the_case.name}: finished earlier ({done['run_dir']})")
+                continue
+        ckpt = {"case": the_case.name, "config": wanted["config"]}
+        waiting = "checkpoint_dir" in type(cfg).model_fields and any(
+            _belongs(d, ckpt) for d in (runs_dir / ".checkpoints").glob(f"{the_case.name}-*")
+        )
+        cmd = [sys.executable, "-c", "from twinfer.cli import main; main()", "run", the_case.name]
+        cmd += [*(["--quick"] if quick else []), "--out", str(runs_dir), *(["--resume"] if waiting else [])]
+        out.print(
+            f"[{i + 1}/{len(chosen)}] {the_case.name}: {'resuming' if waiting else 'running'} "
+            f"({'quick' if quick else 'full size'})",
+            highlight=False,
+        )
+        before = set(runs_dir.glob(f"{the_case.name}-*")) if runs_dir.is_dir() else set()
+        start = time.perf_counter()
+        code = subprocess.run(cmd).returncode
+        seconds = time.perf_counter() - start
+        new = sorted(p for p in runs_dir.glob(f"{the_case.name}-*") if p not in before and p.is_dir())
+        if code == 130:
+            raise typer.Exit(130)
+        if code or not new:
+            failed = True
+            runs[the_case.name] = wanted | {"status": f"failed (exit {code})", "seconds": seconds}
+        else:
+            runs[the_case.name] = wanted | {"status": "done", "seconds": seconds, "run_dir": str(new[-1])}
+        _write_reproduction(out_dir, runs, quick)
+    checks = _write_reproduction(out_dir, runs, quick)
+    bad = [c for c in checks if c.status == "FAIL"]
+    out.print(
+        f"{sum(c.status == 'pass' for c in checks)} pass, {len(bad)} fail, "
+        f"{sum(c.status == 'reported' for c in checks)} reported, "
+        f"{sum(c.status == 'missing' for c in checks)} missing: {out_dir / 'REPRODUCTION.md'}",
+        highlight=False,
+    )
+    if quick:
+        out.print(
+            "quick sizes: the verdicts compare smoke-size runs with full-size tables (not a reproduction)"
+        )
+    if failed or (bad and not quick):
+        raise typer.Exit(1)
+
+
+def _write_reproduction(out_dir: Path, runs: dict[str, dict[str, Any]], quick: bool) -> list[Any]:
+    """Check every finished run against its case's paper values and rewrite the table."""
+    import os
+    import platform
+
+    import twinfer
+    from twinfer.experiments import get_case
+    from twinfer.experiments._case import validate_config
+    from twinfer.report import read_run
+    from twinfer.report._reproduce import check_run, write_reproduction
+
+    checks = []
+    for name, info in runs.items():
+        if info.get("status") != "done":
+            continue
+        _, config, metrics, _ = read_run(Path(info["run_dir"]))
+        the_case = get_case(name)
+        checks += check_run(name, metrics, the_case.paper_values(validate_config(the_case, config)))
+    header = {
+        "written": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+        "twinfer": twinfer.__version__,
+        "machine": f"{platform.machine()}, {os.cpu_count()} cores, {platform.python_version()}",
+        "command": "twinfer reproduce" + (" --quick" if quick else ""),
+        "sizes": "quick (smoke): verdicts are not a reproduction" if quick else "full (the papers' settings)",
+    }
+    write_reproduction(out_dir, checks, runs, header)
+    return checks
 
 
 @app.command()

@@ -49,7 +49,7 @@ from twinfer.infer.smc import TransformedNormalPrior
 from twinfer.metrics import coverage, nrmse
 from twinfer.models import BoucWen
 from twinfer.models.boucwen import BENCHMARK_PARAMS
-from twinfer.report import PaperValue, RunArtifacts, posterior_figures
+from twinfer.report import PaperValue, RunArtifacts, at_most, posterior_figures
 from twinfer.sim import discretise, simulate_discrete, simulate_particles
 
 NAMES = ("m", "c", "k", "alpha", "beta", "gamma", "delta")
@@ -323,6 +323,12 @@ def figures(arrays: Mapping[str, Any], config: BoucWenConfig) -> dict[str, Any]:
     return figs
 
 
+_TEST_RMSE = at_most(
+    2.0,
+    "an error over posterior samples, so beating it passes; the test signals are regenerated from the "
+    "benchmark's published model (specs/pn-smc.md 3.1), not the authors' files",
+)
+
 CASE = register(
     Case(
         name="boucwen",
@@ -334,12 +340,14 @@ CASE = register(
         figures=figures,
         quick={"n_obs": 512, "n_particles": 32, "test_samples": 256, "test_particles": 16},
         paper={
-            "sinesweep.test.rmse_min": PaperValue(4.6313e-6, "Table 2, B.W. sine-sweep (m, specs 6.24)"),
-            "sinesweep.test.rmse_max": PaperValue(6.6416e-6, "Table 2, B.W. sine-sweep"),
-            "sinesweep.test.rmse_mean": PaperValue(5.4017e-6, "Table 2, B.W. sine-sweep"),
-            "multisine.test.rmse_min": PaperValue(7.1967e-7, "Table 2, B.W. multisine"),
-            "multisine.test.rmse_max": PaperValue(6.2220e-6, "Table 2, B.W. multisine"),
-            "multisine.test.rmse_mean": PaperValue(2.4772e-6, "Table 2, B.W. multisine"),
+            "sinesweep.test.rmse_min": PaperValue(
+                4.6313e-6, "Table 2, B.W. sine-sweep (m, specs 6.24)", _TEST_RMSE
+            ),
+            "sinesweep.test.rmse_max": PaperValue(6.6416e-6, "Table 2, B.W. sine-sweep", _TEST_RMSE),
+            "sinesweep.test.rmse_mean": PaperValue(5.4017e-6, "Table 2, B.W. sine-sweep", _TEST_RMSE),
+            "multisine.test.rmse_min": PaperValue(7.1967e-7, "Table 2, B.W. multisine", _TEST_RMSE),
+            "multisine.test.rmse_max": PaperValue(6.2220e-6, "Table 2, B.W. multisine", _TEST_RMSE),
+            "multisine.test.rmse_mean": PaperValue(2.4772e-6, "Table 2, B.W. multisine", _TEST_RMSE),
         },
     )
 )

@@ -28,7 +28,7 @@ from twinfer.experiments._case import Case, Progress, register
 from twinfer.experiments._checkpointing import CheckpointSettings, case_checkpoint
 from twinfer.learn import MLP, TrainSettings, train, trajectory_loss
 from twinfer.models import BLOCKS, TOPOLOGIES, BouncingBall2D, CombinedModel, System, psd
-from twinfer.report import PaperValue, RunArtifacts, matrix_figure, weight_summary
+from twinfer.report import PaperValue, RunArtifacts, matrix_figure, weight_summary, within
 from twinfer.sim import simulate_events
 
 SCENARIOS = (
@@ -259,6 +259,10 @@ def memory_estimate(config: BouncingBallConfig) -> int:
     return 512 * 2**20 + 64 * 2**10 * (int(config.t_end / config.dt) + 1)  # not len(ts): no allocation
 
 
+_FPM = within(
+    1.05, "the first-principles model's loss is a deterministic re-simulation; only integrators differ"
+)
+
 CASE = register(
     Case(
         name="bouncing-ball",
@@ -273,8 +277,8 @@ CASE = register(
         memory_estimate=memory_estimate,
         size_keys=("t_end", "dt"),
         paper={
-            "fpm.test_loss": PaperValue(0.5079, "specs 3.7 sanity value (SciPy re-simulation)"),
-            "fpm.train_loss_s3": PaperValue(0.2783, "specs 3.7 sanity value (SciPy re-simulation)"),
+            "fpm.test_loss": PaperValue(0.5079, "specs 3.7 sanity value (SciPy re-simulation)", _FPM),
+            "fpm.train_loss_s3": PaperValue(0.2783, "specs 3.7 sanity value (SciPy re-simulation)", _FPM),
         },
     )
 )

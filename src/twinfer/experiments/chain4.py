@@ -52,7 +52,7 @@ from twinfer.learn import (
 )
 from twinfer.models import Chain
 from twinfer.models.chain import spring_damper_force
-from twinfer.report import PaperValue, RunArtifacts
+from twinfer.report import PaperValue, RunArtifacts, at_most, near, within
 from twinfer.sim import GraphNode, discretise, graph_node, simulate_discrete
 
 Positive = pydantic.PositiveFloat
@@ -747,16 +747,36 @@ _TABLE_S1 = {
     "deterministic": (2.02e-4, 4.16e-3, 0.83, 0.66, 4.98e3, "deterministic Jacobi"),
     "probabilistic": (1.05e-4, 4.65e-3, 1.00, 1.00, -52.5, "probabilistic Jacobi"),
 }
+_SAME_RUN = (
+    "the authors' record (their draws, in their order) and filter settings ([REPO]); the table prints "
+    "two or three digits, and the square-root filter moves variances by ~1e-5 relative"
+)
+_TOLERANCE_S1 = {
+    "state_rmse": within(1.05, _SAME_RUN),
+    "k4_nrmse": within(1.05, _SAME_RUN),
+    "coverage95": near(0.02, _SAME_RUN + " (a fraction printed to two digits)"),
+    "coverage68": near(0.02, _SAME_RUN + " (a fraction printed to two digits)"),
+    "nll": within(1.05, _SAME_RUN),
+}
+_S50 = (
+    "an error, so beating it passes: the row is the error of the paper's S50 law (k +12 %, c +10 %, "
+    "spurious cubic terms; these filters given S50's coefficients give 2.377e-3 / 2.390e-2), a closer "
+    "fit from measurements does better"
+)
 _PAPER = {
-    f"{name}.{metric}": PaperValue(value, f"Table S1, {label}")
+    f"{name}.{metric}": PaperValue(value, f"Table S1, {label}", _TOLERANCE_S1[metric])
     for name, (*values, label) in _TABLE_S1.items()
     for metric, value in zip(
         ("state_rmse", "k4_nrmse", "coverage95", "coverage68", "nll"), values, strict=True
     )
 } | {
-    "sindy.state_rmse": PaperValue(2.38e-3, "Table S1, learned (SINDy) law"),
-    "sindy.k4_nrmse": PaperValue(2.39e-2, "Table S1, learned (SINDy) law"),
-    "sindy.coverage95": PaperValue(1.00, "Table S1, learned law (not computed in the authors' code)"),
+    "sindy.state_rmse": PaperValue(2.38e-3, "Table S1, learned (SINDy) law", at_most(2.0, _S50)),
+    "sindy.k4_nrmse": PaperValue(2.39e-2, "Table S1, learned (SINDy) law", at_most(2.0, _S50)),
+    "sindy.coverage95": PaperValue(
+        1.00,
+        "Table S1, learned law (not computed in the authors' code)",
+        near(0.05, "a coverage: within 0.05 of the printed 1.00"),
+    ),
     "sindy.k_hat": PaperValue(5.613034e4, "eq. S50 (true k3 = 5e4)"),
     "sindy.c_hat": PaperValue(3.308257e2, "eq. S50 (true c3 = 300)"),
 }

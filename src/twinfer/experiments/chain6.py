@@ -56,7 +56,7 @@ from twinfer.infer.filters import UnscentedWeights
 from twinfer.infer.graph import Graph, diffuse, timed_estimate
 from twinfer.metrics import coverage, nrmse_constant, rmse
 from twinfer.models import SpringNetwork, set_params
-from twinfer.report import PaperValue, RunArtifacts
+from twinfer.report import PaperValue, RunArtifacts, at_least, at_most, near, within
 from twinfer.sim import simulate_dataset
 
 MASSES = ("m1", "m2", ("m3", "mstar"), "m4", "m5", "m6")
@@ -397,25 +397,49 @@ def figures(arrays: Mapping[str, Any], config: Chain6Config) -> dict[str, Any]:
     return out
 
 
+_OTHER_RUN = (
+    "another estimate of the same truth (theirs: semi-implicit Euler truth, Q 1e-11, c6's narrow prior): "
+    "each within ~7 % of the truth"
+)
+_SAME_RESPONSE = "computed from another estimate of the same response (RMS interface forces)"
 PAPER: dict[str, PaperValue] = {
     **{
-        f"distributed.{p}": PaperValue(v, "[REPO run] terminal estimate (specs 3.4)")
+        f"distributed.{p}": PaperValue(v, "[REPO run] terminal estimate (specs 3.4)", within(1.1, _OTHER_RUN))
         for p, v in REPO_FINAL.items()
     },
-    "distributed.rmse_x6": PaperValue(5.46e-4, "[REPO run] full-run RMSE of x6 (specs 3.4)"),
-    "distributed.rmse_v6": PaperValue(4.02e-3, "[REPO run] full-run RMSE of v6 (specs 3.4)"),
+    "distributed.rmse_x6": PaperValue(
+        5.46e-4, "[REPO run] full-run RMSE of x6 (specs 3.4)", at_most(2.0, "an error: beating it passes")
+    ),
+    "distributed.rmse_v6": PaperValue(
+        4.02e-3, "[REPO run] full-run RMSE of v6 (specs 3.4)", at_most(2.0, "an error: beating it passes")
+    ),
     "distributed.run_s": PaperValue(17.4813, "S7 text / T9: distributed UKF wall time (Python loop)"),
     "diffusion.one_hop.s": PaperValue(1.3264e-3, "S7 text / T9: 1-hop propagation"),
     "diffusion.heat.s": PaperValue(3.2720e-3, "S7 text / T9: heat kernel"),
-    "diffusion.one_hop.speedup": PaperValue(13180.0, "S7 text / T9: ~13,180x faster than the UKF"),
-    "diffusion.heat.speedup": PaperValue(5343.0, "S7 text / T9: ~5,343x faster than the UKF"),
-    "diffusion.eta13": PaperValue(0.4718, "[REPO run] affinity of e13"),
-    "diffusion.eta23": PaperValue(0.5282, "[REPO run] affinity of e23"),
-    "diffusion.heat_column.V1": PaperValue(0.2361, "[REPO run] H(0.9) column for V3"),
-    "diffusion.heat_column.V3": PaperValue(0.5064, "[REPO run] H(0.9) column for V3"),
-    "diffusion.heat_column.V2": PaperValue(0.2575, "[REPO run] H(0.9) column for V3"),
-    "sigma_x1": PaperValue(3.31e-5, "[REPO run] terminal V1 sd of x1"),
-    "sigma_x6": PaperValue(5.73e-5, "[REPO run] terminal V2 sd of x6"),
+    "diffusion.one_hop.speedup": PaperValue(
+        13180.0,
+        "S7 text / T9: ~13,180x faster than the UKF",
+        at_least(
+            1000.0 / 13180.0,
+            "issue #22's acceptance, at least 1000x; the paper's UKF was a Python loop, ours is compiled, "
+            "so the same propagation cost gives a smaller ratio",
+        ),
+    ),
+    "diffusion.heat.speedup": PaperValue(
+        5343.0,
+        "S7 text / T9: ~5,343x faster than the UKF",
+        at_least(1000.0 / 5343.0, "issue #22's acceptance, at least 1000x (see the 1-hop speed-up)"),
+    ),
+    "diffusion.eta13": PaperValue(0.4718, "[REPO run] affinity of e13", near(0.005, _SAME_RESPONSE)),
+    "diffusion.eta23": PaperValue(0.5282, "[REPO run] affinity of e23", near(0.005, _SAME_RESPONSE)),
+    **{
+        f"diffusion.heat_column.{name}": PaperValue(
+            value, "[REPO run] H(0.9) column for V3", near(0.003, _SAME_RESPONSE)
+        )
+        for name, value in (("V1", 0.2361), ("V3", 0.5064), ("V2", 0.2575))
+    },
+    "sigma_x1": PaperValue(3.31e-5, "[REPO run] terminal V1 sd of x1 (our Q is 300x theirs)"),
+    "sigma_x6": PaperValue(5.73e-5, "[REPO run] terminal V2 sd of x6 (our Q is 300x theirs)"),
 }
 
 

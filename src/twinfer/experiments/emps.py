@@ -67,7 +67,7 @@ from twinfer.experiments._case import Case, Progress, register
 from twinfer.infer.pn import PNLikelihood
 from twinfer.infer.smc import TransformedNormalPrior, history_loglik
 from twinfer.models import EMPS
-from twinfer.report import PaperValue, RunArtifacts, posterior_figures
+from twinfer.report import PaperValue, RunArtifacts, at_most, posterior_figures
 from twinfer.sim import fine_input, simulate_particles, simulate_particles_feedback
 
 NAMES = ("M", "Fv", "Fc", "offset")
@@ -328,6 +328,10 @@ def figures(arrays: Mapping[str, Any], config: EMPSConfig) -> dict[str, Any]:
     return figs
 
 
+_TEST_RMSE = at_most(
+    2.0, "an open-loop test error over posterior samples, so beating it passes; the same measured data"
+)
+
 CASE = register(
     Case(
         name="emps",
@@ -339,9 +343,9 @@ CASE = register(
         figures=figures,
         quick={"n_obs": 1024, "n_particles": 32, "test_samples": 4000, "test_particles": 16},
         paper={
-            "test.rmse_min": PaperValue(2.95e-4, "Table 2, EMPS (m)"),
-            "test.rmse_max": PaperValue(8.99e-4, "Table 2, EMPS (m)"),
-            "test.rmse_mean": PaperValue(5.2018e-4, "Table 2, EMPS (m)"),
+            "test.rmse_min": PaperValue(2.95e-4, "Table 2, EMPS (m)", _TEST_RMSE),
+            "test.rmse_max": PaperValue(8.99e-4, "Table 2, EMPS (m)", _TEST_RMSE),
+            "test.rmse_mean": PaperValue(5.2018e-4, "Table 2, EMPS (m)", _TEST_RMSE),
         },
     )
 )

@@ -36,7 +36,7 @@ from twinfer.infer.graph import SCHEDULES, Graph, Port, Schedule, Subsystem, two
 from twinfer.infer.graph import run as run_graph
 from twinfer.learn import library_law, library_reaction, linear_coefficients
 from twinfer.models import Chain
-from twinfer.report import PaperValue, RunArtifacts
+from twinfer.report import PaperValue, RunArtifacts, within
 from twinfer.sim import discretise, simulate_discrete
 
 Positive = pydantic.PositiveFloat
@@ -162,7 +162,15 @@ def figures(arrays: Mapping[str, Any], config: SchedulesConfig) -> dict[str, Any
 
 _SRC = "authors' script 04 run by the spec (section 3.2 [REPO]); Fig. S1 itself gives no numbers"
 _SCRIPT04 = {
-    f"{kind}.{metric}": PaperValue(value, _SRC)
+    f"{kind}.{metric}": PaperValue(
+        value,
+        _SRC,
+        within(
+            1.25,
+            "the spec's own run of script 04 with the same settings and integrators; it prints two or "
+            "three digits and its forcing draws are the script's, not ours",
+        ),
+    )
     for kind, values in {
         "jacobi": (9.6e-5, 2.7e-5, 9.7e-6, 2.29e-5),
         "gauss_seidel": (1.52e-4, 4.1e-5, 2.71e-5, 3.84e-5),

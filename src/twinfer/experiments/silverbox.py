@@ -42,7 +42,7 @@ from twinfer.infer.pn import PNLikelihood
 from twinfer.infer.smc import TransformedNormalPrior
 from twinfer.metrics import coverage
 from twinfer.models import Chain
-from twinfer.report import PaperValue, RunArtifacts, posterior_figures
+from twinfer.report import PaperValue, RunArtifacts, at_most, near, posterior_figures
 from twinfer.sim import fine_input, simulate_particles
 
 NAMES = ("m1", "c1", "k1", "kappa1")
@@ -152,6 +152,10 @@ def figures(arrays: Mapping[str, Any], config: SilverboxConfig) -> dict[str, Any
     return figs
 
 
+_TEST_RMSE = at_most(
+    2.0, "an open-loop test error over posterior samples, so beating it passes; the same measured data"
+)
+
 CASE = register(
     Case(
         name="silverbox",
@@ -163,10 +167,14 @@ CASE = register(
         figures=figures,
         quick={"n_obs": 512, "n_particles": 32, "test_end": 8000, "test_particles": 16, "substeps": 4},
         paper={
-            "test.rmse_min": PaperValue(1.0567e-3, "Table 2, Silverbox (V)"),
-            "test.rmse_max": PaperValue(2.9516e-3, "Table 2, Silverbox (V)"),
-            "test.rmse_mean": PaperValue(1.8249e-3, "Table 2, Silverbox (V)"),
-            "test.coverage_2sd": PaperValue(1.0, "section 4.2: 'always falls comfortably inside 2 sigma'"),
+            "test.rmse_min": PaperValue(1.0567e-3, "Table 2, Silverbox (V)", _TEST_RMSE),
+            "test.rmse_max": PaperValue(2.9516e-3, "Table 2, Silverbox (V)", _TEST_RMSE),
+            "test.rmse_mean": PaperValue(1.8249e-3, "Table 2, Silverbox (V)", _TEST_RMSE),
+            "test.coverage_2sd": PaperValue(
+                1.0,
+                "section 4.2: 'always falls comfortably inside 2 sigma'",
+                near(0.05, "'always' inside 2 sigma: at least 95 % of the test samples"),
+            ),
         },
     )
 )

@@ -172,7 +172,32 @@ def _vector(name: str, value: Any, n: int) -> np.ndarray:
     return arr
 
 
-class Chain(AbstractModel):
+class MechanicalModel(AbstractModel):
+    """Masses with states ``[x_1..x_n, v_1..v_n]``: the names shared by chains and spring networks.
+
+    Forces act at ``forced_dofs`` (inputs ``f<d>``); outputs are kinematic, named ``a4``, ``v2``, ``x1``
+    (:func:`parse_kinematic_outputs`).
+    """
+
+    n_dof: eqx.AbstractVar[int]
+    forced_dofs: eqx.AbstractVar[tuple[int, ...]]
+    outputs: eqx.AbstractVar[tuple[str, ...]]
+
+    @property
+    def state_names(self) -> tuple[str, ...]:
+        n = self.n_dof
+        return tuple(f"x{i}" for i in range(1, n + 1)) + tuple(f"v{i}" for i in range(1, n + 1))
+
+    @property
+    def input_names(self) -> tuple[str, ...]:
+        return tuple(f"f{d}" for d in self.forced_dofs)
+
+    @property
+    def output_names(self) -> tuple[str, ...]:
+        return self.outputs
+
+
+class Chain(MechanicalModel):
     """Mass-spring-damper chain with forcing at chosen DOFs and acceleration/velocity/displacement outputs.
 
     State ``[x_1..x_n, v_1..v_n]``; inputs the forces at ``forced_dofs``; outputs named ``a4`` (acceleration
@@ -252,19 +277,6 @@ class Chain(AbstractModel):
                     f"({group}{i + 1} = {float(values[i])!r}). A {wrong} {label} makes the chain "
                     "unstable or non-physical; check the sign and units."
                 )
-
-    @property
-    def state_names(self) -> tuple[str, ...]:
-        n = self.n_dof
-        return tuple(f"x{i}" for i in range(1, n + 1)) + tuple(f"v{i}" for i in range(1, n + 1))
-
-    @property
-    def input_names(self) -> tuple[str, ...]:
-        return tuple(f"f{d}" for d in self.forced_dofs)
-
-    @property
-    def output_names(self) -> tuple[str, ...]:
-        return self.outputs
 
     def external_force(self, u: Input) -> Array:
         """Force on every DOF from the input vector (zero at unforced DOFs)."""

@@ -33,9 +33,14 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array
 
-from twinfer.models._base import AbstractModel, Connection, Input, Output, Params, State
+from twinfer.models._base import Connection, Input, Output, Params, State
 from twinfer.models._params import get_param
-from twinfer.models.chain import kinematic_output_rows, kinematic_outputs, parse_kinematic_outputs
+from twinfer.models.chain import (
+    MechanicalModel,
+    kinematic_output_rows,
+    kinematic_outputs,
+    parse_kinematic_outputs,
+)
 
 _NUMBERED = re.compile(r"^(?P<group>.*?[^0-9])(?P<index>[1-9][0-9]*)$")
 
@@ -93,7 +98,7 @@ def _grouped(values: dict[str, float]) -> Params:
     return params
 
 
-class SpringNetwork(AbstractModel):
+class SpringNetwork(MechanicalModel):
     """Masses, springs and dampers in any topology, every coefficient a sum of named parameters.
 
     State ``[x_1..x_n, v_1..v_n]``; inputs the forces at ``forced_dofs``; outputs named like
@@ -189,19 +194,6 @@ class SpringNetwork(AbstractModel):
                         f"{float(get_param(params, name))!r} (link {link.i}-{link.j}). Check the sign and "
                         "units."
                     )
-
-    @property
-    def state_names(self) -> tuple[str, ...]:
-        n = self.n_dof
-        return tuple(f"x{i}" for i in range(1, n + 1)) + tuple(f"v{i}" for i in range(1, n + 1))
-
-    @property
-    def input_names(self) -> tuple[str, ...]:
-        return tuple(f"f{d}" for d in self.forced_dofs)
-
-    @property
-    def output_names(self) -> tuple[str, ...]:
-        return self.outputs
 
     @property
     def connections(self) -> tuple[Connection, ...]:
