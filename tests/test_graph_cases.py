@@ -1,6 +1,7 @@
 """End-to-end runs of the graph cases at --quick size."""
 
 import json
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -43,7 +44,7 @@ def test_chain4_quick_has_every_estimator_and_the_calibration_ordering(tmp_path)
 
 
 @pytest.mark.slow
-def test_schedules_quick_writes_per_dof_errors(tmp_path):
+def test_schedules_quick_through_reproduce_keeps_jacobi_lowest(tmp_path):
     """Fig. S1 (specs 3.2): Jacobi has the lowest displacement error at DOFs 3 and 4.
 
     Quick size is 4 s (the first ~2 s are the monolith's integrator error, equal for all schedules). There
@@ -51,7 +52,19 @@ def test_schedules_quick_writes_per_dof_errors(tmp_path):
     (median |e_x3| 0.45-0.56); 0.85 guards the ordering with margin. A schedule that hands the two sides
     forces from different states, or a Jacobi that lags one side, loses it.
     """
-    m = _metrics(tmp_path, "schedules")
+    # through `twinfer reproduce --quick` (its smoke test): the case runs as its own process, the table
+    # checks every paper value of the case, and a second call finds the case finished and runs nothing
+    result = runner.invoke(app, ["reproduce", "schedules", "--quick", "--out", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    table = json.loads((tmp_path / "reproduction.json").read_text())
+    run_dir = table["runs"]["schedules"]["run_dir"]
+    m = json.loads((Path(run_dir) / "metrics.json").read_text())
+    checks = {c["metric"]: c for c in table["checks"]}
+    assert len(checks) == 12 and checks["jacobi.disp_rmse"]["ours"] == m["jacobi.disp_rmse"]
+    assert all(c["status"] in ("pass", "FAIL") and c["reason"] for c in checks.values())
+    assert "| schedules | quick |" in (tmp_path / "REPRODUCTION.md").read_text()
+    again = runner.invoke(app, ["reproduce", "schedules", "--quick", "--out", str(tmp_path)])
+    assert again.exit_code == 0 and "finished earlier" in again.output
     for dof in (3, 4):
         others = min(m[f"{kind}.disp_rmse_dof{dof}"] for kind in ("gauss_seidel", "ab2"))
         assert m[f"jacobi.disp_rmse_dof{dof}"] < 0.85 * others, (dof, m)
