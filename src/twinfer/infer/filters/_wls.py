@@ -38,12 +38,24 @@ class WlsStep(NamedTuple):
     iterations: Int[Array, ""] | None = None
 
 
+def _inverse(cov: Any, name: str) -> Any:
+    """The inverse of an SPD covariance (n, n), or of the diagonal one whose variances (n,) are given."""
+    if jnp.ndim(cov) == 1:
+        return jnp.diag(1.0 / cov)
+    if jnp.ndim(cov) != 2 or cov.shape[0] != cov.shape[1]:
+        raise ValueError(
+            f"wls_step/wnls_step {name}: expected a covariance (n, n) or its variances (n,); received "
+            f"shape {jnp.shape(cov)}."
+        )
+    return spd_inverse(cov)
+
+
 def _information(
     h: Measurement,
     x: Float[Array, " n"],
     x_bar: Float[Array, " n"],
     q_inv: Float[Array, "n n"],
-    chol_r: Float[Array, "m m"],
+    r_inv: Float[Array, "m m"],
     u: Any,
     y: Float[Array, " m"],
     mask: Bool[Array, " m"],
@@ -52,26 +64,23 @@ def _information(
     """Gauss-Newton normal equations of ``J`` at ``x``: precision ``Q^-1 + H^T R^-1 H`` and ``-grad J / 2``.
 
     ``-grad J / 2 = H^T R^-1 (y - h(x)) - Q^-1 (x - x_bar)`` with ``H = dh/dx`` at ``x`` (forward mode;
-    the authors' code uses central differences). Masked measurements contribute nothing.
+    the authors' code uses central differences). Masked measurements contribute nothing. Every inverse
+    is an SPD one by Cholesky (:mod:`twinfer.linalg`: an LU here deadlocks XLA on 2 cores).
     """
     y_x = h(x, u)
     jac = jax.jacfwd(h)(x, u) * mask[:, None].astype(x.dtype)
     y = jnp.where(mask, y, y_x)
     innov = y - y_x if innovation is None else innovation(y, y_x)
-    # Whitened by R's Cholesky factor L (A = L^-1 H, b = L^-1 innovation). Cholesky throughout: an LU here
-    # deadlocks XLA on 2 cores (twinfer.linalg).
-    white_jac = jax.scipy.linalg.solve_triangular(chol_r, jac, lower=True)
-    white_innov = jax.scipy.linalg.solve_triangular(chol_r, innov, lower=True)
-    precision = q_inv + white_jac.T @ white_jac
-    return precision, white_jac.T @ white_innov - q_inv @ (x - x_bar)
+    weighted = jac.T @ r_inv  # H^T R^-1: products only, so a WNLS iteration factorises one matrix
+    return q_inv + weighted @ jac, weighted @ innov - q_inv @ (x - x_bar)
 
 
 def wls_step(
     f: Transition,
     h: Measurement,
     mean: Float[Array, " n"],
-    q: Float[Array, "n n"],
-    r: Float[Array, "m m"],
+    q: Float[Array, "n n"] | Float[Array, " n"],
+    r: Float[Array, "m m"] | Float[Array, " m"],
     u: Float[ArrayLike, " n_u"],
     y: Float[Array, " m"],
     mask: Bool[Array, " m"],
@@ -88,8 +97,9 @@ def wls_step(
         f: transition ``(x, u) -> x_next``.
         h: measurement ``(x, u) -> y``.
         mean: previous estimate (n,).
-        q: process-noise covariance (n, n), the prior weight of the prediction.
-        r: measurement-noise covariance (m, m).
+        q: process-noise covariance (n, n), the prior weight of the prediction, or its variances (n,)
+            when it is diagonal (inverted element-wise, no factorisation).
+        r: measurement-noise covariance (m, m), or its variances (m,) when it is diagonal.
         u: input of this step.
         y: measurement (m,); entries with ``mask`` False are ignored.
         mask: boolean (m,).
@@ -103,9 +113,7 @@ def wls_step(
 
     """
     x_bar = f(mean, u)
-    precision, rhs = _information(
-        h, x_bar, x_bar, spd_inverse(q), jnp.linalg.cholesky(r), u, y, mask, innovation
-    )
+    precision, rhs = _information(h, x_bar, x_bar, _inverse(q, "q"), _inverse(r, "r"), u, y, mask, innovation)
     cov = spd_inverse(precision)
     new_mean = x_bar + cov @ rhs
     ok = jnp.all(jnp.isfinite(new_mean)) & jnp.all(jnp.isfinite(cov))
@@ -116,8 +124,8 @@ def wnls_step(
     f: Transition,
     h: Measurement,
     mean: Float[Array, " n"],
-    q: Float[Array, "n n"],
-    r: Float[Array, "m m"],
+    q: Float[Array, "n n"] | Float[Array, " n"],
+    r: Float[Array, "m m"] | Float[Array, " m"],
     u: Float[ArrayLike, " n_u"],
     y: Float[Array, " m"],
     mask: Bool[Array, " m"],
@@ -141,8 +149,9 @@ def wnls_step(
         f: transition ``(x, u) -> x_next``.
         h: measurement ``(x, u) -> y``.
         mean: previous estimate (n,).
-        q: process-noise covariance (n, n), the prior weight of the prediction.
-        r: measurement-noise covariance (m, m).
+        q: process-noise covariance (n, n), the prior weight of the prediction, or its variances (n,)
+            when it is diagonal (inverted element-wise, no factorisation).
+        r: measurement-noise covariance (m, m), or its variances (m,) when it is diagonal.
         u: input of this step.
         y: measurement (m,); entries with ``mask`` False are ignored.
         mask: boolean (m,).
@@ -162,11 +171,11 @@ def wnls_step(
     if max_iter < 1:
         raise ValueError(f"wnls_step max_iter: expected at least 1 Gauss-Newton step; received {max_iter}.")
     x_bar = f(mean, u)
-    q_inv, chol_r = spd_inverse(q), jnp.linalg.cholesky(r)
+    q_inv, r_inv = _inverse(q, "q"), _inverse(r, "r")
     eye = jnp.eye(x_bar.shape[0], dtype=x_bar.dtype)
 
     def info(x: Any) -> tuple[Any, Any]:
-        return _information(h, x, x_bar, q_inv, chol_r, u, y, mask, innovation)
+        return _information(h, x, x_bar, q_inv, r_inv, u, y, mask, innovation)
 
     def cond(carry: Any) -> Any:
         _, i, done = carry

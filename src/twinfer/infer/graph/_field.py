@@ -660,8 +660,8 @@ def _field_local_step(tmpl: _FieldTemplate, u_all, params, inputs, chol_r, mean,
         h = jnp.asarray(tmpl.output)
     if tmpl.estimator in STATIC_STEPS:
         h_fn = h if callable(h) else (lambda xx, uu, hh=h: hh @ xx)
-        cov_r = jnp.diag(chol_r**2) if chol_r.ndim == 1 else chol_r @ chol_r.T
-        cov_q = jnp.diag(q) if tmpl.diag_q else q @ q.T
+        cov_r = chol_r**2 if chol_r.ndim == 1 else chol_r @ chol_r.T  # variances when diagonal
+        cov_q = q if tmpl.diag_q else q @ q.T
         step = STATIC_STEPS[tmpl.estimator]
         out = step(f, h_fn, mean, cov_q, cov_r, u, y, mask, innovation=tmpl.innovation)
         return out.mean, chol, jnp.diagonal(out.cov), out.ok
