@@ -1,3 +1,5 @@
+from typing import Any, Literal
+
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -66,11 +68,13 @@ def test_a_users_network_loads_from_pandapower_json_matpower_or_a_pandapower_nam
     gives |Y_ij| of its branches (series admittance, tap and shift) with its own bus numbers; any
     pandapower network function loads by name; anything else is a named error in the case's config."""
     import pandapower
+    import pandapower.networks as pandapower_networks
 
     from twinfer.data import load_grid
 
     path = tmp_path / "net9.json"
-    pandapower.to_json(pandapower.networks.case9(), str(path))
+    net9: Any = pandapower_networks.case9()  # typed by pandapower as a union with dict
+    pandapower.to_json(net9, str(path))
     mine, bundled = load_grid(str(path)), load_grid("ieee9")
     np.testing.assert_allclose(mine.coupling.toarray(), bundled.coupling.toarray(), rtol=1e-12)
     np.testing.assert_array_equal(mine.gen_buses, bundled.gen_buses)
@@ -84,7 +88,7 @@ def test_a_users_network_loads_from_pandapower_json_matpower_or_a_pandapower_nam
     np.testing.assert_allclose(k[0, 2], abs(1 / complex(0.039, 0.17)) / 1.05, rtol=1e-12)
     assert load_grid("case5").n_bus == 5
     case = get_case("grid")
-    assert resolve_config(case, sets={"case": str(m_file)}).case == str(m_file)
+    assert resolve_config(case, sets={"case": str(m_file)}).model_dump()["case"] == str(m_file)
     with pytest.raises(ValueError, match=r"grid case: expected a twinfer name .* received 'case99999'"):
         resolve_config(case, sets={"case": "case99999"})
     with pytest.raises(ValueError, match=r"no such file"):
@@ -138,7 +142,7 @@ def test_wls_step_equals_the_normal_equations_of_the_two_term_objective():
     mean, y = rng.normal(size=n), rng.normal(size=m)
     out = wls_step(
         lambda x, u: jnp.asarray(f_mat) @ x, lambda x, u: jnp.asarray(h_mat) @ x,
-        jnp.asarray(mean), jnp.asarray(q), jnp.asarray(r), None, jnp.asarray(y), jnp.ones(m, bool),
+        jnp.asarray(mean), jnp.asarray(q), jnp.asarray(r), jnp.zeros(0), jnp.asarray(y), jnp.ones(m, bool),
     )  # fmt: skip
     precision = np.linalg.inv(q) + h_mat.T @ np.linalg.solve(r, h_mat)
     rhs = np.linalg.solve(q, f_mat @ mean) + h_mat.T @ np.linalg.solve(r, y)
@@ -146,7 +150,8 @@ def test_wls_step_equals_the_normal_equations_of_the_two_term_objective():
     np.testing.assert_allclose(np.asarray(out.cov), np.linalg.inv(precision), rtol=1e-10)
     masked = wls_step(
         lambda x, u: jnp.asarray(f_mat) @ x, lambda x, u: jnp.asarray(h_mat) @ x,
-        jnp.asarray(mean), jnp.asarray(q), jnp.asarray(r), None, jnp.full(m, jnp.nan), jnp.zeros(m, bool),
+        jnp.asarray(mean), jnp.asarray(q), jnp.asarray(r), jnp.zeros(0), jnp.full(m, jnp.nan),
+        jnp.zeros(m, bool),
     )  # fmt: skip
     np.testing.assert_allclose(np.asarray(masked.mean), f_mat @ mean, rtol=1e-12)  # no data: prediction
 
@@ -335,7 +340,10 @@ def test_substep_groups_meet_each_clusters_own_stability_bound_with_divisors_of_
     assert [g for _, g in groups] == [1, 2, 4]  # bus 6 needs 3, rounded up to the divisor 4
 
 
-def _tiny_step(model, part, x, dt, substeps=None, messages="probabilistic", stds=False):
+Messages = Literal["held", "probabilistic"]
+
+
+def _tiny_step(model, part, x, dt, substeps=None, messages: Messages = "probabilistic", stds=False):
     """Bus means (N, 3) after one step of the cluster graph with (almost) no uncertainty, no data."""
     n = model.n_bus
     x0 = np.stack([x[:n], x[n:], np.asarray(model.params["Omega"])], axis=1)
@@ -490,7 +498,8 @@ def test_a_diverging_cluster_is_named_with_its_step_and_time():
     _, model, rng = _ring_network()
     n = model.n_bus
     part = partition_greedy(sp.csr_matrix(np.ones((n, n)) - np.eye(n)), np.array([0, 4]), s_max=3)
-    cg = kuramoto_graph(model, part, dt=0.01, x0=np.zeros((n, 3)), var0=(1, 1, 1), q=(1e-4,) * 3, r=1e-4)
+    q = (1e-4, 1e-4, 1e-4)
+    cg = kuramoto_graph(model, part, dt=0.01, x0=np.zeros((n, 3)), var0=(1, 1, 1), q=q, r=1e-4)
     ys = rng.normal(size=(6, 2 * n)) * 0.01
     ys[3, n + 2] = 1e200  # bus 2's frequency at step 3 (t = 0.04)
     name = next(k for k, b in cg.buses.items() if 2 in b)
@@ -508,7 +517,7 @@ def test_estimate_of_a_cluster_graph_is_one_estimate_in_bus_order():
     part = partition_greedy(sp.csr_matrix(np.ones((n, n)) - np.eye(n)), np.array([0, 4]), s_max=3)
     assert max(len(c) for c in part.clusters) > min(len(c) for c in part.clusters)  # a padded cluster
     x0 = np.stack([np.zeros(n), np.zeros(n), np.asarray(model.params["Omega"])], axis=1)
-    cg = kuramoto_graph(model, part, dt=0.01, x0=x0, var0=(0.1, 0.1, 0.1), q=(1e-4,) * 3, r=1e-2)
+    cg = kuramoto_graph(model, part, dt=0.01, x0=x0, var0=(0.1, 0.1, 0.1), q=(1e-4, 1e-4, 1e-4), r=1e-2)
     ys = rng.normal(scale=0.1, size=(20, 2 * n))
     est = estimate(cg.graph, us=np.zeros((20, 0)), ys=ys)
     names = [f"{q}{b + 1}" for q in ("theta", "omega", "Omega") for b in range(n)]
