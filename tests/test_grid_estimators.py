@@ -168,7 +168,7 @@ def test_wnls_on_a_linear_measurement_equals_the_wls_step():
     """Claim: with h linear, J is quadratic and one Gauss-Newton step from the prediction is its exact
     minimiser, so WNLS (damped, iterated) and WLS (one undamped step) agree to rounding, covariance too;
     the damping's 1e-8 relative error of the first step is removed by the second, then WNLS stops.
-    Diagonal covariances given as variances give the step of the full matrices."""
+    Diagonal covariances given as variances, and a linear h given as its matrix, give the same steps."""
     import jax
 
     from twinfer.infer.filters import wls_step, wnls_step
@@ -188,6 +188,9 @@ def test_wnls_on_a_linear_measurement_equals_the_wls_step():
     by_var = wls_jit(f, h, mean, q_var, r_var, jnp.zeros(0), y, mask)
     np.testing.assert_allclose(np.asarray(by_var.mean), np.asarray(full.mean), rtol=1e-12)
     np.testing.assert_allclose(np.asarray(by_var.cov), np.asarray(full.cov), rtol=1e-12, atol=1e-16)
+    matrix = jax.jit(wnls_step, static_argnums=(0,))(f, jnp.asarray(h_mat), *args[2:])  # h as its matrix
+    np.testing.assert_allclose(np.asarray(matrix.mean), np.asarray(wnls.mean), rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(np.asarray(matrix.cov), np.asarray(wnls.cov), rtol=1e-12, atol=1e-16)
     with pytest.raises(ValueError, match=r"wls_step/wnls_step r: expected a covariance \(n, n\) or its"):
         wls_jit(f, h, mean, q, r[:, :2], jnp.zeros(0), y, mask)
 

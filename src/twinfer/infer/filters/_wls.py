@@ -39,9 +39,9 @@ class WlsStep(NamedTuple):
 
 
 def _inverse(cov: Any, name: str) -> Any:
-    """The inverse of an SPD covariance (n, n), or of the diagonal one whose variances (n,) are given."""
+    """The inverse of an SPD covariance (n, n), or the inverse variances (n,) of a diagonal one."""
     if jnp.ndim(cov) == 1:
-        return jnp.diag(1.0 / cov)
+        return 1.0 / cov
     if jnp.ndim(cov) != 2 or cov.shape[0] != cov.shape[1]:
         raise ValueError(
             f"wls_step/wnls_step {name}: expected a covariance (n, n) or its variances (n,); received "
@@ -50,12 +50,27 @@ def _inverse(cov: Any, name: str) -> Any:
     return spd_inverse(cov)
 
 
+def _times(inv: Any, a: Any) -> Any:
+    """``inv @ a`` for an inverse covariance given as a matrix or as the diagonal's entries."""
+    if inv.ndim == 2:
+        return inv @ a
+    return (inv[:, None] if a.ndim == 2 else inv) * a
+
+
+def _measure(h: Measurement | Any, x: Any, u: Any) -> tuple[Any, Any]:
+    """``h(x)`` and ``dh/dx``: forward mode for a function, the matrix itself for a linear ``h``."""
+    if callable(h):
+        return h(x, u), jax.jacfwd(h)(x, u)
+    matrix = jnp.asarray(h, dtype=x.dtype)  # linear: no Jacobian to trace (nor a product to fold)
+    return matrix @ x, matrix
+
+
 def _information(
-    h: Measurement,
+    h: Measurement | Float[Array, "m n"],
     x: Float[Array, " n"],
     x_bar: Float[Array, " n"],
-    q_inv: Float[Array, "n n"],
-    r_inv: Float[Array, "m m"],
+    q_inv: Float[Array, "n n"] | Float[Array, " n"],
+    r_inv: Float[Array, "m m"] | Float[Array, " m"],
     u: Any,
     y: Float[Array, " m"],
     mask: Bool[Array, " m"],
@@ -64,20 +79,22 @@ def _information(
     """Gauss-Newton normal equations of ``J`` at ``x``: precision ``Q^-1 + H^T R^-1 H`` and ``-grad J / 2``.
 
     ``-grad J / 2 = H^T R^-1 (y - h(x)) - Q^-1 (x - x_bar)`` with ``H = dh/dx`` at ``x`` (forward mode;
-    the authors' code uses central differences). Masked measurements contribute nothing. Every inverse
-    is an SPD one by Cholesky (:mod:`twinfer.linalg`: an LU here deadlocks XLA on 2 cores).
+    the authors' code uses central differences). Masked measurements contribute nothing. Inverse
+    covariances come as matrices or, for diagonal ones, as vectors; every inverse is an SPD one by
+    Cholesky (:mod:`twinfer.linalg`: an LU here deadlocks XLA on 2 cores).
     """
-    y_x = h(x, u)
-    jac = jax.jacfwd(h)(x, u) * mask[:, None].astype(x.dtype)
+    y_x, jac = _measure(h, x, u)
+    jac = jac * mask[:, None].astype(x.dtype)
     y = jnp.where(mask, y, y_x)
     innov = y - y_x if innovation is None else innovation(y, y_x)
-    weighted = jac.T @ r_inv  # H^T R^-1: products only, so a WNLS iteration factorises one matrix
-    return q_inv + weighted @ jac, weighted @ innov - q_inv @ (x - x_bar)
+    weighted = _times(r_inv, jac).T  # H^T R^-1: products only, so a WNLS iteration factorises one matrix
+    prior = jnp.diag(q_inv) if q_inv.ndim == 1 else q_inv
+    return prior + weighted @ jac, weighted @ innov - _times(q_inv, x - x_bar)
 
 
 def wls_step(
     f: Transition,
-    h: Measurement,
+    h: Measurement | Float[Array, "m n"],
     mean: Float[Array, " n"],
     q: Float[Array, "n n"] | Float[Array, " n"],
     r: Float[Array, "m m"] | Float[Array, " m"],
@@ -95,7 +112,7 @@ def wls_step(
 
     Args:
         f: transition ``(x, u) -> x_next``.
-        h: measurement ``(x, u) -> y``.
+        h: measurement ``(x, u) -> y``, or a matrix (m, n) for a linear one (then its own Jacobian).
         mean: previous estimate (n,).
         q: process-noise covariance (n, n), the prior weight of the prediction, or its variances (n,)
             when it is diagonal (inverted element-wise, no factorisation).
@@ -122,7 +139,7 @@ def wls_step(
 
 def wnls_step(
     f: Transition,
-    h: Measurement,
+    h: Measurement | Float[Array, "m n"],
     mean: Float[Array, " n"],
     q: Float[Array, "n n"] | Float[Array, " n"],
     r: Float[Array, "m m"] | Float[Array, " m"],
@@ -147,7 +164,7 @@ def wnls_step(
 
     Args:
         f: transition ``(x, u) -> x_next``.
-        h: measurement ``(x, u) -> y``.
+        h: measurement ``(x, u) -> y``, or a matrix (m, n) for a linear one (then its own Jacobian).
         mean: previous estimate (n,).
         q: process-noise covariance (n, n), the prior weight of the prediction, or its variances (n,)
             when it is diagonal (inverted element-wise, no factorisation).

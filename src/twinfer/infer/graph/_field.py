@@ -659,11 +659,10 @@ def _field_local_step(tmpl: _FieldTemplate, u_all, params, inputs, chol_r, mean,
     else:
         h = jnp.asarray(tmpl.output)
     if tmpl.estimator in STATIC_STEPS:
-        h_fn = h if callable(h) else (lambda xx, uu, hh=h: hh @ xx)
         cov_r = chol_r**2 if chol_r.ndim == 1 else chol_r @ chol_r.T  # variances when diagonal
         cov_q = q if tmpl.diag_q else q @ q.T
         step = STATIC_STEPS[tmpl.estimator]
-        out = step(f, h_fn, mean, cov_q, cov_r, u, y, mask, innovation=tmpl.innovation)
+        out = step(f, h, mean, cov_q, cov_r, u, y, mask, innovation=tmpl.innovation)
         return out.mean, chol, jnp.diagonal(out.cov), out.ok
     chol_q = jnp.diag(jnp.sqrt(q)) if tmpl.diag_q else q
     gram = tmpl.kernel == "gram" and tmpl.weights.centre_weight(mean.shape[0]) >= 0
