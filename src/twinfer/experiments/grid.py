@@ -426,9 +426,8 @@ def _accuracy_bars(arrays: Mapping[str, Any]) -> Any:
         values = [bus_rmse(np.asarray(arrays[f"{p}_mean"])[:, :, k], true, period) for p in ran]
         ax.bar(range(len(ran)), values, color=[f"C{i}" for i in range(len(ran))])
         ax.set_xticks(range(len(ran)), [LABELS[p] for p in ran], rotation=35, ha="right", fontsize=7)
-        ax.set_yscale("log")
         ax.set_title(f"mean RMSE of {name}", fontsize=9)
-        ax.grid(alpha=0.3, axis="y", which="both")
+        ax.grid(alpha=0.3, axis="y")
     fig.tight_layout()
     return fig
 
