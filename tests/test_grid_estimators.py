@@ -1,3 +1,5 @@
+from typing import Any, Literal
+
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -66,11 +68,13 @@ def test_a_users_network_loads_from_pandapower_json_matpower_or_a_pandapower_nam
     gives |Y_ij| of its branches (series admittance, tap and shift) with its own bus numbers; any
     pandapower network function loads by name; anything else is a named error in the case's config."""
     import pandapower
+    import pandapower.networks as pandapower_networks
 
     from twinfer.data import load_grid
 
     path = tmp_path / "net9.json"
-    pandapower.to_json(pandapower.networks.case9(), str(path))
+    net9: Any = pandapower_networks.case9()  # typed by pandapower as a union with dict
+    pandapower.to_json(net9, str(path))
     mine, bundled = load_grid(str(path)), load_grid("ieee9")
     np.testing.assert_allclose(mine.coupling.toarray(), bundled.coupling.toarray(), rtol=1e-12)
     np.testing.assert_array_equal(mine.gen_buses, bundled.gen_buses)
@@ -84,7 +88,7 @@ def test_a_users_network_loads_from_pandapower_json_matpower_or_a_pandapower_nam
     np.testing.assert_allclose(k[0, 2], abs(1 / complex(0.039, 0.17)) / 1.05, rtol=1e-12)
     assert load_grid("case5").n_bus == 5
     case = get_case("grid")
-    assert resolve_config(case, sets={"case": str(m_file)}).case == str(m_file)
+    assert resolve_config(case, sets={"case": str(m_file)}).model_dump()["case"] == str(m_file)
     with pytest.raises(ValueError, match=r"grid case: expected a twinfer name .* received 'case99999'"):
         resolve_config(case, sets={"case": "case99999"})
     with pytest.raises(ValueError, match=r"no such file"):
@@ -96,7 +100,8 @@ def test_a_users_network_loads_from_pandapower_json_matpower_or_a_pandapower_nam
 
 @pytest.mark.slow
 def test_grid_quick_run_distributed_matches_central():
-    """ieee9, short horizon: both estimators run, metrics are finite, distributed close to central."""
+    """ieee9, short horizon: the six estimators (central/distributed UKF, WLS, WNLS) run, metrics are
+    finite, the distributed UKF close to the central one, WNLS no worse than WLS, Table S2's columns."""
     case = get_case("grid")
     config = resolve_config(case, sets={"case": "ieee9", "steps": 80}, quick=True)
     art = case.run(config, no_progress)
@@ -108,6 +113,21 @@ def test_grid_quick_run_distributed_matches_central():
     assert abs(state("distributed") - state("central")) <= 5e-3
     assert abs(m["distributed.nrmse_Omega"] - m["central.nrmse_Omega"]) <= 5e-2
     assert 0.9 <= m["distributed.coverage95_Omega"] <= 1.0
+    for prefix in ("central", "distributed", "wls", "wnls", "central_wls", "central_wnls"):
+        for key in ("rmse_theta", "rmse_omega", "nrmse_theta", "run_s", "compile_s"):
+            assert np.isfinite(m[f"{prefix}.{key}"]), (prefix, key)
+    for key in ("speedup_distributed_vs_central", "speedup_wls_distributed_vs_central",
+                "speedup_wnls_distributed_vs_central", "distributed.parallel_s"):  # fmt: skip
+        assert np.isfinite(m[key]) and m[key] > 0, key
+    np.testing.assert_allclose(m["distributed.parallel_s"], m["distributed.run_s"] / 3, rtol=1e-12)
+    # h is linear (phases, frequencies), so WNLS's first step is WLS's and its minimiser: equal to rounding
+    # (measured: 0.0318537 both, distributed; 0.0319711 both, central).
+    for wls, wnls in (("wls", "wnls"), ("central_wls", "central_wnls")):
+        assert m[f"{wnls}.rmse_theta"] <= m[f"{wls}.rmse_theta"] * (1 + 1e-6)
+    # Fig. S9(b,c): the six estimators' state RMSEs are of the same order (measured 0.009 to 0.033)
+    six = ("central", "distributed", "wls", "wnls", "central_wls", "central_wnls")
+    states = [m[f"{p}.rmse_{q}"] for p in six for q in ("theta", "omega")]
+    assert max(states) / min(states) < 10
 
 
 def test_wls_step_equals_the_normal_equations_of_the_two_term_objective():
@@ -122,7 +142,7 @@ def test_wls_step_equals_the_normal_equations_of_the_two_term_objective():
     mean, y = rng.normal(size=n), rng.normal(size=m)
     out = wls_step(
         lambda x, u: jnp.asarray(f_mat) @ x, lambda x, u: jnp.asarray(h_mat) @ x,
-        jnp.asarray(mean), jnp.asarray(q), jnp.asarray(r), None, jnp.asarray(y), jnp.ones(m, bool),
+        jnp.asarray(mean), jnp.asarray(q), jnp.asarray(r), jnp.zeros(0), jnp.asarray(y), jnp.ones(m, bool),
     )  # fmt: skip
     precision = np.linalg.inv(q) + h_mat.T @ np.linalg.solve(r, h_mat)
     rhs = np.linalg.solve(q, f_mat @ mean) + h_mat.T @ np.linalg.solve(r, y)
@@ -130,9 +150,108 @@ def test_wls_step_equals_the_normal_equations_of_the_two_term_objective():
     np.testing.assert_allclose(np.asarray(out.cov), np.linalg.inv(precision), rtol=1e-10)
     masked = wls_step(
         lambda x, u: jnp.asarray(f_mat) @ x, lambda x, u: jnp.asarray(h_mat) @ x,
-        jnp.asarray(mean), jnp.asarray(q), jnp.asarray(r), None, jnp.full(m, jnp.nan), jnp.zeros(m, bool),
+        jnp.asarray(mean), jnp.asarray(q), jnp.asarray(r), jnp.zeros(0), jnp.full(m, jnp.nan),
+        jnp.zeros(m, bool),
     )  # fmt: skip
     np.testing.assert_allclose(np.asarray(masked.mean), f_mat @ mean, rtol=1e-12)  # no data: prediction
+
+
+def _two_term_problem(seed, n=4, m=6):
+    rng = np.random.default_rng(seed)
+    f_mat, h_mat = 0.5 * rng.normal(size=(n, n)), rng.normal(size=(m, n))
+    a, b = rng.normal(size=(n, n)), rng.normal(size=(m, m))
+    q, r = 0.1 * (a @ a.T + n * np.eye(n)), 0.01 * (b @ b.T + m * np.eye(m))
+    return f_mat, h_mat, jnp.asarray(q), jnp.asarray(r), jnp.asarray(rng.normal(size=n)), rng
+
+
+def test_wnls_on_a_linear_measurement_equals_the_wls_step():
+    """Claim: with h linear, J is quadratic and one Gauss-Newton step from the prediction is its exact
+    minimiser, so WNLS (damped, iterated) and WLS (one undamped step) agree to rounding, covariance too;
+    the damping's 1e-8 relative error of the first step is removed by the second, then WNLS stops.
+    Diagonal covariances given as variances, and a linear h given as its matrix, give the same steps."""
+    import jax
+
+    from twinfer.infer.filters import wls_step, wnls_step
+
+    f_mat, h_mat, q, r, mean, rng = _two_term_problem(5)
+    y, mask = jnp.asarray(rng.normal(size=6)), jnp.ones(6, bool).at[2].set(False)
+    f = lambda x, u: jnp.asarray(f_mat) @ x  # noqa: E731
+    h = lambda x, u: jnp.asarray(h_mat) @ x  # noqa: E731
+    args = (f, h, mean, q, r, jnp.zeros(0), y, mask)
+    wls, wnls = (jax.jit(step, static_argnums=(0, 1))(*args) for step in (wls_step, wnls_step))
+    np.testing.assert_allclose(np.asarray(wnls.mean), np.asarray(wls.mean), rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(np.asarray(wnls.cov), np.asarray(wls.cov), rtol=1e-10, atol=1e-14)
+    assert bool(wnls.ok) and int(wnls.iterations) == 2
+    q_var, r_var = jnp.diag(q), jnp.diag(r)  # diagonal covariances given as variances: the same step
+    wls_jit = jax.jit(wls_step, static_argnums=(0, 1))
+    full = wls_jit(f, h, mean, jnp.diag(q_var), jnp.diag(r_var), jnp.zeros(0), y, mask)
+    by_var = wls_jit(f, h, mean, q_var, r_var, jnp.zeros(0), y, mask)
+    np.testing.assert_allclose(np.asarray(by_var.mean), np.asarray(full.mean), rtol=1e-12)
+    np.testing.assert_allclose(np.asarray(by_var.cov), np.asarray(full.cov), rtol=1e-12, atol=1e-16)
+    matrix = jax.jit(wnls_step, static_argnums=(0,))(f, jnp.asarray(h_mat), *args[2:])  # h as its matrix
+    np.testing.assert_allclose(np.asarray(matrix.mean), np.asarray(wnls.mean), rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(np.asarray(matrix.cov), np.asarray(wnls.cov), rtol=1e-12, atol=1e-16)
+    with pytest.raises(ValueError, match=r"wls_step/wnls_step r: expected a covariance \(n, n\) or its"):
+        wls_jit(f, h, mean, q, r[:, :2], jnp.zeros(0), y, mask)
+
+
+def test_wnls_minimises_the_two_term_objective_where_one_wls_step_does_not():
+    """Claim: on a nonlinear h (sines of linear maps, the grid's kind), WNLS's estimate satisfies the
+    normal equations (the gradient of J, written out in numpy with h's Jacobian by hand, ~ 0) and has a
+    smaller J than WLS's one step from the prediction; its covariance is (Q^-1 + H^T R^-1 H)^-1 with H at
+    the solution."""
+    import jax
+
+    from twinfer.infer.filters import wls_step, wnls_step
+
+    f_mat, h_mat, q, r, mean, rng = _two_term_problem(11)
+    q_np, r_np = np.asarray(q), np.asarray(r)
+    x_bar = f_mat @ np.asarray(mean)
+    y = np.sin(3.0 * h_mat @ (x_bar + rng.normal(scale=0.3, size=4))) + 0.05 * rng.normal(size=6)
+
+    def objective_and_gradient(x):  # J and grad J, eqs. of the _wls module docstring
+        ry, rx = y - np.sin(3.0 * h_mat @ x), x - x_bar
+        jac = 3.0 * np.cos(3.0 * h_mat @ x)[:, None] * h_mat
+        value = ry @ np.linalg.solve(r_np, ry) + rx @ np.linalg.solve(q_np, rx)
+        return value, -2 * jac.T @ np.linalg.solve(r_np, ry) + 2 * np.linalg.solve(q_np, rx), jac
+
+    f = lambda x, u: jnp.asarray(f_mat) @ x  # noqa: E731
+    h = lambda x, u: jnp.sin(3.0 * jnp.asarray(h_mat) @ x)  # noqa: E731
+    args = (f, h, mean, q, r, jnp.zeros(0), jnp.asarray(y), jnp.ones(6, bool))
+    wls, wnls = (jax.jit(step, static_argnums=(0, 1))(*args) for step in (wls_step, wnls_step))
+    assert 2 < int(wnls.iterations) <= 5
+    j_wnls, grad, jac = objective_and_gradient(np.asarray(wnls.mean))
+    j_bar, grad_bar, _ = objective_and_gradient(x_bar)
+    assert j_wnls < objective_and_gradient(np.asarray(wls.mean))[0] < j_bar
+    assert np.max(np.abs(grad)) <= 1e-6 * np.max(np.abs(grad_bar)), (grad, int(wnls.iterations))
+    precision = np.linalg.inv(q_np) + jac.T @ np.linalg.solve(r_np, jac)
+    np.testing.assert_allclose(np.asarray(wnls.cov), np.linalg.inv(precision), rtol=1e-9)
+    with pytest.raises(ValueError, match=r"wnls_step max_iter: expected at least 1 .* received 0"):
+        wnls_step(*args, max_iter=0)
+
+
+def test_central_wls_equals_the_distributed_wls_of_a_one_cluster_partition():
+    """Claim: the central WLS (one cluster of every bus in bus order, as the grid case builds it) is
+    the distributed estimator of a partition that happens to have one cluster (one generator, S_max = N),
+    its buses in any slot order, to rounding: the slots and the bus mapping change nothing."""
+    k, model, rng = _ring_network(n=5)
+    n = model.n_bus
+    assert partition_greedy(k, np.array([3]), s_max=n).n_clusters == 1
+    one = Partition(labels=np.zeros(n, int), clusters=(rng.permutation(n),))  # its buses in another order
+    whole = Partition(labels=np.zeros(n, int), clusters=(np.arange(n),))
+    x0 = np.stack([rng.normal(size=n), rng.normal(size=n), np.zeros(n)], axis=1)
+    ys = rng.normal(scale=0.3, size=(4, 2 * n))
+    out = []
+    for part in (whole, one):  # WNLS takes the same path (STATIC_STEPS); two compilations, ~1 s each
+        cg = kuramoto_graph(
+            model, part, dt=0.01, x0=x0, var0=(0.25, 0.25, 1.0), q=(1e-4, 1e-4, 1e-4), r=4e-4,
+            estimator="wls", messages="held",
+        )  # fmt: skip
+        compiled = compile_graph(cg.graph)
+        means, sds, _ = compiled.scan(compiled.numbers, jnp.zeros((4, 0)), ys, jnp.ones(ys.shape, bool))
+        out.append((bus_values(cg, compiled, means, n), bus_values(cg, compiled, sds, n)))
+    np.testing.assert_allclose(out[1][0], out[0][0], rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(out[1][1], out[0][1], rtol=1e-10, atol=1e-12)
 
 
 def _ieee14_problem(steps=40):
@@ -224,7 +343,10 @@ def test_substep_groups_meet_each_clusters_own_stability_bound_with_divisors_of_
     assert [g for _, g in groups] == [1, 2, 4]  # bus 6 needs 3, rounded up to the divisor 4
 
 
-def _tiny_step(model, part, x, dt, substeps=None, messages="probabilistic", stds=False):
+Messages = Literal["held", "probabilistic"]
+
+
+def _tiny_step(model, part, x, dt, substeps=None, messages: Messages = "probabilistic", stds=False):
     """Bus means (N, 3) after one step of the cluster graph with (almost) no uncertainty, no data."""
     n = model.n_bus
     x0 = np.stack([x[:n], x[n:], np.asarray(model.params["Omega"])], axis=1)
@@ -379,7 +501,8 @@ def test_a_diverging_cluster_is_named_with_its_step_and_time():
     _, model, rng = _ring_network()
     n = model.n_bus
     part = partition_greedy(sp.csr_matrix(np.ones((n, n)) - np.eye(n)), np.array([0, 4]), s_max=3)
-    cg = kuramoto_graph(model, part, dt=0.01, x0=np.zeros((n, 3)), var0=(1, 1, 1), q=(1e-4,) * 3, r=1e-4)
+    q = (1e-4, 1e-4, 1e-4)
+    cg = kuramoto_graph(model, part, dt=0.01, x0=np.zeros((n, 3)), var0=(1, 1, 1), q=q, r=1e-4)
     ys = rng.normal(size=(6, 2 * n)) * 0.01
     ys[3, n + 2] = 1e200  # bus 2's frequency at step 3 (t = 0.04)
     name = next(k for k, b in cg.buses.items() if 2 in b)
@@ -397,7 +520,7 @@ def test_estimate_of_a_cluster_graph_is_one_estimate_in_bus_order():
     part = partition_greedy(sp.csr_matrix(np.ones((n, n)) - np.eye(n)), np.array([0, 4]), s_max=3)
     assert max(len(c) for c in part.clusters) > min(len(c) for c in part.clusters)  # a padded cluster
     x0 = np.stack([np.zeros(n), np.zeros(n), np.asarray(model.params["Omega"])], axis=1)
-    cg = kuramoto_graph(model, part, dt=0.01, x0=x0, var0=(0.1, 0.1, 0.1), q=(1e-4,) * 3, r=1e-2)
+    cg = kuramoto_graph(model, part, dt=0.01, x0=x0, var0=(0.1, 0.1, 0.1), q=(1e-4, 1e-4, 1e-4), r=1e-2)
     ys = rng.normal(scale=0.1, size=(20, 2 * n))
     est = estimate(cg.graph, us=np.zeros((20, 0)), ys=ys)
     names = [f"{q}{b + 1}" for q in ("theta", "omega", "Omega") for b in range(n)]

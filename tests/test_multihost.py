@@ -28,7 +28,7 @@ from twinfer.report._run import read_arrays
 from twinfer.sharding import check_distributed, device_mesh, init_distributed
 
 # --quick (ieee14, 60 steps) with the sharded estimate only: the distributed UKF, no central or WLS.
-GRID = ["run", "grid", "--quick", "--set", "central=no", "--set", "wls=false"]
+GRID = ["run", "grid", "--quick", "--set", "central=no", "--set", "wls=false", "--set", "wnls=false"]
 TWINFER = [sys.executable, "-c", "from twinfer.cli import main; main()"]  # the `twinfer` command
 WAIT_S = 300  # for all three; they take 45-55 s on 2 busy cores
 

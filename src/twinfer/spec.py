@@ -381,6 +381,7 @@ def _run_grid(spec: Spec, model: GridModel, base: Path) -> tuple[Any, Any, Any, 
         "central": "yes" if e.kind == "central" else "no",
         "messages": "probabilistic" if e.messages == "probabilistic" else "held",
         "wls": False,
+        "wnls": False,
     }
     try:
         config = resolve_config(case, sets=values)

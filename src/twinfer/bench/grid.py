@@ -1,11 +1,15 @@
-"""Benchmark ``grid``: run time of the centralised and distributed UKFs against the number of buses.
+"""Benchmark ``grid``: run time and accuracy of the six estimators of Fig. S9 against the number of buses.
 
 Each network is partitioned (S_max = 5; 3 for IEEE 300 as Table S2 used), simulated for 300 Heun steps,
-and filtered; compile time is kept apart and the run time is the median of three calls (one for the
-centralised UKF from 118 buses, whose run takes seconds to minutes). The centralised UKF runs up to 300
-buses (its cost grows as N^3), the distributed one on every network up to PEGASE 9241. The log-log slopes
-of run time against buses are fitted by least squares and written with the times, and a figure sets both
-series beside the paper's Table S2 (sequential Python) times.
+and estimated by the UKF and the static WLS / WNLS baselines, each centralised and distributed (the
+case's :data:`~twinfer.experiments.grid.ESTIMATORS`); compile time is kept apart and the run time is the
+median of three calls (one for the centralised UKF from 118 buses, whose run takes seconds to minutes).
+The centralised estimators run up to 300 buses (their cost grows as N^3), the distributed ones on every
+network up to PEGASE 9241. Per network: run times, Table S2's speed-ups and parallel projection, and the
+mean RMSE of theta and omega (Fig. S9(b,c)). The log-log slopes of run time against buses are fitted by
+least squares; ``bench_grid.png`` sets the run times beside the paper's Table S2 (sequential Python) UKF
+times, ``bench_grid_accuracy.png`` the RMSEs. Quick: IEEE 9 to 39 at 60 steps, the central estimators
+up to 39 buses, the WLS/WNLS baselines on IEEE 9 and 14 only.
 
 With more than one JAX device visible (on the CPU: ``XLA_FLAGS=--xla_force_host_platform_device_count=2
 twinfer bench grid``), the distributed UKF is timed a second time from 300 buses up with its cluster axis
@@ -23,7 +27,17 @@ import numpy as np
 
 from twinfer.bench._harness import Progress, register
 from twinfer.data import load_grid
-from twinfer.experiments.grid import GridConfig, draw_parameters, grid_estimator, simulate
+from twinfer.experiments.grid import (
+    ESTIMATORS,
+    LABELS,
+    GridConfig,
+    Method,
+    draw_parameters,
+    grid_estimator,
+    grid_metrics,
+    simulate,
+    table_s2_timings,
+)
 from twinfer.infer.clusters import Partition, partition_greedy
 from twinfer.models import KuramotoNetwork
 from twinfer.timing import time_jitted
@@ -42,23 +56,33 @@ PAPER_S2 = {  # Table S2 (UKF central, UKF distributed) seconds, sequential Pyth
 
 
 def _timed(
-    config: GridConfig, model: KuramotoNetwork, partition: Partition, sim, q_big: float, repeats: int = 3
+    config: GridConfig,
+    model: KuramotoNetwork,
+    partition: Partition,
+    sim,
+    q_big: float,
+    repeats: int = 3,
+    method: Method = "ukf",
 ):
-    fn = grid_estimator(config, partition, model, sim["init"], q_big)
-    return time_jitted(fn.scan, jnp.asarray(sim["observations"]), repeats=repeats)
+    fn = grid_estimator(config, partition, model, sim["init"], q_big, method)
+    timed = time_jitted(fn.scan, jnp.asarray(sim["observations"]), repeats=repeats)
+    return timed, fn.to_buses(timed.value)
 
 
 def _slope(buses: list[float], times: list[float]) -> float:
     return float(np.polyfit(np.log(buses), np.log(times), 1)[0])
 
 
-@register("grid", "Kuramoto grids: centralised vs distributed UKF run time against buses, log-log slopes")
+@register(
+    "grid", "Kuramoto grids: UKF, WLS and WNLS, centralised and distributed: run time and RMSE against buses"
+)
 def bench_grid(quick: bool, progress: Progress) -> dict[str, float]:
-    """Times per network and the fitted scaling exponents."""
+    """Times and state RMSEs per network and estimator, and the fitted scaling exponents."""
     cases = IEEE[:4] if quick else IEEE + LARGE
     central_max = 39 if quick else 300
+    baseline_max = 14 if quick else 10**6  # quick: the WLS/WNLS baselines on IEEE 9 and 14 only
     out: dict[str, float] = {}
-    rows = []
+    rows: list[tuple[str, int, dict[str, tuple[float, float, float]]]] = []  # prefix -> (s, rmse th, om)
     sharded_rows: list[tuple[float, float]] = []  # (buses, run time) over every device
     n_dev = len(jax.devices())
     for case in cases:
@@ -73,36 +97,41 @@ def bench_grid(quick: bool, progress: Progress) -> dict[str, float]:
         sim = simulate(config, model, key_sim)
         n = net.n_bus
         partition = partition_greedy(net.coupling, net.gen_buses, config.s_max)
-        progress(f"{case}: distributed ({partition.n_clusters} clusters)")
-        dist = _timed(config, model, partition, sim, config.q_Omega_distributed)
-        out[f"{case}.distributed.run_s"] = dist.median_s
-        out[f"{case}.distributed.compile_s"] = dist.compile_s
-        central_s = float("nan")
-        if n <= central_max:
-            progress(f"{case}: central ({3 * n} states)")
-            whole = Partition(labels=np.zeros(n, int), clusters=(np.arange(n),))
-            # From 118 buses one central run takes seconds to minutes, far above the machine's noise.
-            cen = _timed(config, model, whole, sim, config.q_Omega_central, repeats=1 if n >= 118 else 3)
-            central_s = cen.median_s
-            out[f"{case}.central.run_s"] = central_s
-            out[f"{case}.central.compile_s"] = cen.compile_s
-            out[f"{case}.speedup_distributed_vs_central"] = central_s / dist.median_s
+        whole = Partition(labels=np.zeros(n, int), clusters=(np.arange(n),))
+        found: dict[str, tuple[float, float, float]] = {}
+        for prefix, (method, central) in ESTIMATORS.items():
+            if (central and n > central_max) or (method != "ukf" and n > baseline_max):
+                continue
+            what = f"{3 * n} states" if central else f"{partition.n_clusters} clusters"
+            progress(f"{case}: {LABELS[prefix]} ({what})")
+            # From 118 buses one central UKF run takes seconds to minutes, far above the machine's noise.
+            repeats = 1 if central and method == "ukf" and n >= 118 else 3
+            q_big = config.q_Omega_central if central else config.q_Omega_distributed
+            timed, (means, stds) = _timed(
+                config, model, whole if central else partition, sim, q_big, repeats, method
+            )
+            scores = grid_metrics(prefix, means, stds, sim["states"], big_omega)
+            out[f"{case}.{prefix}.run_s"] = timed.median_s
+            out[f"{case}.{prefix}.compile_s"] = timed.compile_s
+            for q in ("theta", "omega"):
+                out[f"{case}.{prefix}.rmse_{q}"] = scores[f"{prefix}.rmse_{q}"]
+            found[prefix] = (timed.median_s, scores[f"{prefix}.rmse_theta"], scores[f"{prefix}.rmse_omega"])
+        times = {f"{prefix}.run_s": v[0] for prefix, v in found.items()}
+        out.update({f"{case}.{k}": v for k, v in table_s2_timings(times, partition.n_clusters).items()})
         if n_dev > 1 and n >= 300:
             progress(f"{case}: distributed over {n_dev} devices")
             spread = config.model_copy(update={"devices": n_dev})
-            sharded = _timed(spread, model, partition, sim, config.q_Omega_distributed)
+            sharded, _ = _timed(spread, model, partition, sim, config.q_Omega_distributed)
             out[f"{case}.distributed_sharded.run_s"] = sharded.median_s
             out[f"{case}.distributed_sharded.compile_s"] = sharded.compile_s
             out["distributed_sharded.devices"] = float(n_dev)
             sharded_rows.append((float(n), sharded.median_s))
-        rows.append((case, n, central_s, dist.median_s))
-    buses = [float(r[1]) for r in rows]
-    dist_times = [r[3] for r in rows]
-    central = [(b, r[2]) for b, r in zip(buses, rows, strict=True) if np.isfinite(r[2])]
-    if len(central) >= 2:
-        out["central.loglog_slope"] = _slope([b for b, _ in central], [t for _, t in central])
-    out["distributed.loglog_slope"] = _slope(buses, dist_times)
-    big = [(b, t) for b, t in zip(buses, dist_times, strict=True) if b >= 300]
+        rows.append((case, n, found))
+    for prefix in ESTIMATORS:
+        points = [(float(n), found[prefix][0]) for _, n, found in rows if prefix in found]
+        if len(points) >= 2:
+            out[f"{prefix}.loglog_slope"] = _slope([b for b, _ in points], [t for _, t in points])
+    big = [(float(n), found["distributed"][0]) for _, n, found in rows if n >= 300]
     if len(big) >= 2:
         out["distributed.loglog_slope_300_to_9241"] = _slope([b for b, _ in big], [t for _, t in big])
     if len(sharded_rows) >= 2:
@@ -110,33 +139,73 @@ def bench_grid(quick: bool, progress: Progress) -> dict[str, float]:
             [b for b, _ in sharded_rows], [t for _, t in sharded_rows]
         )
     _figure(rows, sharded_rows)
+    _accuracy_figure(rows)
     return out
 
 
-def _figure(rows: list[tuple[str, int, float, float]], sharded: list[tuple[float, float]]) -> None:
-    """``bench_grid.png`` beside ``bench.json``: run time against buses, log-log."""
+def _series(rows, prefix: str, k: int) -> tuple[list[float], list[float]]:
+    """(buses, value k of ``found[prefix]``) over the networks where the estimator ran."""
+    points = [(float(n), found[prefix][k]) for _, n, found in rows if prefix in found]
+    return [b for b, _ in points], [v for _, v in points]
+
+
+_STYLE = {  # prefix -> (colour, marker, line): one colour per method, solid central, dashed distributed
+    "central": ("C0", "o", "-"),
+    "distributed": ("C0", "s", "--"),
+    "central_wls": ("C2", "o", "-"),
+    "wls": ("C2", "s", "--"),
+    "central_wnls": ("C3", "x", ":"),  # dotted and thin markers: WNLS may sit on WLS (a linear h)
+    "wnls": ("C3", "+", ":"),
+}
+
+
+def _figure(rows, sharded: list[tuple[float, float]]) -> None:
+    """``bench_grid.png`` beside ``bench.json``: run time of every estimator against buses, log-log."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(6.5, 4.5))
-    buses = np.array([r[1] for r in rows], float)
-    central = np.array([r[2] for r in rows])
-    ok = np.isfinite(central)
-    ax.loglog(buses[ok], central[ok], "o-", label="twinfer central UKF")
-    ax.loglog(buses, [r[3] for r in rows], "s-", label="twinfer distributed UKF")
+    fig, ax = plt.subplots(figsize=(7, 5))
+    for prefix in ESTIMATORS:
+        buses, times = _series(rows, prefix, 0)
+        if buses:
+            color, marker, line = _STYLE[prefix]
+            ax.loglog(buses, times, marker=marker, ls=line, color=color, label=f"twinfer {LABELS[prefix]}")
     if sharded:
-        ax.loglog(*zip(*sharded, strict=True), "^-", label="twinfer distributed, all devices")
+        ax.loglog(*zip(*sharded, strict=True), "^-", color="C1", label="twinfer distributed UKF, all devices")
     paper = [(v[2], v[0], v[1]) for v in PAPER_S2.values()]
     ax.loglog(
-        [p[0] for p in paper], [p[1] for p in paper], "o:", color="0.5", label="paper central (Table S2)"
+        [p[0] for p in paper], [p[1] for p in paper], "o:", color="0.5", label="paper central UKF (Table S2)"
     )
-    ax.loglog([p[0] for p in paper], [p[2] for p in paper], "s:", color="0.7", label="paper distributed")
+    ax.loglog([p[0] for p in paper], [p[2] for p in paper], "s:", color="0.7", label="paper distributed UKF")
     ax.set_xlabel("buses")
-    ax.set_ylabel("run time for 300 steps [s]")
+    ax.set_ylabel("run time for the record [s]")
     ax.grid(alpha=0.3, which="both")
-    ax.legend(fontsize=8, frameon=False)
+    ax.legend(fontsize=7, frameon=False, ncol=2)
     fig.tight_layout()
     fig.savefig(Path("bench_grid.png"), dpi=120)
+    plt.close(fig)
+
+
+def _accuracy_figure(rows) -> None:
+    """``bench_grid_accuracy.png``: mean RMSE of theta and omega per network, six estimators (Fig. S9b,c)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+    for k, (ax, name) in enumerate(zip(axes, ("theta [rad]", "omega [rad/s]"), strict=True), start=1):
+        for prefix in ESTIMATORS:
+            buses, values = _series(rows, prefix, k)
+            if buses:
+                color, marker, line = _STYLE[prefix]
+                ax.loglog(buses, values, marker=marker, ls=line, color=color, label=LABELS[prefix])
+        ax.set_xlabel("buses")
+        ax.set_title(f"mean RMSE of {name}", fontsize=9)
+        ax.grid(alpha=0.3, which="both")
+    axes[0].legend(fontsize=7, frameon=False)
+    fig.tight_layout()
+    fig.savefig(Path("bench_grid_accuracy.png"), dpi=120)
     plt.close(fig)

@@ -5,7 +5,11 @@ section 3.5, Tables S2-S4) on pandapower's bundled networks, from IEEE 9 to the 
 the truth is simulated with the paper's Heun scheme, every bus measures its wrapped phase and its
 frequency, the natural frequencies Omega are unknown. The centralised UKF carries the 3N-dimensional
 augmented state (feasible up to a few hundred buses); the distributed one runs one UKF per cluster of the
-generator-seeded partition, all clusters in one vmapped step, with Jacobi exchange of phases.
+generator-seeded partition, all clusters in one vmapped step, with Jacobi exchange of phases. The static
+baselines WLS and WNLS (one Gauss-Newton step / damped Gauss-Newton to the minimiser, no covariance
+carried) run on the same clusters and register, and on the whole network where the central UKF does:
+six estimators (:data:`ESTIMATORS`), scored for Table S2 (run times, speed-ups, the parallel projection)
+and Fig. S9(b,c) (mean RMSE of theta and omega).
 
 Metric choices (the paper publishes no code for Table S3; specs 7 item 10): full horizon t_1..t_T;
 per-bus NRMSE then the mean over buses; phase errors are wrapped differences and the phase range is that
@@ -40,7 +44,7 @@ from twinfer.infer.clusters import (
     substep_groups,
 )
 from twinfer.infer.graph import check_field_run, compile_graph
-from twinfer.metrics import coverage, nrmse, nrmse_population
+from twinfer.metrics import coverage, nrmse, nrmse_population, rmse
 from twinfer.models import KuramotoNetwork, wrap_angle
 from twinfer.report import PaperValue, RunArtifacts
 from twinfer.sim import discretise, simulate_discrete
@@ -51,6 +55,25 @@ GridName = Literal[
     "pegase1354", "pegase2869", "rte6470", "pegase9241",
 ]  # fmt: skip
 Z95 = 1.959963984540054
+Method = Literal["ukf", "wls", "wnls"]
+ESTIMATORS: dict[str, tuple[Method, bool]] = {  # metric prefix -> (method, on the whole network)
+    "central": ("ukf", True),
+    "distributed": ("ukf", False),
+    "central_wls": ("wls", True),
+    "wls": ("wls", False),
+    "central_wnls": ("wnls", True),
+    "wnls": ("wnls", False),
+}
+"""The six estimators of Fig. S9 by metric prefix (the UKF's are ``central``/``distributed``, the
+distributed baselines ``wls``/``wnls``, the central ones ``central_wls``/``central_wnls``)."""
+LABELS = {
+    "central": "central UKF",
+    "distributed": "distributed UKF",
+    "central_wls": "central WLS",
+    "wls": "distributed WLS",
+    "central_wnls": "central WNLS",
+    "wnls": "distributed WNLS",
+}
 
 
 class GridConfig(CaseConfig):
@@ -88,7 +111,16 @@ class GridConfig(CaseConfig):
         description="Out-of-cluster phases: 'held' over the step (the paper's Jacobi, S89) or "
         "'probabilistic' (mean-predicted through the step, their variance injected as process noise).",
     )
-    wls: bool = pydantic.Field(True, description="Also run the distributed WLS baseline.")
+    wls: bool = pydantic.Field(True, description="Also run the WLS baseline (one Gauss-Newton step).")
+    wnls: bool = pydantic.Field(
+        True,
+        description="Also run the WNLS baseline (damped Gauss-Newton to the minimiser, at most 5 steps).",
+    )
+    central_baselines: bool = pydantic.Field(
+        True,
+        description="Run the enabled WLS/WNLS baselines on the whole network too, wherever the central UKF "
+        "runs (the 'central' / central_max_buses guard: their 3N x 3N precision grows as N^2 in memory).",
+    )
     devices: int = pydantic.Field(
         1, ge=0, description="Devices the cluster axis is split over (0: all visible devices)."
     )
@@ -143,7 +175,7 @@ def grid_estimator(
     model: KuramotoNetwork,
     init: np.ndarray,
     q_big_omega: float,
-    method: Literal["ukf", "wls"] = "ukf",
+    method: Method = "ukf",
 ) -> Any:
     """``ys -> (means, stds)`` (T, N, 3) per bus of one estimator on a partition (one cluster = central).
 
@@ -151,7 +183,10 @@ def grid_estimator(
     compiled once; the returned function runs its jitted scan and maps the clusters' slots to buses. The
     jitted scan alone is ``.scan`` (``ys -> per-group (means, stds)``), the part timed by :func:`_estimate`.
     ``init`` is the initial estimate (2N,) of phases and frequencies; the natural frequencies start at 0.
-    With ``config.devices`` other than 1, the cluster axis is split over that many devices.
+    ``method``: the UKF (S82-S84, S88-S92) or the static baselines WLS / WNLS
+    (:func:`twinfer.infer.filters.wls_step`, :func:`~twinfer.infer.filters.wnls_step`), all on the same
+    clusters and phase register. With ``config.devices`` other than 1, the cluster axis is split over
+    that many devices.
     """
     n = model.n_bus
     x0 = np.stack([init[:n], init[n:], np.zeros(n)], axis=1)
@@ -188,21 +223,30 @@ def grid_estimator(
     return estimate
 
 
-def _estimate(
-    config, partition: Partition, model, sim, q_big_omega: float, method: Literal["ukf", "wls"] = "ukf"
-):
+def _estimate(config, partition: Partition, model, sim, q_big_omega: float, method: Method = "ukf"):
     fn = grid_estimator(config, partition, model, sim["init"], q_big_omega, method)
     timed = time_jitted(fn.scan, jnp.asarray(sim["observations"]), repeats=1)
     means, stds = fn.to_buses(timed.value)
     return means, stds, timed.compile_s, timed.median_s
 
 
+def bus_rmse(estimate: np.ndarray, truth: np.ndarray, period: float | None = None) -> float:
+    """Mean over buses (axis 1) of each bus's RMSE over time (Fig. S9(b,c)); ``period`` wraps phases."""
+    return float(np.mean(rmse(estimate, truth, axis=0, period=period)))
+
+
 def grid_metrics(prefix: str, means, stds, states, big_omega) -> dict[str, float]:
-    """Table S3 metrics (module docstring): phase NRMSE on wrapped errors, Omega on the population range."""
+    """Table S3 metrics (module docstring): phase NRMSE on wrapped errors, Omega on the population range.
+
+    Also the mean over buses of each bus's RMSE of theta (wrapped errors) and omega, the quantities of
+    Fig. S9(b,c) (``rmse_theta``, ``rmse_omega``).
+    """
     n = big_omega.shape[0]
     truth = {"theta": states[1:, :n], "omega": states[1:, n:]}
     omega_truth = np.broadcast_to(big_omega, means[:, :, 2].shape)
     return {
+        f"{prefix}.rmse_theta": bus_rmse(means[:, :, 0], truth["theta"], period=2 * np.pi),
+        f"{prefix}.rmse_omega": bus_rmse(means[:, :, 1], truth["omega"]),
         f"{prefix}.nrmse_theta": float(nrmse(means[:, :, 0], truth["theta"], period=2 * np.pi)),
         f"{prefix}.nrmse_omega": float(nrmse(means[:, :, 1], truth["omega"])),
         f"{prefix}.nrmse_Omega": nrmse_population(means[:, :, 2], big_omega),
@@ -210,10 +254,33 @@ def grid_metrics(prefix: str, means, stds, states, big_omega) -> dict[str, float
     }
 
 
+SPEEDUPS = {  # Table S2's speed-up column, central over distributed run time, per method
+    "ukf": ("speedup_distributed_vs_central", "central", "distributed"),
+    "wls": ("speedup_wls_distributed_vs_central", "central_wls", "wls"),
+    "wnls": ("speedup_wnls_distributed_vs_central", "central_wnls", "wnls"),
+}
+
+
+def table_s2_timings(metrics: Mapping[str, float], n_clusters: int) -> dict[str, float]:
+    """Table S2's derived columns from the run times present in ``metrics``.
+
+    Per method, the speed-up central / distributed run time (where both ran), and the "parallel"
+    projection, the distributed UKF's sequential time over the number of clusters N_s (one core per
+    cluster, the paper's column; no communication cost).
+    """
+    out = {}
+    for name, central, distributed in SPEEDUPS.values():
+        if f"{central}.run_s" in metrics and f"{distributed}.run_s" in metrics:
+            out[name] = metrics[f"{central}.run_s"] / metrics[f"{distributed}.run_s"]
+    if "distributed.run_s" in metrics:
+        out["distributed.parallel_s"] = metrics["distributed.run_s"] / n_clusters
+    return out
+
+
 def run(config: GridConfig, progress: Progress) -> RunArtifacts:
-    """Load, partition, simulate, estimate (distributed, and central where feasible), score."""
+    """Load, partition, simulate, run each enabled estimator (central ones where feasible), score."""
     start = time.perf_counter()
-    progress("load network", 0, 4)
+    progress("load network", 0, 8)
     net = load_grid(config.case)
     index, weight = net.neighbours
     index_weight = (index, weight)
@@ -221,7 +288,7 @@ def run(config: GridConfig, progress: Progress) -> RunArtifacts:
     d, big_omega = draw_parameters(net.n_bus, key_params)
     model = KuramotoNetwork(index, weight, d, big_omega)
     partition = partition_greedy(net.coupling, net.gen_buses, config.s_max)
-    progress("simulate", 1, 4)
+    progress("simulate", 1, 8)
     sim = simulate(config, model, key_sim)
     metrics: dict[str, float] = {
         "partition.clusters": float(partition.n_clusters),
@@ -234,33 +301,30 @@ def run(config: GridConfig, progress: Progress) -> RunArtifacts:
         "Omega": big_omega,
         "labels": partition.labels,
     }
-    progress("distributed UKF", 2, 4)
-    means, stds, compile_s, run_s = _estimate(config, partition, model, sim, config.q_Omega_distributed)
-    metrics.update(grid_metrics("distributed", means, stds, sim["states"], big_omega))
-    metrics["distributed.run_s"] = run_s
-    metrics["distributed.compile_s"] = compile_s
-    arrays.update(distributed_mean=means, distributed_std=stds)
-    if config.wls:
-        progress("distributed WLS", 2, 4)
-        means, stds, _, run_s = _estimate(
-            config, partition, model, sim, config.q_Omega_distributed, method="wls"
-        )
-        metrics.update(grid_metrics("wls", means, stds, sim["states"], big_omega))
-        metrics["wls.run_s"] = run_s
-        arrays.update(wls_mean=means, wls_std=stds)
     use_central = config.central == "yes" or (
         config.central == "auto" and net.n_bus <= config.central_max_buses
     )
-    if use_central:
-        progress("central UKF", 3, 4)
-        whole = Partition(labels=np.zeros(net.n_bus, int), clusters=(np.arange(net.n_bus),))
-        means, stds, compile_s, run_s = _estimate(config, whole, model, sim, config.q_Omega_central)
-        metrics.update(grid_metrics("central", means, stds, sim["states"], big_omega))
-        metrics["central.run_s"] = run_s
-        metrics["central.compile_s"] = compile_s
-        metrics["speedup_distributed_vs_central"] = metrics["central.run_s"] / metrics["distributed.run_s"]
-        arrays.update(central_mean=means, central_std=stds)
-    progress("done", 4, 4)
+    whole = Partition(labels=np.zeros(net.n_bus, int), clusters=(np.arange(net.n_bus),))
+    chosen = [
+        prefix
+        for prefix, (method, central) in ESTIMATORS.items()
+        if (method == "ukf" or getattr(config, method))
+        and (not central or (use_central and (method == "ukf" or config.central_baselines)))
+    ]
+    chosen.sort(key=lambda p: ESTIMATORS[p][1])  # the distributed estimators first, as before
+    for i, prefix in enumerate(chosen):
+        method, central = ESTIMATORS[prefix]
+        progress(LABELS[prefix], 2 + i, 2 + len(chosen))
+        q_big = config.q_Omega_central if central else config.q_Omega_distributed
+        means, stds, compile_s, run_s = _estimate(
+            config, whole if central else partition, model, sim, q_big, method=method
+        )
+        metrics.update(grid_metrics(prefix, means, stds, sim["states"], big_omega))
+        metrics[f"{prefix}.run_s"] = run_s
+        metrics[f"{prefix}.compile_s"] = compile_s
+        arrays.update({f"{prefix}_mean": means, f"{prefix}_std": stds})
+    metrics.update(table_s2_timings(metrics, partition.n_clusters))
+    progress("done", 2 + len(chosen), 2 + len(chosen))
     metrics["timing.run_s"] = time.perf_counter() - start
     notes = [
         f"Network {config.case}: {net.n_bus} buses, {len(net.gen_buses)} generator buses, "
@@ -297,8 +361,16 @@ def run(config: GridConfig, progress: Progress) -> RunArtifacts:
         "1e-9, specs 7 item 8).",
         "WLS (the paper's static baseline): per cluster, x = x_bar + (Q^-1 + H^T R^-1 H)^-1 H^T R^-1 "
         "(y - h(x_bar)) from the Heun prediction x_bar, exact Jacobian, same clusters and phase register. "
-        "It measures no Omega, so its Omega stays at the initial 0 and its Omega coverage only reflects "
-        "Q_Omega: it estimates the state, not the parameters (scope-restricted, as in the paper).",
+        "WNLS: damped Gauss-Newton on ||y - h(x)||^2_{R^-1} + ||x - x_bar||^2_{Q^-1} from x_bar "
+        "(Levenberg 1e-8, at most 5 steps, stop when a step's norm < 1e-7), P = (Q^-1 + H^T R^-1 H)^-1 "
+        "at the solution. h is linear here (phases and frequencies measured), so WNLS differs from WLS "
+        "only through the wrapped phase innovation and the damping: its estimates agree to rounding. "
+        "Neither measures Omega, so their Omega stays at the initial 0 and their Omega coverage only "
+        "reflects Q_Omega: they estimate the state, not the parameters (scope-restricted, as in the "
+        "paper). Central WLS/WNLS: the same steps on the whole network as one cluster, Q_Omega central.",
+        "Table S2 timings: run_s is the median jitted run time of the whole record (compile time apart, "
+        "compile_s); the paper's are sequential Python. parallel_s = distributed UKF time / N_s (the "
+        "paper's projection of one core per cluster).",
     ]
     used = jax.devices()[: config.devices or None]  # the devices of the mesh (0: all)
     if len(used) > 1:
@@ -335,9 +407,29 @@ def figures(arrays: Mapping[str, Any], config: GridConfig) -> dict[str, Any]:
         ax.legend(fontsize=7, frameon=False, ncol=3, loc="upper right")
     axes[-1, 0].set_xlabel("time [s]")
     axes[0, 0].set_title(f"grid {config.case}: bus frequencies")
-    figs = {"frequencies": fig}
+    figs = {"frequencies": fig, "estimators": _accuracy_bars(arrays)}
     figs["clusters"] = _cluster_map(config, np.asarray(arrays["labels"]))
     return figs
+
+
+def _accuracy_bars(arrays: Mapping[str, Any]) -> Any:
+    """Fig. S9(b,c): mean over buses of the RMSE of theta and omega for every estimator that ran."""
+    import matplotlib.pyplot as plt
+
+    truth = np.asarray(arrays["truth"])
+    n = truth.shape[1] // 2
+    ran = [p for p in ESTIMATORS if f"{p}_mean" in arrays]
+    fig, axes = plt.subplots(1, 2, figsize=(9, 3.2))
+    for k, (ax, name) in enumerate(zip(axes, ("theta [rad]", "omega [rad/s]"), strict=True)):
+        period = 2 * np.pi if k == 0 else None
+        true = truth[1:, k * n : (k + 1) * n]
+        values = [bus_rmse(np.asarray(arrays[f"{p}_mean"])[:, :, k], true, period) for p in ran]
+        ax.bar(range(len(ran)), values, color=[f"C{i}" for i in range(len(ran))])
+        ax.set_xticks(range(len(ran)), [LABELS[p] for p in ran], rotation=35, ha="right", fontsize=7)
+        ax.set_title(f"mean RMSE of {name}", fontsize=9)
+        ax.grid(alpha=0.3, axis="y")
+    fig.tight_layout()
+    return fig
 
 
 def _cluster_map(config: GridConfig, labels: np.ndarray) -> Any:
@@ -407,15 +499,49 @@ _TABLE_S3 = {
 }
 
 
+# Table S2's timings: (central, distributed, speed-up) triplets of (UKF, WLS, WNLS) seconds, and parallel.
+_TABLE_S2_TIMES = {
+    "ieee9": ((0.79, 0.03, 0.11), (0.43, 0.04, 0.14), (1.82, 0.74, 0.83), 0.14),
+    "ieee14": ((1.72, 0.04, 0.16), (0.82, 0.07, 0.21), (2.10, 0.58, 0.78), 0.16),
+    "ieee30": ((7.5, 0.1, 0.4), (2.4, 0.1, 0.4), (3.2, 1.0, 1.0), 0.39),
+    "ieee39": ((14.3, 0.5, 1.2), (3.0, 0.2, 0.6), (4.8, 3.0, 2.2), 0.30),
+    "ieee57": ((45.5, 1.5, 3.2), (5.8, 0.3, 0.8), (7.8, 5.7, 3.9), 0.48),
+    "ieee118": ((215.1, 3.4, 6.0), (12.0, 1.0, 2.3), (17.9, 3.5, 2.6), 0.22),
+    "ieee300": ((2836.8, 17.3, 33.5), (145.6, 11.4, 30.2), (19.5, 1.5, 1.1), 1.46),
+}
+
+
 def paper_values(config: GridConfig) -> dict[str, PaperValue]:
-    """The Table S2-S3 row of the configured network (none for the PEGASE/RTE networks)."""
+    """The Table S2-S3 row of the configured network (none for the PEGASE/RTE networks).
+
+    Table S2's run times (sequential Python, T = 3 s at dt = 0.01) are given only for a run of 300 steps
+    of 0.01 s; its speed-ups for any length. The distributed columns and the partition of IEEE 300 only
+    with S_max = 3, which that row used (specs 7 item 7).
+    """
     case = config.case
     out: dict[str, PaperValue] = {}
     label = case.replace("ieee", "IEEE ")
-    if case in _TABLE_S2 and (case != "ieee300" or config.s_max == 3):  # Table S2's 300 row used S_max 3
+    paper_partition = case != "ieee300" or config.s_max == 3  # Table S2's 300 row used S_max 3
+    if case in _TABLE_S2 and paper_partition:
         clusters, size = _TABLE_S2[case]
         out["partition.clusters"] = PaperValue(clusters, f"Table S2, {label}")
         out["partition.mean_size"] = PaperValue(size, f"Table S2, {label}")
+    if case in _TABLE_S2_TIMES:
+        central, distributed, speedup, parallel = _TABLE_S2_TIMES[case]
+        paper_length = config.steps == 300 and config.dt == 0.01
+        for k, method in enumerate(("ukf", "wls", "wnls")):
+            name, central_key, distributed_key = SPEEDUPS[method]
+            where = f"Table S2, {label}, {method.upper()}"
+            if paper_length:
+                out[f"{central_key}.run_s"] = PaperValue(central[k], f"{where} central (Python)")
+            if paper_partition:
+                out[name] = PaperValue(speedup[k], f"{where} speed-up")
+                if paper_length:
+                    out[f"{distributed_key}.run_s"] = PaperValue(
+                        distributed[k], f"{where} distributed (Python)"
+                    )
+        if paper_partition and paper_length:
+            out["distributed.parallel_s"] = PaperValue(parallel, f"Table S2, {label}, parallel = UKF / N_s")
     if case in _TABLE_S3:
         for name, pair in zip(
             ("nrmse_theta", "nrmse_omega", "nrmse_Omega", "coverage95_Omega"), _TABLE_S3[case], strict=True
@@ -430,8 +556,8 @@ def memory_estimate(config: GridConfig) -> int:
 
     About 400 bytes per step and bus (measured on ieee57: peak RSS 596 MB at 60 steps, 623 MB at 1 200;
     truth, observations and three estimators' means and spreads grow with both), taken as 512, above a
-    512 MiB floor. The bus count is the number in the network's name (ieee300: 300 buses), else the
-    loaded network's.
+    512 MiB floor; the six estimators' means and spreads add 144 bytes to the three's 144, inside it.
+    The bus count is the number in the network's name (ieee300: 300 buses), else the loaded network's.
     """
     digits = "".join(c for c in config.case if c.isdigit())
     named = config.case in GRID_CASES or (
@@ -445,8 +571,8 @@ CASE = register(
     Case(
         name="grid",
         description=(
-            "Kuramoto power grid, IEEE 9 to PEGASE 9241 buses: centralised vs distributed UKF "
-            "(compositional-inference paper, section 3.5, Tables S2-S3)."
+            "Kuramoto power grid, IEEE 9 to PEGASE 9241 buses: centralised vs distributed UKF, and the "
+            "WLS/WNLS baselines (compositional-inference paper, section 3.5, Tables S2-S3, Fig. S9)."
         ),
         config_type=GridConfig,
         run=run,

@@ -132,7 +132,7 @@ def kuramoto_graph(
     r: float,
     gamma: float = 1.0,
     substeps: int | None = None,
-    estimator: Literal["ukf", "wls"] = "ukf",
+    estimator: Literal["ukf", "wls", "wnls"] = "ukf",
     messages: Literal["held", "probabilistic"] = "probabilistic",
 ) -> ClusterGraph:
     """The graph of ``network`` partitioned into clusters, each a subsystem with its own filter.
@@ -146,12 +146,13 @@ def kuramoto_graph(
         dt: time step.
         x0: initial estimate (N, 3) of ``[theta, omega, Omega]`` per bus.
         var0: initial variances of (theta, omega, Omega).
-        q: process-noise variances of (theta, omega, Omega) per step (WLS: the prediction's weight).
+        q: process-noise variances of (theta, omega, Omega) per step (WLS/WNLS: the prediction's weight).
         r: measurement-noise variance.
         gamma: paper-code sigma-point parameter (c = L + gamma, specs 7 item 1).
         substeps: Heun sub-steps of every cluster, or None: each cluster's own stable count
             (:func:`substep_groups`).
-        estimator: ``"ukf"`` (S82-S84, S88-S92) or ``"wls"``, the paper's static baseline.
+        estimator: ``"ukf"`` (S82-S84, S88-S92), or ``"wls"`` / ``"wnls"``, the paper's static baselines
+            (one Gauss-Newton step from the prediction / damped Gauss-Newton to the minimiser).
         messages: ``"held"``: out-of-cluster phases are the previous posterior means, held over the step
             (the paper's Jacobi, S89). ``"probabilistic"``: they follow the network's mean prediction
             through the step and the first-order variance of each bus's external force enters its

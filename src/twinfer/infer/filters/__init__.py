@@ -21,7 +21,7 @@ from twinfer.infer.filters._gaussian_filter import GaussianFilterOutput, gaussia
 from twinfer.infer.filters._particle import ParticleOutput, particle_filter, systematic_resample
 from twinfer.infer.filters._smoother import SmootherOutput, rts_smooth
 from twinfer.infer.filters._ukf import FilterOutput, UkfStep, run_ukf, ukf_scan, ukf_step
-from twinfer.infer.filters._wls import WlsStep, wls_step
+from twinfer.infer.filters._wls import STATIC_STEPS, WlsStep, wls_step, wnls_step
 from twinfer.infer.gaussian import UnscentedWeights, linear, taylor, unscented
 
 __all__ = [
@@ -29,6 +29,7 @@ __all__ = [
     "LINEARISATIONS",
     "NIS_LOW",
     "NIS_WARN",
+    "STATIC_STEPS",
     "Augmented",
     "DivergenceError",
     "EstimateOptions",
@@ -56,4 +57,5 @@ __all__ = [
     "ukf_step",
     "unscented",
     "wls_step",
+    "wnls_step",
 ]

@@ -1,43 +1,103 @@
-"""One-step weighted least squares: the static state-estimation baseline of the grid study.
+"""Weighted least squares, one step (WLS) or iterated to the minimiser (WNLS): the grid's static baselines.
 
-The estimate at step k is the minimiser of ``||y - h(x)||^2_{R^-1} + ||x - f(x_{k-1})||^2_{Q^-1}``
-with ``h`` linearised at the prediction: a Gauss-Newton step from the predicted point whose precision
-``Q^-1 + H^T R^-1 H`` is formed afresh every step. The previous step's uncertainty is never carried
-forward, which is what makes it "static": a component that ``h`` does not see (the natural frequencies
-of the grid case) keeps its predicted value and a spread of ``Q`` alone.
+The estimate at step k minimises ``J(x) = ||y - h(x)||^2_{R^-1} + ||x - x_bar||^2_{Q^-1}`` with
+``x_bar = f(x_{k-1})``. WLS takes one Gauss-Newton step from the prediction; WNLS iterates damped
+Gauss-Newton steps to the minimiser. Both report ``P = (Q^-1 + H^T R^-1 H)^-1`` formed afresh every step:
+the previous step's uncertainty is never carried forward, which is what makes them "static": a component
+that ``h`` does not see (the natural frequencies of the grid case) keeps its predicted value and a spread
+of ``Q`` alone. Both share one information-form atom, :func:`_information`.
 
 References:
     compositional-inference paper, SI section on the WLS/WNLS baselines (specs/compositional-inference.md
-    3.5, "WLS step"); Schweppe & Wildes (1970), Power system static-state estimation.
+    3.5, "WLS step" and "WNLS"); Schweppe & Wildes (1970), Power system static-state estimation;
+    Nocedal & Wright, Numerical Optimization (2nd ed.), sec. 10.3 (Gauss-Newton, Levenberg-Marquardt).
 
 """
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
-from jaxtyping import Array, ArrayLike, Bool, Float
+from jaxtyping import Array, ArrayLike, Bool, Float, Int
 
 from twinfer.infer.filters._gaussian_filter import Innovation, Measurement, Transition
-from twinfer.linalg import spd_inverse
+from twinfer.linalg import spd_inverse, spd_solve
 
 
 class WlsStep(NamedTuple):
-    """One WLS step's estimate, its covariance ``(Q^-1 + H^T R^-1 H)^-1`` and a finiteness flag."""
+    """One WLS/WNLS step's estimate, its covariance ``(Q^-1 + H^T R^-1 H)^-1`` and a finiteness flag.
+
+    ``iterations`` is the number of Gauss-Newton steps taken (1 for WLS).
+    """
 
     mean: Float[Array, " n"]
     cov: Float[Array, "n n"]
     ok: Bool[Array, ""]
+    iterations: Int[Array, ""] | None = None
+
+
+def _inverse(cov: Any, name: str) -> Any:
+    """The inverse of an SPD covariance (n, n), or the inverse variances (n,) of a diagonal one."""
+    if jnp.ndim(cov) == 1:
+        return 1.0 / cov
+    if jnp.ndim(cov) != 2 or cov.shape[0] != cov.shape[1]:
+        raise ValueError(
+            f"wls_step/wnls_step {name}: expected a covariance (n, n) or its variances (n,); received "
+            f"shape {jnp.shape(cov)}."
+        )
+    return spd_inverse(cov)
+
+
+def _times(inv: Any, a: Any) -> Any:
+    """``inv @ a`` for an inverse covariance given as a matrix or as the diagonal's entries."""
+    if inv.ndim == 2:
+        return inv @ a
+    return (inv[:, None] if a.ndim == 2 else inv) * a
+
+
+def _measure(h: Measurement | Any, x: Any, u: Any) -> tuple[Any, Any]:
+    """``h(x)`` and ``dh/dx``: forward mode for a function, the matrix itself for a linear ``h``."""
+    if callable(h):
+        return h(x, u), jax.jacfwd(h)(x, u)
+    matrix = jnp.asarray(h, dtype=x.dtype)  # linear: no Jacobian to trace (nor a product to fold)
+    return matrix @ x, matrix
+
+
+def _information(
+    h: Measurement | Float[Array, "m n"],
+    x: Float[Array, " n"],
+    x_bar: Float[Array, " n"],
+    q_inv: Float[Array, "n n"] | Float[Array, " n"],
+    r_inv: Float[Array, "m m"] | Float[Array, " m"],
+    u: Any,
+    y: Float[Array, " m"],
+    mask: Bool[Array, " m"],
+    innovation: Innovation | None,
+) -> tuple[Float[Array, "n n"], Float[Array, " n"]]:
+    """Gauss-Newton normal equations of ``J`` at ``x``: precision ``Q^-1 + H^T R^-1 H`` and ``-grad J / 2``.
+
+    ``-grad J / 2 = H^T R^-1 (y - h(x)) - Q^-1 (x - x_bar)`` with ``H = dh/dx`` at ``x`` (forward mode;
+    the authors' code uses central differences). Masked measurements contribute nothing. Inverse
+    covariances come as matrices or, for diagonal ones, as vectors; every inverse is an SPD one by
+    Cholesky (:mod:`twinfer.linalg`: an LU here deadlocks XLA on 2 cores).
+    """
+    y_x, jac = _measure(h, x, u)
+    jac = jac * mask[:, None].astype(x.dtype)
+    y = jnp.where(mask, y, y_x)
+    innov = y - y_x if innovation is None else innovation(y, y_x)
+    weighted = _times(r_inv, jac).T  # H^T R^-1: products only, so a WNLS iteration factorises one matrix
+    prior = jnp.diag(q_inv) if q_inv.ndim == 1 else q_inv
+    return prior + weighted @ jac, weighted @ innov - _times(q_inv, x - x_bar)
 
 
 def wls_step(
     f: Transition,
-    h: Measurement,
+    h: Measurement | Float[Array, "m n"],
     mean: Float[Array, " n"],
-    q: Float[Array, "n n"],
-    r: Float[Array, "m m"],
+    q: Float[Array, "n n"] | Float[Array, " n"],
+    r: Float[Array, "m m"] | Float[Array, " m"],
     u: Float[ArrayLike, " n_u"],
     y: Float[Array, " m"],
     mask: Bool[Array, " m"],
@@ -52,10 +112,11 @@ def wls_step(
 
     Args:
         f: transition ``(x, u) -> x_next``.
-        h: measurement ``(x, u) -> y``.
+        h: measurement ``(x, u) -> y``, or a matrix (m, n) for a linear one (then its own Jacobian).
         mean: previous estimate (n,).
-        q: process-noise covariance (n, n), the prior weight of the prediction.
-        r: measurement-noise covariance (m, m).
+        q: process-noise covariance (n, n), the prior weight of the prediction, or its variances (n,)
+            when it is diagonal (inverted element-wise, no factorisation).
+        r: measurement-noise covariance (m, m), or its variances (m,) when it is diagonal.
         u: input of this step.
         y: measurement (m,); entries with ``mask`` False are ignored.
         mask: boolean (m,).
@@ -64,18 +125,90 @@ def wls_step(
     Returns:
         :class:`WlsStep`.
 
+    References:
+        specs/compositional-inference.md 3.5, "WLS step" (the authors' code, script 06).
+
     """
     x_bar = f(mean, u)
-    y_bar = h(x_bar, u)
-    jac = jax.jacfwd(h)(x_bar, u) * mask[:, None].astype(x_bar.dtype)
-    y = jnp.where(mask, y, y_bar)
-    innov = y - y_bar if innovation is None else innovation(y, y_bar)
-    # Whitened by R's Cholesky factor L (A = L^-1 H, b = L^-1 innovation): precision Q^-1 + A^T A and
-    # mean step cov A^T b. Cholesky throughout: an LU here deadlocks XLA on 2 cores (twinfer.linalg).
-    chol_r = jnp.linalg.cholesky(r)
-    white_jac = jax.scipy.linalg.solve_triangular(chol_r, jac, lower=True)
-    white_innov = jax.scipy.linalg.solve_triangular(chol_r, innov, lower=True)
-    cov = spd_inverse(spd_inverse(q) + white_jac.T @ white_jac)
-    new_mean = x_bar + cov @ (white_jac.T @ white_innov)
+    precision, rhs = _information(h, x_bar, x_bar, _inverse(q, "q"), _inverse(r, "r"), u, y, mask, innovation)
+    cov = spd_inverse(precision)
+    new_mean = x_bar + cov @ rhs
     ok = jnp.all(jnp.isfinite(new_mean)) & jnp.all(jnp.isfinite(cov))
-    return WlsStep(new_mean, cov, ok)
+    return WlsStep(new_mean, cov, ok, jnp.ones((), jnp.int32))
+
+
+def wnls_step(
+    f: Transition,
+    h: Measurement | Float[Array, "m n"],
+    mean: Float[Array, " n"],
+    q: Float[Array, "n n"] | Float[Array, " n"],
+    r: Float[Array, "m m"] | Float[Array, " m"],
+    u: Float[ArrayLike, " n_u"],
+    y: Float[Array, " m"],
+    mask: Bool[Array, " m"],
+    *,
+    innovation: Innovation | None = None,
+    damping: float = 1e-8,
+    max_iter: int = 5,
+    tol: float = 1e-7,
+) -> WlsStep:
+    """Predict with ``f``, then damped Gauss-Newton to the minimiser of ``J`` (pure; vmaps over subsystems).
+
+    From ``x_0 = x_bar = f(mean, u)``, ``x_{i+1} = x_i + (Q^-1 + H_i^T R^-1 H_i + damping I)^-1
+    (H_i^T R^-1 (y - h(x_i)) - Q^-1 (x_i - x_bar))`` with ``H_i = dh/dx`` at ``x_i``, until the step's
+    Euclidean norm is below ``tol`` (that step is still taken) or after ``max_iter`` steps (a
+    ``lax.while_loop``; vmapped, it runs until every member has stopped, each member's iterate frozen
+    once it has). The covariance is ``(Q^-1 + H^T R^-1 H)^-1`` at the solution. With a linear ``h`` the
+    undamped first step is exact, so WNLS equals :func:`wls_step` up to the damping (a relative 1e-8 of
+    the first step, removed by the second).
+
+    Args:
+        f: transition ``(x, u) -> x_next``.
+        h: measurement ``(x, u) -> y``, or a matrix (m, n) for a linear one (then its own Jacobian).
+        mean: previous estimate (n,).
+        q: process-noise covariance (n, n), the prior weight of the prediction, or its variances (n,)
+            when it is diagonal (inverted element-wise, no factorisation).
+        r: measurement-noise covariance (m, m), or its variances (m,) when it is diagonal.
+        u: input of this step.
+        y: measurement (m,); entries with ``mask`` False are ignored.
+        mask: boolean (m,).
+        innovation: ``(y, y_pred) -> residual`` (a wrapped difference for angles), default ``y - y_pred``.
+        damping: Levenberg damping added to the precision's diagonal (the authors' 1e-8).
+        max_iter: largest number of Gauss-Newton steps (the authors' 5).
+        tol: stop once a step's norm is below this (the authors' 1e-7).
+
+    Returns:
+        :class:`WlsStep`, with ``iterations`` the steps taken.
+
+    References:
+        specs/compositional-inference.md 3.5, "WNLS" (the authors' code, script 06); Nocedal & Wright,
+        Numerical Optimization (2nd ed.), eqs. (10.23) and (10.31) (Gauss-Newton step; Levenberg).
+
+    """
+    if max_iter < 1:
+        raise ValueError(f"wnls_step max_iter: expected at least 1 Gauss-Newton step; received {max_iter}.")
+    x_bar = f(mean, u)
+    q_inv, r_inv = _inverse(q, "q"), _inverse(r, "r")
+    eye = jnp.eye(x_bar.shape[0], dtype=x_bar.dtype)
+
+    def info(x: Any) -> tuple[Any, Any]:
+        return _information(h, x, x_bar, q_inv, r_inv, u, y, mask, innovation)
+
+    def cond(carry: Any) -> Any:
+        _, i, done = carry
+        return (i < max_iter) & ~done
+
+    def body(carry: Any) -> Any:
+        x, i, _ = carry
+        precision, rhs = info(x)
+        delta = spd_solve(precision + damping * eye, rhs)
+        return x + delta, i + 1, ~(jnp.linalg.norm(delta) >= tol)  # a NaN step stops too
+
+    x, iterations, _ = jax.lax.while_loop(cond, body, (x_bar, jnp.zeros((), jnp.int32), jnp.array(False)))
+    cov = spd_inverse(info(x)[0])
+    ok = jnp.all(jnp.isfinite(x)) & jnp.all(jnp.isfinite(cov))
+    return WlsStep(x, cov, ok, iterations)
+
+
+STATIC_STEPS = {"wls": wls_step, "wnls": wnls_step}
+"""The static estimators by the name a :class:`~twinfer.infer.graph.Subsystem` gives as its ``estimator``."""

@@ -75,7 +75,7 @@ import numpy as np
 
 from twinfer.data._checks import first_bad
 from twinfer.infer._estimate import Estimate, merge_estimates
-from twinfer.infer.filters import DivergenceError, gaussian_filter, ukf_step, wls_step
+from twinfer.infer.filters import STATIC_STEPS, DivergenceError, gaussian_filter, ukf_step
 from twinfer.infer.filters._errors import NIS_DIVERGED, first_not_psd, first_runaway
 from twinfer.infer.gaussian import UnscentedWeights, cholesky, linear, predict, psd_factor, taylor, tria
 from twinfer.infer.graph._field import FieldEngine, _columns, compile_field, run_field
@@ -500,8 +500,9 @@ def _estimator_step(tmpl: _Template, f, h, x, chol, chol_q, chol_r, u, y, mask) 
             f, h, x, chol, chol_q, chol_r, u, y, mask, weights=tmpl.weights, innovation=tmpl.innovation
         )
         return out.mean, out.chol, out.pred_mean, out.pred_chol, out.loglik
-    if tmpl.estimator == "wls":  # the static baseline: no covariance carried, P kept
-        w = wls_step(f, h, x, chol_q @ chol_q.T, chol_r @ chol_r.T, u, y, mask, innovation=tmpl.innovation)
+    if tmpl.estimator in STATIC_STEPS:  # the static baselines: no covariance carried, P kept
+        step = STATIC_STEPS[tmpl.estimator]
+        w = step(f, h, x, chol_q @ chol_q.T, chol_r @ chol_r.T, u, y, mask, innovation=tmpl.innovation)
         jac = jax.jacfwd(lambda xx: f(xx, u))(x)
         mean_p, chol_p = predict(x, chol, jac, f(x, u) - jac @ x, chol_q)
         return w.mean, cholesky(w.cov), mean_p, chol_p, jnp.zeros((), x.dtype)

@@ -41,7 +41,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from twinfer.infer.filters import DivergenceError, UnscentedWeights, ukf_step, wls_step
+from twinfer.infer.filters import STATIC_STEPS, DivergenceError, UnscentedWeights, ukf_step
 from twinfer.infer.graph._parts import LinearOutput
 from twinfer.sim import Dynamics, heun_step
 
@@ -239,9 +239,9 @@ def compile_field(graph: Any, schedule: Any, mesh: jax.sharding.Mesh | None) -> 
     groups = []
     for members in keyed.values():
         s = subs[members[0]]
-        if s.estimator not in ("ukf", "wls"):
+        if s.estimator not in ("ukf", "wls", "wnls"):
             raise ValueError(
-                f"Subsystem {s.name!r} estimator: a field graph runs 'ukf' or 'wls'; "
+                f"Subsystem {s.name!r} estimator: a field graph runs 'ukf', 'wls' or 'wnls'; "
                 f"received {s.estimator!r}."
             )
         if field.message == "predicted" and s.dynamics is not None and s.dynamics.method != "heun":
@@ -658,11 +658,11 @@ def _field_local_step(tmpl: _FieldTemplate, u_all, params, inputs, chol_r, mean,
         h: Any = lambda xx, uu: tmpl.output(xx, uu, m, params)  # noqa: E731
     else:
         h = jnp.asarray(tmpl.output)
-    if tmpl.estimator == "wls":
-        h_fn = h if callable(h) else (lambda xx, uu, hh=h: hh @ xx)
-        cov_r = jnp.diag(chol_r**2) if chol_r.ndim == 1 else chol_r @ chol_r.T
-        cov_q = jnp.diag(q) if tmpl.diag_q else q @ q.T
-        out = wls_step(f, h_fn, mean, cov_q, cov_r, u, y, mask, innovation=tmpl.innovation)
+    if tmpl.estimator in STATIC_STEPS:
+        cov_r = chol_r**2 if chol_r.ndim == 1 else chol_r @ chol_r.T  # variances when diagonal
+        cov_q = q if tmpl.diag_q else q @ q.T
+        step = STATIC_STEPS[tmpl.estimator]
+        out = step(f, h, mean, cov_q, cov_r, u, y, mask, innovation=tmpl.innovation)
         return out.mean, chol, jnp.diagonal(out.cov), out.ok
     chol_q = jnp.diag(jnp.sqrt(q)) if tmpl.diag_q else q
     gram = tmpl.kernel == "gram" and tmpl.weights.centre_weight(mean.shape[0]) >= 0

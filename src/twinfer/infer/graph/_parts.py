@@ -23,9 +23,9 @@ import numpy as np
 from twinfer.infer.filters import UnscentedWeights
 from twinfer.sim import Dynamics
 
-Estimator = Literal["ukf", "kf", "ekf", "wls", "none"]
+Estimator = Literal["ukf", "kf", "ekf", "wls", "wnls", "none"]
 MessageKind = Literal["deterministic", "probabilistic", "learned"]
-ESTIMATORS = ("ukf", "kf", "ekf", "wls", "none")
+ESTIMATORS = ("ukf", "kf", "ekf", "wls", "wnls", "none")
 MESSAGE_KINDS = ("deterministic", "probabilistic", "learned")
 MESSAGE_RULES = ("paper", "split")
 
@@ -91,9 +91,11 @@ class Subsystem(eqx.Module):
         ports: interface ports by name.
         n_msg: length of the message vector ``m``.
         estimator: ``"ukf"`` (paper-code UKF, Alg. 6, square-root), ``"kf"`` (Alg. 4), ``"ekf"``
-            (Alg. 5) or ``"none"`` (deterministic propagation, no update).
+            (Alg. 5), ``"wls"`` / ``"wnls"`` (the static one-step and iterated weighted least squares
+            baselines, :func:`twinfer.infer.filters.wls_step` / :func:`~twinfer.infer.filters.wnls_step`)
+            or ``"none"`` (deterministic propagation, no update).
         weights: sigma-point weights of the UKF (default: paper code, gamma = 0).
-        innovation: ``(y, y_pred) -> residual`` of the UKF and WLS updates (default ``y - y_pred``; a
+        innovation: ``(y, y_pred) -> residual`` of the UKF, WLS and WNLS updates (default ``y - y_pred``; a
             wrapped difference for measured angles).
         dynamics: the node's :class:`twinfer.sim.Dynamics` when built by :func:`twinfer.sim.heun_node`
             (its transition then reads one message per Heun stage); required by a :class:`Field` with
@@ -144,9 +146,9 @@ class Subsystem(eqx.Module):
                     f"{where} output: expected a function or a matrix of shape {(len(self.outputs), n)}; "
                     f"received an array of shape {shape}."
                 )
-        if self.innovation is not None and self.estimator not in ("ukf", "wls"):
+        if self.innovation is not None and self.estimator not in ("ukf", "wls", "wnls"):
             raise ValueError(
-                f"{where} innovation: only the 'ukf' and 'wls' estimators take a custom innovation; "
+                f"{where} innovation: only the 'ukf', 'wls' and 'wnls' estimators take a custom innovation; "
                 f"received estimator {self.estimator!r}."
             )
         if self.estimator not in ESTIMATORS:
