@@ -89,7 +89,9 @@ def run(config: CommonInterfaceConfig, progress: Progress) -> RunArtifacts:
 
     def full_loss(model: AbstractModel, x0: np.ndarray, z0: np.ndarray | None, params: Any) -> tuple:
         """The full-horizon weighted MAE of ``params`` (the acceptance metric) and the trajectory."""
-        pred = simulate_events(model, ts, x0, z0, params=params, **sim)
+        pred = simulate_events(
+            model, ts, x0, z0, params=params, fixed_steps=config.fixed_steps, max_events_per_interval=2
+        )
         out = np.asarray(pred.outputs)
         return float(np.sum(np.asarray(WEIGHTS) * np.mean(np.abs(out - truth), axis=0))), out
 
