@@ -209,7 +209,7 @@ def test_read_run_raises_run_folder_error(folder):
 
 def test_render_report_flags_a_non_finite_metric():
     text = render_report("c", "d", {"a": float("nan"), "b": 1.0}, {"a": PaperValue(1.0, "S1")}, "")
-    assert "| `a` | nan (invalid) | 1 | - | S1 |" in text
+    assert "| `a` | nan (invalid) | 1 | - | - | S1 |" in text
 
 
 def test_check_metrics_names_a_non_numeric_metric():
