@@ -106,8 +106,6 @@ def bench_chain6(quick: bool, progress: Progress) -> dict[str, float]:
     :func:`twinfer.experiments.chain6.propagation` at the pass's estimate, timed as a plain call after a
     first, compiling one.
     """
-    import jax
-
     from twinfer.bench._harness import time_python
     from twinfer.experiments.chain6 import (
         CASE,
@@ -115,18 +113,16 @@ def bench_chain6(quick: bool, progress: Progress) -> dict[str, float]:
         Chain6Config,
         build_graph,
         build_network,
-        forcing,
         propagation,
+        simulate,
     )
     from twinfer.infer.graph import timed_estimate
-    from twinfer.sim import simulate_dataset
 
     config = Chain6Config.model_validate(dict(CASE.quick) if quick else {})
     model = build_network()
-    steps = int(round(config.t_end / config.dt))
-    inputs = np.concatenate([forcing(config)[:steps], [0.0]])[:, None]
-    progress(f"simulate the 6-DOF chain ({steps} steps)")
-    data = simulate_dataset(model, inputs, config.dt, config.noise_sd, jax.random.key(config.seed + 123))
+    progress(f"simulate the 6-DOF chain ({int(round(config.t_end / config.dt))} steps)")
+    data = simulate(config, model)
+    steps = data.n_steps - 1  # intervals
     progress("distributed UKF: compile + 3 runs")
     est, ukf = timed_estimate(build_graph(config, model), data, repeats=3)
     means = np.asarray(est.means)

@@ -603,6 +603,7 @@ def reproduce(
         runs = {}
     runs_dir = out_dir / "runs"
     failed = False
+    checks = None
     for i, the_case in enumerate(chosen):
         cfg = resolve_config(the_case, None, {}, None, quick)
         if "resume" in type(cfg).model_fields:
@@ -636,8 +637,9 @@ def reproduce(
             runs[the_case.name] = wanted | {"status": f"failed (exit {code})", "seconds": seconds}
         else:
             runs[the_case.name] = wanted | {"status": "done", "seconds": seconds, "run_dir": str(new[-1])}
-        _write_reproduction(out_dir, runs, quick)
-    checks = _write_reproduction(out_dir, runs, quick)
+        checks = _write_reproduction(out_dir, runs, quick)
+    if checks is None:  # every case had finished earlier: the table of those runs
+        checks = _write_reproduction(out_dir, runs, quick)
     bad = [c for c in checks if c.status == "FAIL"]
     out.print(
         f"{sum(c.status == 'pass' for c in checks)} pass, {len(bad)} fail, "

@@ -173,6 +173,13 @@ def forcing(config: Chain6Config) -> np.ndarray:
     return config.force_scale * accel
 
 
+def simulate(config: Chain6Config, model: SpringNetwork) -> Any:
+    """The record: the network simulated exactly under :func:`forcing` for ``t_end``, measured with noise."""
+    steps = int(round(config.t_end / config.dt))
+    inputs = np.concatenate([forcing(config)[:steps], [0.0]])[:, None]
+    return simulate_dataset(model, inputs, config.dt, config.noise_sd, jax.random.key(config.seed + 123))
+
+
 def build_graph(config: Chain6Config, model: SpringNetwork) -> Graph:
     """Three UKFs (V1, V3, V2) on the network's own equations, with the [REPO] P0, Q and R."""
     q_sd = np.sqrt([config.q_var] * 4 + [config.q_var_v3] * 4 + [config.q_var] * 4)
@@ -253,11 +260,10 @@ def run(config: Chain6Config, progress: Progress) -> RunArtifacts:
 
     start = time.perf_counter()
     model = build_network()
-    steps = int(round(config.t_end / config.dt))
     progress("El Centro forcing and the truth", 0, 1)
-    force = forcing(config)[:steps]
-    inputs = np.concatenate([force, [0.0]])[:, None]
-    data = simulate_dataset(model, inputs, config.dt, config.noise_sd, jax.random.key(config.seed + 123))
+    data = simulate(config, model)
+    steps = data.n_steps - 1  # intervals
+    force = np.asarray(data.inputs)[:-1, 0]
     graph = build_graph(config, model)
     runs = {"distributed": graph}
     if config.central:

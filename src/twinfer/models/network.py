@@ -261,10 +261,13 @@ class SpringNetwork(MechanicalModel):
         n, d = self.n_dof, jnp.asarray(self.incidence)
         in_k = jnp.asarray([float(lk.k.count(name)) for lk in self.links])
         in_c = jnp.asarray([float(lk.c.count(name)) for lk in self.links])
-        in_m = jnp.asarray([float(m.count(name)) for m in self.masses])
         value = get_param(params, name)
         part = value * (in_k * (d @ x[:n]) + in_c * (d @ x[n:]))
-        return -(d.T @ part) - in_m * value * self.acceleration(x, u, params)
+        forces = -(d.T @ part)
+        in_m = [float(m.count(name)) for m in self.masses]
+        if not any(in_m):  # a stiffness or damping parameter: no inertial term to evaluate
+            return forces
+        return forces - jnp.asarray(in_m) * value * self.acceleration(x, u, params)
 
     def matrices(self, params: Params) -> tuple[Array, Array, Array]:
         """``(M, K, C)``: the diagonal mass matrix and ``K = D^T diag(k) D``, ``C = D^T diag(c) D``."""
