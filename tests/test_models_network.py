@@ -96,3 +96,14 @@ def test_bad_networks_are_named():
         SpringNetwork(["m"], [(1, 0, "k", "c1")], {"m": 1.0, "k": 1.0, "c1": -2.0})
     with pytest.raises(ValueError, match=r"mass 1 \(m \+ mstar\): expected > 0"):
         SpringNetwork([("m", "mstar")], [(1, 0, "k", ())], {"m": 1.0, "mstar": -1.0, "k": 1.0})
+
+
+def test_chain6_config_refuses_a_record_longer_than_el_centro():
+    """The El Centro record is 50 s: a longer chain6 run is a named config error, not a short array."""
+    import pydantic
+
+    from twinfer.experiments import get_case
+
+    config_type = get_case("chain6").config_type
+    with pytest.raises(pydantic.ValidationError, match="expected at most 50 s .*received 60"):
+        config_type(t_end=60.0)
