@@ -141,3 +141,34 @@ def bench_chain6(quick: bool, progress: Progress) -> dict[str, float]:
         out[f"chain6.{method}.run_s"] = res.median_s
         out[f"chain6.{method}.speedup"] = ukf.median_s / res.median_s
     return out
+
+
+@register("turbine", "the Pelton turbine: five heterogeneous subsystems against the central UKF, one pass each")
+def bench_turbine(quick: bool, progress: Progress) -> dict[str, float]:
+    """Run times of the distributed estimators (none, learned, EKF, KF, UKF) and the central UKF, medians.
+
+    The NARX is trained once at the case's size (not timed here; ``twinfer run turbine`` reports it);
+    each pass is the compiled scan without its compilation (:func:`twinfer.infer.graph.timed_estimate`).
+    """
+    from twinfer.experiments._case import no_progress
+    from twinfer.experiments.turbine import CASE, PeltonParams, TurbineConfig, build_graph, central, simulate, train_narx
+    from twinfer.infer.graph import timed_estimate
+
+    config = TurbineConfig.model_validate(dict(CASE.quick) if quick else {})
+    params = PeltonParams()
+    progress("NARX training")
+    fit = train_narx(config, no_progress)
+    progress(f"simulate the turbine ({int(round(config.t_end / config.dt))} steps)")
+    data = simulate(config, params)
+    out = {"turbine.steps": float(data.n_steps - 1)}
+    graphs = {
+        "distributed": build_graph(config, params, fit.model, data, float(fit.test["rmse_physical"])),
+        "central": central(config, params),
+    }
+    for label, graph in graphs.items():
+        progress(f"{label}: compile + 3 runs")
+        _, timed = timed_estimate(graph, data, repeats=3)
+        out[f"turbine.{label}.run_s"] = timed.median_s
+        out[f"turbine.{label}.compile_s"] = timed.compile_s
+    out["turbine.central_over_distributed"] = out["turbine.central.run_s"] / out["turbine.distributed.run_s"]
+    return out

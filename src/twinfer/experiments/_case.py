@@ -150,6 +150,7 @@ CASE_MODULES: dict[str, str] = {
     "pinn-sparse": "pinn_sparse",
     "schedules": "schedules",
     "silverbox": "silverbox",
+    "turbine": "turbine",
 }
 """Case name -> module of ``twinfer.experiments`` that registers it, imported on first use: a run pays
 only for its own case's dependencies (blackjax, pysindy, optax, ... are not all loaded for every case)."""

@@ -111,6 +111,7 @@ class _Template(NamedTuple):
     n_msg: int
     innovation: Callable[[Any, Any], Any] | None = None
     dynamics: Dynamics | None = None
+    memory: int = 0  # trailing mean-only states (Subsystem.memory)
 
 
 class _Group(NamedTuple):
@@ -181,6 +182,7 @@ def _group_key(s: Subsystem) -> tuple[Any, ...]:
         ports,
         shapes,
         s.dynamics,
+        s.memory,
     )
 
 
@@ -258,7 +260,14 @@ def compile(  # noqa: A001
             _linear_output(tmpl.output.matrix()) if isinstance(tmpl.output, LinearOutput) else tmpl.output
         )
         spec = _Template(
-            tmpl.transition, output, tmpl.estimator, tmpl.weights, tmpl.n_msg, tmpl.innovation, tmpl.dynamics
+            tmpl.transition,
+            output,
+            tmpl.estimator,
+            tmpl.weights,
+            tmpl.n_msg,
+            tmpl.innovation,
+            tmpl.dynamics,
+            tmpl.memory,
         )
         groups.append(_Group(spec, tuple(members), pidx))
         for i in members:
@@ -292,6 +301,13 @@ def compile(  # noqa: A001
             _EdgeGroup(key[0], tuple(members), np.stack(send), np.stack(recv), np.stack(target), *key[-2:])
         )
     split_in = _split_tables(subs, edges, groups, edge_groups, index)
+    for e in edges:
+        if e.rule == "split" and subs[index[e.receiver]].memory:
+            raise ValueError(
+                f"Interface {e.sender}.{e.sender_port} -> {e.receiver}.{e.receiver_port} rule: a learned "
+                "subsystem with memory evaluates no law at sigma points; expected rule 'paper'; "
+                "received 'split'."
+            )
     numbers = numbers_of(subs, edges, groups, edge_groups)
     engine = _Engine(
         tuple(groups),
@@ -480,9 +496,14 @@ def _local_step(
     chol_q, chol_r = arr["chol_Q"], arr["chol_R"]
     if n_z:  # no process noise on the consider states
         chol_q = jnp.concatenate([chol_q, jnp.zeros((n_z, chol_q.shape[1]), chol_q.dtype)], axis=0)
+    n_est = x.shape[0] - tmpl.memory
     if tmpl.n_msg:
-        gain = jax.jacfwd(lambda mm: fm(x, u, mm))(m)  # d x_next / d m (S40-S44)
+        gain = jax.jacfwd(lambda mm: fm(x, u, mm)[:n_est])(m)  # d x_next / d m (S40-S44)
         chol_q = jnp.concatenate([chol_q, gain @ _psd_root(cm)], axis=1)
+    if tmpl.estimator == "learned":  # the prediction; its own error Q (and injected message noise)
+        mean = f(x, u)
+        chol_p = tria(chol_q)
+        return mean, chol_p, mean, chol_p, jnp.zeros((), x.dtype)
     res = _estimator_step(tmpl, f, h, x, chol, chol_q, chol_r, u, y, mask)
     if not n_z:
         return res
@@ -671,6 +692,8 @@ class _Engine:
 
     def _port_cov(self, blocks: Any, idx: np.ndarray) -> Any:
         """Covariances (E, p, p) of the interface variables ``idx`` (E, p), each row one member's."""
+        if idx.shape[1] == 0:  # a port that reads no state (a receiver that only takes messages)
+            return jnp.zeros((idx.shape[0], 0, 0))
         owner, local = self.port_owner[idx[:, 0], 0], self.port_owner[idx, 1]
         return blocks[owner[:, None, None], local[:, :, None], local[:, None, :]]
 
@@ -854,7 +877,7 @@ class _Engine:
         positive diagonal; :func:`run` checks on the host instead and also names the step.
         """
         ys_clean = jnp.where(masks, ys, 0.0)
-        n = [num.groups[gi]["x0"].shape[-1] for gi in range(len(self.groups))]
+        n = [num.groups[gi]["x0"].shape[-1] - g.template.memory for gi, g in enumerate(self.groups)]
 
         def body(carry: Any, inp: Any) -> Any:  # the outputs keep the states, not the consider states
             carry, (mu, ch, pm, pc, ll) = self.step(num, carry, inp)
@@ -1058,7 +1081,7 @@ def _merged(graph: Graph, result: dict[str, tuple[Any, Any, float]], dataset: An
     blocks = []
     for s in subs:
         means, stds, _ = result[s.name]
-        keep = [j for j, name in enumerate(s.names) if not name.startswith("~")]
+        keep = [j for j, name in enumerate(s.names[: s.n_estimated]) if not name.startswith("~")]
         blocks.append(([s.names[j] for j in keep], means[:, keep], stds[:, keep]))
     merged = merge_estimates(
         blocks,
@@ -1217,6 +1240,7 @@ def unpack_moments(compiled: Compiled, numbers: Numbers, outs: Any) -> dict[str,
     out: dict[str, tuple[Any, Any, Any]] = {}
     for gi, g in enumerate(compiled.groups):
         x0, P0 = np.asarray(numbers.groups[gi]["x0"]), np.asarray(numbers.groups[gi]["P0"])
+        x0 = x0[:, : P0.shape[-1]]  # without a learned node's memory
         sds = np.sqrt(np.einsum("...ij,...ij->...i", chols[gi], chols[gi]))
         for j, i in enumerate(g.members):
             sd0 = np.sqrt(np.maximum(np.diagonal(P0[j]), 0.0))
@@ -1236,6 +1260,7 @@ def unpack(compiled: Compiled, numbers: Numbers, outs: Any) -> dict[str, GraphRe
     out: dict[str, GraphResult] = {}
     for gi, g in enumerate(compiled.groups):
         x0, P0 = np.asarray(numbers.groups[gi]["x0"]), np.asarray(numbers.groups[gi]["P0"])
+        x0 = x0[:, : P0.shape[-1]]  # without a learned node's memory
         for j, i in enumerate(g.members):
             out[compiled.names[i]] = GraphResult(
                 np.concatenate([x0[j][None], means[gi][:, j]]),

@@ -192,6 +192,13 @@ class Graph(eqx.Module):
         output evaluates the laws at the propagated state. Covariances are block-diagonal assemblies.
         """
         subs, edges = self.flatten()
+        remembering = [s.name for s in subs if s.memory]
+        if remembering:
+            raise ValueError(
+                f"Graph {self.name!r} monolithic: subsystems {remembering} carry a learned predictor's "
+                "memory, which has no covariance to stack into a central state; expected none. Build "
+                "the central estimator on the physical model the learned node replaces."
+            )
         offsets, start = {}, 0
         for s in subs:
             offsets[s.name] = start

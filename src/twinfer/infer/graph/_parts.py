@@ -23,9 +23,9 @@ import numpy as np
 from twinfer.infer.filters import UnscentedWeights
 from twinfer.sim import Dynamics
 
-Estimator = Literal["ukf", "kf", "ekf", "wls", "wnls", "none"]
+Estimator = Literal["ukf", "kf", "ekf", "wls", "wnls", "none", "learned"]
 MessageKind = Literal["deterministic", "probabilistic", "learned"]
-ESTIMATORS = ("ukf", "kf", "ekf", "wls", "wnls", "none")
+ESTIMATORS = ("ukf", "kf", "ekf", "wls", "wnls", "none", "learned")
 MESSAGE_KINDS = ("deterministic", "probabilistic", "learned")
 MESSAGE_RULES = ("paper", "split")
 
@@ -92,8 +92,12 @@ class Subsystem(eqx.Module):
         n_msg: length of the message vector ``m``.
         estimator: ``"ukf"`` (paper-code UKF, Alg. 6, square-root), ``"kf"`` (Alg. 4), ``"ekf"``
             (Alg. 5), ``"wls"`` / ``"wnls"`` (the static one-step and iterated weighted least squares
-            baselines, :func:`twinfer.infer.filters.wls_step` / :func:`~twinfer.infer.filters.wnls_step`)
-            or ``"none"`` (deterministic propagation, no update).
+            baselines, :func:`twinfer.infer.filters.wls_step` / :func:`~twinfer.infer.filters.wnls_step`),
+            ``"none"`` (deterministic propagation, no update) or ``"learned"`` (a learned one-step
+            predictor such as a NARX surrogate, section 2.5: the mean is the prediction and the
+            covariance is ``Q``, the predictor's own one-step error, plus any injected message
+            covariance; no update and no propagation of the previous covariance, since the predictor
+            reads measured inputs, not its previous estimate's error).
         weights: sigma-point weights of the UKF (default: paper code, gamma = 0).
         innovation: ``(y, y_pred) -> residual`` of the UKF, WLS and WNLS updates (default ``y - y_pred``; a
             wrapped difference for measured angles).
@@ -105,6 +109,10 @@ class Subsystem(eqx.Module):
             :class:`~twinfer.infer.Estimate`; default ``"<name>[i]"``. A name starting with ``"~"``
             marks an inert padding state (a cluster's unused slot), left out of the Estimate.
         parameters: the states that are unknown parameters, by name (among ``state_names``).
+        memory: the number of trailing states that are a deterministic memory (a learned predictor's
+            window of past inputs, e.g. the NARX's 200 lags): carried from step to step by the mean
+            alone, without covariance, never output or estimated. ``P0`` and ``Q`` cover the first
+            ``n - memory`` states only; ports read only those. Estimator ``"learned"`` only.
 
     """
 
@@ -128,10 +136,17 @@ class Subsystem(eqx.Module):
     dynamics: Dynamics | None = eqx.field(static=True, default=None)
     state_names: tuple[str, ...] | None = eqx.field(static=True, default=None)
     parameters: tuple[str, ...] = eqx.field(static=True, default=())
+    memory: int = eqx.field(static=True, default=0)
 
     def __check_init__(self) -> None:
         n = int(jnp.shape(self.x0)[0])
         where = f"Subsystem {self.name!r}"
+        if not 0 <= self.memory < n or (self.memory and self.estimator != "learned"):
+            raise ValueError(
+                f"{where} memory: expected 0, or 0..{n - 1} trailing states of a 'learned' subsystem; "
+                f"received {self.memory} with estimator {self.estimator!r}."
+            )
+        n_est = n - self.memory
         if self.state_names is not None and len(self.state_names) != n:
             raise ValueError(
                 f"{where} state_names: expected {n} names (one per state); received {self.state_names}."
@@ -153,15 +168,16 @@ class Subsystem(eqx.Module):
             )
         if self.estimator not in ESTIMATORS:
             raise ValueError(f"{where} estimator: expected one of {ESTIMATORS}; received {self.estimator!r}.")
-        for field, shape in (("P0", (n, n)), ("Q", (n, n)), ("R", (len(self.outputs),) * 2)):
+        for field, shape in (("P0", (n_est, n_est)), ("Q", (n_est, n_est)), ("R", (len(self.outputs),) * 2)):
             got = tuple(jnp.shape(getattr(self, field)))
             if got != shape:
                 raise ValueError(f"{where} {field}: expected shape {shape}; received {got}.")
         for pname, port in self.ports.items():
-            bad_state = [i for i in port.state if not 0 <= i < n]
+            bad_state = [i for i in port.state if not 0 <= i < n_est]
             if bad_state:
                 raise ValueError(
-                    f"{where} port {pname!r}: state indices must lie in 0..{n - 1}; received {port.state}."
+                    f"{where} port {pname!r}: state indices must lie in 0..{n_est - 1} (memory states are "
+                    f"not read by ports); received {port.state}."
                 )
             bad_slot = [i for i in port.slots if not 0 <= i < self.n_msg]
             if bad_slot:
@@ -173,6 +189,11 @@ class Subsystem(eqx.Module):
     @property
     def n_state(self) -> int:
         return int(jnp.shape(self.x0)[0])
+
+    @property
+    def n_estimated(self) -> int:
+        """The states with a covariance (all but the :attr:`memory`)."""
+        return self.n_state - self.memory
 
     @property
     def names(self) -> tuple[str, ...]:
