@@ -172,7 +172,9 @@ def test_learned_node_memory_is_carried_not_output_and_its_spread_is_its_error()
     s, w = res["walker"].means[:, 0], res["window"]
     assert w.means.shape == (steps + 1, 1) and w.covs.shape == (steps + 1, 1, 1)  # no memory in the output
     # step k reads the walker's posterior at t_k: the window at t_{k+1} averages t_{k-2}, t_{k-1}, t_k
-    np.testing.assert_allclose(w.means[5:, 0], [np.mean(s[k - 3 : k]) for k in range(5, steps + 1)], rtol=1e-12)
+    np.testing.assert_allclose(
+        w.means[5:, 0], [np.mean(s[k - 3 : k]) for k in range(5, steps + 1)], rtol=1e-12
+    )
     np.testing.assert_allclose(w.covs[1:, 0, 0], 0.01, rtol=1e-12)  # P = Q every step
     est = estimate(graph, us=np.zeros((steps, 0)), ys=ys)
     assert est.state_names == ("s", "mean")

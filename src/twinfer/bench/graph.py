@@ -143,7 +143,9 @@ def bench_chain6(quick: bool, progress: Progress) -> dict[str, float]:
     return out
 
 
-@register("turbine", "the Pelton turbine: five heterogeneous subsystems against the central UKF, one pass each")
+@register(
+    "turbine", "the Pelton turbine: five heterogeneous subsystems against the central UKF, one pass each"
+)
 def bench_turbine(quick: bool, progress: Progress) -> dict[str, float]:
     """Run times of the distributed estimators (none, learned, EKF, KF, UKF) and the central UKF, medians.
 
@@ -151,7 +153,15 @@ def bench_turbine(quick: bool, progress: Progress) -> dict[str, float]:
     each pass is the compiled scan without its compilation (:func:`twinfer.infer.graph.timed_estimate`).
     """
     from twinfer.experiments._case import no_progress
-    from twinfer.experiments.turbine import CASE, PeltonParams, TurbineConfig, build_graph, central, simulate, train_narx
+    from twinfer.experiments.turbine import (
+        CASE,
+        PeltonParams,
+        TurbineConfig,
+        build_graph,
+        central,
+        simulate,
+        train_narx,
+    )
     from twinfer.infer.graph import timed_estimate
 
     config = TurbineConfig.model_validate(dict(CASE.quick) if quick else {})

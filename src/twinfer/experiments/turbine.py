@@ -55,7 +55,7 @@ from twinfer.experiments._case import Case, Progress, register
 from twinfer.experiments._checkpointing import CheckpointSettings, case_checkpoint
 from twinfer.infer.filters import UnscentedWeights
 from twinfer.infer.graph import Graph, Interface, Port, Subsystem, timed_estimate
-from twinfer.learn import NARX, NarxConfig, fit_narx, narx_metrics
+from twinfer.learn import NARX, NarxConfig, fit_narx
 from twinfer.metrics import coverage, nrmse_constant, rmse
 from twinfer.models import PeltonParams, PeltonTurbine
 from twinfer.models import turbine as pelton
@@ -511,8 +511,20 @@ def central(config: TurbineConfig, params: PeltonParams) -> Graph:
         return heun_step(rhs, u[0], x, dt)
 
     per_state = {
-        **dict(zip(("n", "omega", "phi1"), zip(config.q_rotational, config.p0_rotational, strict=False), strict=False)),
-        **dict(zip(("x_G", "y_G", "vx_G", "vy_G"), zip(config.q_generator, config.p0_generator, strict=True), strict=True)),
+        **dict(
+            zip(
+                ("n", "omega", "phi1"),
+                zip(config.q_rotational, config.p0_rotational, strict=False),
+                strict=False,
+            )
+        ),
+        **dict(
+            zip(
+                ("x_G", "y_G", "vx_G", "vy_G"),
+                zip(config.q_generator, config.p0_generator, strict=True),
+                strict=True,
+            )
+        ),
         **dict(
             zip(
                 ("x_R", "y_R", "vx_R", "vy_R", "alpha", "beta"),
@@ -588,7 +600,21 @@ def _score(label: str, est: Any, data: Dataset, config: TurbineConfig, metrics: 
     metrics[f"{label}.coverage95.max"] = float(max(worst))
 
 
-ESTIMATED = ("n", "omega", "phi1", "x_G", "y_G", "vx_G", "vy_G", "x_R", "y_R", "vx_R", "vy_R", "alpha", "beta")
+ESTIMATED = (
+    "n",
+    "omega",
+    "phi1",
+    "x_G",
+    "y_G",
+    "vx_G",
+    "vy_G",
+    "x_R",
+    "y_R",
+    "vx_R",
+    "vy_R",
+    "alpha",
+    "beta",
+)
 """The states a filter estimates (M3, M4, M5); M1's are propagated and M2's h is the NARX's."""
 
 
@@ -610,7 +636,11 @@ def run(config: TurbineConfig, progress: Progress) -> RunArtifacts:
         runs["central"] = central(config, params)
     truth = np.asarray(data.truth_states)
     truth_names = tuple(data.state_names)
-    arrays: dict[str, Any] = {"t": np.asarray(data.times), "truth": truth, "truth.names": np.asarray(truth_names)}
+    arrays: dict[str, Any] = {
+        "t": np.asarray(data.times),
+        "truth": truth,
+        "truth.names": np.asarray(truth_names),
+    }
     arrays["narx.train_loss"] = np.asarray(fit.history["train"])
     arrays["narx.val_loss"] = np.asarray(fit.history["val"])
     steps = data.n_steps - 1
@@ -622,7 +652,9 @@ def run(config: TurbineConfig, progress: Progress) -> RunArtifacts:
         _score(label, est, data, config, metrics)
         arrays[f"{label}.means"], arrays[f"{label}.stds"] = np.asarray(est.means), np.asarray(est.stds)
         arrays[f"{label}.names"] = np.asarray(est.state_names)
-        est_cov = [metrics[f"{label}.coverage95.{s}"] for s in ESTIMATED if f"{label}.coverage95.{s}" in metrics]
+        est_cov = [
+            metrics[f"{label}.coverage95.{s}"] for s in ESTIMATED if f"{label}.coverage95.{s}" in metrics
+        ]
         metrics[f"{label}.coverage95.estimated_min"] = float(min(est_cov))
         metrics[f"{label}.coverage95.estimated_max"] = float(max(est_cov))
         if label == "distributed":
@@ -637,7 +669,8 @@ def run(config: TurbineConfig, progress: Progress) -> RunArtifacts:
         f"{config.t_end:g} s at {config.dt:g} s; truth RK4 x {config.truth_substeps}; sensors omega "
         f"{config.sigma_omega:g} rad/s, q {config.sigma_q:g} p.u., lateral {config.sigma_lateral:g} m.",
         f"NARX: {config.scenarios} simulated scenarios of {config.scenario_length:g} s, L = "
-        f"{config.narx_lags} samples {config.narx_spacing * config.dt:g} s apart, hidden {config.narx_hidden}; "
+        f"{config.narx_lags} samples {config.narx_spacing * config.dt:g} s apart, hidden "
+        f"{config.narx_hidden}; "
         f"stopped at epoch {len(fit.history['train'])} (best {fit.best_epoch}); test RMSE "
         f"{fit.test['rmse_physical']:.3g} (physical), the M2 node's sd of h.",
         "M3's torque " + ("includes" if config.rotational_head else "omits ([REPO])") + " the e_h h term.",
@@ -670,7 +703,10 @@ def figures(arrays: Mapping[str, Any], config: TurbineConfig) -> dict[str, Any]:
             if s not in names:
                 continue
             j = names.index(s)
-            m, sd = np.asarray(arrays[f"{lab}.means"])[window, j], np.asarray(arrays[f"{lab}.stds"])[window, j]
+            m, sd = (
+                np.asarray(arrays[f"{lab}.means"])[window, j],
+                np.asarray(arrays[f"{lab}.stds"])[window, j],
+            )
             ax.plot(t[window], m, color=color, lw=0.8, label=lab)
             ax.fill_between(t[window], m - 1.96 * sd, m + 1.96 * sd, color=color, alpha=0.25)
         ax.set_ylabel(s)
@@ -715,20 +751,26 @@ PAPER: dict[str, PaperValue] = {
     "distributed.lateral_rmse": PaperValue(
         9.14e-6, "main text / S12: aggregate RMSE of (x_G, y_G, x_R, y_R), last 0.7 s", at_most(2.0, _ERROR)
     ),
-    "distributed.nrmse_K_seal": PaperValue(5.25e-1, "main text: trajectory NRMSE of K_seal", at_most(2.0, _ERROR)),
+    "distributed.nrmse_K_seal": PaperValue(
+        5.25e-1, "main text: trajectory NRMSE of K_seal", at_most(2.0, _ERROR)
+    ),
     "distributed.nrmse_e_x": PaperValue(
         1.19, "main text: trajectory NRMSE of e_x (their EKF omits e_h h)", at_most(1.0, "issue #21: beat it")
     ),
     "distributed.nrmse_e_y": PaperValue(8.23e-2, "main text: trajectory NRMSE of e_y", at_most(2.0, _ERROR)),
     "narx.online_rmse": PaperValue(2.42e-3, "S12 text: NARX one-step RMSE online", at_most(2.0, _ERROR)),
-    "narx.test.rmse_physical": PaperValue(1.94e-3, "Fig. S11: held-out test RMSE (physical)", at_most(2.0, _ERROR)),
+    "narx.test.rmse_physical": PaperValue(
+        1.94e-3, "Fig. S11: held-out test RMSE (physical)", at_most(2.0, _ERROR)
+    ),
     "narx.test.mse_physical": PaperValue(3.77e-6, "Fig. S11: held-out test MSE (physical)"),
     "narx.test.mae_physical": PaperValue(9.97e-4, "Fig. S11: held-out test MAE (physical)"),
     "narx.test.rmse_normalised": PaperValue(
         0.277362, "Fig. S11: held-out test RMSE (normalised units; depends on the data's spread)"
     ),
     "distributed.coverage95.estimated_min": PaperValue(
-        0.95, "issue #21: every estimated state's coverage95 in [0.90, 0.99]", within(0.95 / 0.90, "the lower end")
+        0.95,
+        "issue #21: every estimated state's coverage95 in [0.90, 0.99]",
+        within(0.95 / 0.90, "the lower end"),
     ),
 }
 
