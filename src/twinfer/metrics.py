@@ -1,4 +1,4 @@
-"""Error and calibration metrics: RMSE, NRMSE, coverage, Gaussian NLL, fitness, CRPS.
+"""Error and calibration metrics: RMSE, MSE, MAE, NRMSE, coverage, Gaussian NLL, fitness, CRPS.
 
 Every function accepts array-likes (NumPy or JAX arrays, lists), computes in float64 NumPy and
 returns a Python ``float`` (or a NumPy array for per-variable results). Inputs must have identical
@@ -90,6 +90,52 @@ def rmse(
     e, t = _array(estimate, "estimate", "rmse"), _array(truth, "truth", "rmse")
     _same_shape("rmse", estimate=e, truth=t)
     return _out(np.sqrt(np.mean(_error(e, t, period, "rmse") ** 2, axis=axis)))
+
+
+def mse(
+    estimate: Any, truth: Any, axis: int | tuple[int, ...] | None = None, *, period: float | None = None
+) -> float | np.ndarray:
+    """Mean squared error ``mean((estimate - truth)**2)`` (the square of :func:`rmse`).
+
+    Args:
+        estimate: estimated values, any shape.
+        truth: true values, the same shape.
+        axis: axes to average over; None (default) pools everything.
+        period: for angles, the error is wrapped to ``[-period/2, period/2)`` first (see :func:`rmse`).
+
+    Returns:
+        A float when ``axis`` is None, else an array over the remaining axes.
+
+    References:
+        Ghorbani & Hackl, SI Fig. S11 (NARX test MSE); specs/compositional-inference.md, Table T17-T18.
+
+    """
+    e, t = _array(estimate, "estimate", "mse"), _array(truth, "truth", "mse")
+    _same_shape("mse", estimate=e, truth=t)
+    return _out(np.mean(_error(e, t, period, "mse") ** 2, axis=axis))
+
+
+def mae(
+    estimate: Any, truth: Any, axis: int | tuple[int, ...] | None = None, *, period: float | None = None
+) -> float | np.ndarray:
+    """Mean absolute error ``mean(|estimate - truth|)``.
+
+    Args:
+        estimate: estimated values, any shape.
+        truth: true values, the same shape.
+        axis: axes to average over; None (default) pools everything.
+        period: for angles, the error is wrapped to ``[-period/2, period/2)`` first (see :func:`rmse`).
+
+    Returns:
+        A float when ``axis`` is None, else an array over the remaining axes.
+
+    References:
+        Ghorbani & Hackl, SI Fig. S11 (NARX test MAE); specs/compositional-inference.md, Table T17-T18.
+
+    """
+    e, t = _array(estimate, "estimate", "mae"), _array(truth, "truth", "mae")
+    _same_shape("mae", estimate=e, truth=t)
+    return _out(np.mean(np.abs(_error(e, t, period, "mae")), axis=axis))
 
 
 def nrmse(

@@ -1,5 +1,6 @@
-"""Learning: SINDy interface laws, neural building blocks as models, one training loop for any model."""
+"""Learning: SINDy interface laws, a NARX surrogate, neural blocks as models, one training loop."""
 
+from twinfer.learn._narx import NARX, NarxConfig, NarxFit, fit_narx, narx_metrics, narx_windows
 from twinfer.learn._neural import MLP, RNN, SecondOrderNeuralODE, apply_mlp, init_mlp
 from twinfer.learn._sindy import (
     TERMS,
@@ -17,8 +18,11 @@ from twinfer.learn._train import TrainResult, TrainSettings, train, trajectory_l
 
 __all__ = [
     "MLP",
+    "NARX",
     "RNN",
     "TERMS",
+    "NarxConfig",
+    "NarxFit",
     "SecondOrderNeuralODE",
     "SindyFit",
     "TrainResult",
@@ -26,12 +30,15 @@ __all__ = [
     "apply_mlp",
     "balance_force",
     "fit_interface_law",
+    "fit_narx",
     "highpass",
     "init_mlp",
     "library",
     "library_law",
     "library_reaction",
     "linear_coefficients",
+    "narx_metrics",
+    "narx_windows",
     "reconstruct_relative",
     "train",
     "trajectory_loss",
