@@ -172,7 +172,7 @@ def bench_turbine(quick: bool, progress: Progress) -> dict[str, float]:
     data = simulate(config, params)
     out = {"turbine.steps": float(data.n_steps - 1)}
     graphs = {
-        "distributed": build_graph(config, params, fit.model, data, float(fit.test["rmse_physical"])),
+        "distributed": build_graph(config, params, fit.model, data, float(fit.test["rmse"])),
         "central": central(config, params),
     }
     for label, graph in graphs.items():
