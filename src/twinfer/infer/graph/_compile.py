@@ -792,7 +792,7 @@ class _Engine:
             if t.z_start >= 0 and s_cov is not None:
                 cov = self._port_cov(s_cov, send.reshape(-1, send.shape[-1]))
                 on = jnp.asarray(num.probabilistic[t.edge_group][t.edge] * t.valid).reshape(-1, 1, 1)
-                low = jax.vmap(cholesky)(0.5 * (cov + cov.transpose(0, 2, 1)))
+                low = jax.vmap(_psd_root)(cov)  # a port may hold derived (singular) variables
                 chol_s = (low * jnp.sqrt(on)).reshape(chol_s.shape)
             args.append((s0[send], s1[send], gamma, t.recv, t.slots, t.valid, chol_s))
         return tuple((t.law, t.z_start) for t in tables), tuple(args)
