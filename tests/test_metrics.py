@@ -271,3 +271,21 @@ def test_loglog_slope_recovers_a_power_law_and_names_bad_input():
         M.loglog_slope([4.0, 4.0], [1.0, 2.0])
     with pytest.raises(ValueError, match="expected sizes and values > 0"):
         M.loglog_slope([4.0, 8.0], [1.0, 0.0])
+
+
+def test_moving_average_is_centred_and_edge_padded():
+    """Hand-computed 3- and 2-sample windows; a constant and a line (interior) pass unchanged; errors."""
+    x = np.array([1.0, 2.0, 4.0, 8.0])
+    np.testing.assert_allclose(M.moving_average(x, 3), [4 / 3, 7 / 3, 14 / 3, 20 / 3])
+    np.testing.assert_allclose(M.moving_average(x, 2), [1.0, 1.5, 3.0, 6.0])  # [x_{i-1}, x_i]
+    np.testing.assert_allclose(M.moving_average(x, 1), x)
+    line = np.arange(20.0)
+    np.testing.assert_allclose(M.moving_average(line, 5)[2:-2], line[2:-2])
+    both = np.stack([np.full(7, 3.0), np.arange(7.0)], axis=1)
+    np.testing.assert_allclose(M.moving_average(both, 7, axis=0)[:, 0], 3.0)
+    np.testing.assert_allclose(M.moving_average(both.T, 3, axis=1), M.moving_average(both, 3).T)
+    for window in (0, 2.0, True):
+        with pytest.raises(ValueError, match="window"):
+            M.moving_average(x, window)
+    with pytest.raises(ValueError, match="finite"):
+        M.moving_average([1.0, np.nan], 2)

@@ -151,6 +151,7 @@ CASE_MODULES: dict[str, str] = {
     "schedules": "schedules",
     "silverbox": "silverbox",
     "turbine": "turbine",
+    "turbine-grid": "turbine_grid",
 }
 """Case name -> module of ``twinfer.experiments`` that registers it, imported on first use: a run pays
 only for its own case's dependencies (blackjax, pysindy, optax, ... are not all loaded for every case)."""

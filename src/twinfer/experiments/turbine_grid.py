@@ -1,0 +1,895 @@
+"""Case ``turbine-grid``: three Pelton turbines as nested graphs inside the IEEE 9-bus network.
+
+The compositional-inference paper's hierarchical case (section 3.7, main Fig. 4c; SI S144-S150, Tables
+S9-S12, Figs S13-S17). The truth is the 63-state monolithic model :meth:`TurbineGrid.ieee9
+<twinfer.models.TurbineGrid.ieee9>` (three 19-state turbines at buses 1-3, first-order Kuramoto angles
+at buses 4-9, +20 MW at bus 9 from 5 s to 30 s) integrated by RK4 at a fraction of the estimators' step
+and measured per generator (x_G, y_G, x_R, y_R, q, omega; Table S12's noise).
+
+The estimation graph has two levels:
+
+* the outer graph: six first-order Kuramoto bus nodes (4..9, Heun, propagated: estimator ``none``; the
+  time input switches the load step) and three nested graphs, one per generator;
+* each generator's graph (:class:`~twinfer.infer.graph.Graph` with ``exports``): M1 governor, M2
+  physical hydraulics, M3 rotation with the rotor angle ``delta = phi1 - omega_rated t`` (all three
+  propagated, ``none``), M4 generator and M5 runner lateral/torsion as Kalman filters on their
+  linearisation (``kf``; K_seal known). M4 and M5 read the *measured* omega and q (dataset inputs), as
+  the authors' code does; the KFs update with (x_G, y_G) and (x_R, y_R).
+
+Quantities a module sends that are not its states (M3's dn/dt and turbine torque, M4's accelerations)
+are derived states after its own, as in the standalone ``turbine`` case. The grid torque reaches M3 as
+the sum over the generator's lines of the per-edge law ``-(S_base/omega_rated) K_ij sin(delta_j -
+delta_i)`` (S147-S148) and each bus receives ``K_bj sin(delta_j - delta_b)`` per line (S146); M5's
+torsion (the authors' "grid" form) needs T_e too and receives the same per-edge laws on its own port,
+which reads a copy of the rotor angle M5 keeps from M3's message (a law reads only its two ends' ports,
+and M5 holds no angle of its own).
+
+The schedule is the engine's textbook Jacobi with K inner iterations (``Schedule("jacobi", inner=2)``):
+every iteration steps each subsystem from its posterior at t_n with messages from the previous iterate.
+Decision 20 (spec section 7): the authors' "Jacobi" re-integrates each iteration from the previous
+iterate (the turbine advances 2 dt per step) and repeats the KF update per iteration and substep; this
+case does *not* replicate that quirk, so Table S11 and the 1.02e-3 aggregate figure are compared but not
+expected to match.
+
+References:
+    Ghorbani & Hackl, SI section 3.7, eq. (S144)-(S150), Tables S9-S12, Figs S13-S17;
+    specs/compositional-inference.md 3.7 and 7 item 20.
+
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import time
+from collections.abc import Callable, Mapping
+from typing import Any, Literal, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pydantic
+
+from twinfer.data import Dataset
+from twinfer.experiments._case import Case, CaseConfig, Progress, register
+from twinfer.infer.graph import Graph, Interface, Port, Schedule, Subsystem, timed_estimate
+from twinfer.metrics import coverage, moving_average, rmse
+from twinfer.models import PeltonParams, TurbineGrid
+from twinfer.models import turbine as pelton
+from twinfer.models.turbine_grid import UNIT_STATE_NAMES, LoadStep, torque_balance, turbine_unit_rhs
+from twinfer.report import PaperValue, RunArtifacts, at_most, near, within
+from twinfer.sim import heun_step, simulate_dataset
+
+S_BASE_MVA = 100.0
+"""Table S12: the per-unit base of case9."""
+UNIT_OUTPUTS = ("x_G", "y_G", "x_R", "y_R", "q", "omega")
+"""Measured channels per generator (Table S12), the truth's output order."""
+GENERATOR = ("x_G", "y_G", "vx_G", "vy_G")
+RUNNER = ("x_R", "y_R", "vx_R", "vy_R", "alpha", "beta")
+ESTIMATED = GENERATOR + RUNNER
+"""The states the KFs estimate (M4, M5); everything else is propagated."""
+SERIES = ("n", "x_n", "q", "h", "omega", "delta", "x_G", "y_G", "x_R", "vx_R", "vy_R", "alpha", "beta")
+"""Per-generator series kept in the run's arrays."""
+TABLE_S9_DEG = (0.00, 10.12, 5.34, -2.21, -3.79, 2.49, 1.09, 4.27, -4.09)
+"""Table S9's operating-point angles [deg] (printed to 0.01 deg)."""
+TABLE_S10_MNM = (1.7061, 4.1508, 2.1645)
+"""Table S10's initial torques M_t = T_e [MN m] per generator."""
+TABLE_S10_RESIDUAL = (2.33e-16, 9.31e-16, 4.66e-16)
+
+
+def _identity(s_send: Any, s_recv: Any, gamma: Any) -> Any:
+    """An interface law that passes the sender's interface variables on."""
+    return s_send
+
+
+def _sine(s_send: Any, s_recv: Any, gamma: Any) -> Any:
+    """``gamma sin(delta_j - delta_i)``: a line's power or torque on the receiver.
+
+    ``gamma = K_ij`` for a bus (S146), ``-(S_base/omega_rated) K_ij`` for a generator (S147-S148).
+    """
+    return gamma * jnp.sin(s_send - s_recv)
+
+
+class TurbineGridConfig(CaseConfig):
+    """Configuration of ``turbine-grid``; defaults are Table S12 with the spec's [REPO] details."""
+
+    t_end: pydantic.PositiveFloat = pydantic.Field(60.0, description="Record length T [s] (Table S12: 60).")
+    dt: pydantic.PositiveFloat = pydantic.Field(1e-3, description="Outer step [s] (Table S12: 1e-3).")
+    substeps: int = pydantic.Field(
+        2, ge=1, le=64, description="Heun substeps per step in every subsystem (n_sub, Table S12: 2)."
+    )
+    inner: int = pydantic.Field(2, ge=1, le=50, description="Jacobi iterations K per step (Table S12: 2).")
+    truth_substeps: int = pydantic.Field(4, ge=1, le=64, description="RK4 truth steps per outer step.")
+    load_mw: float = pydantic.Field(20.0, description="Extra demand at bus 9 [MW] (Table S12: +20).")
+    t_on: pydantic.NonNegativeFloat = pydantic.Field(5.0, description="Load step on [s] (Table S12: 5).")
+    t_off: pydantic.PositiveFloat = pydantic.Field(30.0, description="Load step off [s] (Table S12: 30).")
+    sigma_lateral: pydantic.PositiveFloat = pydantic.Field(
+        2e-6, description="x_G, y_G, x_R, y_R sensor sd [m] (Table S12)."
+    )
+    sigma_q: pydantic.PositiveFloat = pydantic.Field(2e-4, description="Flow sensor sd [p.u.] (Table S12).")
+    sigma_omega: pydantic.PositiveFloat = pydantic.Field(
+        2e-4, description="Speed sensor sd [rad/s] (Table S12)."
+    )
+    q_gen: pydantic.NonNegativeFloat = pydantic.Field(1e-11, description="KF Q_gen (Table S12).")
+    q_run: pydantic.NonNegativeFloat = pydantic.Field(2e-12, description="KF Q_run (Table S12).")
+    q_tor: pydantic.NonNegativeFloat = pydantic.Field(1e-8, description="KF Q_tor (Table S12).")
+    r_run_factor: pydantic.PositiveFloat = pydantic.Field(
+        100.0, description="R_run = this x sigma_xR^2 (Table S12: 100)."
+    )
+    p0_gen: pydantic.NonNegativeFloat = pydantic.Field(1e-7, description="KF P0_gen (Table S12).")
+    p0_run: pydantic.NonNegativeFloat = pydantic.Field(1e-7, description="KF P0_run (Table S12).")
+    p0_tor: pydantic.NonNegativeFloat = pydantic.Field(1e-5, description="KF P0_tor (Table S12).")
+    alpha_window: int = pydantic.Field(
+        500, ge=1, le=1_000_000, description="Samples of the centred moving average giving alpha_dc."
+    )
+    beta_window: int = pydantic.Field(
+        200, ge=1, le=1_000_000, description="Samples of the moving average smoothing beta."
+    )
+    steady_window: pydantic.PositiveFloat = pydantic.Field(
+        1.0, description="Steady x_n: mean over this many seconds before the step ends (or the record)."
+    )
+    messages: Literal["deterministic", "probabilistic"] = pydantic.Field(
+        "deterministic", description="Kind of the M4 <-> M5 messages (the paper: deterministic means)."
+    )
+    rule: Literal["paper", "split"] = pydantic.Field(
+        "paper", description="Where M4 and M5 evaluate each other's messages (Interface rule)."
+    )
+    central: bool = pydantic.Field(True, description="Also run the monolithic KF of the same graph.")
+    central_t_end: pydantic.PositiveFloat = pydantic.Field(
+        10.0,
+        description="The central KF runs on the first this many seconds (its factors are kept for every "
+        "step: 78 x 78 per step and copy).",
+    )
+    timing_repeats: int = pydantic.Field(1, ge=1, le=1000, description="Timed repeats after the first.")
+
+    @pydantic.model_validator(mode="after")
+    def _window(self) -> TurbineGridConfig:
+        if self.t_on > self.t_off:
+            raise ValueError(f"expected t_on <= t_off; received t_on = {self.t_on}, t_off = {self.t_off}")
+        return self
+
+
+# -- the truth -------------------------------------------------------------------------------------
+
+
+def grid_model(config: TurbineGridConfig) -> TurbineGrid:
+    """:meth:`TurbineGrid.ieee9` with the configured load step at bus 9."""
+    step = LoadStep(bus=8, load=config.load_mw / S_BASE_MVA, t_on=config.t_on, t_off=config.t_off)
+    model = TurbineGrid.ieee9(disturbance=step)
+    if model.S_base != S_BASE_MVA * 1e6:  # the case's own base, read from its table
+        raise ValueError(
+            f"turbine-grid: expected case9's base of {S_BASE_MVA} MVA; received {model.S_base} W."
+        )
+    return model
+
+
+def simulate(config: TurbineGridConfig, model: TurbineGrid) -> Dataset:
+    """The record: the 63-state truth (RK4 at dt / truth_substeps) measured with Table S12's noise.
+
+    Inputs (row k, held over [t_k, t_{k+1})): the time and, per generator, the measured omega and q at
+    t_k, which M4 and M5 read in place of M3's and M2's estimates.
+    """
+    steps = int(round(config.t_end / config.dt))
+    per_unit = [config.sigma_lateral] * 4 + [config.sigma_q, config.sigma_omega]
+    data = simulate_dataset(
+        model,
+        None,
+        config.dt,
+        np.asarray(per_unit * model.n_gen),
+        jax.random.key(config.seed + 13),
+        x0=model.initial_state(),
+        n_steps=steps,
+        truth="rk4",
+        substeps=config.truth_substeps,
+    )
+    times = np.asarray(data.times)
+    obs = np.asarray(data.observations)
+    names = tuple(data.output_names)
+    cols, input_names = [times], ["t"]
+    for b in model.gen_buses:
+        for s in ("omega", "q"):
+            cols.append(obs[:, names.index(f"{s}_{b + 1}")])
+            input_names.append(f"{s}_measured_{b + 1}")
+    return Dataset(
+        times,
+        obs,
+        inputs=np.stack(cols, axis=1),
+        truth_states=np.asarray(data.truth_states),
+        input_names=tuple(input_names),
+        output_names=names,
+        state_names=tuple(data.state_names),
+        metadata={"case": "turbine-grid", "truth": f"rk4 x {config.truth_substeps}", "seed": config.seed},
+    )
+
+
+# -- the subsystems' steps -------------------------------------------------------------------------
+
+
+class _Steps(NamedTuple):
+    """The transitions ``(x, u, m, params) -> x_next`` shared by the three generators and six buses."""
+
+    bus: Callable[..., Any]
+    governor: Callable[..., Any]
+    hydraulics: Callable[..., Any]
+    rotational: Callable[..., Any]
+    generator: Callable[..., Any]
+    runner: Callable[..., Any]
+
+
+def _rotational_rhs(p: PeltonParams, core: Any, h: Any, q: Any, t_e: Any) -> tuple[Any, Any]:
+    """``d[n, omega, delta]/dt`` (S110-S113 with M_g -> T_e and S149) and the turbine torque."""
+    m_t = pelton.turbine_torque(p, core[0], q, h)
+    d = pelton.rotational_rhs(p, core, m_t, t_e)
+    return d.at[2].set(core[1] - p.omega_rated), m_t
+
+
+@functools.cache
+def steps(dt: float, substeps: int) -> _Steps:
+    """Each subsystem's transition: ``substeps`` Heun steps of its module function, messages held.
+
+    ``u[0]`` is the time at the step's start; time-dependent terms (the load step, ``phi1 = delta +
+    omega_rated t``, the runner's excitation) are evaluated at each Heun stage's time. Cached per
+    ``(dt, substeps)``, so every generator (and every run with that step) shares the same functions and
+    the engine stacks them.
+    """
+    h = dt / substeps
+
+    def integrate(rhs: Callable[[Any, Any], Any], t0: Any, x: Any) -> Any:
+        for j in range(substeps):
+            x = heun_step(rhs, t0 + j * h, x, h)
+        return x
+
+    def bus(x: Any, u: Any, m: Any, p: Any) -> Any:
+        def rhs(t: Any, xx: Any) -> Any:
+            on = (t >= p["t_on"]) & (t < p["t_off"])
+            injection = p["P"] - jnp.where(on, p["load"], 0.0)
+            return jnp.reshape((injection + m[0]) / p["D"], (1,))  # eq. (S146)
+
+        return integrate(rhs, u[0], x)
+
+    def governor(x: Any, u: Any, m: Any, p: Any) -> Any:
+        rhs = lambda t, xx: pelton.governor_rhs(p, xx, m[0], m[1], pelton.governor_command(p, t))  # noqa: E731
+        return integrate(rhs, u[0], x)
+
+    def hydraulics(x: Any, u: Any, m: Any, p: Any) -> Any:
+        return integrate(lambda t, xx: pelton.hydraulics_rhs(p, xx, m[0]), u[0], x)
+
+    def rotational(x: Any, u: Any, m: Any, p: Any) -> Any:
+        h_, q, t_e = m[0], m[1], m[2]
+        core = integrate(lambda t, c: _rotational_rhs(p, c, h_, q, t_e)[0], u[0], x[:3])
+        d, m_t = _rotational_rhs(p, core, h_, q, t_e)
+        return jnp.concatenate([core, jnp.stack([d[0], m_t])])
+
+    def generator(x: Any, u: Any, m: Any, p: Any) -> Any:
+        x_r, y_r, delta, omega = m[0], m[1], m[2], u[1]
+        rhs = lambda t, c: pelton.generator_rhs(p, c, x_r, y_r, omega, delta + p.omega_rated * t)  # noqa: E731
+        core = integrate(rhs, u[0], x[:4])
+        acc = pelton.generator_acceleration(p, core, x_r, y_r, omega, delta + p.omega_rated * (u[0] + dt))
+        return jnp.concatenate([core, jnp.stack(acc)])
+
+    def runner(x: Any, u: Any, m: Any, p: Any) -> Any:
+        h_, delta, m_t, x_g, y_g, ax_g, ay_g, t_e = (m[i] for i in range(8))
+        omega, q = u[1], u[2]
+
+        def rhs(t: Any, c: Any) -> Any:
+            phi1 = delta + p.omega_rated * t  # eq. (S149)
+            return pelton.runner_rhs(p, c, x_g, y_g, ax_g, ay_g, omega, phi1, q, h_, m_t, t_e, t)
+
+        core = integrate(rhs, u[0], x[:6])
+        return jnp.concatenate([core, jnp.reshape(delta, (1,))])
+
+    return _Steps(bus, governor, hydraulics, rotational, generator, runner)
+
+
+# -- the graph ---------------------------------------------------------------------------------------
+
+
+def _diag(values: Any) -> np.ndarray:
+    return np.diag(np.asarray(values, dtype=np.float64))
+
+
+def _propagated(
+    name: str, transition: Any, params: Any, x0: Any, ports: dict[str, Port], n_msg: int, names: Any
+) -> Subsystem:
+    n = len(x0)
+    return Subsystem(
+        name=name,
+        transition=transition,
+        output=np.zeros((0, n)),
+        params=params,
+        x0=jnp.asarray(x0, dtype=jnp.float64),
+        P0=np.zeros((n, n)),
+        Q=np.zeros((n, n)),
+        R=np.zeros((0, 0)),
+        inputs=(0,),
+        outputs=(),
+        ports=ports,
+        n_msg=n_msg,
+        estimator="none",
+        state_names=tuple(names),
+    )
+
+
+def unit_graph(config: TurbineGridConfig, model: TurbineGrid, i: int, x0_unit: Any, t_e0: float) -> Graph:
+    """Generator ``i``'s five subsystems and eight identity edges as a graph to nest.
+
+    It exports ``grid`` (M3) and ``grid_runner`` (M5), the ports that read the rotor angle and receive
+    the grid torque. Started at the truth's initial state; derived states (dn/dt, M_t, accelerations)
+    at their values there with ``T_e = t_e0``.
+    """
+    f = steps(config.dt, config.substeps)
+    p = model.units[i]
+    bus = model.gen_buses[i] + 1
+    tag = f"_{bus}"
+    v = {s: float(x) for s, x in zip(UNIT_STATE_NAMES, np.asarray(x0_unit), strict=True)}
+    core = jnp.asarray([v["n"], v["omega"], v["delta"]])
+    d0, m_t0 = _rotational_rhs(p, core, v["h"], v["q"], t_e0)
+    gen0 = jnp.asarray([v[s] for s in GENERATOR])
+
+    def acc(c: Any) -> Any:
+        return jnp.stack(pelton.generator_acceleration(p, c, v["x_R"], v["y_R"], v["omega"], v["delta"]))
+
+    acc0 = acc(gen0)
+    # the accelerations' prior is the linearised image of the state's (a singular port covariance
+    # cannot be factored for a probabilistic split message)
+    lift = np.vstack([np.eye(4), np.asarray(jax.jacfwd(acc)(gen0))])
+    p0_gen = lift @ _diag([config.p0_gen] * 4) @ lift.T
+    omega_col, q_col = 1 + 2 * i, 2 + 2 * i
+    out = {s: 6 * i + k for k, s in enumerate(UNIT_OUTPUTS)}
+    dt = config.dt
+    r_gen = config.sigma_lateral**2
+    r_run = config.r_run_factor * config.sigma_lateral**2
+    nodes = [
+        _propagated(
+            "M1",
+            f.governor,
+            p,
+            [v["x_n"], v["x_int"]],
+            {"needle": Port((0,)), "speed": Port((), (0, 1))},
+            2,
+            [f"x_n{tag}", f"x_int{tag}"],
+        ),
+        _propagated(
+            "M2",
+            f.hydraulics,
+            p,
+            [v["x1"], v["x2"], v["h"], v["q"]],
+            {"needle": Port((), (0,)), "head_flow": Port((2, 3)), "head": Port((2,))},
+            1,
+            [f"{s}{tag}" for s in ("x1", "x2", "h", "q")],
+        ),
+        _propagated(
+            "M3",
+            f.rotational,
+            p,
+            [v["n"], v["omega"], v["delta"], float(d0[0]), float(m_t0)],
+            {
+                "head_flow": Port((), (0, 1)),
+                "grid": Port((2,), (2,)),
+                "speed": Port((0, 3)),
+                "rotor": Port((2,)),
+                "shaft": Port((2, 4)),
+            },
+            3,
+            [f"{s}{tag}" for s in ("n", "omega", "delta", "n_dot", "M_t")],
+        ),
+        Subsystem(
+            name="M4",
+            transition=f.generator,
+            output=np.eye(6)[:2],
+            params=p,
+            x0=jnp.concatenate([gen0, acc0]),
+            P0=p0_gen,
+            Q=dt * _diag([config.q_gen, config.q_gen, 100 * config.q_gen, 100 * config.q_gen, 0.0, 0.0]),
+            R=_diag([r_gen, r_gen]),
+            inputs=(0, omega_col),
+            outputs=(out["x_G"], out["y_G"]),
+            ports={"lateral": Port((0, 1, 4, 5)), "runner": Port((), (0, 1)), "rotor": Port((), (2,))},
+            n_msg=3,
+            estimator="kf",
+            state_names=tuple(f"{s}{tag}" for s in (*GENERATOR, "ax_G", "ay_G")),
+        ),
+        Subsystem(
+            name="M5",
+            transition=f.runner,
+            output=np.eye(7)[:2],
+            params=p,
+            x0=jnp.asarray([*(v[s] for s in RUNNER), v["delta"]]),
+            P0=_diag([config.p0_run] * 4 + [config.p0_tor] * 2 + [0.0]),
+            Q=dt
+            * _diag(
+                [config.q_run, config.q_run, 100 * config.q_run, 100 * config.q_run]
+                + [config.q_tor, 10 * config.q_tor, 0.0]
+            ),
+            R=_diag([r_run, r_run]),
+            inputs=(0, omega_col, q_col),
+            outputs=(out["x_R"], out["y_R"]),
+            ports={
+                "lateral": Port((0, 1)),
+                "head": Port((), (0,)),
+                "shaft": Port((), (1, 2)),
+                "generator": Port((), (3, 4, 5, 6)),
+                "grid": Port((6,), (7,)),
+            },
+            n_msg=8,
+            estimator="kf",
+            state_names=(*(f"{s}{tag}" for s in RUNNER), f"~delta_copy{tag}"),
+        ),
+    ]
+    kind, rule = config.messages, config.rule
+    edges = [
+        Interface("M1", "needle", "M2", "needle", _identity, {}),
+        Interface("M2", "head_flow", "M3", "head_flow", _identity, {}),
+        Interface("M2", "head", "M5", "head", _identity, {}),
+        Interface("M3", "speed", "M1", "speed", _identity, {}),
+        Interface("M3", "rotor", "M4", "rotor", _identity, {}),
+        Interface("M3", "shaft", "M5", "shaft", _identity, {}),
+        Interface("M4", "lateral", "M5", "generator", _identity, {}, kind, rule),
+        Interface("M5", "lateral", "M4", "runner", _identity, {}, kind, rule),
+    ]
+    return Graph(f"G{bus}", nodes, edges, exports={"grid": ("M3", "grid"), "grid_runner": ("M5", "grid")})
+
+
+def build_graph(config: TurbineGridConfig, model: TurbineGrid) -> Graph:
+    """Six bus nodes and three generator graphs, joined per line by the sine laws (S146-S148).
+
+    Every line (i, j) carries one edge each way into a bus (``K_ij sin``) and, into a generator, one edge
+    to M3's and one to M5's ``grid`` port (``-(S_base/omega_rated) K_ij sin``).
+    """
+    f = steps(config.dt, config.substeps)
+    x0 = np.asarray(model.initial_state())
+    blocks = np.asarray(model.unit_states(jnp.asarray(x0)))
+    t_e0 = np.asarray(model.electrical_torque(jnp.asarray(x0)))
+    p_inj = np.asarray(model.params["P_inj"])
+    damping = np.asarray(model.params["D"])
+    delta0 = np.asarray(model.bus_angles(jnp.asarray(x0)))
+    step = model.disturbance
+    nodes: list[Subsystem | Graph] = []
+    for k, b in enumerate(model.other_buses):
+        load = step.load if step is not None and step.bus == b else 0.0
+        params = {
+            "P": jnp.asarray(p_inj[b]),
+            "D": jnp.asarray(damping[k]),
+            "load": jnp.asarray(load),
+            "t_on": jnp.asarray(step.t_on if step is not None else 0.0),
+            "t_off": jnp.asarray(step.t_off if step is not None else 0.0),
+        }
+        nodes.append(
+            _propagated(
+                f"bus{b + 1}", f.bus, params, [delta0[b]], {"grid": Port((0,), (0,))}, 1, [f"delta_{b + 1}"]
+            )
+        )
+    for i in range(model.n_gen):
+        nodes.append(unit_graph(config, model, i, blocks[i], float(t_e0[i])))
+    gens = {b: i for i, b in enumerate(model.gen_buses)}
+    K = np.asarray(model.K)
+    omega_rated = np.asarray(model.omega_rated)
+
+    def node(b: int) -> str:
+        return f"G{b + 1}" if b in gens else f"bus{b + 1}"
+
+    edges = []
+    n = K.shape[0]
+    for r in range(n):  # receiver
+        for s in range(n):  # sender
+            if r == s or K[r, s] == 0:
+                continue
+            if r in gens:
+                coef = jnp.asarray(-(model.S_base / omega_rated[gens[r]]) * K[r, s])  # eq. (S147)-(S148)
+                edges.append(Interface(node(s), "grid", node(r), "grid", _sine, coef))
+                edges.append(Interface(node(s), "grid", node(r), "grid_runner", _sine, coef))
+            else:
+                edges.append(Interface(node(s), "grid", node(r), "grid", _sine, jnp.asarray(K[r, s])))
+    order = (
+        *model.state_names,
+        *(f"{s}_{b + 1}" for b in model.gen_buses for s in ("n_dot", "M_t", "ax_G", "ay_G")),
+    )
+    return Graph("ieee9_turbines", nodes, edges, state_order=order)
+
+
+def central_graph(graph: Graph) -> Graph:
+    """The monolithic model of the same graph (:meth:`Graph.monolithic`) as one KF on its linearisation.
+
+    Its subsystems read time through their input, so the engine's coupled integration (which needs
+    time-invariant :class:`~twinfer.sim.Dynamics`) does not apply: each block steps with the laws at the
+    step's start, held, and one Kalman filter carries the joint covariance.
+    """
+    mono = dataclasses.replace(graph.monolithic("central"), estimator="kf")
+    return Graph("central", [mono], state_order=graph.state_order)
+
+
+# -- references and scores ---------------------------------------------------------------------------
+
+
+@functools.partial(jax.jit, static_argnums=(3, 4))
+def _standalone(units: PeltonParams, x0: Any, t_e_mid: Any, dt: float, substeps: int) -> Any:
+    """Each unit alone (:func:`turbine_unit_rhs`, Heun) under held T_e: states (U, T+1, 19)."""
+    h = dt / substeps
+
+    def one(p: PeltonParams, x: Any, te: Any) -> Any:
+        def body(x: Any, inp: Any) -> Any:
+            k, tm = inp
+            for j in range(substeps):
+                x = heun_step(lambda t, xx: turbine_unit_rhs(p, xx, tm, t), k * dt + j * h, x, h)
+            return x, x
+
+        _, xs = jax.lax.scan(body, x, (jnp.arange(te.shape[0]), te))
+        return jnp.concatenate([x[None], xs])
+
+    return jax.vmap(one)(units, x0, t_e_mid)
+
+
+def standalone_reference(config: TurbineGridConfig, model: TurbineGrid, truth: Any) -> tuple[Any, Any]:
+    """The spec's [REPO] standalone reference: each turbine simulated alone, driven by the truth's T_e.
+
+    From the truth's initial state, Heun at the estimators' substep, ``T_e(t)`` from the coupled truth's
+    angles averaged over each step's two ends and held over the step.
+
+    Returns:
+        The units' states (U, T+1, 19) and the truth's ``T_e`` (T+1, U) [N m].
+
+    """
+    truth = jnp.asarray(truth)
+    t_e = np.asarray(jax.vmap(model.electrical_torque)(truth))
+    mid = 0.5 * (t_e[:-1] + t_e[1:])
+    units = jax.tree.map(lambda *v: jnp.stack([jnp.asarray(a) for a in v]), *model.units)
+    x0 = model.unit_states(truth[0])
+    return np.asarray(_standalone(units, x0, jnp.asarray(mid.T), config.dt, config.substeps)), t_e
+
+
+def electrical_torque(model: TurbineGrid, angles: np.ndarray) -> np.ndarray:
+    """``T_e`` (T, U) [N m] from bus angles (T, N) in bus order (S147-S148), on the host."""
+    K = np.asarray(model.K)
+    gens = np.asarray(model.gen_buses)
+    diff = angles[:, None, :] - angles[:, gens, None]  # (T, U, N): delta_j - delta_i
+    inflow = np.sum(K[gens][None] * np.sin(diff), axis=-1)
+    return -(model.S_base / np.asarray(model.omega_rated))[None] * inflow
+
+
+def _angles(names: tuple[str, ...], values: np.ndarray, n_bus: int) -> np.ndarray:
+    return np.stack([values[:, names.index(f"delta_{b + 1}")] for b in range(n_bus)], axis=1)
+
+
+class _Rows(NamedTuple):
+    """The rows of an estimate that :func:`_score` reads."""
+
+    means: np.ndarray
+    stds: np.ndarray
+    state_names: tuple[str, ...]
+
+
+def _score(
+    label: str,
+    est: Any,
+    data: Dataset,
+    model: TurbineGrid,
+    config: TurbineGridConfig,
+    ref: np.ndarray,
+    metrics: dict[str, float],
+) -> np.ndarray:
+    """Table S11 per generator, peak n, steady x_n, DC T_e, coverage of the KF states, (n, x_n, q) RMSEs.
+
+    Over the estimate's rows (the whole record, or the central's window). Returns its ``T_e`` (T, U).
+    """
+    rows = np.asarray(est.means).shape[0]
+    t = np.asarray(data.times)[:rows]
+    truth = np.asarray(data.truth_states)[:rows]
+    truth_names = tuple(data.state_names)
+    means, stds = np.asarray(est.means), np.asarray(est.stds)
+    names = tuple(est.state_names)
+
+    def m(s: str) -> np.ndarray:
+        return means[:, names.index(s)]
+
+    def x(s: str) -> np.ndarray:
+        return truth[:, truth_names.index(s)]
+
+    t_e = electrical_torque(model, _angles(names, means, model.K.shape[0]))
+    after = (t >= config.t_on) & (t < config.t_off)
+    end = min(config.t_off, t[-1] + config.dt)
+    steady = (t >= end - config.steady_window) & (t < end)
+    before = t < config.t_on
+    cov_all, pooled, standalone = [], [], []
+    for i, b in enumerate(model.gen_buses):
+        tag, gen = f"_{b + 1}", f"gen{i + 1}"
+        for part in ("G", "R"):  # the measured displacements, pooled over x and y
+            pair = [f"{c}_{part}{tag}" for c in ("x", "y")]
+            err = np.stack([m(s)[1:] - x(s)[1:] for s in pair])
+            metrics[f"{label}.rmse_xy_{part}.{gen}"] = float(np.sqrt(np.mean(err**2)))
+        metrics[f"{label}.rmse_vx_R.{gen}"] = float(rmse(m(f"vx_R{tag}"), x(f"vx_R{tag}")))
+        metrics[f"{label}.rmse_vy_R.{gen}"] = float(rmse(m(f"vy_R{tag}"), x(f"vy_R{tag}")))
+        a_est, a_true = (moving_average(v, config.alpha_window) for v in (m(f"alpha{tag}"), x(f"alpha{tag}")))
+        metrics[f"{label}.rmse_alpha_dc.{gen}"] = float(rmse(a_est, a_true))
+        b_est, b_true = (moving_average(v, config.beta_window) for v in (m(f"beta{tag}"), x(f"beta{tag}")))
+        metrics[f"{label}.rmse_beta_smooth.{gen}"] = float(rmse(b_est, b_true))
+        for src, get in (("", m), ("truth.", x)):
+            key = f"{label}." if not src else f"{label}.{src}"
+            n = get(f"n{tag}")
+            if after.any():
+                metrics[f"{key}peak_n.{gen}"] = float(n[after][np.argmax(np.abs(n[after]))])
+            if steady.any():
+                metrics[f"{key}steady_x_n.{gen}"] = float(np.mean(get(f"x_n{tag}")[steady]))
+        if before.any():
+            metrics[f"{label}.dc_T_e_MNm.{gen}"] = float(np.mean(t_e[before, i]) / 1e6)
+        for s in ESTIMATED:
+            j = names.index(f"{s}{tag}")
+            cov = coverage(means[1:, j], stds[1:, j], x(f"{s}{tag}")[1:])
+            metrics[f"{label}.coverage95.{gen}.{s}"] = cov
+            cov_all.append(cov)
+        gen_cov = [metrics[f"{label}.coverage95.{gen}.{s}"] for s in ESTIMATED]
+        metrics[f"{label}.coverage95.{gen}.min"] = float(min(gen_cov))
+        metrics[f"{label}.coverage95.{gen}.max"] = float(max(gen_cov))
+        unit = list(UNIT_STATE_NAMES)
+        for s in ("n", "x_n", "q"):
+            pooled.append(m(f"{s}{tag}") - x(f"{s}{tag}"))
+            standalone.append(m(f"{s}{tag}") - ref[i, :rows, unit.index(s)])
+    metrics[f"{label}.coverage95.min"] = float(min(cov_all))
+    metrics[f"{label}.coverage95.max"] = float(max(cov_all))
+    metrics[f"{label}.rmse_n_xn_q"] = float(np.sqrt(np.mean(np.square(pooled))))
+    metrics[f"{label}.embedded_vs_standalone_rmse"] = float(np.sqrt(np.mean(np.square(standalone))))
+    angle_err = _angles(names, means, model.K.shape[0]) - _angles(truth_names, truth, model.K.shape[0])
+    metrics[f"{label}.rmse_delta"] = float(np.sqrt(np.mean(angle_err**2)))
+    return t_e
+
+
+def _head(data: Dataset, steps: int) -> Dataset:
+    """The record's first ``steps`` intervals."""
+    k = steps + 1
+    return Dataset(
+        np.asarray(data.times)[:k],
+        np.asarray(data.observations)[:k],
+        inputs=np.asarray(data.inputs)[:k],
+        truth_states=np.asarray(data.truth_states)[:k],
+        input_names=data.input_names,
+        output_names=data.output_names,
+        state_names=data.state_names,
+        metadata=dict(data.metadata),
+    )
+
+
+def _series_names(model: TurbineGrid) -> list[str]:
+    return [f"{s}_{b + 1}" for b in model.gen_buses for s in SERIES] + [
+        f"delta_{b + 1}" for b in model.other_buses
+    ]
+
+
+def run(config: TurbineGridConfig, progress: Progress) -> RunArtifacts:
+    """Simulate, estimate (nested graphs, Jacobi K = inner; the monolithic KF), score and time both."""
+    start = time.perf_counter()
+    model = grid_model(config)
+    metrics: dict[str, float] = {}
+    op = model.operating_point
+    for b, deg in enumerate(np.rad2deg(op.delta)):
+        metrics[f"table_s9.delta_deg.bus{b + 1}"] = float(deg)
+    metrics["table_s9.nr_residual"] = float(op.residual)
+    metrics["table_s9.nr_iterations"] = float(op.iterations)
+    balance = torque_balance(model)
+    for i in range(model.n_gen):
+        metrics[f"table_s10.M_t_MNm.gen{i + 1}"] = float(balance.M_t[i] / 1e6)
+        metrics[f"table_s10.T_e_MNm.gen{i + 1}"] = float(balance.T_e[i] / 1e6)
+        metrics[f"table_s10.residual_MNm.gen{i + 1}"] = float(balance.residual[i] / 1e6)
+    progress("the 63-state truth", 0, 1)
+    data = simulate(config, model)
+    truth = np.asarray(data.truth_states)
+    metrics["timing.truth_s"] = time.perf_counter() - start
+    ref, t_e_truth = standalone_reference(config, model, truth)
+    metrics["timing.standalone_s"] = time.perf_counter() - start - metrics["timing.truth_s"]
+    unit = list(UNIT_STATE_NAMES)
+    truth_ref = [
+        truth[:, list(data.state_names).index(f"{s}_{b + 1}")] - ref[i, :, unit.index(s)]
+        for i, b in enumerate(model.gen_buses)
+        for s in ("n", "x_n", "q")
+    ]
+    metrics["truth.vs_standalone_rmse"] = float(np.sqrt(np.mean(np.square(truth_ref))))
+    graph = build_graph(config, model)
+    schedule = Schedule("jacobi", inner=config.inner)
+    series = _series_names(model)
+    truth_names = list(data.state_names)
+    arrays: dict[str, Any] = {
+        "t": np.asarray(data.times),
+        "series.names": np.asarray(series),
+        "truth": truth[:, [truth_names.index(s) for s in series]],
+        "truth.T_e": t_e_truth,
+        "standalone": ref[:, :, [unit.index(s) for s in ("n", "x_n", "q")]],
+    }
+    runs: list[tuple[str, Graph, Dataset, Any]] = [("distributed", graph, data, schedule)]
+    if config.central:
+        n_central = min(int(round(config.central_t_end / config.dt)), data.n_steps - 1)
+        runs.append(("central", central_graph(graph), _head(data, n_central), "jacobi"))
+    for k, (label, g, record, sched) in enumerate(runs):
+        n_steps = record.n_steps - 1
+        progress(f"{label} estimation ({n_steps} steps)", k, len(runs))
+        est, timed = timed_estimate(g, record, sched, repeats=config.timing_repeats)
+        metrics[f"{label}.run_s"] = timed.median_s
+        metrics[f"{label}.compile_s"] = max(timed.compile_s - timed.median_s, 0.0)
+        metrics[f"{label}.step_us"] = 1e6 * timed.median_s / n_steps
+        metrics[f"{label}.steps"] = float(n_steps)
+        t_e = _score(label, est, record, model, config, ref, metrics)
+        names = list(est.state_names)
+        cols = [names.index(s) for s in series]
+        arrays[f"{label}.means"] = np.asarray(est.means)[:, cols]
+        arrays[f"{label}.stds"] = np.asarray(est.stds)[:, cols]
+        arrays[f"{label}.T_e"] = t_e
+        if label == "distributed":
+            kept = est
+        elif record.n_steps < data.n_steps:  # the distributed estimate scored on the central's window
+            rows = record.n_steps
+            head = _Rows(np.asarray(kept.means)[:rows], np.asarray(kept.stds)[:rows], kept.state_names)
+            _score("distributed_window", head, record, model, config, ref, metrics)
+    if config.central:
+        metrics["central_over_distributed.step_us"] = (
+            metrics["central.step_us"] / metrics["distributed.step_us"]
+        )
+    metrics["timing.run_s"] = time.perf_counter() - start
+    progress("turbine-grid", 1, 1)
+    notes = [
+        f"{config.t_end:g} s at dt = {config.dt:g} s; truth RK4 x {config.truth_substeps}; estimators Heun x "
+        f"{config.substeps} per step; Jacobi with K = {config.inner} iterations; +{config.load_mw:g} MW at "
+        f"bus 9 over [{config.t_on:g}, {config.t_off:g}) s.",
+        "Decision 20: textbook Jacobi (each iteration steps every subsystem from its posterior at t_n with "
+        "the previous iterate's messages, one KF update per step). The authors' re-integration quirk (the "
+        "turbine advancing 2 dt per step, the KF update repeated per iteration and substep) is not "
+        "replicated; Table S11 and the 1.02e-3 aggregate are compared, not expected to match.",
+        "M1-M3 and the buses are propagated (estimator none, zero P0 and Q); M4 and M5 are KFs on their "
+        "linearisation with Table S12's Q (scaled by dt), P0 and R; M4/M5 read the measured omega and q.",
+        "M5 receives T_e as the per-line laws on its own grid port, which reads a copy of the rotor angle "
+        "M5 keeps from M3's message (one iteration old).",
+        "Standalone reference ([REPO]): each turbine alone (the 19-state unit, Heun at the estimators' "
+        "substep), T_e from the coupled truth's angles averaged over each step's two ends; the aggregate "
+        "RMSE pools (n, x_n, q) of the 3 generators over every sample, embedded estimate against it.",
+        f"Table S11 over the whole record: v_xR, v_yR raw; alpha_dc a centred {config.alpha_window}-sample "
+        f"moving average (edge-padded), beta a centred {config.beta_window}-sample one, on both sides.",
+        "Peak n: the largest |n| while the step is on; steady x_n: mean over the last "
+        f"{config.steady_window:g} s before the step ends; DC T_e: mean before the step.",
+        f"M4 <-> M5 messages: {config.messages} ({config.rule} rule). With deterministic messages the KFs "
+        "take their neighbour's estimate as exact (x_R enters M4 through K12 = -1.2e9 N/m), so M4's "
+        "coverage95 falls well below 0.95; --set messages=probabilistic --set rule=split raises it "
+        "(x_G 0.56 -> 0.74 on 3 s) without reaching 0.95, the rest being the Heun-vs-RK4 model error that "
+        "Table S12's Q (1e-11 dt) does not cover.",
+    ]
+    if config.central:
+        notes.append(
+            "The central KF is graph.monolithic() of the same graph (78 states, one KF on its "
+            "linearisation). Its blocks read time through their input, so the engine cannot integrate them "
+            "coupled (a subsystem's Dynamics has no time argument, and the derived states M3 and M4 send are "
+            "computed in the transitions, not by a vector field): each block steps with the laws at the "
+            "step's start, held - the explicit (K = 1) exchange, where the distributed K = 2 ends on laws at "
+            "the step's end. It runs on the first "
+            f"{metrics['central.steps'] * config.dt:g} s only (the engine keeps every step's filtered and "
+            "predicted factors, 2 x 78 x 78 floats per step); 'distributed_window.*' scores the distributed "
+            "estimate on that window."
+        )
+    return RunArtifacts(metrics=metrics, arrays=arrays, notes=notes)
+
+
+# -- figures ---------------------------------------------------------------------------------------
+
+
+def figures(arrays: Mapping[str, Any], config: TurbineGridConfig) -> dict[str, Any]:
+    """Fig. S14-like n, x_n and T_e per generator (estimate, truth, standalone), and the two zooms."""
+    import matplotlib.pyplot as plt
+
+    t = np.asarray(arrays["t"])
+    names = [str(n) for n in np.asarray(arrays["series.names"])]
+    truth, est = np.asarray(arrays["truth"]), np.asarray(arrays["distributed.means"])
+    sd = np.asarray(arrays["distributed.stds"])
+    ref = np.asarray(arrays["standalone"])
+    te_true, te_est = np.asarray(arrays["truth.T_e"]), np.asarray(arrays["distributed.T_e"])
+    buses = sorted({int(n.rsplit("_", 1)[1]) for n in names if n.startswith("n_")})
+    out: dict[str, Any] = {}
+    fig, axes = plt.subplots(3, len(buses), figsize=(4.5 * len(buses), 8), sharex=True, squeeze=False)
+    for c, b in enumerate(buses):
+        for r, s in enumerate(("n", "x_n")):
+            j = names.index(f"{s}_{b}")
+            ax = axes[r, c]
+            ax.plot(t, truth[:, j], "k", lw=1.2, label="truth")
+            ax.plot(t, est[:, j], "C0--", lw=1, label="embedded estimate")
+            ax.plot(t, ref[c, :, r], "C2:", lw=1, label="standalone")
+            ax.set_ylabel(f"{s} (bus {b})")
+        ax = axes[2, c]
+        ax.plot(t, te_true[:, c] / 1e6, "k", lw=1.2, label="truth")
+        ax.plot(t, te_est[:, c] / 1e6, "C0--", lw=1, label="estimate")
+        ax.set_ylabel(f"T_e [MN m] (bus {b})")
+        ax.set_xlabel("t [s]")
+    axes[0, 0].legend(fontsize=8)
+    fig.tight_layout()
+    out["fig_s14"] = fig
+    for label, (lo, hi) in (("zoom_step_on", (4.0, 6.0)), ("zoom_step_off", (29.0, 31.0))):
+        window = (t >= lo) & (t <= hi)
+        if window.sum() < 2:
+            continue
+        shown = ("n", "vx_R", "alpha", "beta")
+        fig, axes = plt.subplots(
+            len(shown), len(buses), figsize=(4.5 * len(buses), 9), sharex=True, squeeze=False
+        )
+        for c, b in enumerate(buses):
+            for r, s in enumerate(shown):
+                j = names.index(f"{s}_{b}")
+                ax = axes[r, c]
+                ax.plot(t[window], truth[window, j], "k", lw=1, label="truth")
+                mu, band = est[window, j], 1.96 * sd[window, j]
+                ax.plot(t[window], mu, "C0", lw=0.8, label="estimate")
+                ax.fill_between(t[window], mu - band, mu + band, color="C0", alpha=0.25)
+                ax.set_ylabel(f"{s} (bus {b})")
+            axes[-1, c].set_xlabel("t [s]")
+        axes[0, 0].legend(fontsize=8)
+        fig.tight_layout()
+        out[label] = fig
+    return out
+
+
+# -- paper values ----------------------------------------------------------------------------------
+
+_PRINTED = "printed to 0.01 deg; the NR solution agrees with an independent root solve to 1e-10 rad"
+PAPER: dict[str, PaperValue] = {
+    **{
+        f"table_s9.delta_deg.bus{b + 1}": PaperValue(deg, "Table S9: delta* [deg]", near(0.005, _PRINTED))
+        for b, deg in enumerate(TABLE_S9_DEG)
+    },
+    "table_s9.nr_residual": PaperValue(
+        1.11e-16, "Table S9 text: NR residual [p.u.]", near(1e-12, "NR stops at tol 1e-12 (spec [REPO])")
+    ),
+    **{
+        f"table_s10.{q}_MNm.gen{i + 1}": PaperValue(
+            v, f"Table S10: {q} [MN m]", near(5e-5, "printed to 4 decimals")
+        )
+        for i, v in enumerate(TABLE_S10_MNM)
+        for q in ("M_t", "T_e")
+    },
+    **{
+        f"table_s10.residual_MNm.gen{i + 1}": PaperValue(
+            v, "Table S10: |M_t - T_e| [MN m]", near(1e-12, "one unit in the last place of the torques")
+        )
+        for i, v in enumerate(TABLE_S10_RESIDUAL)
+    },
+    "distributed.embedded_vs_standalone_rmse": PaperValue(
+        1.02e-3,
+        "3.7 Results: aggregate RMSE of (n, x_n, q), embedded estimate vs standalone, 3 gens, 0-60 s",
+        at_most(1.0, "an error; the paper's value holds the authors' doubled turbine time (decision 20)"),
+    ),
+}
+_S11 = {
+    "rmse_vx_R": (7.09e-5, 1.18e-4, 7.95e-5),
+    "rmse_vy_R": (6.09e-5, 6.35e-5, 6.02e-5),
+    "rmse_alpha_dc": (1.93e-6, 4.47e-6, 4.33e-6),
+    "rmse_beta_smooth": (3.85e-4, 8.75e-4, 6.84e-4),
+}
+_QUIRK = (
+    "an error (beating it passes); the paper's run has the authors' Jacobi quirk (decision 20) and its own "
+    "truth, so only the order of magnitude is claimed"
+)
+for _key, _values in _S11.items():
+    for _i, _v in enumerate(_values):
+        PAPER[f"distributed.{_key}.gen{_i + 1}"] = PaperValue(
+            _v, f"Table S11: RMSE {_key[5:]}, Gen {_i + 1}, full 60 s", at_most(3.0, _QUIRK)
+        )
+for _i, (_peak, _te) in enumerate(((-3e-4, 1.71), (-2e-4, 4.15), (-2e-4, 2.16))):
+    _g = f"gen{_i + 1}"
+    PAPER[f"distributed.peak_n.{_g}"] = PaperValue(
+        _peak,
+        f"Table S11 / Fig. S14: peak n, Gen {_i + 1} (one digit)",
+        within(2.0, "read to one digit; the authors' doubled turbine time changes the swing (decision 20)"),
+    )
+    PAPER[f"distributed.steady_x_n.{_g}"] = PaperValue(
+        0.821, f"Table S11: steady x_n after +20 MW, Gen {_i + 1}", near(0.005, "printed as ~0.821")
+    )
+    PAPER[f"distributed.dc_T_e_MNm.{_g}"] = PaperValue(
+        _te, f"Table S11: DC T_e [MN m], Gen {_i + 1}", near(0.005, "printed to 0.01 MN m")
+    )
+
+
+CASE = register(
+    Case(
+        name="turbine-grid",
+        description=(
+            "IEEE 9-bus network with three Pelton turbines as nested graphs (governor, hydraulics, rotation "
+            "propagated; generator and runner KFs), Jacobi K = 2, against the monolithic KF and a "
+            "standalone reference (compositional-inference paper, section 3.7, Tables S9-S12, Fig. S14)."
+        ),
+        config_type=TurbineGridConfig,
+        run=run,
+        figures=figures,
+        quick={"t_end": 6.0, "substeps": 1, "truth_substeps": 2, "central": False},
+        paper=PAPER,
+    )
+)
