@@ -534,7 +534,7 @@ def central(config: TurbineConfig, params: PeltonParams) -> Graph:
     dt, step = config.dt, integrator_step(config.integrator)
 
     def rhs(t: Any, x: Any) -> Any:
-        coeffs = dict(zip(COEFFICIENTS, (x[19], x[20], x[21]), strict=True))
+        coeffs: dict[str, Any] = {"e_x": x[19], "e_y": x[20], "K_seal": x[21]}
         return jnp.concatenate([model.vector_field(t, x[:19], jnp.zeros(0), coeffs), jnp.zeros(3)])
 
     def transition(x: Any, u: Any, m: Any, p: Any) -> Any:
@@ -818,6 +818,7 @@ CASE = register(
         figures=figures,
         quick={
             "t_end": 3.0,
+            "central": False,
             "scenarios": 4,
             "scenario_length": 3.0,
             "narx_lags": 20,
