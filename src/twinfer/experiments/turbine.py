@@ -158,6 +158,16 @@ class TurbineConfig(CheckpointSettings):
     )
 
 
+    @pydantic.field_validator(
+        "q_rotational", "p0_rotational", "q_generator", "p0_generator", "q_runner", "p0_runner", mode="before"
+    )
+    @classmethod
+    def _array_as_tuple(cls, value: Any) -> Any:
+        """A TOML array (a run folder's ``config.toml``, ``--config``, ``--set key=[...]``) is a list;
+        the strict tuple then checks its length and that each entry is a number."""
+        return tuple(value) if isinstance(value, list) else value
+
+
 # -- data ----------------------------------------------------------------------------------------
 
 
