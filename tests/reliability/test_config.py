@@ -283,6 +283,19 @@ def test_every_case_default_and_quick_config_still_validates():
             assert case.config_type.model_validate(tomllib.loads(to_toml(config.model_dump()))) == config
 
 
+def test_a_toml_array_for_a_tuple_setting_is_read_and_its_length_checked(tmp_path):
+    """A tuple setting (turbine's Q vectors) takes a TOML array from a file or --set; a wrong length is
+    a ConfigError naming the missing entry, and a string entry one naming the bad one."""
+    case = get_case("turbine")
+    path = tmp_path / "my.toml"
+    path.write_text("q_generator = [1e-10, 1e-10, 1e-11, 2e-11]\n")
+    assert resolve_config(case, path).model_dump()["q_generator"] == (1e-10, 1e-10, 1e-11, 2e-11)
+    with pytest.raises(ConfigError, match=r"'q_runner\.6': Field required"):
+        resolve_config(case, sets={"q_runner": [1e-10, 1e-10, 1e-8, 1e-8, 1e-8, 1e-8]})
+    with pytest.raises(ConfigError, match=r"'q_generator\.1'"):
+        resolve_config(case, sets={"q_generator": [1e-10, "x", 1e-11, 1e-11]})
+
+
 # ---- properties: a valid config or a ConfigError naming the key, never another exception ----
 
 PROPERTY_CASES = ["chain4", "grid", "emps", "pinn-joint", "bouncing-ball", "schedules"]

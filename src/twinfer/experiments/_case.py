@@ -81,8 +81,14 @@ class CaseConfig(pydantic.BaseModel):
     @pydantic.field_validator("*", mode="before")
     @classmethod
     def _exact_choice(cls, value: Any, info: pydantic.ValidationInfo) -> Any:
-        """A ``Literal`` choice matches by type too: ``case = true`` or ``1.0`` is not the choice ``1``."""
+        """A ``Literal`` choice matches by type too: ``case = true`` or ``1.0`` is not the choice ``1``.
+
+        A TOML array given for a tuple setting is read as a tuple; the strict tuple still checks its
+        length and entries.
+        """
         field = cls.model_fields.get(info.field_name or "")
+        if field is not None and get_origin(field.annotation) is tuple and isinstance(value, list):
+            return tuple(value)  # a TOML array (config.toml, --config, --set) for a strict tuple setting
         if field is not None and get_origin(field.annotation) is Literal:
             choices = get_args(field.annotation)
             if not any(type(value) is type(c) and value == c for c in choices):

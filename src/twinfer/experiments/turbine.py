@@ -157,17 +157,6 @@ class TurbineConfig(CheckpointSettings):
         80.0, description="Coefficient NRMSE over t <= this ([REPO] 80 s)."
     )
 
-    @pydantic.field_validator(
-        "q_rotational", "p0_rotational", "q_generator", "p0_generator", "q_runner", "p0_runner", mode="before"
-    )
-    @classmethod
-    def _array_as_tuple(cls, value: Any) -> Any:
-        """Read a TOML array as a tuple; the strict tuple then checks its length and entries.
-
-        A TOML array (a run folder's ``config.toml``, ``--config``, ``--set key=[...]``) is a list.
-        """
-        return tuple(value) if isinstance(value, list) else value
-
 
 # -- data ----------------------------------------------------------------------------------------
 
