@@ -6,7 +6,6 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from twinfer.checkpoint import Checkpoint, CheckpointError
 from twinfer.infer.pinn import (
     LossWeights,
     PositiveParameters,
@@ -185,54 +184,6 @@ def test_unobserved_dof_outside_system_raises():
             problem.chain, [2, 3], problem.t_obs, problem.acc_obs, problem.force_obs, problem.t_col,
             problem.force_col, acc_scale=1.0, vel_scale=1.0,
         )  # fmt: skip
-
-
-def _trainer_case(tmp_path=None, epochs=40):
-    problem, net, theta = _small_problem()
-    settings = TrainSettings(
-        epochs=epochs, learning_rate=1e-2, param_learning_rate=5e-2, chunk=10, patience=50
-    )
-    return (net, theta), lambda tr: sensor_losses(tr[0], tr[1], problem), settings
-
-
-class _Interrupt(Exception):
-    pass
-
-
-def _interrupt_at(stop):
-    def progress(stage, epoch, total):
-        if epoch == stop:
-            raise _Interrupt
-
-    return progress
-
-
-def test_checkpoint_resume_gives_the_same_parameters(tmp_path):
-    """A run interrupted in the Adam phase or in the L-BFGS phase and resumed from its checkpoint reaches
-    the uninterrupted run's parameters and loss history exactly."""
-    trainable, loss_fn, settings = _trainer_case()
-    settings = settings._replace(epochs=20, lbfgs_steps=20)
-    full = train(trainable, loss_fn, settings)
-    assert full.epochs == 40 and len(full.history["loss"]) == 4
-    leaves_full = jax.tree.leaves(eqx.filter(full.trainable, eqx.is_inexact_array))
-    ckpt = Checkpoint(tmp_path / "pinn.ckpt", {"problem": "t"})  # interrupted in L-BFGS, after Adam
-    with pytest.raises(_Interrupt):
-        train(trainable, loss_fn, settings, checkpoint=ckpt, progress=_interrupt_at(30))
-    ckpt = Checkpoint(ckpt.path, {"problem": "t"}, resume=True)
-    resumed = train(trainable, loss_fn, settings, checkpoint=ckpt)
-    assert resumed.resumed_from == 30 and resumed.epochs == 40
-    leaves_res = jax.tree.leaves(eqx.filter(resumed.trainable, eqx.is_inexact_array))
-    for a, b in zip(leaves_full, leaves_res, strict=True):
-        np.testing.assert_array_equal(a, b)
-    assert resumed.history["loss"] == full.history["loss"]
-    # L-BFGS lowers the loss below where Adam left it
-    assert full.history["loss"][-1] < full.history["loss"][1] < full.history["loss"][0]
-    again = train(trainable, loss_fn, settings, checkpoint=ckpt)
-    assert again.resumed_from == 40 and again.epochs == 40  # a finished run is not trained again
-    with pytest.raises(CheckpointError, match="fingerprint differs in problem"):
-        train(
-            trainable, loss_fn, settings, checkpoint=Checkpoint(ckpt.path, {"problem": "other"}, resume=True)
-        )
 
 
 def test_trainer_stops_on_plateau_and_refuses_nan():

@@ -194,18 +194,23 @@ def _stop_at(n):
 
 @pytest.mark.timeout(180)
 def test_pinn_training_interrupted_and_resumed_equals_uninterrupted(tmp_path):
-    """Interrupted at a seeded chunk (Adam or L-BFGS phase), resumed: same parameters and history."""
+    """Interrupted in the Adam phase and in the L-BFGS phase, resumed: same parameters and history; a
+    finished run is not trained again; a checkpoint of another config, epoch or precision is refused."""
     full = _pinn()
-    path = tmp_path / "pinn.ckpt"
-    stop = RNG.choice([10, 20, 30, 40])
-    with pytest.raises(_Stop):
-        _pinn(Checkpoint(path, FP), progress=_stop_at(stop))
-    resumed = _pinn(Checkpoint(path, FP, resume=True))
-    assert resumed.resumed_from == stop and resumed.epochs == full.epochs == 50
-    leaves = [jax.tree.leaves(eqx.filter(r.trainable, eqx.is_inexact_array)) for r in (full, resumed)]
-    for a, b in zip(*leaves, strict=True):
-        np.testing.assert_array_equal(a, b)
-    assert resumed.history == full.history
+    assert full.history["loss"][-1] < full.history["loss"][2]  # L-BFGS lowers what Adam left
+    leaves_full = jax.tree.leaves(eqx.filter(full.trainable, eqx.is_inexact_array))
+    for stop in (RNG.choice([10, 20]), RNG.choice([40])):  # Adam: epochs 1-30; L-BFGS: 31-50
+        path = tmp_path / f"pinn-{stop}.ckpt"
+        with pytest.raises(_Stop):
+            _pinn(Checkpoint(path, FP), progress=_stop_at(stop))
+        resumed = _pinn(Checkpoint(path, FP, resume=True))
+        assert resumed.resumed_from == stop and resumed.epochs == full.epochs == 50
+        leaves = jax.tree.leaves(eqx.filter(resumed.trainable, eqx.is_inexact_array))
+        for a, b in zip(leaves_full, leaves, strict=True):
+            np.testing.assert_array_equal(a, b)
+        assert resumed.history == full.history
+    again = _pinn(Checkpoint(path, FP, resume=True))
+    assert again.resumed_from == 50 and again.history == full.history  # finished: not trained again
     with pytest.raises(CheckpointError, match="differs in config") as err:
         _pinn(Checkpoint(path, {**FP, "config": "b"}, resume=True))
     assert str(path) in str(err.value)
@@ -240,9 +245,11 @@ def test_learn_train_interrupted_and_resumed_equals_uninterrupted(tmp_path):
     stop = RNG.choice([2, 4, 6])
     with pytest.raises(_Stop):
         _learn(Checkpoint(path), progress=_stop_at(stop))
+    before = float(inspect(path)["meta"]["seconds"])
     assert inspect(path)["meta"]["step"] == stop
     resumed = _learn(Checkpoint(path, resume=True))
     assert float(resumed["params"]["k"]) == float(full["params"]["k"])
+    assert 0.0 < before < resumed["seconds"]  # the training time before the interruption is kept
     for name in ("loss", "worst", "horizon"):
         np.testing.assert_array_equal(resumed[name], full[name])
     with pytest.raises(CheckpointError, match="differs in data") as err:
