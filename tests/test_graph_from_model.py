@@ -165,7 +165,7 @@ def test_monolithic_of_a_graph_from_a_model_is_the_whole_models_filter():
 def test_run_compiles_a_graph_structure_once_and_runs_each_graphs_own_numbers():
     """Two graphs of one structure with other numbers share one compiled program (compiled_for), and
     run gives each its own estimates, equal to a fresh compile of that graph; another structure (a
-    different partition) gets its own program."""
+    different partition) gets its own program; timed_estimate is estimate with the scan timed."""
     from twinfer.infer.graph import compile_graph, compiled_for
 
     dt, n = 1e-3, 300
@@ -189,6 +189,15 @@ def test_run_compiles_a_graph_structure_once_and_runs_each_graphs_own_numbers():
     for name in ("S1", "S2", "S3"):
         np.testing.assert_array_equal(shared[name].means, fresh[name].means)
     assert not np.allclose(first["S2"].means, shared["S2"].means)
+    # timed_estimate: the same Estimate as estimate (the scan's outputs, marginals from the factors),
+    # with the first call (compile and run) apart from the timed runs
+    est, timed = timed_estimate(graphs[0], data, repeats=2)
+    plain = estimate(graphs[0], data)
+    np.testing.assert_array_equal(est.means, plain.means)
+    np.testing.assert_array_equal(est.stds, plain.stds)
+    assert len(timed.run_s) == 2 and timed.compile_s > 0 and est.state_names == plain.state_names
+    # the row norms of run's square-root factors are the covariances' diagonals
+    np.testing.assert_allclose(plain.stds[:, 2], np.sqrt(first["S2"].covs[:, 0, 0]), rtol=1e-12)
 
 
 class _Rotors(AbstractModel):
@@ -269,21 +278,6 @@ def test_model_graph_on_a_chain_is_the_chain_graph():
     assert by_model.state_names == by_chain.state_names
     np.testing.assert_allclose(by_model.means, by_chain.means, rtol=1e-9, atol=1e-12)
     np.testing.assert_allclose(by_model.stds, by_chain.stds, rtol=1e-9)
-
-
-def test_timed_estimate_is_estimate_with_the_scan_timed():
-    """timed_estimate: the same Estimate as estimate (the scan's outputs, marginals from the factors),
-    with the first call (compile and run) apart from the timed runs."""
-    chain = _chain()
-    data = simulate_dataset(chain, _force(200), 1e-3, 0.05, jax.random.key(5))
-    graph = Graph.from_model(chain, PARTITION, dt=1e-3, noise_sd=0.05, state_sd=1e-3)
-    est, timed = timed_estimate(graph, data, repeats=2)
-    plain = estimate(graph, data)
-    np.testing.assert_array_equal(est.means, plain.means)
-    np.testing.assert_array_equal(est.stds, plain.stds)
-    assert len(timed.run_s) == 2 and timed.compile_s > 0 and est.state_names == plain.state_names
-    by_run = run(graph, data)["S2"]  # the row norms of the factors are the covariances' diagonals
-    np.testing.assert_allclose(plain.stds[:, 2], np.sqrt(by_run.covs[:, 0, 0]), rtol=1e-12)
 
 
 def test_model_graph_errors_name_the_undeclared_coupling():
