@@ -122,7 +122,7 @@ class Estimator(_Strict):
     smoother: bool = False
     partition: list[list[int]] | Literal["auto"] | None = None
     messages: Literal["probabilistic", "deterministic"] = "probabilistic"
-    rule: Literal["split", "paper"] = "split"
+    rule: Literal["split", "shared", "paper"] = "split"
     noise_sd: Values | None = None
     state_sd: Values = 1e-3
     process_sd: Values = 1e-6

@@ -47,16 +47,59 @@ sender j as F = h(s_j, s_i) with s the interface variables, P_j, P_i their poste
   error needs: a sender's error drifts slowly, and white noise of the same variance injected each step
   (the rule ``Q_i += G Var[h(s_j, mean_i)] G^T`` tried first) integrates to a far smaller position
   error, so positions under-covered badly (coverage 0.63 on the Duffing chain of
-  issue #20, against 0.78 with consider states; 0.69 -> 0.92 with linear cuts). For a linear law the
-  receiver's moments are those of the joint Gaussian with the sender's port independent of z's past
-  effect on it: exact for one step, as S33 without the receiver's own term.
-  What remains (issue #20): the errors of neighbouring subsystems co-drift (correlation 0.98-0.997 of
-  the port positions across each Duffing cut), while each receiver treats its sender's error as
-  independent of its own; a sender's covariance itself is not inflated by this, so positions still
-  under-cover where the common mode dominates. Inflating ``L_j`` (covariance-intersection style) does
-  not help: the exchange is a feedback loop near its stability limit, and ``sqrt(2) L_j`` diverged on
-  that chain (and blew the linear-cut chain's RMSE up 147-fold); a Gauss-Seidel sweep with the same
-  rule under-covers worse (0.44), since its predicted path assumes the senders' simultaneous step.
+  issue #20, against 0.78 with consider states; 0.69 -> 0.92 with linear cuts). The
+  errors of neighbouring subsystems co-drift, though (correlation 0.95-0.99 of the port positions
+  across each cut of the Duffing chain of issue #20): each filter's estimate is built from the
+  other's messages. Read as independent of its own, the sender's port pins the receiver's absolute
+  position with information the receiver itself sent; positions then under-cover (0.51-0.82 per mass
+  on that chain, 0.81 over all states) while velocities and relative motions are covered.
+  Both ends hold an estimate of that correlation. The receiver's is the kept P_xz of its consider
+  states. The sender's is its own consider states' cross-covariance with its port,
+  ``X = Cov(e_j, w_i)``, where ``w_i = L_i^+ e_i`` is the receiver's whitened port error (the consider
+  states by which the sender reads the receiver, :meth:`_Engine.cross`). Rule ``"shared"`` (an
+  option, not the default: see the rotors below) therefore reads the sender at
+
+      s_j(tau) = s_j(t_n) + tau (s^_j(t_{n+1}) - s_j(t_n)) + SHARE X L_i^+ d_i(tau) + R_j z,
+      R_j R_j^T = P_j - X X^T,
+
+  with ``d_i(tau)`` its own sigma point's port less its mean path (start and predicted end, linear in
+  tau), so that its own deviation carries the correlated part of the sender's error and ``z`` the
+  rest. Only states enter X: an unknown parameter held at either port is estimated by its holder from
+  its own data and is read as independent (regressing a held connection's c3 on the receiver's
+  deviation moved its estimate from 30 to 81-95 on the six-mass chain of the tests).
+  ``SHARE = 1/2`` weights the sender's estimate of the shared part as much as the receiver's own
+  (which ``z``'s kept cross-covariance already carries). This weight is measured, not derived. On the
+  issue #20 chain (four 2-mass subsystems, accelerometers on half the masses, 10 s at 1 kHz), state
+  95 % coverage (and state RMSE) of probabilistic Jacobi:
+
+      sender's error read as                   Duffing cuts       Van der Pol        linear cuts
+      independent ("split", L_j z)             0.81 (1.14e-3)     0.91 (8.80e-4)     0.91 (8.88e-4)
+      SHARE = 0 (R_j z only)                                      0.85               0.85
+      SHARE = 0.3                              0.82               0.92
+      SHARE = 0.4                              0.87
+      SHARE = 0.5 ("shared")                   0.93 (9.69e-4)     0.95 (9.05e-4)     0.95
+      SHARE = 0.6                              0.95
+      SHARE = 0.7                              0.80 (1.57e-3)     0.95, one v 0.72
+      SHARE = 1                                diverged (t = 2.2 s)
+      central UKF, same discretisation         1.00 (6.47e-4)
+
+  Position errors fell by a third to a half on the Duffing chain. Above about 0.6 the exchange, a
+  feedback loop between neighbours, loses stability, as it does when the sender's variance is
+  inflated (covariance-intersection style: ``sqrt(2) L_j`` diverged on that chain) or when the
+  residual keeps the variance a consistent split would (``P_j - SHARE^2 X X^T`` diverged at 1/2).
+
+  Elsewhere, at SHARE = 1/2: the six-mass chain with a held cut connection's k3, c3, k5 unknown, 0.97
+  -> 0.96 (every truth inside its interval); three grounded rotors coupled by K sin(theta_j -
+  theta_i), a tachometer on rotors 1 and 3, 0.85 -> 0.73 (0.76 at SHARE = 1/4), the angles' errors
+  up by a third with the same spread. There the neighbours' errors do not co-drift (each rotor is
+  held to ground) and the shared part only adds the sender's guess of a correlation to the
+  receiver's own. Whether to read a neighbour's error as shared is therefore a choice about the
+  structure, left to the user; ``"split"`` stays the default.
+
+  Without a consider reverse edge (X = 0) and for a linear law, the receiver's moments are those of
+  the joint Gaussian with the sender's port independent of z's past effect on it: exact for one
+  step, as S33 without the receiver's own term. A Gauss-Seidel sweep with these rules under-covered
+  more (0.44 with "split"), since its predicted path assumes the senders' simultaneous step.
 
 """
 
@@ -86,6 +129,9 @@ from twinfer.timing import BenchResult
 
 SCHEDULES = ("jacobi", "gauss_seidel", "ab2")
 _UT = UnscentedWeights.merwe(1.0, 2.0, 0.0)
+
+SHARE = 0.5
+"""The weight of the sender's estimate of the cross-covariance in a consider message (module docstring)."""
 
 
 class Schedule(eqx.Module):
@@ -128,6 +174,7 @@ class _EdgeGroup(NamedTuple):
     target: np.ndarray  # (E, m) into the flat message vector
     split: bool = False  # rule "split": the receiver evaluates the law at its own sigma points
     consider: bool = False  # "split" and probabilistic: the sender's error is a consider state
+    shared: bool = False  # rule "shared": its correlated part read through the receiver's deviation
 
 
 class _SplitIn(NamedTuple):
@@ -140,6 +187,24 @@ class _SplitIn(NamedTuple):
     slots: np.ndarray  # (G, J, m) the receiver's local message slots
     valid: np.ndarray  # (G, J) 1.0 for a real edge, 0.0 for padding
     z_start: int = -1  # probabilistic: first index of the edges' consider states after the state, else -1
+
+
+class _Reverse(NamedTuple):
+    """Where a consider edge's sender keeps its cross-covariance with the receiver's error.
+
+    For the edges ``pos`` (positions in a probabilistic split edge group) whose senders are the
+    ``member``s of group ``group``: the sender's port state indices ``rows`` (E, p_s) and the state
+    indices ``cols`` (E, p_r) of the consider states by which the sender reads the *receiver* (the
+    reverse edge's), so that ``P[rows, cols]`` is the sender's covariance of its port error with the
+    receiver's whitened error.
+    """
+
+    group: int
+    pos: np.ndarray  # (E,)
+    member: np.ndarray  # (E,)
+    rows: np.ndarray  # (E, p_s)
+    cols: np.ndarray  # (E, p_r)
+    keep: np.ndarray  # (E, p_s, p_r) 1.0 between two states, 0.0 where either is an unknown parameter
 
 
 class Numbers(eqx.Module):
@@ -283,8 +348,9 @@ def compile(  # noqa: A001
     for k, e in enumerate(edges):
         si, ri = index[e.sender], index[e.receiver]
         key = (e.law, len(subs[si].ports[e.sender_port].state), len(subs[ri].ports[e.receiver_port].state))
-        split = e.rule == "split"
-        key += (len(subs[ri].ports[e.receiver_port].slots), split, split and e.kind == "probabilistic")
+        split = e.rule in ("split", "shared")
+        consider = split and e.kind == "probabilistic"
+        key += (len(subs[ri].ports[e.receiver_port].slots), split, consider, consider and e.rule == "shared")
         ekeyed.setdefault(key, []).append(k)
     edge_groups = []
     for key, members in ekeyed.items():
@@ -298,15 +364,15 @@ def compile(  # noqa: A001
             recv.append(port_base[ri] + np.arange(a, b))
             target.append(slot_base[ri] + np.asarray(subs[ri].ports[e.receiver_port].slots, dtype=int))
         edge_groups.append(
-            _EdgeGroup(key[0], tuple(members), np.stack(send), np.stack(recv), np.stack(target), *key[-2:])
+            _EdgeGroup(key[0], tuple(members), np.stack(send), np.stack(recv), np.stack(target), *key[-3:])
         )
     split_in = _split_tables(subs, edges, groups, edge_groups, index)
     for e in edges:
-        if e.rule == "split" and subs[index[e.receiver]].memory:
+        if e.rule in ("split", "shared") and subs[index[e.receiver]].memory:
             raise ValueError(
                 f"Interface {e.sender}.{e.sender_port} -> {e.receiver}.{e.receiver_port} rule: a learned "
                 "subsystem with memory evaluates no law at sigma points; expected rule 'paper'; "
-                "received 'split'."
+                f"received {e.rule!r}."
             )
     numbers = numbers_of(subs, edges, groups, edge_groups)
     engine = _Engine(
@@ -321,6 +387,7 @@ def compile(  # noqa: A001
         np.asarray(port_owner, dtype=int).reshape(-1, 2),
         np.asarray(slot_owner, dtype=int).reshape(-1, 2),
         split_in,
+        _reverse_tables(subs, edges, groups, edge_groups, split_in, index),
     )
     scan = jax.jit(engine.scan, static_argnames=("check",))
     return Compiled(names, engine, numbers, jax.jit(engine.step), scan)
@@ -362,6 +429,69 @@ def _split_tables(
                 z_start, z_used[gi] = z_used[gi], z_used[gi] + width * eg.send.shape[1]
             out[gi].append(_SplitIn(egi, eg.law, edge, recv, slots, valid, z_start))
     return tuple(tuple(t) for t in out)
+
+
+def _reverse_tables(
+    subs: list[Subsystem],
+    edges: list[Interface],
+    groups: list[_Group],
+    edge_groups: list[_EdgeGroup],
+    split_in: tuple[tuple[_SplitIn, ...], ...],
+    index: dict[str, int],
+) -> tuple[tuple[_Reverse, ...], ...]:
+    """Per edge group, the :class:`_Reverse` gathers of its consider edges that have a consider reverse edge.
+
+    The reverse of ``S.a -> R.b`` is ``R.b -> S.a``; when it is a probabilistic split edge too, the
+    sender S carries consider states for R's port error, and its covariance with them is what
+    :meth:`_Engine.cross` reads.
+    """
+    where = {i: (gi, j) for gi, g in enumerate(groups) for j, i in enumerate(g.members)}
+    place: dict[int, tuple[int, int]] = {}  # edge k -> (edge group, position)
+    for egi, eg in enumerate(edge_groups):
+        for pos, k in enumerate(eg.members):
+            place[k] = (egi, pos)
+    ends = {(e.sender, e.sender_port, e.receiver, e.receiver_port): k for k, e in enumerate(edges)}
+    out: list[tuple[_Reverse, ...]] = []
+    for eg in edge_groups:
+        found: dict[int, list[tuple[int, int, np.ndarray, np.ndarray, np.ndarray]]] = {}
+        for pos, k in enumerate(eg.members) if eg.shared else ():
+            e = edges[k]
+            back = ends.get((e.receiver, e.receiver_port, e.sender, e.sender_port))
+            if back is None or not edge_groups[place[back][0]].consider:
+                continue
+            b_egi, b_pos = place[back]
+            s_idx = index[e.sender]
+            gs, js = where[s_idx]
+            table = next(t for t in split_in[gs] if t.edge_group == b_egi)
+            w = int(np.flatnonzero((table.edge[js] == b_pos) & (table.valid[js] > 0))[0])
+            p_r = edge_groups[b_egi].send.shape[1]
+            n_s = int(np.shape(subs[s_idx].x0)[-1])
+            cols = n_s + table.z_start + w * p_r + np.arange(p_r)
+            rows = np.asarray(subs[s_idx].ports[e.sender_port].state, dtype=int)
+            keep = np.outer(
+                _is_state(subs[s_idx], e.sender_port), _is_state(subs[index[e.receiver]], e.receiver_port)
+            )
+            found.setdefault(gs, []).append((pos, js, rows, cols, keep))
+        out.append(
+            tuple(
+                _Reverse(
+                    gs,
+                    np.asarray([f[0] for f in fs]),
+                    np.asarray([f[1] for f in fs]),
+                    np.stack([f[2] for f in fs]),
+                    np.stack([f[3] for f in fs]),
+                    np.stack([f[4] for f in fs]),
+                )
+                for gs, fs in found.items()
+            )
+        )
+    return tuple(out)
+
+
+def _is_state(sub: Subsystem, port: str) -> np.ndarray:
+    """1.0 for each variable of ``sub``'s port that is a state, 0.0 for an unknown parameter."""
+    held = {sub.names.index(p) for p in sub.parameters}
+    return np.asarray([0.0 if i in held else 1.0 for i in sub.ports[port].state])
 
 
 compile_graph = compile
@@ -454,6 +584,16 @@ def _psd_root(a: Any) -> Any:
     return v * jnp.sqrt(jnp.maximum(w, 0.0))[None, :]
 
 
+def _psd_root_pinv(a: Any) -> Any:
+    """The pseudo-inverse of :func:`_psd_root`'s factor: ``F^+`` with ``F^+ F`` the projector on its range."""
+    if a.shape[-1] == 1:
+        return jnp.where(a > 0, 1.0 / jnp.sqrt(jnp.where(a > 0, a, 1.0)), 0.0)
+    w, v = jnp.linalg.eigh(0.5 * (a + a.T))
+    keep = w > 1e-12 * jnp.max(jnp.abs(w))
+    inv = jnp.where(keep, 1.0 / jnp.sqrt(jnp.where(keep, w, 1.0)), 0.0)
+    return (v * inv[None, :]).T
+
+
 def _linear_output(matrix: np.ndarray) -> Callable[..., Any]:
     """``(x, u, m, params) -> H x``: a subsystem's output given as a matrix."""
     return lambda x, u, m, params: jnp.asarray(matrix) @ x
@@ -469,7 +609,7 @@ def _local_step(
     mask_all: Any,
     m: Any,
     cm: Any,
-    laws: tuple[tuple[Callable[..., Any], int], ...] = (),
+    laws: tuple[tuple[Callable[..., Any], int, bool], ...] = (),
     split: tuple[Any, ...] = (),
     n_z: int = 0,
 ):
@@ -553,7 +693,7 @@ def _split_model(
     tmpl: _Template,
     params: Any,
     m: Any,
-    laws: tuple[tuple[Callable[..., Any], int], ...],
+    laws: tuple[tuple[Callable[..., Any], int, bool], ...],
     split: tuple[Any, ...],
     n_z: int = 0,
 ) -> tuple[Callable[..., Any], Callable[..., Any]]:
@@ -570,9 +710,14 @@ def _split_model(
 
     def own(xx: Any, zz: Any, tau: Any) -> Any:
         out = jnp.zeros_like(m)
-        for (law, z0), (a0, a1, gamma, ridx, slots, valid, chol_s) in zip(laws, split, strict=True):
+        for (law, z0, shared), (a0, a1, gamma, ridx, slots, valid, chol_s, reg, r0, r1) in zip(
+            laws, split, strict=True
+        ):
             a = a0 + tau * (a1 - a0)
-            if z0 >= 0:  # the sender's error: its port factor times the edge's consider states
+            if shared:  # the part of the sender's error correlated with the receiver's (rule "shared")
+                own_dev = xx[ridx] - (r0 + tau * (r1 - r0))  # (J, p_r) this sigma point off the mean path
+                a = a + jnp.einsum("jpq,jq->jp", reg, own_dev)
+            if z0 >= 0:  # the sender's error (the rest of it with rule "shared")
                 a = a + jnp.einsum("jpq,jq->jp", chol_s, zz[z0 : z0 + a.size].reshape(a.shape))
             vals = jax.vmap(lambda aa, g, ri, law=law: jnp.atleast_1d(law(aa, xx[ri], g)))(a, gamma, ridx)
             out = out.at[slots].add(vals * valid[:, None])
@@ -657,6 +802,7 @@ class _Engine:
     port_owner: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros((0, 2), int))
     slot_owner: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros((0, 2), int))
     split_in: tuple[tuple[_SplitIn, ...], ...] = ()  # per group: its incoming "split" edges
+    reverse: tuple[tuple[_Reverse, ...], ...] = ()  # per edge group: its senders' cross-covariances
 
     @property
     def _p_max(self) -> int:
@@ -742,6 +888,7 @@ class _Engine:
         s_own = None if own_src is None else self.ports(*own_src)[0]
         m, cm, new_var = self.messages(num, s, s_cov, var_prev, s_own)
         s_end = self._predicted_ports(num, msg_src[0], s, m, u) if any(self.split_in) else s
+        cross = self.cross(msg_src[1]) if any(eg.shared for eg in self.edge_groups) else None
         outs = []
         base = position = 0
         for gi, (g, arr) in enumerate(zip(self.groups, num.groups, strict=True)):
@@ -750,7 +897,7 @@ class _Engine:
             cm_g = cm[position : position + G, :nm, :nm]
             base += G * nm
             position += G
-            laws, split = self._split_args(num, gi, s, s_end, s_cov)
+            laws, split = self._split_args(num, gi, s, s_end, s_cov, cross)
             n_z = self.n_z(gi)
 
             def fn(a, x, P, mm, cc, sp, tmpl=g.template, laws=laws, n_z=n_z):
@@ -773,29 +920,61 @@ class _Engine:
             outs.append(res)
         return tuple(tuple(o[j] for o in outs) for j in range(5)), new_var
 
+    def cross(self, chols: tuple[Any, ...]) -> tuple[Any, ...]:
+        """Per edge group, each consider edge's ``X = Cov(e_send, w_recv)`` (E, p_s, p_r), else ``None``.
+
+        ``w_recv`` is the receiver's whitened port error as its sender models it (the consider states of
+        the reverse edge, ``e_recv = L_recv w_recv``); zero where there is no consider reverse edge.
+        """
+        out = []
+        for eg, revs in zip(self.edge_groups, self.reverse or ((),) * len(self.edge_groups), strict=True):
+            if not eg.shared:
+                out.append(None)
+                continue
+            x = jnp.zeros((len(eg.members), eg.send.shape[1], eg.recv.shape[1]))
+            for r in revs:
+                low = chols[r.group][r.member]  # (E, n, n)
+                rows = jnp.take_along_axis(low, r.rows[:, :, None], axis=1)
+                cols = jnp.take_along_axis(low, r.cols[:, :, None], axis=1)
+                x = x.at[r.pos].set(jnp.einsum("eik,ejk->eij", rows, cols) * r.keep)
+            out.append(x)
+        return tuple(out)
+
     def _split_args(
-        self, num: Numbers, gi: int, s0: Any, s1: Any, s_cov: Any = None
-    ) -> tuple[tuple[tuple[Callable[..., Any], int], ...], tuple[Any, ...]]:
+        self, num: Numbers, gi: int, s0: Any, s1: Any, s_cov: Any = None, cross: Any = None
+    ) -> tuple[tuple[tuple[Callable[..., Any], int, bool], ...], tuple[Any, ...]]:
         """Laws and per-member arrays of group ``gi``'s incoming split edges.
 
         Per edge: the sender's port mean at the start ``s0`` and predicted end ``s1`` of the step, the
-        gamma, the receiver's port indices and slots, validity, and the lower factor of the sender's port
-        covariance from ``s_cov`` (the port covariance blocks) for a probabilistic edge (zero for a
-        deterministic edge or padding, and without ``s_cov``).
+        gamma, the receiver's port indices and slots, validity, the receiver's own port mean at the start
+        and end, and for a probabilistic edge (zero for a deterministic edge or padding, and without
+        ``s_cov``) the regression ``B`` of the sender's port error on the receiver's and the lower factor
+        of what is left of the sender's port covariance, ``P_s - X X^T`` (:meth:`cross`).
         """
         tables = self.split_in[gi] if self.split_in else ()
         args = []
         for t in tables:
             send = self.edge_groups[t.edge_group].send[t.edge]  # (G, J, p)
+            recv = self.edge_groups[t.edge_group].recv[t.edge]  # (G, J, p_r)
             gamma = jax.tree_util.tree_map(lambda a, t=t: a[t.edge], num.gammas[t.edge_group])
             chol_s = jnp.zeros(send.shape + send.shape[-1:])
+            reg = jnp.zeros(send.shape + recv.shape[-1:])
             if t.z_start >= 0 and s_cov is not None:
                 cov = self._port_cov(s_cov, send.reshape(-1, send.shape[-1]))
                 on = jnp.asarray(num.probabilistic[t.edge_group][t.edge] * t.valid).reshape(-1, 1, 1)
+                if cross is not None and cross[t.edge_group] is not None:
+                    x = cross[t.edge_group][t.edge.reshape(-1)] * on
+                    own = self._port_cov(s_cov, recv.reshape(-1, recv.shape[-1]))
+                    pinv = jax.vmap(_psd_root_pinv)(own)
+                    reg = (SHARE * jnp.einsum("eij,ejk->eik", x, pinv)).reshape(reg.shape)
+                    cov = cov - jnp.einsum("eij,ekj->eik", x, x)
                 low = jax.vmap(_psd_root)(cov)  # a port may hold derived (singular) variables
                 chol_s = (low * jnp.sqrt(on)).reshape(chol_s.shape)
-            args.append((s0[send], s1[send], gamma, t.recv, t.slots, t.valid, chol_s))
-        return tuple((t.law, t.z_start) for t in tables), tuple(args)
+            args.append(
+                (s0[send], s1[send], gamma, t.recv, t.slots, t.valid, chol_s, reg, s0[recv], s1[recv])
+            )
+        laws = tuple((t.law, t.z_start, self.edge_groups[t.edge_group].shared) for t in tables)
+        return laws, tuple(args)
 
     def _predicted_ports(self, num: Numbers, means: tuple[Any, ...], s: Any, m: Any, u: Any) -> Any:
         """Every member's mean stepped once (messages held, split senders at ``s``): interface values."""

@@ -99,7 +99,9 @@ def chain_graph(
         rule: where the laws are evaluated and which variance probabilistic messages inject
             (:class:`~twinfer.infer.graph.Interface`): ``"split"`` (default: each receiver evaluates
             the connection at its own sigma points and integrator stages, a probabilistic sender's
-            error a consider state of the receiver; bounded for Duffing and Van der Pol connections) or
+            error a consider state of the receiver; bounded for Duffing and Van der Pol connections),
+            ``"shared"`` (``"split"`` with the part of a sender's error correlated with the receiver's
+            read through the receiver's own deviation: calibrated positions along a chain) or
             ``"paper"`` (the law at the
             means, both sides' variance by the incremental rule S46, for reproduction).
         unknown: ``{global name: (initial value, prior sd > 0, random-walk sd per step >= 0)}`` of the
@@ -157,7 +159,7 @@ def chain_graph(
     sdr = _values("noise_sd", noise_sd, len(chain.outputs), "> 0")
     unknown = dict(unknown or {})
     local, at_cut = _local_unknowns(chain, segments, unknown)
-    if at_cut and rule != "split":
+    if at_cut and rule not in ("split", "shared"):
         raise ValueError(
             f"chain_graph unknown {[g for held in at_cut.values() for _, g in held]}: a cut connection's "
             f"parameters are estimated only with rule='split' (the receiver evaluates the law at its sigma "
