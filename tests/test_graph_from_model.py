@@ -354,7 +354,8 @@ def test_issue_20_acceptance_chain(kind, rule):
     95 % coverage in [0.90, 0.99], each unknown's truth inside its 95 % interval, state RMSE within 2x of
     the central UKF on the same discretisation, deterministic messages covering less. With Duffing cuts the
     default rule "split" under-covers (0.81: neighbours' position errors co-drift); "shared" reads the
-    correlated part of a sender's error through the receiver's own deviation (0.93)."""
+    correlated part of a sender's error through the receiver's own deviation (0.93). At this noise seed
+    only: at seeds 5 and 7 "shared" covers 0.89 and 0.80 ("split" 0.83 and 0.70), issue #20 stays open."""
     chain, data, sd = _acceptance_system(kind)
     options = dict(
         noise_sd=sd,
