@@ -26,6 +26,22 @@ def test_stlsq_recovers_sparse_law_and_prunes_absent_terms():
     assert fit.r2 > 0.999
 
 
+@pytest.mark.parametrize("threshold", [0.01, 0.3])
+def test_stlsq_equals_pysindys(threshold):
+    """The in-house STLSQ against pysindy's (the independent reference): same support, same coefficients."""
+    import pysindy as ps
+
+    from twinfer.learn._sindy import stlsq
+
+    rng = np.random.default_rng(3)
+    theta = rng.standard_normal((2000, 6)) * np.array([1.0, 0.5, 0.2, 0.05, 0.02, 1.0])
+    y = theta @ np.array([1.0, -0.4, 0.25, 0.0, 0.03, 0.0]) + 0.05 * rng.standard_normal(2000)
+    ref = ps.STLSQ(threshold=threshold, alpha=1e-9, normalize_columns=False).fit(theta, y[:, None])
+    ours = stlsq(theta, y, threshold, 1e-9)
+    np.testing.assert_array_equal(ours != 0.0, np.asarray(ref.coef_)[0] != 0.0)
+    np.testing.assert_allclose(ours, np.asarray(ref.coef_)[0], rtol=1e-10, atol=1e-14)
+
+
 def test_reconstruction_equals_the_filtered_truth_whatever_the_initial_velocity():
     dt = 1e-3
     t = dt * np.arange(20000)
