@@ -67,8 +67,10 @@ class ChainScalingConfig(CaseConfig):
     messages: Literal["deterministic", "probabilistic"] = pydantic.Field(
         "deterministic", description="Message kind at every cut (the paper: deterministic)."
     )
-    rule: Literal["paper", "split"] = pydantic.Field(
-        "paper", description="Where the connection is evaluated: the paper's (held force) or split."
+    rule: Literal["paper", "split", "shared"] = pydantic.Field(
+        "paper",
+        description="Where the connection is evaluated: the paper's (held force), split or shared "
+        "(twinfer.infer.graph.Interface).",
     )
 
     @pydantic.field_validator("sizes")
