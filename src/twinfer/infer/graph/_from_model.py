@@ -162,8 +162,9 @@ def chain_graph(
     if at_cut and rule not in ("split", "shared"):
         raise ValueError(
             f"chain_graph unknown {[g for held in at_cut.values() for _, g in held]}: a cut connection's "
-            f"parameters are estimated only with rule='split' (the receiver evaluates the law at its sigma "
-            f"points); received rule={rule!r}, which evaluates it at the means, outside the filters."
+            f"parameters are estimated only with rule='split' or 'shared' (the receiver evaluates the law at "
+            f"its sigma points); received rule={rule!r}, which evaluates it at the means, outside the "
+            "filters."
         )
     measured = {int(o[1:]) for o in chain.outputs}
     # the cut at the start of segment s is held by the side that measures its end mass (the right on a tie)
