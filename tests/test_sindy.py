@@ -42,6 +42,23 @@ def test_stlsq_equals_pysindys(threshold):
     np.testing.assert_allclose(ours, np.asarray(ref.coef_)[0], rtol=1e-10, atol=1e-14)
 
 
+def test_highpass_equals_scipys_zero_phase_butterworth():
+    """The written-out Butterworth sections and forward-backward filter against scipy.signal's."""
+    from scipy import signal as sps
+
+    from twinfer.learn._sindy import butter_highpass, sosfiltfilt
+
+    for order, cutoff, fs in ((4, 0.2, 1000.0), (2, 3.0, 50.0), (6, 0.5, 200.0)):
+        ref = sps.butter(order, cutoff, btype="highpass", fs=fs, output="sos")
+        np.testing.assert_allclose(butter_highpass(order, cutoff, fs), ref, rtol=1e-13, atol=1e-15)
+    x = np.cumsum(np.cumsum(np.random.default_rng(1).standard_normal(5001))) * 1e-6
+    sos = sps.butter(4, 0.2, btype="highpass", fs=1000.0, output="sos")
+    ref = sps.sosfiltfilt(sos, x, padlen=x.size - 1)
+    np.testing.assert_allclose(sosfiltfilt(sos, x), ref, rtol=0.0, atol=1e-9 * np.max(np.abs(ref)))
+    with pytest.raises(ValueError, match="expected an even order >= 2; received 3"):
+        butter_highpass(3, 0.2, 1000.0)
+
+
 def test_reconstruction_equals_the_filtered_truth_whatever_the_initial_velocity():
     dt = 1e-3
     t = dt * np.arange(20000)
