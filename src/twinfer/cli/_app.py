@@ -220,7 +220,6 @@ def run(
         cfg = cfg.model_copy(update={"resume": False})  # resuming is --resume's job, never the config's
     if writer:
         _preload_plotting()
-    if writer:
         run_cfg, folder, managed = _with_checkpoint(cfg, the_case.name, out_dir, resume, resume_from)
     else:  # checkpoints, like the run folder, are process 0's
         run_cfg, folder, managed = cfg, None, False

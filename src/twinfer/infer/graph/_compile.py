@@ -961,8 +961,9 @@ class _Engine:
         Per edge: the sender's port mean at the start ``s0`` and predicted end ``s1`` of the step, the
         gamma, the receiver's port indices and slots, validity, the receiver's own port mean at the start
         and end, and for a probabilistic edge (zero for a deterministic edge or padding, and without
-        ``s_cov``) the regression ``B`` of the sender's port error on the receiver's and the lower factor
-        of what is left of the sender's port covariance, ``P_s - X X^T`` (:meth:`cross`).
+        ``s_cov``) the lower factor of the sender's port covariance; with rule ``"shared"`` (``cross``
+        given) the regression ``B`` of the sender's port error on the receiver's and the factor of what
+        is left of the sender's covariance, ``P_s - X X^T`` (:meth:`cross`), instead.
         """
         tables = self.split_in[gi] if self.split_in else ()
         args = []
