@@ -508,3 +508,34 @@ def test_filter_options_are_checked_by_name():
         run_filter(model, data, integrator="rk5")  # type: ignore[arg-type]
     with pytest.raises(TypeError, match=r"filter: unexpected keyword 'noise'; expected one of x0, state_sd"):
         run_filter(model, data, noise=0.1)  # type: ignore[call-arg]
+
+
+@pytest.mark.timeout(120)
+def test_a_bank_of_filters_split_over_cores_equals_one_vmapped_call():
+    """map_cores runs a vmapped ukf_scan in one thread per chunk (five systems in two chunks, the last
+    padded): the same log-likelihoods and means as one call, for the QR and the Gram kernel, which agree
+    to rounding; bad batches and worker counts are named errors."""
+    from twinfer.sharding import map_cores
+
+    f, h, _, _ = _nonlinear()
+    rng = np.random.default_rng(7)
+    us = jnp.asarray(rng.normal(size=(5, 60, 1)))
+    ys = jnp.asarray(rng.normal(size=(5, 60, 2)) * 0.1)
+    chols = (0.3 * jnp.eye(2), 0.05 * jnp.eye(2), 0.2 * jnp.eye(2))
+
+    def bank(kernel):
+        one = lambda u, y: ukf_scan(f, h, jnp.array([0.1, 0.0]), *chols, u, y, kernel=kernel)  # noqa: E731
+        return jax.jit(jax.vmap(lambda u, y: (one(u, y).loglik, one(u, y).means)))
+
+    outs = {}
+    for kernel in ("qr", "gram"):
+        whole = bank(kernel)(us, ys)
+        split = map_cores(bank(kernel), us, ys, workers=2)
+        for a, b in zip(whole, split, strict=True):
+            np.testing.assert_allclose(b, a, rtol=1e-13, atol=1e-15)
+        outs[kernel] = whole
+    np.testing.assert_allclose(outs["gram"][0], outs["qr"][0], rtol=1e-10)
+    with pytest.raises(ValueError, match=r"workers: expected 0 \(every core\) or a positive count; received -1"):
+        map_cores(bank("qr"), us, ys, workers=-1)
+    with pytest.raises(ValueError, match=r"one common leading \(batch\) size; received leading sizes \[4, 5\]"):
+        map_cores(bank("qr"), us, ys[:4])

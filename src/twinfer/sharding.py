@@ -5,19 +5,24 @@ machines. On one machine ``XLA_FLAGS=--xla_force_host_platform_device_count=N`` 
 Across processes every process calls :func:`init_distributed` first (before any JAX computation); then
 ``jax.devices()`` lists the devices of every process, :func:`device_mesh` with ``devices=0`` spans them
 all, and :func:`to_numpy` brings a result that is split over processes back whole to each of them.
+:func:`map_cores` runs a batched program on every core of one CPU device, from one thread per core.
 """
 
 from __future__ import annotations
 
+import os
 import re
 import socket
 import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
-__all__ = ["check_distributed", "device_mesh", "init_distributed", "to_numpy"]
+__all__ = ["check_distributed", "device_mesh", "init_distributed", "map_cores", "to_numpy"]
 
 _DEVICE_HINT = "on a CPU, XLA_FLAGS=--xla_force_host_platform_device_count=N makes N devices"
 
@@ -153,3 +158,67 @@ def to_numpy(value: Any) -> Any:
         return np.asarray(x)
 
     return jax.tree_util.tree_map(one, value)
+
+
+_PROGRAMS: dict[Any, Any] = {}
+
+
+def _compiled(jitted: Any, args: tuple[Any, ...]) -> Any:
+    """``jitted`` compiled for ``args``' shapes and dtypes, kept for the next call (the last 8)."""
+    leaves, tree = jax.tree_util.tree_flatten(args)
+    key = (jitted, tree, tuple((jnp.shape(x), jnp.result_type(x)) for x in leaves))
+    if key not in _PROGRAMS:
+        _PROGRAMS[key] = jitted.lower(*args).compile()
+        while len(_PROGRAMS) > 8:
+            _PROGRAMS.pop(next(iter(_PROGRAMS)))
+    return _PROGRAMS[key]
+
+
+def map_cores(fn: Callable[..., Any], *args: Any, workers: int = 0) -> Any:
+    """``fn(*args)`` for a batched ``fn``, its leading axis split into one chunk per core, chunks run at once.
+
+    For many independent problems under ``vmap`` (a bank of small filters, a Monte Carlo study): one
+    call of a vmapped program runs its time loop on one core, since its operations are too small for
+    XLA to split, while calls made from several threads run at once on one CPU device. Each of
+    ``workers`` threads (0: every core this process may use) calls one compiled program on its chunk;
+    chunks are padded to one size by repeating the last row (one compilation), the padding dropped
+    after. Rows must be independent (as under ``vmap``); the result equals ``fn(*args)`` row for row.
+
+    Args:
+        fn: a function of arrays batched along axis 0 (jitted here if it is not), returning a pytree of
+            arrays batched along axis 0.
+        *args: pytrees of arrays, every leaf with the same leading size B.
+        workers: threads (and chunks); 0 for every usable core; at most B are used.
+
+    Raises:
+        ValueError: ``workers`` is negative, there is no array argument, or the leaves' leading sizes
+            differ (naming the sizes).
+
+    """
+    if workers < 0:
+        raise ValueError(f"map_cores workers: expected 0 (every core) or a positive count; received {workers}.")
+    leaves = jax.tree_util.tree_leaves(args)
+    sizes = sorted({int(np.shape(x)[0]) if np.ndim(x) else -1 for x in leaves})
+    if not leaves or len(sizes) != 1 or sizes[0] < 1:
+        raise ValueError(
+            f"map_cores args: expected arrays with one common leading (batch) size; received leading sizes "
+            f"{sizes if leaves else 'none (no array argument)'} (-1: a scalar)."
+        )
+    batch = sizes[0]
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    count = min(batch, workers or cores)
+    jitted = fn if hasattr(fn, "lower") else jax.jit(fn)
+    if count == 1:
+        return jitted(*args)
+    size = -(-batch // count)  # rows per chunk, the last padded
+
+    def chunk(i: int) -> Any:
+        rows = np.minimum(np.arange(i * size, (i + 1) * size), batch - 1)
+        return jax.tree_util.tree_map(lambda x: jnp.asarray(x)[rows], args)
+
+    chunks = [chunk(i) for i in range(count)]
+    program = _compiled(jitted, chunks[0])  # compiled once, before the threads start
+    with ThreadPoolExecutor(count, thread_name_prefix="twinfer-map-cores") as pool:
+        outs = list(pool.map(lambda c: jax.block_until_ready(program(*c)), chunks))
+    joined = jax.tree_util.tree_map(lambda *xs: jnp.concatenate(xs, axis=0), *outs)
+    return jax.tree_util.tree_map(lambda x: x[:batch], joined)

@@ -4,10 +4,13 @@ The model is a 5-DOF Duffing chain (10 states, nonlinear springs kappa r^3), RK4
 measuring the accelerations of DOFs 1, 3 and 5. twinfer runs 100 independent systems with ``vmap`` over
 the same jitted scan; filterpy runs one system step by step with NumPy transition functions doing the
 same arithmetic. Both use Merwe sigma points (alpha=1, beta=2, kappa=0) and the no-redraw measurement.
+The batch runs as one vmapped call (its time loop on one core) and split over every core by
+:func:`twinfer.sharding.map_cores`, with the default update kernel (QR) and with ``kernel="gram"``.
 """
 
 from __future__ import annotations
 
+import os
 import statistics
 import time
 
@@ -19,6 +22,7 @@ from twinfer.bench._harness import Progress, register, time_python
 from twinfer.data import Dataset
 from twinfer.infer.filters import UnscentedWeights, run_filter, run_ukf, ukf_scan
 from twinfer.models import Chain
+from twinfer.sharding import map_cores
 from twinfer.sim import discretise, simulate_discrete
 from twinfer.timing import time_jitted
 
@@ -130,15 +134,20 @@ def bench_filters(quick: bool, progress: Progress) -> dict[str, float]:
     f = lambda x, u: step.transition(0.0, x, u, params)
     h = lambda x, u: model.output(0.0, x, u, params)
 
-    def one(u, y):
+    def one(u, y, kernel="qr"):
         chols = (jnp.linalg.cholesky(cov0), jnp.linalg.cholesky(q), jnp.linalg.cholesky(r))
-        return ukf_scan(f, h, x0, *chols, u, y, weights=weights, redraw=False).loglik
+        return ukf_scan(f, h, x0, *chols, u, y, weights=weights, redraw=False, kernel=kernel).loglik
 
     batched = jax.jit(jax.vmap(one))
+    gram = jax.jit(jax.vmap(lambda u, y: one(u, y, "gram")))
     single = jax.jit(one)
-    progress(f"twinfer UKF: {n_systems} systems x {n_steps} steps (vmap)")
+    progress(f"twinfer UKF: {n_systems} systems x {n_steps} steps (vmap, one call)")
     t_batch = time_jitted(batched, us, ys, repeats=5)
     t_single = time_jitted(single, us[0], ys[0], repeats=5)
+    progress("the same batch split over every core (map_cores), QR and Gram kernels")
+    t_cores = time_jitted(lambda u, y: map_cores(batched, u, y), us, ys, repeats=5)
+    t_gram = time_jitted(lambda u, y: map_cores(gram, u, y), us, ys, repeats=5)
+    gap = float(jnp.max(jnp.abs(t_gram.value - t_batch.value)) / jnp.max(jnp.abs(t_batch.value)))
 
     progress(f"filterpy UKF: 1 system x {n_ref} steps")
     from filterpy.kalman import MerweScaledSigmaPoints, UnscentedKalmanFilter
@@ -160,8 +169,12 @@ def bench_filters(quick: bool, progress: Progress) -> dict[str, float]:
     batch_rate = n_systems * n_steps / t_batch.median_s
     single_rate = n_steps / t_single.median_s
     ref_rate = n_ref / t_ref.median_s
+    steps = n_systems * n_steps
     return {
         "ukf.system_steps_per_s": batch_rate,
+        "ukf.all_cores_system_steps_per_s": steps / t_cores.median_s,
+        "ukf_gram.all_cores_system_steps_per_s": steps / t_gram.median_s,
+        "ukf_gram.loglik_rel_gap": gap,
         "ukf.single_system_steps_per_s": single_rate,
         "ukf.compile_s": t_batch.compile_s,
         "ukf.batch_run_s": t_batch.median_s,
@@ -174,4 +187,5 @@ def bench_filters(quick: bool, progress: Progress) -> dict[str, float]:
         "config.n_systems": float(n_systems),
         "config.n_steps": float(n_steps),
         "config.n_state": float(n),
+        "config.cores": float(len(os.sched_getaffinity(0))),
     }

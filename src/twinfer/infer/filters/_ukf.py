@@ -248,6 +248,7 @@ def ukf_scan(
     redraw: bool = False,
     innovation: Innovation | None = None,
     check: bool = False,
+    kernel: Literal["qr", "gram"] = "qr",
 ) -> FilterOutput:
     """Run the square-root UKF over T steps (pure, jit- and vmap-able): :func:`ukf_step` scanned over time.
 
@@ -273,6 +274,8 @@ def ukf_scan(
         innovation: residual function (see :func:`ukf_step`).
         check: raise inside ``jit`` (``eqx.error_if``) if any step diverged; :func:`run_ukf` instead
             raises outside with the step's index and time.
+        kernel: the update's kernel (see :func:`ukf_step`): ``"gram"`` is faster for many small
+            filters (``twinfer bench filters``) where ``Q`` and ``R`` are positive-definite.
 
     Returns:
         :class:`FilterOutput` (:class:`GaussianFilterOutput`).
@@ -297,6 +300,7 @@ def ukf_scan(
             weights=weights,
             redraw=redraw,
             innovation=innovation,
+            kernel=kernel,
         )
 
     return scan_steps(step, x0, chol_P0, (us, ys_clean, masks), masks, check=check)
