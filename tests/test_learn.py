@@ -69,16 +69,18 @@ from test_learn import TS, X0, DATA, _Decay
 loss = trajectory_loss(_Decay(0.5), TS, X0, DATA, (1.0,), fixed_steps=1)
 params = {{"k": jnp.asarray(0.5), "unused": jnp.zeros(2)}}  # 3 tangents over 2 devices: one padded row
 kw = dict(steps=8, lr_start=0.05, lr_end=0.05, horizon_start=3, horizon_threshold=0.5, grad_mode="forward")
-one = train(loss, params, ["k", "unused"], 3 - 1, len(TS), TrainSettings(**kw))
-two = train(loss, params, ["k", "unused"], 3 - 1, len(TS), TrainSettings(**kw, devices=0))
-gap = lambda key: float(np.max(np.abs(np.asarray(one[key]) - np.asarray(two[key]))))
-print("DIFF", gap("loss"), gap("worst"), abs(float(one["params"]["k"]) - float(two["params"]["k"])),
-      gap("horizon"), int(one["horizon"][-1]) - 3)
+one = train(loss, params, ["k", "unused"], 3 - 1, len(TS), TrainSettings(**kw, threads=1))
+for name, split in (("DEVICES", dict(devices=0)), ("THREADS", dict(threads=2))):
+    two = train(loss, params, ["k", "unused"], 3 - 1, len(TS), TrainSettings(**kw, **split))
+    gap = lambda key: float(np.max(np.abs(np.asarray(one[key]) - np.asarray(two[key]))))
+    print(name, gap("loss"), gap("worst"), abs(float(one["params"]["k"]) - float(two["params"]["k"])),
+          gap("horizon"), int(one["horizon"][-1]) - 3)
 """
 
 
-def test_forward_mode_split_over_two_devices_takes_the_same_steps():
-    """Claim: devices=0 (tangents and scenarios split over 2 host devices) equals the 1-device steps."""
+def test_forward_mode_split_over_two_devices_or_two_threads_takes_the_same_steps():
+    """Claim: devices=0 (tangents and scenarios split over 2 host devices) and threads=2 (over two
+    threads of one device) take the steps of one thread on one device."""
     import os
     import subprocess
     import sys
@@ -90,11 +92,16 @@ def test_forward_mode_split_over_two_devices_takes_the_same_steps():
         [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    diffs = next(line for line in proc.stdout.splitlines() if line.startswith("DIFF")).split()[1:]
-    assert max(float(v) for v in diffs[:4]) <= 1e-12, proc.stdout
-    assert int(diffs[4]) > 0, "the horizon never grew: the worst-scenario check was not exercised"
+    for name in ("DEVICES", "THREADS"):
+        diffs = next(line for line in proc.stdout.splitlines() if line.startswith(name)).split()[1:]
+        assert max(float(v) for v in diffs[:4]) <= 1e-12, proc.stdout
+        assert int(diffs[4]) > 0, "the horizon never grew: the worst-scenario check was not exercised"
     with pytest.raises(ValueError, match="devices"):
         TrainSettings(devices=2)  # reverse mode has no tangents to split
+    with pytest.raises(
+        ValueError, match=r"threads: expected 0 \(every core\) or a positive count, more than 1"
+    ):
+        TrainSettings(threads=2, grad_mode="forward", devices=0)
 
 
 def test_mlp_matches_manual_network_and_layout():

@@ -22,7 +22,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-__all__ = ["check_distributed", "device_mesh", "init_distributed", "map_cores", "to_numpy"]
+__all__ = ["check_distributed", "device_mesh", "init_distributed", "map_cores", "to_numpy", "usable_cores"]
 
 _DEVICE_HINT = "on a CPU, XLA_FLAGS=--xla_force_host_platform_device_count=N makes N devices"
 
@@ -160,6 +160,11 @@ def to_numpy(value: Any) -> Any:
     return jax.tree_util.tree_map(one, value)
 
 
+def usable_cores() -> int:
+    """The cores this process may run on (its CPU affinity; all of the machine's where it has none)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
 _PROGRAMS: dict[Any, Any] = {}
 
 
@@ -196,7 +201,9 @@ def map_cores(fn: Callable[..., Any], *args: Any, workers: int = 0) -> Any:
 
     """
     if workers < 0:
-        raise ValueError(f"map_cores workers: expected 0 (every core) or a positive count; received {workers}.")
+        raise ValueError(
+            f"map_cores workers: expected 0 (every core) or a positive count; received {workers}."
+        )
     leaves = jax.tree_util.tree_leaves(args)
     sizes = sorted({int(np.shape(x)[0]) if np.ndim(x) else -1 for x in leaves})
     if not leaves or len(sizes) != 1 or sizes[0] < 1:
@@ -205,8 +212,7 @@ def map_cores(fn: Callable[..., Any], *args: Any, workers: int = 0) -> Any:
             f"{sizes if leaves else 'none (no array argument)'} (-1: a scalar)."
         )
     batch = sizes[0]
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    count = min(batch, workers or cores)
+    count = min(batch, workers or usable_cores())
     jitted = fn if hasattr(fn, "lower") else jax.jit(fn)
     if count == 1:
         return jitted(*args)

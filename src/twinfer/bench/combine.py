@@ -5,8 +5,10 @@ exactly as the case trains it (forward-mode gradient, random scenario, worst-sce
 for a few steps at the full 211-sample horizon: the most expensive step of a run, reached after the
 horizon has grown. The first step (trace + compile) is timed apart; the figure is the median of the
 later steps. ``<topology>.train_20k_upper_s`` = 20,000 x that median, an upper bound of a full run's
-training time (its early steps have shorter horizons). With more than one visible device the same
-steps are timed again with the tangents split over all of them (``<topology>.split.step_ms``).
+training time (its early steps have shorter horizons). Each topology is timed on one core
+(``threads=1``: ``<topology>.step_ms``) and with the tangents and scenarios split over a thread per
+usable core (the case's default: ``<topology>.threads.step_ms``); with more than one visible device,
+again split over all of them (``<topology>.split.step_ms``).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import jax
 import numpy as np
 
 from twinfer.bench._harness import Progress, register
+from twinfer.sharding import usable_cores
 
 
 @register("combine", "bouncing-ball training step at the full horizon, per topology (one and all devices)")
@@ -36,7 +39,9 @@ def bench_combine(quick: bool, progress: Progress) -> dict[str, float]:
     truth = np.stack([np.asarray(simulate_events(gt, ts, x).states) for x in x0s])
     sim = {"rtol": config.rtol, "atol": config.atol, "max_events_per_interval": config.events_per_step}
     sim["fixed_steps"] = config.fixed_steps
-    device_counts = (1,) if len(jax.devices()) == 1 else (1, 0)
+    variants = [("", 1, 1), (".threads", 1, 0)]  # label, devices, threads
+    if len(jax.devices()) > 1:
+        variants.append((".split", 0, 1))
     figures: dict[str, float] = {"config.steps_timed": float(n_steps), "config.horizon": float(len(ts))}
     for topology in topologies:
         model, _ = build(config, topology)
@@ -44,7 +49,7 @@ def bench_combine(quick: bool, progress: Progress) -> dict[str, float]:
         figures[f"{topology}.n_parameters"] = float(
             sum(np.size(model.params[g]) for g in model.trainable_groups)
         )
-        for devices in device_counts:
+        for suffix, devices, threads in variants:
             stamps: list[float] = []
             settings = TrainSettings(
                 steps=n_steps + 1,
@@ -55,10 +60,12 @@ def bench_combine(quick: bool, progress: Progress) -> dict[str, float]:
                 progress_every=1,
                 grad_mode=config.grad_mode,
                 devices=devices,
+                threads=threads,
             )
-            label = f"{topology}" if devices == 1 else f"{topology}.split"
+            label = f"{topology}{suffix}"
             used = devices or len(jax.devices())
-            progress(f"{label}: {n_steps} steps at horizon {len(ts)} on {used} device(s)")
+            cores = threads or usable_cores()
+            progress(f"{label}: {n_steps} steps at horizon {len(ts)}, {used} device(s), {cores} thread(s)")
             start = time.perf_counter()
             train(
                 loss, model.params, model.trainable_groups, len(x0s), len(ts), settings,
@@ -69,8 +76,10 @@ def bench_combine(quick: bool, progress: Progress) -> dict[str, float]:
             figures[f"{label}.compile_s"] = stamps[0] - start
             figures[f"{label}.step_ms"] = 1e3 * median
             figures[f"{label}.train_20k_upper_s"] = 20_000 * median
-        if len(device_counts) > 1:
-            one, split = figures[f"{topology}.step_ms"], figures[f"{topology}.split.step_ms"]
-            figures[f"{topology}.split_speedup"] = one / split
+        one = figures[f"{topology}.step_ms"]
+        figures[f"{topology}.threads_speedup"] = one / figures[f"{topology}.threads.step_ms"]
+        if len(variants) > 2:
+            figures[f"{topology}.split_speedup"] = one / figures[f"{topology}.split.step_ms"]
     figures["devices"] = float(len(jax.devices()))
+    figures["cores"] = float(usable_cores())
     return figures

@@ -68,6 +68,14 @@ class BouncingBallConfig(CheckpointSettings):
     grad_mode: Literal["forward", "reverse"] = pydantic.Field(
         "forward", description="Gradient mode: forward or reverse."
     )
+    threads: int = pydantic.Field(
+        0,
+        ge=0,
+        description=(
+            "Threads the forward-mode tangents and scenarios are split over on one device (0: every "
+            "usable core; 1: one core)."
+        ),
+    )
     devices: int = pydantic.Field(
         1,
         ge=0,
@@ -158,6 +166,7 @@ def run(config: BouncingBallConfig, progress: Progress) -> RunArtifacts:
             progress_every=max(1, min(50, config.steps // 20)),
             grad_mode=config.grad_mode,
             devices=config.devices,
+            threads=config.threads if config.devices == 1 else 1,
         )
         ckpt = case_checkpoint("bouncing-ball", config, topology, data=(ts, x0s, truth))
         result = train(

@@ -16,7 +16,9 @@ References:
 from __future__ import annotations
 
 import time
+import weakref
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,7 +29,7 @@ from jax.flatten_util import ravel_pytree
 
 from twinfer.checkpoint import Checkpoint, Snapshot, array_digest, as_checkpoint, digest
 from twinfer.models import AbstractModel, Params
-from twinfer.sharding import device_mesh
+from twinfer.sharding import device_mesh, usable_cores
 from twinfer.sim import simulate_events
 
 Loss = Callable[[Params, Any, Any], Any]
@@ -91,7 +93,10 @@ class TrainSettings:
     hundred parameters, as in experiment 1). ``devices`` (forward mode only; 0 = every visible device)
     splits the tangent directions, and the worst-scenario check's scenarios, over that many devices
     (on a CPU, ``XLA_FLAGS=--xla_force_host_platform_device_count=N`` makes N host devices, one per
-    core); the steps are the same as on one device.
+    core); the steps are the same as on one device. ``threads`` (forward mode on one device; 0 = every
+    usable core) splits them the same way over threads of one device instead: on a CPU each thread runs
+    its share of the tangents and scenarios on its own core, with no collective in between (the two
+    host devices of a 2-core machine were slower than one: their collectives run on the same cores).
     """
 
     steps: int = 20_000
@@ -105,6 +110,7 @@ class TrainSettings:
     stages: tuple[tuple[float, int], ...] = field(default_factory=tuple)
     grad_mode: str = "reverse"
     devices: int = 1
+    threads: int = 0
 
     def __post_init__(self) -> None:
         if self.grad_mode not in ("reverse", "forward"):
@@ -115,6 +121,12 @@ class TrainSettings:
             raise ValueError(
                 "TrainSettings devices: expected 1, or >= 0 with grad_mode 'forward' (0: all visible); "
                 f"received {self.devices} with grad_mode {self.grad_mode!r}."
+            )
+        if self.threads < 0 or (self.threads > 1 and (self.devices != 1 or self.grad_mode != "forward")):
+            raise ValueError(
+                "TrainSettings threads: expected 0 (every core) or a positive count, more than 1 only with "
+                f"grad_mode 'forward' on one device; received {self.threads} with grad_mode "
+                f"{self.grad_mode!r} and devices {self.devices}."
             )
         if self.steps < 1 or self.horizon_start < 1 or self.checkpoint_every < 1 or self.progress_every < 1:
             raise ValueError(f"TrainSettings: steps, horizon_start, *_every must be >= 1; received {self}.")
@@ -213,37 +225,52 @@ def train(
     mesh = device_mesh(settings.devices, "devices", "TrainSettings devices")
     split = _split_over(mesh)
 
+    def forward(th, k, horizon, basis):
+        """The drawn scenario's loss and its derivatives along the rows of ``basis`` (forward mode)."""
+        i = jax.random.randint(k, (), 0, n_scenarios)
+        flat, unravel = ravel_pytree(th)
+        values, tangents = jax.vmap(
+            lambda e: jax.jvp(lambda w: loss(full(unravel(w)), i, horizon), (flat,), (e,))
+        )(basis)
+        return values, tangents
+
+    def losses(th, horizon, scenarios):
+        return jax.lax.map(lambda j: loss(full(th), j, horizon), scenarios)
+
+    def adam(th, state, grads):
+        updates, state = opt.update(grads, state, th)
+        return optax.apply_updates(th, updates), state
+
+    def check(each, horizon):
+        """The worst scenario's loss; the horizon grows by one sample when it is small."""
+        worst = jnp.max(each)
+        grow = (worst < settings.horizon_threshold) & (horizon < n_samples)
+        return worst, horizon + grow.astype(horizon.dtype)
+
     @jax.jit
     def step(th, state, k, horizon):
-        i = jax.random.randint(k, (), 0, n_scenarios)
         if settings.grad_mode == "forward":
             flat, unravel = ravel_pytree(th)
-
-            def flat_loss(w):
-                return loss(full(unravel(w)), i, horizon)
-
-            def directional(basis, w):
-                return jax.vmap(lambda e: jax.jvp(flat_loss, (w,), (e,)))(basis)
-
             # one tangent per parameter; rows padded with zero directions to a multiple of the devices
             count = 1 if mesh is None else mesh.size
             basis = jnp.eye(-(-flat.size // count) * count, flat.size, dtype=flat.dtype)
-            values, tangents = split(directional, basis, flat)
+            values, tangents = split(lambda b, t: forward(t, k, horizon, b), basis, th)
             value, grads = values[0], unravel(tangents[: flat.size])
         else:
+            i = jax.random.randint(k, (), 0, n_scenarios)
             value, grads = jax.value_and_grad(lambda t: loss(full(t), i, horizon))(th)
-        updates, state = opt.update(grads, state, th)
-        th = optax.apply_updates(th, updates)
+        th, state = adam(th, state, grads)
         count = 1 if mesh is None else mesh.size
         # scenario indices padded (by repeats of the last) to a multiple of the devices
         scenarios = jnp.minimum(jnp.arange(-(-n_scenarios // count) * count), n_scenarios - 1)
-        each = split(lambda js, t: jax.lax.map(lambda j: loss(full(t), j, horizon), js), scenarios, th)
-        worst = jnp.max(each)
-        grow = (worst < settings.horizon_threshold) & (horizon < n_samples)
-        return th, state, value, worst, horizon + grow.astype(horizon.dtype)
+        worst, horizon = check(split(lambda js, t: losses(t, horizon, js), scenarios, th), horizon)
+        return th, state, value, worst, horizon
 
     tic = time.perf_counter()
     h = jnp.asarray(horizon, dtype=jnp.int32)
+    workers = 1 if settings.grad_mode != "forward" or mesh is not None else settings.threads or usable_cores()
+    if workers > 1:
+        step = _threaded((forward, losses, adam, check), theta, key, h, n_scenarios, workers)
     for n in range(start, total):
         theta, opt_state, value, worst, h = step(theta, opt_state, jax.random.fold_in(key, n), h)
         history["loss"].append(float(value))
@@ -264,6 +291,42 @@ def train(
         steps=total,
         seconds=spent + time.perf_counter() - tic,
     )
+
+
+def _threaded(parts: tuple[Callable, ...], theta: Any, key: Any, horizon: Any, n_scenarios: int,
+              workers: int) -> Callable[..., Any]:  # fmt: skip
+    """A forward-mode training step whose tangents and scenarios are split over ``workers`` threads.
+
+    ``parts`` are train's ``forward``, ``losses``, ``adam`` and ``check``. The tangent directions (padded
+    with zero rows) and the scenarios (padded by repeats of the last) are cut into one chunk per
+    thread; one compiled program of each runs every chunk, each chunk from its own thread (calls from
+    several threads run at once on a CPU device). The steps are those of one thread: tangents, Adam,
+    then the worst-scenario check at the updated parameters.
+    """
+    forward, losses, adam, check = parts
+    flat, unravel = ravel_pytree(theta)
+    rows = -(-flat.size // workers)
+    eye = jnp.eye(rows * workers, flat.size, dtype=flat.dtype)
+    bases = [eye[c * rows : (c + 1) * rows] for c in range(workers)]
+    per = -(-n_scenarios // workers)
+    scenarios = [jnp.minimum(jnp.arange(c * per, (c + 1) * per), n_scenarios - 1) for c in range(workers)]
+    tangent_program = jax.jit(forward).lower(theta, key, horizon, bases[0]).compile()
+    loss_program = jax.jit(losses).lower(theta, horizon, scenarios[0]).compile()
+    adam, check = jax.jit(adam), jax.jit(check)
+    pool = ThreadPoolExecutor(workers, thread_name_prefix="twinfer-train")
+
+    def step(th: Any, state: Any, k: Any, h: Any) -> tuple[Any, ...]:
+        run = lambda c: jax.block_until_ready(tangent_program(th, k, h, bases[c]))  # noqa: E731
+        outs = list(pool.map(run, range(workers)))
+        th, state = adam(th, state, unravel(jnp.concatenate([o[1] for o in outs])[: flat.size]))
+        each = list(
+            pool.map(lambda c: jax.block_until_ready(loss_program(th, h, scenarios[c])), range(workers))
+        )
+        worst, h = check(jnp.concatenate(each), h)
+        return th, state, outs[0][0][0], worst, h
+
+    weakref.finalize(step, pool.shutdown, wait=False)
+    return step
 
 
 def _split_over(mesh: jax.sharding.Mesh | None) -> Callable[..., Any]:
