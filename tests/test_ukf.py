@@ -535,7 +535,7 @@ def test_a_bank_of_filters_split_over_cores_equals_one_vmapped_call():
             np.testing.assert_allclose(b, a, rtol=1e-13, atol=1e-15)
         outs[kernel] = whole
     np.testing.assert_allclose(outs["gram"][0], outs["qr"][0], rtol=1e-10)
-    with pytest.raises(ValueError, match=r"workers: expected 0 \(every core\) or a positive count; received -1"):
+    with pytest.raises(ValueError, match=r"positive count; received -1"):
         map_cores(bank("qr"), us, ys, workers=-1)
-    with pytest.raises(ValueError, match=r"one common leading \(batch\) size; received leading sizes \[4, 5\]"):
+    with pytest.raises(ValueError, match=r"leading \(batch\) size; received leading sizes \[4, 5\]"):
         map_cores(bank("qr"), us, ys[:4])

@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import statistics
 import time
+from typing import Literal
 
 import jax
 import jax.numpy as jnp
@@ -134,7 +135,7 @@ def bench_filters(quick: bool, progress: Progress) -> dict[str, float]:
     f = lambda x, u: step.transition(0.0, x, u, params)
     h = lambda x, u: model.output(0.0, x, u, params)
 
-    def one(u, y, kernel="qr"):
+    def one(u, y, kernel: Literal["qr", "gram"] = "qr"):
         chols = (jnp.linalg.cholesky(cov0), jnp.linalg.cholesky(q), jnp.linalg.cholesky(r))
         return ukf_scan(f, h, x0, *chols, u, y, weights=weights, redraw=False, kernel=kernel).loglik
 

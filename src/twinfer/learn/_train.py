@@ -247,8 +247,7 @@ def train(
         grow = (worst < settings.horizon_threshold) & (horizon < n_samples)
         return worst, horizon + grow.astype(horizon.dtype)
 
-    @jax.jit
-    def step(th, state, k, horizon):
+    def one_program(th, state, k, horizon):
         if settings.grad_mode == "forward":
             flat, unravel = ravel_pytree(th)
             # one tangent per parameter; rows padded with zero directions to a multiple of the devices
@@ -269,6 +268,7 @@ def train(
     tic = time.perf_counter()
     h = jnp.asarray(horizon, dtype=jnp.int32)
     workers = 1 if settings.grad_mode != "forward" or mesh is not None else settings.threads or usable_cores()
+    step: Callable[..., Any] = jax.jit(one_program)
     if workers > 1:
         step = _threaded((forward, losses, adam, check), theta, key, h, n_scenarios, workers)
     for n in range(start, total):
