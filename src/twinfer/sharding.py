@@ -10,6 +10,7 @@ all, and :func:`to_numpy` brings a result that is split over processes back whol
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import socket
@@ -166,34 +167,39 @@ def usable_cores() -> int:
 
 
 _PROGRAMS: dict[Any, Any] = {}
+_POOLS: dict[int, ThreadPoolExecutor] = {}
 
 
-def _compiled(jitted: Any, args: tuple[Any, ...]) -> Any:
-    """``jitted`` compiled for ``args``' shapes and dtypes, kept for the next call (the last 8)."""
+def _compiled(fn: Callable[..., Any], args: tuple[Any, ...]) -> Any:
+    """``fn`` (jitted here if it is not) compiled for ``args``' shapes and dtypes, kept (the last 8)."""
     leaves, tree = jax.tree_util.tree_flatten(args)
-    key = (jitted, tree, tuple((jnp.shape(x), jnp.result_type(x)) for x in leaves))
+    key = (fn, tree, tuple((jnp.shape(x), jnp.result_type(x)) for x in leaves))
     if key not in _PROGRAMS:
+        jitted = fn if hasattr(fn, "lower") else jax.jit(fn)
         _PROGRAMS[key] = jitted.lower(*args).compile()
         while len(_PROGRAMS) > 8:
             _PROGRAMS.pop(next(iter(_PROGRAMS)))
     return _PROGRAMS[key]
 
 
-def map_cores(fn: Callable[..., Any], *args: Any, workers: int = 0) -> Any:
-    """``fn(*args)`` for a batched ``fn``, its leading axis split into one chunk per core, chunks run at once.
+def map_cores(fn: Callable[..., Any], *args: Any, workers: int = 0, shared: tuple[Any, ...] = ()) -> Any:
+    """``fn(*shared, *args)`` for a batched ``fn``, ``args``' leading axis split into one chunk per core.
 
-    For many independent problems under ``vmap`` (a bank of small filters, a Monte Carlo study): one
-    call of a vmapped program runs its time loop on one core, since its operations are too small for
-    XLA to split, while calls made from several threads run at once on one CPU device. Each of
-    ``workers`` threads (0: every core this process may use) calls one compiled program on its chunk;
-    chunks are padded to one size by repeating the last row (one compilation), the padding dropped
-    after. Rows must be independent (as under ``vmap``); the result equals ``fn(*args)`` row for row.
+    For many independent problems under ``vmap`` (a bank of small filters, a Monte Carlo study, the
+    tangents of a forward-mode gradient): one call of a vmapped program runs its time loop on one
+    core, since its operations are too small for XLA to split, while calls made from several threads
+    run at once on one CPU device. Each of ``workers`` threads (0: every core this process may use)
+    calls one compiled program on its chunk, with ``shared`` passed whole to every chunk; chunks are
+    padded to one size by repeating the last row (one compilation, kept for later calls on the same
+    shapes), the padding dropped after. Rows must be independent (as under ``vmap``); the result equals
+    ``fn(*shared, *args)`` row for row.
 
     Args:
-        fn: a function of arrays batched along axis 0 (jitted here if it is not), returning a pytree of
-            arrays batched along axis 0.
+        fn: a function whose ``args`` are batched along axis 0 (jitted here if it is not), returning a
+            pytree of arrays batched along axis 0.
         *args: pytrees of arrays, every leaf with the same leading size B.
         workers: threads (and chunks); 0 for every usable core; at most B are used.
+        shared: arguments before ``args``, the same for every chunk (not split).
 
     Raises:
         ValueError: ``workers`` is negative, there is no array argument, or the leaves' leading sizes
@@ -213,18 +219,25 @@ def map_cores(fn: Callable[..., Any], *args: Any, workers: int = 0) -> Any:
         )
     batch = sizes[0]
     count = min(batch, workers or usable_cores())
-    jitted = fn if hasattr(fn, "lower") else jax.jit(fn)
     if count == 1:
-        return jitted(*args)
-    size = -(-batch // count)  # rows per chunk, the last padded
+        return _compiled(fn, (*shared, *args))(*shared, *args)
+    chunks = [(*shared, *c) for c in _chunks(args, count, -(-batch // count))]
+    program = _compiled(fn, chunks[0])  # compiled once, before the threads start
+    if count not in _POOLS:
+        _POOLS[count] = ThreadPoolExecutor(count, thread_name_prefix="twinfer-map-cores")
+    return _joined(list(_POOLS[count].map(lambda c: jax.block_until_ready(program(*c)), chunks)), batch)
 
-    def chunk(i: int) -> Any:
-        rows = np.minimum(np.arange(i * size, (i + 1) * size), batch - 1)
-        return jax.tree_util.tree_map(lambda x: jnp.asarray(x)[rows], args)
 
-    chunks = [chunk(i) for i in range(count)]
-    program = _compiled(jitted, chunks[0])  # compiled once, before the threads start
-    with ThreadPoolExecutor(count, thread_name_prefix="twinfer-map-cores") as pool:
-        outs = list(pool.map(lambda c: jax.block_until_ready(program(*c)), chunks))
-    joined = jax.tree_util.tree_map(lambda *xs: jnp.concatenate(xs, axis=0), *outs)
-    return jax.tree_util.tree_map(lambda x: x[:batch], joined)
+@functools.partial(jax.jit, static_argnums=(1, 2))
+def _chunks(args: tuple[Any, ...], count: int, size: int) -> tuple[Any, ...]:
+    """``count`` chunks of ``size`` rows of every leaf, the last padded by repeating the last row."""
+    batch = jax.tree_util.tree_leaves(args)[0].shape[0]
+    rows = jnp.minimum(jnp.arange(count * size), batch - 1)
+    take = lambda i: jax.tree_util.tree_map(lambda x: x[rows[i * size : (i + 1) * size]], args)  # noqa: E731
+    return tuple(take(i) for i in range(count))
+
+
+@functools.partial(jax.jit, static_argnums=(1,))
+def _joined(outs: list[Any], batch: int) -> Any:
+    """The chunks' outputs joined along axis 0, the padding rows dropped."""
+    return jax.tree_util.tree_map(lambda *xs: jnp.concatenate(xs, axis=0)[:batch], *outs)

@@ -10,7 +10,6 @@ The batch runs as one vmapped call (its time loop on one core) and split over ev
 
 from __future__ import annotations
 
-import os
 import statistics
 import time
 from typing import Literal
@@ -23,7 +22,7 @@ from twinfer.bench._harness import Progress, register, time_python
 from twinfer.data import Dataset
 from twinfer.infer.filters import UnscentedWeights, run_filter, run_ukf, ukf_scan
 from twinfer.models import Chain
-from twinfer.sharding import map_cores
+from twinfer.sharding import map_cores, usable_cores
 from twinfer.sim import discretise, simulate_discrete
 from twinfer.timing import time_jitted
 
@@ -188,5 +187,5 @@ def bench_filters(quick: bool, progress: Progress) -> dict[str, float]:
         "config.n_systems": float(n_systems),
         "config.n_steps": float(n_steps),
         "config.n_state": float(n),
-        "config.cores": float(len(os.sched_getaffinity(0))),
+        "config.cores": float(usable_cores()),
     }

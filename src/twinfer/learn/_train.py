@@ -16,9 +16,7 @@ References:
 from __future__ import annotations
 
 import time
-import weakref
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,7 +27,7 @@ from jax.flatten_util import ravel_pytree
 
 from twinfer.checkpoint import Checkpoint, Snapshot, array_digest, as_checkpoint, digest
 from twinfer.models import AbstractModel, Params
-from twinfer.sharding import device_mesh, usable_cores
+from twinfer.sharding import device_mesh, map_cores, usable_cores
 from twinfer.sim import simulate_events
 
 Loss = Callable[[Params, Any, Any], Any]
@@ -270,7 +268,7 @@ def train(
     workers = 1 if settings.grad_mode != "forward" or mesh is not None else settings.threads or usable_cores()
     step: Callable[..., Any] = jax.jit(one_program)
     if workers > 1:
-        step = _threaded((forward, losses, adam, check), theta, key, h, n_scenarios, workers)
+        step = _threaded((forward, losses, adam, check), theta, n_scenarios, workers)
     for n in range(start, total):
         theta, opt_state, value, worst, h = step(theta, opt_state, jax.random.fold_in(key, n), h)
         history["loss"].append(float(value))
@@ -293,39 +291,23 @@ def train(
     )
 
 
-def _threaded(parts: tuple[Callable, ...], theta: Any, key: Any, horizon: Any, n_scenarios: int,
-              workers: int) -> Callable[..., Any]:  # fmt: skip
+def _threaded(parts: tuple[Callable, ...], theta: Any, n_scenarios: int, workers: int) -> Callable[..., Any]:
     """A forward-mode training step whose tangents and scenarios are split over ``workers`` threads.
 
-    ``parts`` are train's ``forward``, ``losses``, ``adam`` and ``check``. The tangent directions (padded
-    with zero rows) and the scenarios (padded by repeats of the last) are cut into one chunk per
-    thread; one compiled program of each runs every chunk, each chunk from its own thread (calls from
-    several threads run at once on a CPU device). The steps are those of one thread: tangents, Adam,
-    then the worst-scenario check at the updated parameters.
+    ``parts`` are train's ``forward``, ``losses``, ``adam`` and ``check``. The tangent directions and
+    the scenarios are cut into one chunk per thread by :func:`twinfer.sharding.map_cores`. The steps
+    are those of one thread: tangents, Adam, then the worst-scenario check at the updated parameters.
     """
-    forward, losses, adam, check = parts
+    forward, losses, adam, check = (jax.jit(p) for p in parts)
     flat, unravel = ravel_pytree(theta)
-    rows = -(-flat.size // workers)
-    eye = jnp.eye(rows * workers, flat.size, dtype=flat.dtype)
-    bases = [eye[c * rows : (c + 1) * rows] for c in range(workers)]
-    per = -(-n_scenarios // workers)
-    scenarios = [jnp.minimum(jnp.arange(c * per, (c + 1) * per), n_scenarios - 1) for c in range(workers)]
-    tangent_program = jax.jit(forward).lower(theta, key, horizon, bases[0]).compile()
-    loss_program = jax.jit(losses).lower(theta, horizon, scenarios[0]).compile()
-    adam, check = jax.jit(adam), jax.jit(check)
-    pool = ThreadPoolExecutor(workers, thread_name_prefix="twinfer-train")
+    basis, scenarios = jnp.eye(flat.size, dtype=flat.dtype), jnp.arange(n_scenarios)
 
     def step(th: Any, state: Any, k: Any, h: Any) -> tuple[Any, ...]:
-        run = lambda c: jax.block_until_ready(tangent_program(th, k, h, bases[c]))  # noqa: E731
-        outs = list(pool.map(run, range(workers)))
-        th, state = adam(th, state, unravel(jnp.concatenate([o[1] for o in outs])[: flat.size]))
-        each = list(
-            pool.map(lambda c: jax.block_until_ready(loss_program(th, h, scenarios[c])), range(workers))
-        )
-        worst, h = check(jnp.concatenate(each), h)
-        return th, state, outs[0][0][0], worst, h
+        values, tangents = map_cores(forward, basis, workers=workers, shared=(th, k, h))
+        th, state = adam(th, state, unravel(tangents))
+        worst, h = check(map_cores(losses, scenarios, workers=workers, shared=(th, h)), h)
+        return th, state, values[0], worst, h
 
-    weakref.finalize(step, pool.shutdown, wait=False)
     return step
 
 
