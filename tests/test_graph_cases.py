@@ -1,6 +1,9 @@
 """End-to-end runs of the graph cases at --quick size."""
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -23,8 +26,25 @@ def _metrics(tmp_path, *args):
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(600)
 def test_chain4_quick_has_every_estimator_and_the_calibration_ordering(tmp_path):
-    m, printed = _run(tmp_path, "chain4")
+    """Two ``twinfer run chain4 --quick`` processes on one cache folder: the second loads the two scans
+    kept by the first (twinfer.programs) and reports the same numbers; then Table S1's orderings."""
+    env = {k: v for k, v in os.environ.items() if k != "JAX_COMPILATION_CACHE_DIR"}
+    env["TWINFER_CACHE_DIR"] = str(tmp_path / "cache")
+    runs = []
+    for i in range(2):
+        out = tmp_path / f"run{i}"
+        cmd = [sys.executable, "-c", "from twinfer.cli import main; main()", "run", "chain4", "--quick"]
+        done = subprocess.run([*cmd, "--out", str(out)], env=env, capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr[-3000:]
+        (folder,) = [p for p in out.iterdir() if p.is_dir()]
+        runs.append((json.loads((folder / "metrics.json").read_text()), done.stdout))
+    assert len(list((tmp_path / "cache" / "programs").glob("*.jaxexe"))) == 2
+    (first, _), (m, printed) = runs
+    assert {k: v for k, v in m.items() if not k.startswith("timing.")} == {
+        k: v for k, v in first.items() if not k.startswith("timing.")
+    }
     assert "sindy.xi[|dv|dv]" in printed  # bracketed names survive the rich table
     for name in ("central", "deterministic", "probabilistic", "sindy"):
         for key in ("state_rmse", "k4_nrmse", "coverage95", "coverage68", "nll"):

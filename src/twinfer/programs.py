@@ -1,0 +1,189 @@
+"""Compiled programs kept on disk whole, so a repeated run skips tracing and lowering as well as compiling.
+
+JAX's persistent compilation cache (which ``twinfer run`` switches on) keys a program by its lowered
+HLO, so every run still traces and lowers it first. For the graph engine that is most of a warm start:
+the two scans of ``twinfer run chain4`` took 2.7 s each to trace and lower, against 0.3 s to load the
+finished executable. :func:`load_or_compile` keeps the executable itself
+(``jax.experimental.serialize_executable``) under a key that names everything the program depends on,
+and loads it instead of tracing when the key matches.
+
+The key (SHA-256) is made of:
+
+* the twinfer source: every ``.py`` file of the installed package, path and bytes, so any change to the
+  library is a new key;
+* the versions of Python, jax, jaxlib, equinox and numpy; the backend, its devices' kind and count;
+  float64 on or off; ``XLA_FLAGS`` and ``TWINFER_LAPACK_BATCHED``;
+* the caller's ``key``: whatever else determines the program (for a case: its name, the resolved
+  config and which program of the case), which the caller must make complete. The program must be a
+  function of the source and this key alone, never of data values: pass data as arguments;
+* the arguments' tree structure, shapes and dtypes.
+
+A file that cannot be read or loaded is compiled anew and replaced; nothing is ever read where no
+folder is given. Only programs whose custom calls are all jaxlib's LAPACK kernels are kept (those are
+bound to their routines before a load, :func:`_prepare_lapack`); one with a host callback
+(``eqx.error_if``, ``jax.debug``) is compiled each time, as a callback lives in its process. The
+folder holds at most :data:`KEEP` programs (the least recently used go). Loading a file unpickles it,
+which can run code: keep the folder private to its user, as JAX's own cache.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import os
+import pickle
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from twinfer._atomic import write_bytes
+
+__all__ = ["KEEP", "keep", "load", "load_or_compile", "program_folder", "program_key"]
+
+KEEP = 32
+"""Most programs kept in one folder."""
+
+
+def program_folder() -> Path | None:
+    """The folder of kept programs: ``programs/`` in JAX's compilation cache folder, or None if it is off.
+
+    ``twinfer run`` sets that folder (``$TWINFER_CACHE_DIR``, default ``~/.cache/twinfer/xla``); in a
+    library session it is unset unless the user sets ``jax_compilation_cache_dir``.
+    """
+    folder = jax.config.jax_compilation_cache_dir  # pyright: ignore[reportAttributeAccessIssue]
+    return Path(folder) / "programs" if folder else None
+
+
+@functools.cache
+def _source_digest() -> str:
+    package = Path(__file__).resolve().parent
+    digest = hashlib.sha256()
+    for path in sorted(package.rglob("*.py")):
+        digest.update(str(path.relative_to(package)).encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()
+
+
+def _environment() -> dict[str, Any]:
+    import equinox
+    import jaxlib
+    import numpy
+
+    devices = jax.devices()
+    return {
+        "python": sys.version,
+        "versions": [jax.__version__, jaxlib.__version__, equinox.__version__, numpy.__version__],
+        "backend": jax.default_backend(),
+        "devices": [devices[0].device_kind, len(devices)],
+        "x64": str(jnp.zeros(()).dtype),  # float64 or float32
+        "env": [os.environ.get("XLA_FLAGS", ""), os.environ.get("TWINFER_LAPACK_BATCHED", "")],
+    }
+
+
+def _signature(args: tuple[Any, ...]) -> list[Any]:
+    leaves, tree = jax.tree_util.tree_flatten(args)
+    return [str(tree), [(tuple(jnp.shape(x)), str(jnp.result_type(x))) for x in leaves]]
+
+
+def _prepare_lapack() -> None:
+    """Give jaxlib's LAPACK kernels their routines, as lowering a factorisation would.
+
+    jaxlib binds its LAPACK custom calls to scipy's routines when it first lowers one
+    (``jaxlib.lapack.prepare_lapack_call``); a program loaded without lowering would call unbound
+    pointers (a segmentation fault, seen on ``twinfer run chain4``'s ``lapack_dsyevd_ffi``).
+    """
+    import numpy as np
+    from jaxlib import lapack
+
+    lapack.prepare_lapack_call("potrf_ffi", np.dtype(np.float64))
+
+
+def _keepable(compiled: Any) -> bool:
+    """Whether a program calls nothing but XLA and jaxlib's LAPACK kernels (no host callbacks)."""
+    targets = set(re.findall(r'custom_call_target="([^"]+)"', compiled.as_text() or ""))
+    return all(t.startswith("lapack_") for t in targets)
+
+
+def program_key(key: Any, args: tuple[Any, ...]) -> str:
+    """The file name a program of ``key`` on ``args`` is kept under (hex SHA-256, see the module)."""
+    record = [_source_digest(), _environment(), key, _signature(args)]
+    return hashlib.sha256(json.dumps(record, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def _path(key: Any, args: tuple[Any, ...], folder: Path | str | None) -> Path | None:
+    where = Path(folder) if folder is not None else program_folder()
+    return None if where is None else where / f"{program_key(key, args)}.jaxexe"
+
+
+def load(*args: Any, key: Any, folder: Path | str | None = None) -> Any | None:
+    """The program kept under ``key`` for arguments like ``args``, loaded; None where there is none.
+
+    A missing, damaged or unloadable file is None (compile anew and :func:`keep` it); so is every
+    call without a folder (see :func:`load_or_compile`).
+    """
+    from jax.experimental.serialize_executable import deserialize_and_load
+
+    path = _path(key, args, folder)
+    if path is None or not path.is_file():
+        return None
+    in_tree = jax.tree_util.tree_structure((args, {}))  # rebuilt here: an eqx.Module's does not pickle
+    try:
+        _prepare_lapack()
+        payload, out_tree = pickle.loads(path.read_bytes())
+        compiled = deserialize_and_load(payload, in_tree, out_tree)
+        os.utime(path)  # recently used
+    except Exception:  # noqa: BLE001 - a file from a broken write or another build: compile anew
+        return None
+    return compiled
+
+
+def keep(compiled: Any, *args: Any, key: Any, folder: Path | str | None = None) -> bool:
+    """Keep ``compiled`` (compiled for ``args``) under ``key``; whether it was kept.
+
+    Not kept: no folder; a program with host callbacks or closed-over constants; a folder that cannot
+    be written. The folder then holds the :data:`KEEP` most recently used programs.
+    """
+    from jax.experimental.serialize_executable import serialize
+
+    path = _path(key, args, folder)
+    if path is None or not _keepable(compiled):
+        return False
+    try:
+        payload, _, out_tree = serialize(compiled)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_bytes(path, pickle.dumps((payload, out_tree)))
+        kept = sorted(path.parent.glob("*.jaxexe"), key=lambda p: p.stat().st_mtime, reverse=True)
+        for old in kept[KEEP:]:
+            old.unlink(missing_ok=True)
+    except (OSError, ValueError, NotImplementedError, pickle.PicklingError):
+        return False
+    return True
+
+
+def load_or_compile(jitted: Any, *args: Any, key: Any, folder: Path | str | None = None) -> tuple[Any, bool]:
+    """``jitted.lower(*args).compile()``, or the same program loaded from ``folder``: ``(compiled, loaded)``.
+
+    :func:`load`, else compile and :func:`keep`.
+
+    Args:
+        jitted: a ``jax.jit`` function.
+        *args: its arguments (the compiled program is called with arguments of the same structure,
+            shapes and dtypes).
+        key: JSON-able description of everything else the program depends on (see the module); two
+            programs under one key and signature must be the same program.
+        folder: where programs are kept; default :func:`program_folder`. None there: compile only.
+
+    Returns:
+        The compiled program (a ``jax.stages.Compiled``) and whether it was loaded from disk.
+
+    """
+    compiled = load(*args, key=key, folder=folder)
+    if compiled is not None:
+        return compiled, True
+    compiled = jitted.lower(*args).compile()
+    keep(compiled, *args, key=key, folder=folder)
+    return compiled, False
