@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import json
 import os
 import pickle
 import re
@@ -42,6 +41,7 @@ import jax
 import jax.numpy as jnp
 
 from twinfer._atomic import write_bytes
+from twinfer.checkpoint import digest
 
 __all__ = ["KEEP", "keep", "load", "load_or_compile", "program_folder", "program_key"]
 
@@ -110,8 +110,7 @@ def _keepable(compiled: Any) -> bool:
 
 def program_key(key: Any, args: tuple[Any, ...]) -> str:
     """The file name a program of ``key`` on ``args`` is kept under (hex SHA-256, see the module)."""
-    record = [_source_digest(), _environment(), key, _signature(args)]
-    return hashlib.sha256(json.dumps(record, sort_keys=True, default=str).encode()).hexdigest()
+    return digest([_source_digest(), _environment(), key, _signature(args)])
 
 
 def _path(key: Any, args: tuple[Any, ...], folder: Path | str | None) -> Path | None:
