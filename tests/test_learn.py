@@ -53,11 +53,42 @@ def test_forward_mode_gradient_equals_reverse_mode(loss):
     kw = {"steps": 5, "lr_start": 0.05, "lr_end": 0.05, "horizon_start": 3}
     params = {"k": jnp.asarray(0.5), "unused": jnp.zeros(2)}
     rev = train(loss, params, ["k", "unused"], 2, len(TS), TrainSettings(**kw))
-    fwd = train(loss, params, ["k", "unused"], 2, len(TS), TrainSettings(**kw, grad_mode="forward"))
-    np.testing.assert_allclose(fwd["loss"], rev["loss"], rtol=1e-12)
-    np.testing.assert_allclose(float(fwd["params"]["k"]), float(rev["params"]["k"]), rtol=1e-12)
+    for mode in ("forward", "sensitivity"):
+        other = train(loss, params, ["k", "unused"], 2, len(TS), TrainSettings(**kw, grad_mode=mode))
+        np.testing.assert_allclose(other["loss"], rev["loss"], rtol=1e-12)
+        np.testing.assert_allclose(float(other["params"]["k"]), float(rev["params"]["k"]), rtol=1e-12)
     with pytest.raises(ValueError, match="grad_mode"):
         TrainSettings(grad_mode="sideways")
+    adaptive = trajectory_loss(_Decay(0.5), TS, X0, DATA, (1.0,))
+    with pytest.raises(ValueError, match="grad_mode 'sensitivity': expected a loss with value_and_grad"):
+        train(adaptive, params, ["k"], 2, len(TS), TrainSettings(**kw, grad_mode="sensitivity"))
+
+
+def test_sensitivity_gradient_through_bounces_equals_forward_mode():
+    """Claim: loss.value_and_grad (the parameters' directions carried as a matrix through the fixed-step
+    simulation, event times by the implicit function theorem) equals JAX forward mode on the same
+    simulation, on a ball bouncing off walls (several events inside the horizon), to rounding."""
+    from jax.flatten_util import ravel_pytree
+
+    from twinfer.models import BouncingBall2D
+    from twinfer.sim import simulate_events
+
+    ts = np.round(np.arange(0.0, 2.0 + 1e-9, 0.02), 10)
+    x0s = np.array([[0.5, 2.0, 0.3, -1.0], [-0.2, -3.0, 0.6, 0.5]])
+    truth = BouncingBall2D(mu=0.15)
+    data = np.stack([np.asarray(simulate_events(truth, ts, x0, fixed_steps=2).states) for x0 in x0s])
+    model = BouncingBall2D(mu=0.05, g=9.0, d=0.2)
+    loss = trajectory_loss(model, ts, x0s, data, (0.5, 0.1, 0.5, 0.1), fixed_steps=2)
+    theta = {k: model.params[k] for k in ("mu", "g", "r", "d")}
+    fixed = {"m": model.params["m"]}
+    flat, unravel = ravel_pytree(theta)
+    for i, horizon in ((0, len(ts)), (1, 60)):
+        value, grad = jax.jit(loss.value_and_grad, static_argnums=())(theta, fixed, i, horizon)
+        reference = jax.jacfwd(lambda v, i=i, h=horizon: loss(dict(fixed, **unravel(v)), i, h))(flat)
+        bounces = int(simulate_events(model, ts, x0s[i], fixed_steps=2).n_events)
+        assert bounces >= 3, bounces
+        np.testing.assert_allclose(float(value), float(loss(model.params, i, horizon)), rtol=1e-13)
+        np.testing.assert_allclose(ravel_pytree(grad)[0], reference, rtol=1e-9, atol=1e-12)
 
 
 _TWO_DEVICES = """
@@ -70,8 +101,10 @@ loss = trajectory_loss(_Decay(0.5), TS, X0, DATA, (1.0,), fixed_steps=1)
 params = {{"k": jnp.asarray(0.5), "unused": jnp.zeros(2)}}  # 3 tangents over 2 devices: one padded row
 kw = dict(steps=8, lr_start=0.05, lr_end=0.05, horizon_start=3, horizon_threshold=0.5, grad_mode="forward")
 one = train(loss, params, ["k", "unused"], 3 - 1, len(TS), TrainSettings(**kw, threads=1))
-for name, split in (("DEVICES", dict(devices=0)), ("THREADS", dict(threads=2))):
-    two = train(loss, params, ["k", "unused"], 3 - 1, len(TS), TrainSettings(**kw, **split))
+sens = dict(kw, grad_mode="sensitivity")
+for name, split, base in (("DEVICES", dict(devices=0), kw), ("THREADS", dict(threads=2), kw),
+                          ("SENSITIVITY", dict(threads=2), sens)):
+    two = train(loss, params, ["k", "unused"], 3 - 1, len(TS), TrainSettings(**base, **split))
     gap = lambda key: float(np.max(np.abs(np.asarray(one[key]) - np.asarray(two[key]))))
     print(name, gap("loss"), gap("worst"), abs(float(one["params"]["k"]) - float(two["params"]["k"])),
           gap("horizon"), int(one["horizon"][-1]) - 3)
@@ -79,8 +112,9 @@ for name, split in (("DEVICES", dict(devices=0)), ("THREADS", dict(threads=2))):
 
 
 def test_forward_mode_split_over_two_devices_or_two_threads_takes_the_same_steps():
-    """Claim: devices=0 (tangents and scenarios split over 2 host devices) and threads=2 (over two
-    threads of one device) take the steps of one thread on one device."""
+    """Claim: devices=0 (tangents and scenarios split over 2 host devices), threads=2 (over two
+    threads of one device) and the sensitivity gradient with its check over two threads take the steps
+    of forward mode on one thread on one device."""
     import os
     import subprocess
     import sys
@@ -92,7 +126,7 @@ def test_forward_mode_split_over_two_devices_or_two_threads_takes_the_same_steps
         [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    for name in ("DEVICES", "THREADS"):
+    for name in ("DEVICES", "THREADS", "SENSITIVITY"):
         diffs = next(line for line in proc.stdout.splitlines() if line.startswith(name)).split()[1:]
         assert max(float(v) for v in diffs[:4]) <= 1e-12, proc.stdout
         assert int(diffs[4]) > 0, "the horizon never grew: the worst-scenario check was not exercised"
@@ -102,6 +136,8 @@ def test_forward_mode_split_over_two_devices_or_two_threads_takes_the_same_steps
         ValueError, match=r"threads: expected 0 \(every core\) or a positive count, more than 1"
     ):
         TrainSettings(threads=2, grad_mode="forward", devices=0)
+    with pytest.raises(ValueError, match="threads"):
+        TrainSettings(threads=2)  # reverse mode: one program
 
 
 def test_mlp_matches_manual_network_and_layout():

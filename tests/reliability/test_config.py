@@ -222,7 +222,7 @@ def test_every_choice_string_is_a_literal():
 @pytest.mark.parametrize(
     ("case", "item", "key", "choices"),
     [
-        ("bouncing-ball", "grad_mode=sideways", "grad_mode", "'forward', 'reverse'"),
+        ("bouncing-ball", "grad_mode=sideways", "grad_mode", "'sensitivity', 'forward'"),
         ("schedules", "method=rk5", "method", "'euler', 'heun', 'rk4'"),
         ("chain4", "sensors=some", "sensors", "'all', 'sparse'"),
         ("grid", "case=ieee15", "case", "'ieee9'"),

@@ -5,10 +5,12 @@ exactly as the case trains it (forward-mode gradient, random scenario, worst-sce
 for a few steps at the full 211-sample horizon: the most expensive step of a run, reached after the
 horizon has grown. The first step (trace + compile) is timed apart; the figure is the median of the
 later steps. ``<topology>.train_20k_upper_s`` = 20,000 x that median, an upper bound of a full run's
-training time (its early steps have shorter horizons). Each topology is timed on one core
-(``threads=1``: ``<topology>.step_ms``) and with the tangents and scenarios split over a thread per
-usable core (the case's default: ``<topology>.threads.step_ms``); with more than one visible device,
-again split over all of them (``<topology>.split.step_ms``).
+training time (its early steps have shorter horizons). Each topology is timed with the case's gradient
+(forward sensitivity, the parameters' directions carried as one matrix: ``<topology>.step_ms``) and, in
+the same run, with the authors' forward mode, one tangent per parameter, on one core
+(``<topology>.forward.step_ms``) and with the tangents and scenarios split over a thread per usable
+core (``<topology>.forward.threads.step_ms``; with more than one visible device, also over all of them:
+``<topology>.forward.split.step_ms``). ``<topology>.speedup`` = forward.threads / sensitivity.
 """
 
 from __future__ import annotations
@@ -39,9 +41,14 @@ def bench_combine(quick: bool, progress: Progress) -> dict[str, float]:
     truth = np.stack([np.asarray(simulate_events(gt, ts, x).states) for x in x0s])
     sim = {"rtol": config.rtol, "atol": config.atol, "max_events_per_interval": config.events_per_step}
     sim["fixed_steps"] = config.fixed_steps
-    variants = [("", 1, 1), (".threads", 1, 0)]  # label, devices, threads
+    # label, gradient, devices, threads
+    variants = [
+        ("", config.grad_mode, 1, 0),
+        (".forward", "forward", 1, 1),
+        (".forward.threads", "forward", 1, 0),
+    ]
     if len(jax.devices()) > 1:
-        variants.append((".split", 0, 1))
+        variants.append((".forward.split", "forward", 0, 1))
     figures: dict[str, float] = {"config.steps_timed": float(n_steps), "config.horizon": float(len(ts))}
     for topology in topologies:
         model, _ = build(config, topology)
@@ -49,7 +56,7 @@ def bench_combine(quick: bool, progress: Progress) -> dict[str, float]:
         figures[f"{topology}.n_parameters"] = float(
             sum(np.size(model.params[g]) for g in model.trainable_groups)
         )
-        for suffix, devices, threads in variants:
+        for suffix, mode, devices, threads in variants:
             stamps: list[float] = []
             settings = TrainSettings(
                 steps=n_steps + 1,
@@ -58,14 +65,16 @@ def bench_combine(quick: bool, progress: Progress) -> dict[str, float]:
                 horizon_start=len(ts),
                 seed=config.seed,
                 progress_every=1,
-                grad_mode=config.grad_mode,
+                grad_mode=mode,
                 devices=devices,
                 threads=threads,
             )
             label = f"{topology}{suffix}"
             used = devices or len(jax.devices())
-            cores = threads or usable_cores()
-            progress(f"{label}: {n_steps} steps at horizon {len(ts)}, {used} device(s), {cores} thread(s)")
+            cores = (threads or usable_cores()) if mode == "forward" else 1
+            progress(
+                f"{label}: {n_steps} {mode} steps at horizon {len(ts)}, {used} device(s), {cores} thread(s)"
+            )
             start = time.perf_counter()
             train(
                 loss, model.params, model.trainable_groups, len(x0s), len(ts), settings,
@@ -76,10 +85,13 @@ def bench_combine(quick: bool, progress: Progress) -> dict[str, float]:
             figures[f"{label}.compile_s"] = stamps[0] - start
             figures[f"{label}.step_ms"] = 1e3 * median
             figures[f"{label}.train_20k_upper_s"] = 20_000 * median
-        one = figures[f"{topology}.step_ms"]
-        figures[f"{topology}.threads_speedup"] = one / figures[f"{topology}.threads.step_ms"]
-        if len(variants) > 2:
-            figures[f"{topology}.split_speedup"] = one / figures[f"{topology}.split.step_ms"]
+        one = figures[f"{topology}.forward.step_ms"]
+        figures[f"{topology}.forward.threads_speedup"] = one / figures[f"{topology}.forward.threads.step_ms"]
+        if len(variants) > 3:
+            figures[f"{topology}.forward.split_speedup"] = one / figures[f"{topology}.forward.split.step_ms"]
+        figures[f"{topology}.speedup"] = (
+            figures[f"{topology}.forward.threads.step_ms"] / figures[f"{topology}.step_ms"]
+        )
     figures["devices"] = float(len(jax.devices()))
     figures["cores"] = float(usable_cores())
     return figures

@@ -65,8 +65,13 @@ class BouncingBallConfig(CheckpointSettings):
     events_per_step: int = pydantic.Field(
         4, ge=1, description="Most events inside one fixed step (a learned corner bounce can hit 3)."
     )
-    grad_mode: Literal["forward", "reverse"] = pydantic.Field(
-        "forward", description="Gradient mode: forward or reverse."
+    grad_mode: Literal["sensitivity", "forward", "reverse"] = pydantic.Field(
+        "sensitivity",
+        description=(
+            "Gradient mode: sensitivity (forward sensitivity of the fixed-step simulation, the parameters' "
+            "directions as one matrix; needs fixed_steps >= 1), forward (one tangent per parameter, the "
+            "authors' ForwardDiff) or reverse."
+        ),
     )
     threads: int = pydantic.Field(
         0,
@@ -92,6 +97,20 @@ class BouncingBallConfig(CheckpointSettings):
         if bad or not value:
             raise ValueError(f"expected a non-empty list of {TOPOLOGIES}; unknown: {bad}")
         return value
+
+    @pydantic.model_validator(mode="after")
+    def _gradient(self) -> BouncingBallConfig:
+        if self.grad_mode == "sensitivity" and self.fixed_steps < 1:
+            raise ValueError(
+                "grad_mode 'sensitivity' needs fixed_steps >= 1 (the adaptive solver has no sensitivity "
+                f"path); received fixed_steps {self.fixed_steps}: use grad_mode 'forward' or 'reverse'."
+            )
+        if self.devices != 1 and self.grad_mode != "forward":
+            raise ValueError(
+                f"devices {self.devices}: splitting over devices needs grad_mode 'forward'; received "
+                f"grad_mode {self.grad_mode!r}."
+            )
+        return self
 
     @property
     def ts(self) -> np.ndarray:

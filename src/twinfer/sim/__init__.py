@@ -48,5 +48,6 @@ __all__ = [
     "white_noise",
 ]
 from twinfer.sim._events import HybridTrajectory, simulate_events  # noqa: E402
+from twinfer.sim._events_rk4 import simulate_rk4_sensitivity  # noqa: E402
 
-__all__ += ["HybridTrajectory", "simulate_events"]
+__all__ += ["HybridTrajectory", "simulate_events", "simulate_rk4_sensitivity"]
