@@ -335,10 +335,13 @@ def train(
     h = jnp.asarray(horizon, dtype=jnp.int32)
     workers = 1 if settings.grad_mode == "reverse" or mesh is not None else settings.threads or usable_cores()
     step: Callable[..., Any] = jax.jit(one_program)
-    if workers > 1 and settings.grad_mode == "forward":
-        step = _threaded((forward, losses, adam, check), theta, n_scenarios, workers)
-    elif workers > 1:
-        step = _threaded_check((sensitivity, losses, adam, check), n_scenarios, workers)
+    if workers > 1:
+        gradient = (
+            jax.jit(sensitivity)
+            if settings.grad_mode == "sensitivity"
+            else _split_tangents(jax.jit(forward), theta, workers)
+        )
+        step = _threaded(gradient, (losses, adam, check), n_scenarios, workers)
     for n in range(start, total):
         theta, opt_state, value, worst, h = step(theta, opt_state, jax.random.fold_in(key, n), h)
         history["loss"].append(float(value))
@@ -361,39 +364,35 @@ def train(
     )
 
 
-def _threaded(parts: tuple[Callable, ...], theta: Any, n_scenarios: int, workers: int) -> Callable[..., Any]:
-    """A forward-mode training step whose tangents and scenarios are split over ``workers`` threads.
-
-    ``parts`` are train's ``forward``, ``losses``, ``adam`` and ``check``. The tangent directions and
-    the scenarios are cut into one chunk per thread by :func:`twinfer.sharding.map_cores`. The steps
-    are those of one thread: tangents, Adam, then the worst-scenario check at the updated parameters.
-    """
-    forward, losses, adam, check = (jax.jit(p) for p in parts)
+def _split_tangents(forward: Callable[..., Any], theta: Any, workers: int) -> Callable[..., Any]:
+    """Forward mode's ``gradient(th, k, h)`` with the tangent directions cut into one chunk per thread."""
     flat, unravel = ravel_pytree(theta)
-    basis, scenarios = jnp.eye(flat.size, dtype=flat.dtype), jnp.arange(n_scenarios)
+    basis = jnp.eye(flat.size, dtype=flat.dtype)
 
-    def step(th: Any, state: Any, k: Any, h: Any) -> tuple[Any, ...]:
+    def gradient(th: Any, k: Any, h: Any) -> tuple[Any, Any]:
         values, tangents = map_cores(forward, basis, workers=workers, shared=(th, k, h))
-        th, state = adam(th, state, unravel(tangents))
-        worst, h = check(map_cores(losses, scenarios, workers=workers, shared=(th, h)), h)
-        return th, state, values[0], worst, h
+        return values[0], unravel(tangents)
 
-    return step
+    return gradient
 
 
-def _threaded_check(parts: tuple[Callable, ...], n_scenarios: int, workers: int) -> Callable[..., Any]:
-    """A sensitivity training step whose worst-scenario check is split over ``workers`` threads.
+def _threaded(
+    gradient: Callable[..., Any], parts: tuple[Callable, ...], n_scenarios: int, workers: int
+) -> Callable[..., Any]:
+    """A training step whose work is split over ``workers`` threads.
 
-    ``parts`` are train's ``sensitivity``, ``losses``, ``adam`` and ``check``: the gradient of the drawn
-    scenario in one call (its parameters' directions already travel as one matrix), Adam, then the
-    scenarios' losses at the updated parameters cut into one chunk per thread
-    (:func:`twinfer.sharding.map_cores`). The steps are those of one thread.
+    ``gradient(th, k, h)`` gives the drawn scenario's loss and gradient: forward mode with its tangent
+    directions cut into one chunk per thread, or the sensitivity gradient in one call (its parameters'
+    directions already travel as one matrix). ``parts`` are train's ``losses``, ``adam`` and ``check``;
+    the worst-scenario check's scenarios are cut into one chunk per thread as well
+    (:func:`twinfer.sharding.map_cores`). The steps are those of one thread: gradient, Adam, then the
+    check at the updated parameters.
     """
-    sensitivity, losses, adam, check = (jax.jit(p) for p in parts)
+    losses, adam, check = (jax.jit(p) for p in parts)
     scenarios = jnp.arange(n_scenarios)
 
     def step(th: Any, state: Any, k: Any, h: Any) -> tuple[Any, ...]:
-        value, grads = sensitivity(th, k, h)
+        value, grads = gradient(th, k, h)
         th, state = adam(th, state, grads)
         worst, h = check(map_cores(losses, scenarios, workers=workers, shared=(th, h)), h)
         return th, state, value, worst, h
