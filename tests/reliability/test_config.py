@@ -409,3 +409,13 @@ def test_cli_set_gives_a_valid_config_or_exit_2_naming_the_key(key, raw):
 def test_cli_config_error_with_markup_characters_is_printed_verbatim():
     result = runner.invoke(app, ["run", "chain4", "--set", 'sensors="[/x]"'])
     assert result.exit_code == 2 and "received '[/x]'" in result.output
+
+
+def test_bouncing_ball_gradient_needs_its_solver_and_devices_need_forward_mode():
+    """grad_mode 'sensitivity' (the default) follows the fixed-step scheme only: with the adaptive
+    solver, or split over devices, the config is refused naming the settings and the way out."""
+    message = _error("bouncing-ball", "fixed_steps=0")
+    assert "grad_mode 'sensitivity' needs fixed_steps >= 1" in message and "'fixed_steps': 0" in message
+    message = _error("bouncing-ball", "devices=0")
+    assert "splitting over devices needs grad_mode 'forward'" in message and "'devices': 0" in message
+    assert _value("bouncing-ball", "fixed_steps", {"fixed_steps": 0, "grad_mode": "forward"}) == 0
