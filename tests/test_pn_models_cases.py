@@ -238,3 +238,38 @@ def test_silverbox_quick_end_to_end(tmp_path):
     metrics = json.loads((run_dir / "metrics.json").read_text())
     assert 0.0 < metrics["test.rmse_min"] <= metrics["test.rmse_mean"] <= metrics["test.rmse_max"] < 0.01
     assert 0.0 <= metrics["test.coverage_2sd"] <= 1.0
+
+
+def test_boucwen_truth_coverage_scores_every_identified_parameter_under_the_weights():
+    """c counts (issue #22: it was left out of the identified score); beta, gamma, delta do not; the
+    quantiles and z use the final weights (a far cluster of negligible weight moves nothing)."""
+    from twinfer.experiments.boucwen import IDENTIFIED, NAMES, truth_coverage
+    from twinfer.infer.smc import IBISResult
+    from twinfer.models.boucwen import BENCHMARK_PARAMS
+
+    rng = np.random.default_rng(0)
+    truth = np.array([BENCHMARK_PARAMS[n] for n in NAMES])
+    sd = 0.01 * np.abs(truth)
+    near = truth + sd * rng.standard_normal((4000, truth.size))
+    far = truth + 50 * sd * np.ones((500, truth.size))
+    log_w = np.r_[np.zeros(4000), np.full(500, -60.0)]
+    empty = np.zeros(0)
+
+    def score(theta):
+        return truth_coverage(IBISResult(theta, theta, log_w, np.zeros(len(theta)), empty, empty, empty))
+
+    good = score(np.vstack([near, far]))
+    assert set(IDENTIFIED) == {"m", "c", "k", "alpha", "beta_gamma", "beta_delta"}
+    assert good["posterior.identified_truth_in_95"] == 1.0
+    assert all(abs(good[f"posterior.{n}.z"]) < 0.1 for n in IDENTIFIED)
+    shifted = near.copy()
+    shifted[:, NAMES.index("c")] += 5 * sd[NAMES.index("c")]
+    bad = score(np.vstack([shifted, far]))
+    assert bad["posterior.c.truth_in_95"] == 0.0 and bad["posterior.c.truth_in_99"] == 0.0
+    assert bad["posterior.identified_truth_in_95"] == bad["posterior.identified_truth_in_99"] == 0.0
+    assert 4.8 < bad["posterior.c.z"] < 5.2
+    unidentified = near.copy()
+    unidentified[:, NAMES.index("gamma")] *= 1.5  # gamma alone is not scored, its product is
+    worse = score(np.vstack([unidentified, far]))
+    assert worse["posterior.gamma.truth_in_95"] == 0.0 and worse["posterior.beta_gamma.truth_in_95"] == 0.0
+    assert "posterior.gamma.z" not in worse

@@ -47,14 +47,15 @@ def run_smc(
     lik: IncrementalLikelihood,
     prior: TransformedNormalPrior,
     progress: Progress,
+    name: str = "smc",
 ) -> tuple[IBISResult, float]:
-    """Run the case's sampler, checkpointed to ``checkpoint_dir/smc.ckpt`` if the config names a folder.
+    """Run the case's sampler, checkpointed to ``checkpoint_dir/<name>.ckpt`` if the config names a folder.
 
     The checkpoint's fingerprint is the case, its config, the version and (added by the sampler) the
     likelihood's data and the prior; it resumes only with ``resume``. Returns the result and wall time.
     """
     start = time.perf_counter()
-    ckpt = case_checkpoint(case, config, "smc")
+    ckpt = case_checkpoint(case, config, name)
     key = jax.random.key(config.seed)
     if config.sampler == "tempering":
         res = tempering(

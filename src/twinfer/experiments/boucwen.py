@@ -13,18 +13,19 @@ as the derivative of the velocity component X^(2)_v (6.17); R_y the true noise l
 then data update (6.5); online running diffusion (6.2); ESS threshold N/2 (6.6); systematic
 resampling (6.8); test sims by RK4 rather than Newmark (6.26), multisine scored on its second period.
 
-Identifiability: beta enters the hysteresis law only through the products beta gamma and beta delta
-(``z' = alpha x' - (beta gamma) |x'| z - (beta delta) x' |z|`` with nu = 1), so scaling beta by s and
-gamma, delta by 1/s leaves the likelihood unchanged: the data identify alpha, beta gamma and beta
-delta, and the prior alone places the posterior along that ridge (beta, gamma, delta sit near their
-Table 1 prior means 860, 0.93, -1.3 whatever the seed, with the truth 1000, 0.8, -1.1 outside their 99 %
-intervals). The case reports the two products (``posterior.beta_gamma.*``, ``posterior.beta_delta.*``)
-and scores coverage of the identified parameters m, k, alpha, beta gamma, beta delta
-(``posterior.identified_truth_in_99``). Measured with :func:`~twinfer.infer.smc.history_loglik` on
-the full 500-particle IBIS run, seed 0, the training log-likelihood at the truth is -30647.1 and the
-final particles reach -30641.3 (median) and -30639.3 (max): the sampler is not trapped, and adaptive
-tempering (``sampler = "tempering"``) gives the same posterior. The PN discretisation accounts for
-little of the gap: with q = 3 (EK0) or EK1 it is 6.6 or 6.2 log units.
+Identifiability: beta enters the hysteresis law only through the products beta gamma and beta delta (``z' =
+alpha x' - (beta gamma) |x'| z - (beta delta) x' |z|`` with nu = 1), so scaling beta by s and gamma, delta by
+1/s leaves the likelihood unchanged: the data identify alpha, beta gamma and beta delta, and the prior alone
+places the posterior along that ridge (beta, gamma, delta sit near their Table 1 prior means 860, 0.93, -1.3
+whatever the seed, with the truth 1000, 0.8, -1.1 outside their 99 % intervals). The case reports the two
+products (``posterior.beta_gamma.*``, ``posterior.beta_delta.*``) and scores coverage of every identified
+parameter, m, c, k, alpha, beta gamma and beta delta (``posterior.identified_truth_in_95`` and ``_99``; per
+parameter ``posterior.<name>.truth_in_95``, and with ``--set seeds=N`` the coverage over N independent
+repeats, ``calibration.*``). Measured with :func:`~twinfer.infer.smc.history_loglik` on the full 500-particle
+IBIS run, seed 0, the training log-likelihood at the truth is -30647.1 and the final particles reach -30641.3
+(median) and -30639.3 (max): the sampler is not trapped, and adaptive tempering (``sampler = "tempering"``)
+gives the same posterior. The PN discretisation accounts for little of the gap: with q = 3 (EK0) or EK1 it is
+6.6 or 6.2 log units.
 
 References:
     Longbottom, Champneys & Rogers, Sec. 4.1, Table 1 and Table 2; Noël & Schoukens (2016).
@@ -45,7 +46,7 @@ import pydantic
 from twinfer.experiments import _pnsmc
 from twinfer.experiments._case import Case, Progress, register
 from twinfer.infer.pn import PNLikelihood
-from twinfer.infer.smc import TransformedNormalPrior
+from twinfer.infer.smc import IBISResult, TransformedNormalPrior
 from twinfer.metrics import coverage, nrmse
 from twinfer.models import BoucWen
 from twinfer.models.boucwen import BENCHMARK_PARAMS
@@ -64,6 +65,9 @@ TABLE1 = {
     "delta": (-1.3, 0.1056),
 }
 FS_TRUTH, FS_OBS, FS_TEST, FS_TEST_SIM = 131072, 4096, 750.0, 15000.0
+IDENTIFIED = ("m", "c", "k", "alpha", "beta_gamma", "beta_delta")
+"""The parameters the data identify (module docstring): every one but beta, gamma, delta, which enter
+only through the products beta gamma and beta delta."""
 
 
 class BoucWenConfig(_pnsmc.SMCSettings):
@@ -83,6 +87,12 @@ class BoucWenConfig(_pnsmc.SMCSettings):
         32, ge=1, description="Particles whose PN filters form the posterior states on the training data."
     )
     checkpoint_every: int = pydantic.Field(1024, ge=1, description="IBIS: observations between checkpoints.")
+    seeds: int = pydantic.Field(
+        1,
+        ge=1,
+        description="Independent repeats (seed, seed + 1, ...: data and sampler) whose posteriors score "
+        "each identified parameter's 95 % coverage over repeats (calibration.*); the first is the run.",
+    )
 
 
 def cosine_sum(freqs: np.ndarray, phases: np.ndarray, n: int, dt: float, block: int = 512) -> np.ndarray:
@@ -173,9 +183,13 @@ def _simulate(
     )
 
 
-def run(config: BoucWenConfig, progress: Progress) -> RunArtifacts:
-    """Simulate training data, run PN-SMC, score every particle on the two test signals."""
-    start = time.perf_counter()
+def identify(
+    config: BoucWenConfig, progress: Progress, name: str = "smc"
+) -> tuple[dict[str, np.ndarray], PNLikelihood, TransformedNormalPrior, IBISResult, float]:
+    """Training data of ``config.seed``, its PN likelihood, the Table 1 prior and the PN-SMC posterior.
+
+    Returns ``(data, likelihood, prior, result, sampler seconds)``; ``name`` names the checkpoint file.
+    """
     progress("simulate training data", 0, 1)
     data = training_data(config)
     progress("simulate training data", 1, 1)
@@ -196,7 +210,70 @@ def run(config: BoucWenConfig, progress: Progress) -> RunArtifacts:
         y_mask=jnp.ones((config.n_obs, 1), bool),
         chol_R=float(data["noise_std"]) * jnp.eye(1),
     )
-    res, smc_s = _pnsmc.run_smc("boucwen", config, lik, prior, progress)
+    res, smc_s = _pnsmc.run_smc("boucwen", config, lik, prior, progress, name)
+    return data, lik, prior, res, smc_s
+
+
+_PRODUCTS = {"beta_gamma": ("beta", "gamma"), "beta_delta": ("beta", "delta")}
+
+
+def truth_coverage(res: IBISResult) -> dict[str, float]:
+    """Where the truth sits in the weighted posterior ``res``, per parameter and identified product.
+
+    ``posterior.<name>.truth_in_95`` / ``_99`` (central intervals of the final weights),
+    ``posterior.identified_truth_in_95`` / ``_99`` (all of :data:`IDENTIFIED`), and
+    ``posterior.<name>.z`` = (mean - truth) / sd for each identified parameter.
+    """
+    cols = [res.theta[:, NAMES.index(a)] * res.theta[:, NAMES.index(b)] for a, b in _PRODUCTS.values()]
+    theta = np.column_stack([res.theta, *cols])
+    names = NAMES + tuple(_PRODUCTS)
+    truths = [BENCHMARK_PARAMS[n] for n in NAMES]
+    truths += [BENCHMARK_PARAMS[a] * BENCHMARK_PARAMS[b] for a, b in _PRODUCTS.values()]
+    out: dict[str, float] = {}
+    for level in (95, 99):
+        tail = (1.0 - level / 100.0) / 2.0
+        lows, highs = _weighted_quantiles(theta, res.log_w, (tail, 1.0 - tail))
+        inside = [bool(lo <= t <= hi) for lo, t, hi in zip(lows, truths, highs, strict=True)]
+        for name, ok in zip(names, inside, strict=True):
+            out[f"posterior.{name}.truth_in_{level}"] = float(ok)
+        scored = [ok for name, ok in zip(names, inside, strict=True) if name in IDENTIFIED]
+        out[f"posterior.identified_truth_in_{level}"] = float(all(scored))
+    w = np.exp(res.log_w - res.log_w.max())
+    w /= w.sum()
+    for name, truth in zip(names, truths, strict=True):
+        if name in IDENTIFIED:
+            col = theta[:, names.index(name)]
+            mean = float(np.sum(w * col))
+            sd = float(np.sqrt(np.sum(w * (col - mean) ** 2)))
+            out[f"posterior.{name}.z"] = (mean - truth) / sd if sd > 0 else float("inf")
+    return out
+
+
+def calibration(config: BoucWenConfig, first: Mapping[str, float], progress: Progress) -> dict[str, float]:
+    """Coverage over ``config.seeds`` independent repeats (``first``: :func:`truth_coverage` of the run).
+
+    Repeat ``r`` redraws the excitation phases, the noise and the sampler's key with ``seed + r``.
+    Returns ``calibration.<name>.cov95`` (share of repeats whose 95 % interval holds the truth) and
+    ``calibration.<name>.z_mean`` (mean standardised error: a systematic bias shows as |z_mean| well
+    above ``1 / sqrt(seeds)``) for each identified parameter, and ``calibration.seeds``.
+    """
+    runs = [dict(first)]
+    for r in range(1, config.seeds):
+        repeat = config.model_copy(update={"seed": config.seed + r})
+        progress("calibration repeats", r - 1, config.seeds - 1)
+        runs.append(truth_coverage(identify(repeat, progress, f"smc-repeat{r}")[3]))
+    progress("calibration repeats", config.seeds - 1, config.seeds - 1)
+    out = {"calibration.seeds": float(config.seeds)}
+    for name in IDENTIFIED:
+        out[f"calibration.{name}.cov95"] = float(np.mean([m[f"posterior.{name}.truth_in_95"] for m in runs]))
+        out[f"calibration.{name}.z_mean"] = float(np.mean([m[f"posterior.{name}.z"] for m in runs]))
+    return out
+
+
+def run(config: BoucWenConfig, progress: Progress) -> RunArtifacts:
+    """Simulate training data, run PN-SMC, score every particle on the two test signals."""
+    start = time.perf_counter()
+    data, lik, prior, res, smc_s = identify(config, progress)
     metrics: dict[str, float] = {"timing.smc_s": smc_s, "smc.n_particles": float(config.n_particles)}
     metrics.update(_pnsmc.posterior_metrics(res, NAMES))
     # final weights are used for a resample so every scored particle has equal weight (specs 6.25)
@@ -225,22 +302,16 @@ def run(config: BoucWenConfig, progress: Progress) -> RunArtifacts:
     metrics["test.rmse_min"] = min(metrics["sinesweep.test.rmse_min"], metrics["multisine.test.rmse_min"])
     metrics["test.rmse_max"] = max(metrics["sinesweep.test.rmse_max"], metrics["multisine.test.rmse_max"])
     # the identified combinations (module docstring): beta gamma and beta delta, not each factor
-    products = {"beta_gamma": ("beta", "gamma"), "beta_delta": ("beta", "delta")}
-    cols = [res.theta[:, NAMES.index(a)] * res.theta[:, NAMES.index(b)] for a, b in products.values()]
+    cols = [res.theta[:, NAMES.index(a)] * res.theta[:, NAMES.index(b)] for a, b in _PRODUCTS.values()]
     extended = res._replace(theta=np.column_stack([res.theta, *cols]))
-    truths = [BENCHMARK_PARAMS[n] for n in NAMES]
-    truths += [BENCHMARK_PARAMS[a] * BENCHMARK_PARAMS[b] for a, b in products.values()]
-    names = NAMES + tuple(products)
-    extra = _pnsmc.posterior_metrics(extended, names)
-    metrics.update({k: v for k, v in extra.items() if k.split(".")[1] in products})
-    q01, q99 = _weighted_quantiles(extended.theta, res.log_w, (0.005, 0.995))
-    covered = [bool(lo <= t <= hi) for lo, t, hi in zip(q01, truths, q99, strict=True)]
-    for name, inside in zip(names, covered, strict=True):
-        metrics[f"posterior.{name}.truth_in_99"] = float(inside)
-    identified = [covered[NAMES.index(n)] for n in ("m", "k", "alpha")] + covered[len(NAMES) :]
-    metrics["posterior.identified_truth_in_99"] = float(all(identified))
-    metrics["posterior.truth_in_99_count"] = float(sum(covered[: len(NAMES)]))
+    extra = _pnsmc.posterior_metrics(extended, NAMES + tuple(_PRODUCTS))
+    metrics.update({k: v for k, v in extra.items() if k.split(".")[1] in _PRODUCTS})
+    covered = truth_coverage(res)
+    metrics.update(covered)
+    metrics["posterior.truth_in_99_count"] = float(sum(covered[f"posterior.{n}.truth_in_99"] for n in NAMES))
     metrics["timing.test_s"] = time.perf_counter() - test_start
+    if config.seeds > 1:
+        metrics.update(calibration(config, covered, progress))
     # pn-smc Fig. 3: the states' posterior on the training data (a mixture of the particles' PN filters)
     progress("posterior states on the training data", 0, 1)
     states = lik.posterior_states(thetas[: config.state_particles], data["t"], ("x", "v", "z"))
