@@ -237,7 +237,7 @@ def test_boucwen_training_force_at_midpoints_and_observation_instants():
     step, which biased c by -0.3); the measured accelerations use it at the observation instants."""
     from twinfer.experiments.boucwen import FS_OBS, FS_TRUTH, BoucWenConfig, training_data, training_force
 
-    config = BoucWenConfig(n_obs=64)
+    config = BoucWenConfig.model_validate({"n_obs": 64})
     n = 64 * (FS_TRUTH // FS_OBS)
     twice = training_force(config, 2 * n, rate=2 * FS_TRUTH)
     np.testing.assert_allclose(training_force(config, n, offset=0.5), twice[1::2], rtol=0, atol=1e-10)
