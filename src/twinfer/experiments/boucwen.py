@@ -228,6 +228,12 @@ def identify(
 _PRODUCTS = {"beta_gamma": ("beta", "gamma"), "beta_delta": ("beta", "delta")}
 
 
+def _with_products(theta: np.ndarray) -> tuple[np.ndarray, tuple[str, ...]]:
+    """``theta`` (N, 7) with the identified products appended as columns, and the columns' names."""
+    cols = [theta[:, NAMES.index(a)] * theta[:, NAMES.index(b)] for a, b in _PRODUCTS.values()]
+    return np.column_stack([theta, *cols]), NAMES + tuple(_PRODUCTS)
+
+
 def truth_coverage(res: IBISResult) -> dict[str, float]:
     """Where the truth sits in the weighted posterior ``res``, per parameter and identified product.
 
@@ -235,9 +241,7 @@ def truth_coverage(res: IBISResult) -> dict[str, float]:
     ``posterior.identified_truth_in_95`` / ``_99`` (all of :data:`IDENTIFIED`), and
     ``posterior.<name>.z`` = (mean - truth) / sd for each identified parameter.
     """
-    cols = [res.theta[:, NAMES.index(a)] * res.theta[:, NAMES.index(b)] for a, b in _PRODUCTS.values()]
-    theta = np.column_stack([res.theta, *cols])
-    names = NAMES + tuple(_PRODUCTS)
+    theta, names = _with_products(res.theta)
     truths = [BENCHMARK_PARAMS[n] for n in NAMES]
     truths += [BENCHMARK_PARAMS[a] * BENCHMARK_PARAMS[b] for a, b in _PRODUCTS.values()]
     out: dict[str, float] = {}
@@ -313,9 +317,8 @@ def run(config: BoucWenConfig, progress: Progress) -> RunArtifacts:
     metrics["test.rmse_min"] = min(metrics["sinesweep.test.rmse_min"], metrics["multisine.test.rmse_min"])
     metrics["test.rmse_max"] = max(metrics["sinesweep.test.rmse_max"], metrics["multisine.test.rmse_max"])
     # the identified combinations (module docstring): beta gamma and beta delta, not each factor
-    cols = [res.theta[:, NAMES.index(a)] * res.theta[:, NAMES.index(b)] for a, b in _PRODUCTS.values()]
-    extended = res._replace(theta=np.column_stack([res.theta, *cols]))
-    extra = _pnsmc.posterior_metrics(extended, NAMES + tuple(_PRODUCTS))
+    theta, names = _with_products(res.theta)
+    extra = _pnsmc.posterior_metrics(res._replace(theta=theta), names)
     metrics.update({k: v for k, v in extra.items() if k.split(".")[1] in _PRODUCTS})
     covered = truth_coverage(res)
     metrics.update(covered)
