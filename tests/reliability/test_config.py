@@ -419,3 +419,11 @@ def test_bouncing_ball_gradient_needs_its_solver_and_devices_need_forward_mode()
     message = _error("bouncing-ball", "devices=0")
     assert "splitting over devices needs grad_mode 'forward'" in message and "'devices': 0" in message
     assert _value("bouncing-ball", "fixed_steps", {"fixed_steps": 0, "grad_mode": "forward"}) == 0
+
+
+def test_boucwen_seeds_and_chain4_sindy_messages_are_named_errors():
+    """The calibration repeats need at least one run; the SINDy message kind is one of two names."""
+    _names(_error("boucwen", "seeds=0"), "seeds", "0")
+    message = _error("chain4", "sindy_messages=mean")
+    _names(message, "sindy_messages", "'mean'")
+    assert "probabilistic" in message and "deterministic" in message
