@@ -341,7 +341,7 @@ def test_structure_auto_choice_and_errors():
 def test_pn_likelihood_solve_is_the_samplers_filter_and_mixes_particles():
     """PNLikelihood.solve runs the likelihood's own steps (its log-likelihood is the sum of the sampler's
     increments); posterior_states of identical particles is that one filter, and of two particles
-    the mixture's moments (law of total variance)."""
+    the mixture's moments (law of total variance), in batches or all at once."""
     from twinfer.infer.pn import PNLikelihood
 
     model = Chain([1.0], [4.0], [0.2], forced_dofs=[1], outputs=["x1"])
@@ -370,3 +370,8 @@ def test_pn_likelihood_solve_is_the_samplers_filter_and_mixes_particles():
     np.testing.assert_allclose(mix.means, mean, rtol=1e-10, atol=1e-14)
     np.testing.assert_allclose(mix.stds, np.sqrt(var), rtol=1e-8, atol=1e-12)
     assert mix.state_names == ("x", "v") and np.all(np.isfinite(mix.stds))
+    # in batches of two (the last padded with a copy that must not count): the moments of all three
+    three = jnp.array([[4.0], [6.0], [5.0]])
+    whole, batched = lik.posterior_states(three, t), lik.posterior_states(three, t, batch=2)
+    np.testing.assert_allclose(batched.means, whole.means, rtol=1e-12, atol=1e-15)
+    np.testing.assert_allclose(batched.stds, whole.stds, rtol=1e-10, atol=1e-14)

@@ -13,6 +13,18 @@ Training: the first 24576 samples of ``DATA_EMPS`` at 1 kHz (specs 6.23); test: 
   2.0e-3 m (every run computes this floor: ``reference.openloop_best_fit.*``, :func:`open_loop_floor`).
   No parameter value of Eq. 28 reaches the 1e-3 m target this way, so the paper's 5.2e-4 m cannot come
   from this protocol as stated.
+- ``prediction.h{N}.test.*``: each particle's PN filter restarted from the measured position every ``N``
+  samples, scored on the samples in between (:func:`prediction_rmse`): a protocol that puts measured
+  test positions inside the simulation, as the paper's number needs.
+
+Why the posterior sits above the open-loop floor (issue #22; ``reference.openloop_train_fit.*``,
+``diagnostic.train_loglik.*``): least squares on the open-loop error of the *training* set gives about
+half the posterior's open-loop test error, yet its PN likelihood is ~1e5 log units below the
+particles'. The sampler finds the likelihood's maximum; the likelihood (one-step predictions of a
+position measured to 2e-5 m, an equation-error criterion) and the open-loop error (an output-error
+criterion) have different optima under Eq. 28's model error. A larger assumed noise (2e-4 m), which
+weights longer horizons, moved the posterior to another mode (M 62, Fv 5, Fc 47) and doubled the
+open-loop error, so no setting of the paper's likelihood was found that reaches the floor.
 - ``closedloop.test.*``, the benchmark's own validation (Janot et al., Eqs. 6-7, Sec. 3.5,
   Simulation_EMPS_Validation.m): the model inside the known digital PD loop
   (:func:`pd_law`: gains ``kp``, ``kv``, ``gtau`` of the data file, velocity from
@@ -57,6 +69,8 @@ import time
 from collections.abc import Mapping
 from typing import Any, Literal
 
+import equinox as eqx
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pydantic
@@ -68,12 +82,14 @@ from twinfer.infer.pn import PNLikelihood
 from twinfer.infer.smc import TransformedNormalPrior, history_loglik
 from twinfer.models import EMPS
 from twinfer.report import PaperValue, RunArtifacts, at_most, posterior_figures
-from twinfer.sim import fine_input, simulate_particles, simulate_particles_feedback
+from twinfer.sim import fine_input, particle_simulator, simulate_particles, simulate_particles_feedback
 
 NAMES = ("M", "Fv", "Fc", "offset")
 FS = 1000.0
 IDIM_PARAMS: dict[str, float] = {"M": 95.1089, "Fv": 203.5034, "Fc": 20.3935, "offset": -3.1648}
 """Inverse-dynamics least-squares estimates of the benchmark's own scripts (specs/pn-smc.md 3.3)."""
+PAPER_TEST_RMSE_MEAN = 5.2018e-4
+"""The paper's mean test RMSE over particles [m] (Table 2, EMPS)."""
 VOLTAGE_LIMIT = 10.0
 """Saturation of the control voltage [V] (``viradm`` of the benchmark's simulation scripts)."""
 
@@ -148,6 +164,43 @@ class EMPSConfig(_pnsmc.SMCSettings):
     )
     shared_diffusion: bool = pydantic.Field(True, description="One PN diffusion for both ODE dimensions.")
     checkpoint_every: int = pydantic.Field(2048, ge=1, description="IBIS: observations between checkpoints.")
+    prediction_horizons: list[int] = pydantic.Field(
+        default_factory=lambda: [100, 1000],
+        description="Samples between the measured positions the prediction.h* protocols see (each >= 2).",
+    )
+
+    @pydantic.field_validator("prediction_horizons")
+    @classmethod
+    def _horizons(cls, value: list[int]) -> list[int]:
+        if any(h < 2 for h in value):
+            raise ValueError(f"expected horizons of at least 2 samples; received {value}")
+        return value
+
+
+def pn_likelihood(
+    config: EMPSConfig, data: Mapping[str, np.ndarray], n: int, observed: np.ndarray | None = None
+) -> PNLikelihood:
+    """The PN filter of Eq. 28 over the first ``n`` samples of ``data`` (force in, position out).
+
+    ``observed`` marks the samples whose measured position the filter assimilates (default: every one;
+    the training likelihood); the filter starts at rest at the first measured position.
+    """
+    model = EMPS(**IDIM_PARAMS)
+    mask = np.ones(n, bool) if observed is None else np.asarray(observed, bool)
+    return PNLikelihood(
+        pn=_pnsmc.make_pn(model, config.q, config.method, shared_diffusion=config.shared_diffusion),
+        base_params=model.params,
+        names=NAMES,
+        x0=jnp.array([data["q"][0], 0.0]),
+        x0_std=jnp.array([config.noise_std, 1e-3]),
+        h=1.0 / FS,
+        us=jnp.asarray(data["force"][:n])[:, None],
+        ys=jnp.asarray(data["q"][:n])[:, None],
+        y_mask=jnp.asarray(mask)[:, None],
+        chol_R=config.noise_std * jnp.eye(1),
+        substeps=config.pn_substeps,
+        input_hold=config.input_hold,
+    )
 
 
 def training_likelihood(
@@ -156,24 +209,30 @@ def training_likelihood(
     """The PN likelihood of the first ``n_obs`` training positions, and the prior (module docstring)."""
     spec = {n: ("lognormal", IDIM_PARAMS[n], config.prior_sd_log) for n in ("M", "Fv", "Fc")}
     spec["offset"] = ("normal", IDIM_PARAMS["offset"], config.offset_sd)
-    prior = TransformedNormalPrior.from_spec(spec)
-    model = EMPS(**IDIM_PARAMS)
-    n = config.n_obs
-    lik = PNLikelihood(
-        pn=_pnsmc.make_pn(model, config.q, config.method, shared_diffusion=config.shared_diffusion),
-        base_params=model.params,
-        names=NAMES,
-        x0=jnp.array([train["q"][0], 0.0]),
-        x0_std=jnp.array([config.noise_std, 1e-3]),
-        h=1.0 / FS,
-        us=jnp.asarray(train["force"][:n])[:, None],
-        ys=jnp.asarray(train["q"][:n])[:, None],
-        y_mask=jnp.ones((n, 1), bool),
-        chol_R=config.noise_std * jnp.eye(1),
-        substeps=config.pn_substeps,
-        input_hold=config.input_hold,
-    )
-    return lik, prior
+    return pn_likelihood(config, train, config.n_obs), TransformedNormalPrior.from_spec(spec)
+
+
+@eqx.filter_jit
+def _positions(lik: PNLikelihood, thetas: Any) -> Any:
+    """Each particle's filtered position mean (one compiled program for every call of the same shapes)."""
+    return jax.vmap(lambda th: lik.solve(th).mean[:, 0])(thetas)
+
+
+def prediction_rmse(
+    config: EMPSConfig, thetas: np.ndarray, data: Mapping[str, np.ndarray], m: int, horizon: int
+) -> np.ndarray:
+    """Position RMSE [m] of each particle's predictions up to ``horizon`` samples ahead of a measurement.
+
+    Each particle's PN filter (:func:`pn_likelihood`) assimilates the measured position at samples 0,
+    ``horizon``, ``2 horizon``, ... of the first ``m`` and predicts in between from the measured force;
+    the RMSE is over the samples it did not see. A protocol between the open loop (no measurement after
+    the first) and the one-step-ahead filter: it shows how much of the open-loop error is drift.
+    """
+    observed = np.arange(m) % horizon == 0
+    lik = pn_likelihood(config, data, m, observed)
+    means = _positions(lik, jnp.asarray(thetas, jnp.float64))
+    err = np.asarray(means)[:, ~observed] - np.asarray(data["q"][:m])[~observed]
+    return np.sqrt(np.mean(err**2, axis=1))
 
 
 def run(config: EMPSConfig, progress: Progress) -> RunArtifacts:
@@ -204,12 +263,26 @@ def run(config: EMPSConfig, progress: Progress) -> RunArtifacts:
     metrics["reference.openloop_best_fit.test.rmse"] = floor
     for name, value in zip(NAMES, best, strict=True):
         metrics[f"reference.openloop_best_fit.{name}"] = float(value)
-    # training-data log-likelihood at the posterior mean and at the IDIM estimates: a reference value
-    # far above the particles' means the sampler sits in a local mode of the likelihood
+    # the same output-error fit on the training data: the open-loop floor of anything fitted to it
+    train_floor, train_fit = open_loop_floor(model, train, n, config.substeps, config.input_hold)
+    metrics["reference.openloop_train_fit.train.rmse"] = train_floor
+    ref_train = simulate_open_loop(model, train_fit[None], test, m, config.substeps, config.input_hold)
+    metrics["reference.openloop_train_fit.test.rmse"] = float(
+        _pnsmc.rmse_per_particle(ref_train, test["q"][:m])[0]
+    )
+    for name, value in zip(NAMES, train_fit, strict=True):
+        metrics[f"reference.openloop_train_fit.{name}"] = float(value)
+    for horizon in config.prediction_horizons:
+        errors = prediction_rmse(config, thetas, test, m, horizon)
+        metrics.update(_pnsmc.rmse_metrics(f"prediction.h{horizon}.test.", errors))
+    # training-data log-likelihood at the posterior mean, the IDIM estimates and the two output-error
+    # fits: a reference value far above the particles' means the sampler sits in a local mode
     post_mean = np.array([[metrics[f"posterior.{name}.mean"] for name in NAMES]])
-    ll = history_loglik(lik, prior, np.concatenate([post_mean, idim]), n)
+    ll = history_loglik(lik, prior, np.concatenate([post_mean, idim, train_fit[None], best[None]]), n)
     metrics["diagnostic.train_loglik.posterior_mean"] = float(ll[0])
     metrics["diagnostic.train_loglik.idim"] = float(ll[1])
+    metrics["diagnostic.train_loglik.openloop_train_fit"] = float(ll[2])
+    metrics["diagnostic.train_loglik.openloop_test_fit"] = float(ll[3])
     metrics["diagnostic.train_loglik.particles_max"] = float(np.max(res.loglik))
     progress("test simulation (pulses)", 1, 1)
     metrics["timing.test_s"] = time.perf_counter() - test_start
@@ -229,8 +302,38 @@ def run(config: EMPSConfig, progress: Progress) -> RunArtifacts:
         "known digital PD loop (Eq. 6, gains kp, kv, gtau of the data file), driven by the reference qg and "
         "the recorded pulses_N added to the control voltage; no measured output enters the simulation "
         f"(IDIM estimates: {metrics['reference.idim.closedloop.test.rmse']:.3g} m).",
+        _separation_note(metrics, config),
     ]
     return RunArtifacts(metrics=metrics, arrays=arrays, notes=notes)
+
+
+def _separation_note(metrics: Mapping[str, float], config: EMPSConfig) -> str:
+    """What separates the posterior from the open-loop floor, and which protocol the paper's 5.2e-4 needs."""
+    fit = {k: metrics[f"reference.openloop_train_fit.{k}"] for k in (*NAMES, "test.rmse")}
+    ll = {k: metrics[f"diagnostic.train_loglik.{k}"] for k in ("particles_max", "openloop_train_fit")}
+    floor = metrics["reference.openloop_best_fit.test.rmse"]
+    horizons = ", ".join(
+        f"{h} samples {metrics[f'prediction.h{h}.test.rmse_mean']:.3g} m" for h in config.prediction_horizons
+    )
+    return (
+        "Posterior against the open-loop floor: least squares on the open-loop error over the training "
+        f"samples (M {fit['M']:.4g}, Fv {fit['Fv']:.4g}, Fc {fit['Fc']:.4g}, offset {fit['offset']:.4g}) "
+        f"gives {fit['test.rmse']:.3g} m on the test set, the posterior {metrics['test.rmse_mean']:.3g} m. "
+        "The sampler is not stuck: the PN likelihood of the training data is "
+        f"{ll['openloop_train_fit']:.6g} at that fit against {ll['particles_max']:.6g} for the best "
+        "particle. The PN likelihood scores one-step predictions (position noise sd "
+        f"{config.noise_std:g} m), an equation-error criterion; under Eq. 28's model error its maximum is "
+        "not the output-error fit's. "
+        + (
+            "No parameter value of Eq. 28 beats the test-set fit's open-loop floor "
+            f"({floor:.3g} m), so the paper's {PAPER_TEST_RMSE_MEAN:.3g} m needs measured test positions "
+            "inside the simulation"
+            if floor > PAPER_TEST_RMSE_MEAN
+            else f"The test-set fit's open-loop floor on these {config.test_samples} samples is {floor:.3g} m"
+        )
+        + f": predictions restarted from measured positions every {horizons}; the closed loop "
+        f"{metrics['closedloop.test.rmse_mean']:.3g} m."
+    )
 
 
 def simulate_open_loop(
@@ -249,19 +352,25 @@ def open_loop_floor(
     """The lowest open-loop RMSE found for Eq. 28 on ``data``: parameters least-squares fitted to it.
 
     Gauss-Newton (trust region) from the IDIM estimates on the residual of :func:`simulate_open_loop`
-    over the first ``m`` samples. Fitted to the very set it is scored on, it is a floor for the
-    open-loop protocol (``test.*``) that no posterior of the training data can beat (up to local minima
-    of the fit). Returns the RMSE [m] and the fitted ``(M, Fv, Fc, offset)``.
+    over the first ``m`` samples, with M, Fv and Fc kept positive. Fitted to the very set it is scored
+    on, it is a floor for the open-loop protocol (``test.*``) that no posterior of the training data can
+    beat (up to local minima of the fit). Returns the RMSE [m] and the fitted ``(M, Fv, Fc, offset)``.
     """
     from scipy.optimize import least_squares
 
     y = np.asarray(data["q"][:m])
     start = np.array([IDIM_PARAMS[name] for name in NAMES])
 
-    def residual(theta: np.ndarray) -> np.ndarray:
-        return np.asarray(simulate_open_loop(model, theta[None], data, m, substeps, hold))[0] - y
+    u_fine = fine_input(data["force"][:m], substeps, hold)
+    x0 = jnp.array([data["q"][0], 0.0])
+    simulate = particle_simulator(model, model.params, NAMES, x0, u_fine, 1.0 / FS / substeps, substeps, 0)
 
-    fit = least_squares(residual, start, x_scale=np.abs(start), diff_step=1e-4)
+    def residual(theta: np.ndarray) -> np.ndarray:
+        return simulate(theta[None])[0] - y
+
+    # M, Fv and Fc are positive (the prior samples them in log space); the offset is free
+    lower = np.array([1e-9 * abs(start[i]) if name != "offset" else -np.inf for i, name in enumerate(NAMES)])
+    fit = least_squares(residual, start, x_scale=np.abs(start), diff_step=1e-4, bounds=(lower, np.inf))
     return float(np.sqrt(np.mean(fit.fun**2))), np.asarray(fit.x)
 
 
@@ -345,7 +454,7 @@ CASE = register(
         paper={
             "test.rmse_min": PaperValue(2.95e-4, "Table 2, EMPS (m)", _TEST_RMSE),
             "test.rmse_max": PaperValue(8.99e-4, "Table 2, EMPS (m)", _TEST_RMSE),
-            "test.rmse_mean": PaperValue(5.2018e-4, "Table 2, EMPS (m)", _TEST_RMSE),
+            "test.rmse_mean": PaperValue(PAPER_TEST_RMSE_MEAN, "Table 2, EMPS (m)", _TEST_RMSE),
         },
     )
 )

@@ -4,7 +4,12 @@ from twinfer.sim._dataset import simulate_dataset
 from twinfer.sim._discretise import METHODS, DiscreteModel, discretise, exact_matrices, integrator_step
 from twinfer.sim._node import Dynamics, GraphNode, StagedNode, graph_node, heun_node
 from twinfer.sim._noise import add_noise, add_noise_numpy_legacy, noise_std_for_snr
-from twinfer.sim._particles import fine_input, simulate_particles, simulate_particles_feedback
+from twinfer.sim._particles import (
+    fine_input,
+    particle_simulator,
+    simulate_particles,
+    simulate_particles_feedback,
+)
 from twinfer.sim._signals import (
     bandlimited_noise,
     bandlimited_noise_dynasim,
@@ -41,6 +46,7 @@ __all__ = [
     "simulate",
     "simulate_dataset",
     "simulate_discrete",
+    "particle_simulator",
     "simulate_particles",
     "simulate_particles_feedback",
     "StagedNode",

@@ -82,6 +82,28 @@ def simulate_particles(
 
     """
     thetas = _check("simulate_particles", names, thetas, substeps, chunk)
+    return particle_simulator(model, base_params, names, x0, us, dt, substeps, output_index, chunk)(thetas)
+
+
+def particle_simulator(
+    model: AbstractModel,
+    base_params: Mapping[str, Any],
+    names: tuple[str, ...],
+    x0: Any,
+    us: Any,
+    dt: float,
+    substeps: int,
+    output_index: int,
+    chunk: int = 256,
+) -> Callable[[Any], np.ndarray]:
+    """:func:`simulate_particles` as a function of the particles alone, compiled once for every call.
+
+    For repeated simulations of the same model, input and start under new parameters (a least-squares
+    fit's residual, evaluated a hundred times): ``simulate_particles`` compiles anew on each call, this
+    once per particle-chunk shape. Arguments as :func:`simulate_particles`; the returned function takes
+    ``thetas`` ``(N, p)`` and returns ``(N, T)``.
+    """
+    _check("particle_simulator", names, np.zeros((1, len(names))), substeps, chunk)
     us = jnp.asarray(us, jnp.float64)
     if us.ndim != 2 or us.shape[1] != model.n_input or us.shape[0] % substeps:
         raise ValueError(
@@ -90,8 +112,9 @@ def simulate_particles(
         )
     step = discretise(model, dt, "rk4")
     us = us.reshape(-1, substeps, model.n_input)
+    x0 = jnp.asarray(x0, jnp.float64)
 
-    def one(theta):
+    def one(theta, us, x0):
         params = _particle_params(base_params, names, theta)
 
         def outer(x, u_block):
@@ -99,9 +122,18 @@ def simulate_particles(
             x = jax.lax.fori_loop(0, substeps, lambda j, xx: step.transition(0.0, xx, u_block[j], params), x)
             return x, y
 
-        return jax.lax.scan(outer, jnp.asarray(x0, jnp.float64), us)[1]
+        return jax.lax.scan(outer, x0, us)[1]
 
-    return _map_chunks(one, thetas, chunk)
+    run = jax.jit(jax.vmap(one, in_axes=(0, None, None)))
+
+    def simulate(thetas: Any) -> np.ndarray:
+        thetas = _check("particle_simulator", names, thetas, substeps, chunk)
+        out = [
+            np.asarray(run(jnp.asarray(thetas[i : i + chunk]), us, x0)) for i in range(0, len(thetas), chunk)
+        ]
+        return np.concatenate(out, axis=0)
+
+    return simulate
 
 
 def simulate_particles_feedback(

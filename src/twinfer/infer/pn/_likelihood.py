@@ -124,19 +124,38 @@ class PNLikelihood(eqx.Module):
         last, (means, stds, lls) = jax.lax.scan(body, self.init(theta), jnp.arange(self.n_steps))
         return PNSolution(mean=means, std=stds, diffusion=last.diffusion, loglik=jnp.sum(lls))
 
-    def posterior_states(self, thetas: Float[ArrayLike, "P p"], times: Any, state_names: Any = None) -> Any:
+    def posterior_states(
+        self, thetas: Float[ArrayLike, "P p"], times: Any, state_names: Any = None, batch: int | None = None
+    ) -> Any:
         """The states' posterior over equally weighted particles ``thetas``: a mixture of their filters.
 
         Each particle's filter (:meth:`solve`) gives a Gaussian per time; the mixture's mean is their
         average and its variance the average of ``sd^2 + mean^2`` less the squared mean (the law of total
         variance: filter uncertainty plus the spread between parameter particles). Returned as a
         :class:`twinfer.infer.Estimate` on ``times`` (pn-smc Fig. 3: posterior states on the training data).
+        With ``y_mask`` all False after the start it is the posterior's open-loop prediction, the solver's
+        own uncertainty included (pn-smc Sec. 4.2: "the posterior second moment").
+
+        ``batch`` solves that many particles at a time (the last batch padded with copies of the last
+        particle, which are dropped), so memory grows with ``batch`` rather than with the particle count.
         """
         from twinfer.infer._estimate import Estimate
 
-        sols = jax.vmap(self.solve)(jnp.asarray(thetas))
-        mean = jnp.mean(sols.mean, axis=0)
-        var = jnp.mean(sols.std**2 + sols.mean**2, axis=0) - mean**2
+        thetas = jnp.asarray(thetas, jnp.float64)
+        count = thetas.shape[0]
+        size = count if batch is None else max(1, min(int(batch), count))
+        solve = eqx.filter_jit(lambda lik, th: jax.vmap(lik.solve)(th))
+        total_mean, total_second = 0.0, 0.0
+        for first in range(0, count, size):
+            chunk = thetas[first : first + size]
+            real = chunk.shape[0]
+            if real < size:
+                chunk = jnp.concatenate([chunk, jnp.repeat(chunk[-1:], size - real, axis=0)])
+            sols = solve(self, chunk)
+            total_mean = total_mean + jnp.sum(sols.mean[:real], axis=0)
+            total_second = total_second + jnp.sum(sols.std[:real] ** 2 + sols.mean[:real] ** 2, axis=0)
+        mean = jnp.asarray(total_mean) / count
+        var = jnp.asarray(total_second) / count - mean**2
         std = jnp.sqrt(jnp.maximum(var, 0.0))
         names = tuple(f"x[{i}]" for i in range(mean.shape[1])) if state_names is None else tuple(state_names)
         return Estimate(np.asarray(times, np.float64), np.asarray(mean), np.asarray(std), None, names)
