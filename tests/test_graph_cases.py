@@ -86,7 +86,9 @@ def test_schedules_quick_through_reproduce_keeps_jacobi_lowest(tmp_path):
     checks = {c["metric"]: c for c in table["checks"]}
     assert len(checks) == 12 and checks["jacobi.disp_rmse"]["ours"] == m["jacobi.disp_rmse"]
     assert all(c["status"] in ("pass", "FAIL") and c["reason"] for c in checks.values())
-    assert "| schedules | quick |" in (tmp_path / "REPRODUCTION.md").read_text()
+    assert "| schedules | quick | this source |" in (tmp_path / "REPRODUCTION.md").read_text()
+    source = table["runs"]["schedules"]["source"]  # the package's source digest, as the header's
+    assert source == table["header"]["source"] and len(source) == 16 and int(source, 16) >= 0
     again = runner.invoke(app, ["reproduce", "schedules", "--quick", "--out", str(tmp_path)])
     assert again.exit_code == 0 and "finished earlier" in again.output
     for dof in (3, 4):

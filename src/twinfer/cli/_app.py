@@ -597,7 +597,8 @@ def reproduce(
     each case ``OUT/REPRODUCTION.md`` and ``OUT/reproduction.json`` are rewritten: per paper value the
     case, metric, paper and our value, ratio, tolerance with its reason, and pass / FAIL / reported (no
     tolerance) / missing; per case the run time and run folder. Running the same command again resumes:
-    a case already finished with the same size, config and twinfer version is not run again, and an
+    a case already finished with the same size, config, twinfer version and source code (a digest of
+    every file of the package) is not run again, and an
     interrupted case continues from its checkpoints (``--resume``). Exit status 1 when a case failed
     to run or (at full size) a check failed; ``--quick`` compares smoke-size runs with full-size tables,
     so its verdicts are written but do not fail the command.
@@ -607,6 +608,7 @@ def reproduce(
     import twinfer
     from twinfer.experiments import all_cases, get_case, resolve_config
     from twinfer.experiments._checkpointing import config_digest
+    from twinfer.programs import _source_digest
     from twinfer.report import check_output_folder
 
     try:
@@ -618,6 +620,7 @@ def reproduce(
     except KeyError as exc:
         _fail(str(exc.args[0]))
         return
+    source = _source_digest()[:16]  # a run of other code never stands in for this code's result
     state_path = out_dir / "reproduction.json"
     try:
         runs: dict[str, dict[str, Any]] = json.loads(state_path.read_text())["runs"]
@@ -630,7 +633,12 @@ def reproduce(
         cfg = resolve_config(the_case, None, {}, None, quick)
         if "resume" in type(cfg).model_fields:
             cfg = cfg.model_copy(update={"resume": False})
-        wanted = {"quick": quick, "version": twinfer.__version__, "config": config_digest(cfg)}
+        wanted = {
+            "quick": quick,
+            "version": twinfer.__version__,
+            "config": config_digest(cfg),
+            "source": source,
+        }
         done = runs.get(the_case.name, {})
         if done.get("status") == "done" and all(done.get(k) == v for k, v in wanted.items()):
             if (Path(done["run_dir"]) / "metrics.json").is_file():
@@ -685,6 +693,7 @@ def _write_reproduction(out_dir: Path, runs: dict[str, dict[str, Any]], quick: b
     import twinfer
     from twinfer.experiments import get_case
     from twinfer.experiments._case import validate_config
+    from twinfer.programs import _source_digest
     from twinfer.report import read_run
     from twinfer.report._reproduce import check_run, write_reproduction
 
@@ -698,6 +707,7 @@ def _write_reproduction(out_dir: Path, runs: dict[str, dict[str, Any]], quick: b
     header = {
         "written": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
         "twinfer": twinfer.__version__,
+        "source": _source_digest()[:16],
         "machine": f"{platform.machine()}, {os.cpu_count()} cores, {platform.python_version()}",
         "command": "twinfer reproduce" + (" --quick" if quick else ""),
         "sizes": "quick (smoke): verdicts are not a reproduction" if quick else "full (the papers' settings)",

@@ -86,8 +86,8 @@ def render_reproduction(
         "",
         "## Cases",
         "",
-        "| case | size | run time | pass | fail | reported | missing | run folder |",
-        "|---|---|---|---|---|---|---|---|",
+        "| case | size | code | run time | pass | fail | reported | missing | run folder |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for case, info in runs.items():
         mine = [c for c in checks if c.case == case]
@@ -96,8 +96,9 @@ def render_reproduction(
         time_text = f"{seconds:.1f} s" if isinstance(seconds, int | float) else "-"
         status = info.get("status", "done")
         folder = info.get("run_dir") or f"({status})"
+        code = "this source" if info.get("source") == header.get("source") else "older source"
         lines.append(
-            f"| {case} | {'quick' if info.get('quick') else 'full'} | {time_text} | {n['pass']} | "
+            f"| {case} | {'quick' if info.get('quick') else 'full'} | {code} | {time_text} | {n['pass']} | "
             f"{n['FAIL']} | {n['reported']} | {n['missing']} | {_cell(str(folder))} |"
         )
     lines += [
