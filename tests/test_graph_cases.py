@@ -102,6 +102,21 @@ def test_schedules_quick_through_reproduce_keeps_jacobi_lowest(tmp_path):
         assert m[f"{kind}.disp_rmse"] < 1e-4 and m[f"{kind}.disp_max_norm"] < 3e-4, kind
 
 
+def test_chain_scaling_checks_the_distributed_coverage_at_every_size():
+    """The reproduction table checks issue #22's calibration at every configured size: 0.90-0.99 passes,
+    an over-covering 1.00 and an under-covering 0.88 fail."""
+    from twinfer.experiments import get_case
+
+    case = get_case("chain-scaling")
+    values = case.paper_values(case.config_type(sizes=[4, 16]))
+    keys = sorted(k for k in values if k.endswith("coverage95"))
+    assert keys == ["n16.distributed.coverage95", "n4.distributed.coverage95"]
+    value = values["n4.distributed.coverage95"]
+    assert value.tolerance is not None
+    verdicts = [value.tolerance.passes(c, value.value) for c in (0.90, 0.95, 0.99, 1.0, 0.88)]
+    assert verdicts == [True, True, True, False, False]
+
+
 @pytest.mark.slow
 def test_chain_scaling_quick_times_both_estimators_and_fits_the_slopes(tmp_path):
     """chain-scaling (Fig. S4) at two sizes: each size's central and distributed run time, RMSE and

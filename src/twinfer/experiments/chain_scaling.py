@@ -31,7 +31,7 @@ from twinfer.infer.filters import UnscentedWeights
 from twinfer.infer.graph import Graph, timed_estimate
 from twinfer.metrics import coverage, loglog_slope, nrmse_constant, rmse
 from twinfer.models import Chain
-from twinfer.report import PaperValue, RunArtifacts, at_most
+from twinfer.report import PaperValue, RunArtifacts, at_most, near
 from twinfer.sim import simulate_dataset
 
 
@@ -193,6 +193,29 @@ def figures(arrays: Mapping[str, Any], config: ChainScalingConfig) -> dict[str, 
     return {"scaling": fig}
 
 
+def paper_values(config: ChainScalingConfig) -> dict[str, PaperValue]:
+    """Fig. S4's slopes, and at every size the calibration issue #22 asks of the distributed estimate.
+
+    The paper shows run times only; the distributed 95 % coverage in [0.90, 0.99] at every ``n`` is the
+    issue's acceptance (written as 0.945 +- 0.045), checked so that a shortfall shows in the table.
+    """
+    out = {
+        "slope.central_run_s": PaperValue(3.0, "SI 3.3 / Fig. S4: monolithic ~ O(n^3) (figure only)"),
+        "slope.distributed_run_s": PaperValue(
+            1.0,
+            "SI 3.3 / Fig. S4: distributed ~ linear (figure only)",
+            at_most(1.1, "issue #22's acceptance: no worse than linear in n (the paper: a figure)"),
+        ),
+    }
+    for n in config.sizes:
+        out[f"n{n}.distributed.coverage95"] = PaperValue(
+            0.945,
+            f"issue #22's acceptance, n = {n}: distributed 95 % coverage in [0.90, 0.99] (not in the paper)",
+            near(0.045, "a calibrated 95 % band holds 0.90-0.99 of the states over the record"),
+        )
+    return out
+
+
 CASE = register(
     Case(
         name="chain-scaling",
@@ -204,13 +227,6 @@ CASE = register(
         run=run,
         figures=figures,
         quick={"sizes": [2, 4], "t_end": 0.5},
-        paper={
-            "slope.central_run_s": PaperValue(3.0, "SI 3.3 / Fig. S4: monolithic ~ O(n^3) (figure only)"),
-            "slope.distributed_run_s": PaperValue(
-                1.0,
-                "SI 3.3 / Fig. S4: distributed ~ linear (figure only)",
-                at_most(1.1, "issue #22's acceptance: no worse than linear in n (the paper: a figure)"),
-            ),
-        },
+        paper_for=paper_values,
     )
 )
