@@ -20,8 +20,8 @@ Training: the first 24576 samples of ``DATA_EMPS`` at 1 kHz (specs 6.23); test: 
 Why the posterior sits above the open-loop floor (issue #22; ``reference.openloop_train_fit.*``,
 ``diagnostic.train_loglik.*``): least squares on the open-loop error of the *training* set gives a
 third of the posterior's open-loop test error (4.1e-3 m against 1.1e-2 m), yet its PN likelihood is
-~1.1e5 log units below the particles'. The sampler finds the likelihood's maximum; the likelihood (one-step predictions of a
-position measured to 2e-5 m, an equation-error criterion) and the open-loop error (an output-error
+~1.1e5 log units below the particles'. The sampler finds the likelihood's maximum; the likelihood
+(one-step predictions of a position measured to 2e-5 m, an equation-error criterion) and the open-loop error (an output-error
 criterion) have different optima under Eq. 28's model error. A larger assumed noise (2e-4 m), which
 weights longer horizons, moved the posterior to another mode (M 62, Fv 5, Fc 47) and doubled the
 open-loop error; four PN steps per sample (``pn_substeps = 4``) to a third (M 52, Fv 1.2, Fc 50;
