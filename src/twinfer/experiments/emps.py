@@ -9,23 +9,14 @@ Training: the first 24576 samples of ``DATA_EMPS`` at 1 kHz (specs 6.23); test: 
   The plant is a pure integrator (Janot et al., Eq. 5: it "cannot be identified in open loop"), so any
   force error integrates into a position drift. Measured with this code on the pulses set: the IDIM
   estimates give 9.2e-3 m (written as ``reference.idim.test.rmse``); parameters least-squares fitted to
-  the training set open loop give 5.7e-3 m, and even parameters fitted to the test set itself give
-  2.0e-3 m (every run computes this floor: ``reference.openloop_best_fit.*``, :func:`open_loop_floor`).
+  the training set open loop give 4.1e-3 m (``reference.openloop_train_fit.*``), and even parameters
+  fitted to the test set itself give 1.9e-3 m (every run computes this floor:
+  ``reference.openloop_best_fit.*``, :func:`open_loop_floor`).
   No parameter value of Eq. 28 reaches the 1e-3 m target this way, so the paper's 5.2e-4 m cannot come
   from this protocol as stated.
 - ``prediction.h{N}.test.*``: each particle's PN filter restarted from the measured position every ``N``
   samples, scored on the samples in between (:func:`prediction_rmse`): a protocol that puts measured
   test positions inside the simulation, as the paper's number needs.
-
-Why the posterior sits above the open-loop floor (issue #22; ``reference.openloop_train_fit.*``,
-``diagnostic.train_loglik.*``): least squares on the open-loop error of the *training* set gives a
-third of the posterior's open-loop test error (4.1e-3 m against 1.1e-2 m), yet its PN likelihood is
-~1.1e5 log units below the particles'. The sampler finds the likelihood's maximum; the likelihood
-(one-step predictions of a position measured to 2e-5 m, an equation-error criterion) and the open-loop error (an output-error
-criterion) have different optima under Eq. 28's model error. A larger assumed noise (2e-4 m), which
-weights longer horizons, moved the posterior to another mode (M 62, Fv 5, Fc 47) and doubled the
-open-loop error; four PN steps per sample (``pn_substeps = 4``) to a third (M 52, Fv 1.2, Fc 50;
-1.5e-2 m). No setting of the paper's likelihood tried reaches the floor.
 - ``closedloop.test.*``, the benchmark's own validation (Janot et al., Eqs. 6-7, Sec. 3.5,
   Simulation_EMPS_Validation.m): the model inside the known digital PD loop
   (:func:`pd_law`: gains ``kp``, ``kv``, ``gtau`` of the data file, velocity from
@@ -34,6 +25,16 @@ open-loop error; four PN steps per sample (``pn_substeps = 4``) to a third (M 52
   voltage. Nothing measured at the output enters the simulation. The law reproduces the measured
   ``vir`` from the measured position to 0.2 % rms, and on the validation set ``vir - nu`` is
   ``1.01 * pulses_N`` (``reference.controller.*``), which fixes where the pulses enter.
+
+Why the posterior sits above the open-loop floor (issue #22; ``reference.openloop_train_fit.*``,
+``diagnostic.train_loglik.*``): least squares on the open-loop error of the *training* set gives a third
+of the posterior's open-loop test error (4.1e-3 m against 1.1e-2 m), yet its PN likelihood is ~1.1e5 log
+units below the particles'. The sampler finds the likelihood's maximum; the likelihood (one-step
+predictions of a position measured to 2e-5 m, an equation-error criterion) and the open-loop error (an
+output-error criterion) have different optima under Eq. 28's model error. A larger assumed noise (2e-4
+m), which weights longer horizons, moved the posterior to another mode (M 62, Fv 5, Fc 47) and doubled
+the open-loop error; four PN steps per sample (``pn_substeps = 4``) to a third (M 52, Fv 1.2, Fc 50;
+1.5e-2 m). No setting of the paper's likelihood tried reaches the floor.
 
 M, Fv, Fc are sampled in log space, the offset on the natural scale (Sec. 4.3).
 
