@@ -86,7 +86,14 @@ def test_reproduction_table_checks_every_paper_value(tmp_path):
     ]
     md, js = write_reproduction(tmp_path, checks, {"demo": {"quick": True, "seconds": 1.5}}, {"twinfer": "x"})
     text = md.read_text()
-    assert "| demo | quick | 1.5 s | 1 | 1 | 1 | 1 |" in text
+    assert "| demo | quick | - | 1.5 s | 1 | 1 | 1 | 1 |" in text  # no source digest recorded: "-"
+    # with the source digest in the header, each case says whether its run came from that source
+    runs = {"demo": {"quick": True, "seconds": 1.5, "source": "abc"}, "old": {"quick": True, "seconds": 2.0}}
+    both = write_reproduction(tmp_path, checks, runs, {"twinfer": "x", "source": "abc"})[0].read_text()
+    assert (
+        "| demo | quick | this source | 1.5 s |" in both and "| old | quick | older source | 2.0 s |" in both
+    )
+    md, js = write_reproduction(tmp_path, checks, {"demo": {"quick": True, "seconds": 1.5}}, {"twinfer": "x"})
     assert "| demo | `a.rmse` | 1.000e-03 | 1.500e-03 | 1.5 | <= 2x | pass | Table 1 | an error |" in text
     table = json.loads(js.read_text())
     assert {c["status"] for c in table["checks"]} == {"pass", "FAIL", "reported", "missing"}

@@ -96,7 +96,8 @@ def render_reproduction(
         time_text = f"{seconds:.1f} s" if isinstance(seconds, int | float) else "-"
         status = info.get("status", "done")
         folder = info.get("run_dir") or f"({status})"
-        code = "this source" if info.get("source") == header.get("source") else "older source"
+        current = header.get("source")
+        code = "-" if not current else "this source" if info.get("source") == current else "older source"
         lines.append(
             f"| {case} | {'quick' if info.get('quick') else 'full'} | {code} | {time_text} | {n['pass']} | "
             f"{n['FAIL']} | {n['reported']} | {n['missing']} | {_cell(str(folder))} |"
