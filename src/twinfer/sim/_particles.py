@@ -29,10 +29,16 @@ def _particle_params(base_params: Mapping[str, Any], names: tuple[str, ...], the
     return set_params(dict(base_params), {n: theta[i] for i, n in enumerate(names)})
 
 
-def _map_chunks(one: Callable[[Any], Any], thetas: np.ndarray, chunk: int) -> np.ndarray:
-    run = jax.jit(jax.vmap(one))
-    out = [np.asarray(run(jnp.asarray(thetas[i : i + chunk]))) for i in range(0, len(thetas), chunk)]
+def _map_chunks(run: Callable[..., Any], thetas: np.ndarray, chunk: int, *shared: Any) -> np.ndarray:
+    """``run(thetas[i:i + chunk], *shared)`` over the chunks of the particles, concatenated."""
+    out = [np.asarray(run(jnp.asarray(thetas[i : i + chunk]), *shared)) for i in range(0, len(thetas), chunk)]
     return np.concatenate(out, axis=0)
+
+
+def _check_settings(where: str, substeps: int, chunk: int) -> None:
+    for field, value in (("substeps", substeps), ("chunk", chunk)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{where} {field}: expected an integer >= 1; received {value!r}.")
 
 
 def _check(where: str, names: tuple[str, ...], thetas: Any, substeps: int, chunk: int) -> np.ndarray:
@@ -42,9 +48,7 @@ def _check(where: str, names: tuple[str, ...], thetas: Any, substeps: int, chunk
             f"{where} thetas: expected shape (N, {len(names)}) (one column per name in {names}); received "
             f"{thetas.shape}."
         )
-    for field, value in (("substeps", substeps), ("chunk", chunk)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"{where} {field}: expected an integer >= 1; received {value!r}.")
+    _check_settings(where, substeps, chunk)
     return thetas
 
 
@@ -103,7 +107,7 @@ def particle_simulator(
     once per particle-chunk shape. Arguments as :func:`simulate_particles`; the returned function takes
     ``thetas`` ``(N, p)`` and returns ``(N, T)``.
     """
-    _check("particle_simulator", names, np.zeros((1, len(names))), substeps, chunk)
+    _check_settings("particle_simulator", substeps, chunk)
     us = jnp.asarray(us, jnp.float64)
     if us.ndim != 2 or us.shape[1] != model.n_input or us.shape[0] % substeps:
         raise ValueError(
@@ -127,11 +131,7 @@ def particle_simulator(
     run = jax.jit(jax.vmap(one, in_axes=(0, None, None)))
 
     def simulate(thetas: Any) -> np.ndarray:
-        thetas = _check("particle_simulator", names, thetas, substeps, chunk)
-        out = [
-            np.asarray(run(jnp.asarray(thetas[i : i + chunk]), us, x0)) for i in range(0, len(thetas), chunk)
-        ]
-        return np.concatenate(out, axis=0)
+        return _map_chunks(run, _check("particle_simulator", names, thetas, substeps, chunk), chunk, us, x0)
 
     return simulate
 
@@ -193,7 +193,7 @@ def simulate_particles_feedback(
 
         return jax.lax.scan(outer, (jnp.asarray(x0, jnp.float64), law_state0), refs)[1]
 
-    return _map_chunks(one, thetas, chunk)
+    return _map_chunks(jax.jit(jax.vmap(one)), thetas, chunk)
 
 
 def fine_input(u: Any, substeps: int, hold: str) -> np.ndarray:
