@@ -194,6 +194,20 @@ def test_simulate_particles_equals_one_simulation_per_particle():
         simulate_particles(duff, duff.params, ("k1", "c1"), thetas[:, 0], x0, us, 0.01, 4, 0)
     with pytest.raises(ValueError, match=r"us: expected shape \(T \* 3, 1\).*received \(40, 1\)"):
         simulate_particles(duff, duff.params, ("k1", "c1"), thetas, x0, us, 0.01, 3, 0)
+    # compiled once, called again with new particles: the same rows as simulate_particles
+    from twinfer.sim import particle_simulator
+
+    simulate = particle_simulator(duff, duff.params, ("k1", "c1"), x0, us, 0.01, 4, 0, chunk=2)
+    np.testing.assert_array_equal(simulate(thetas), sims)
+    np.testing.assert_array_equal(simulate(thetas[::-1]), sims[::-1])
+    with pytest.raises(
+        ValueError, match=r"particle_simulator thetas: expected shape \(N, 2\).*received \(3,\)"
+    ):
+        simulate(thetas[:, 0])
+    with pytest.raises(
+        ValueError, match=r"particle_simulator substeps: expected an integer >= 1; received 0"
+    ):
+        particle_simulator(duff, duff.params, ("k1", "c1"), x0, us, 0.01, 0, 0)
 
 
 def _odd_state_model():

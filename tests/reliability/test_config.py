@@ -186,6 +186,12 @@ def test_noise_std_inf_is_a_named_config_error():
     _names(_error("emps", "noise_std=inf"), "noise_std", "inf")
 
 
+def test_emps_prediction_horizon_below_two_samples_is_a_named_config_error():
+    """A horizon of one sample would observe every sample and score none."""
+    message = _error("emps", "prediction_horizons=[100, 1]")
+    assert "prediction_horizons" in message and "at least 2 samples; received [100, 1]" in message, message
+
+
 def test_mass_1e_300_is_a_named_config_error():
     """mass=1e-300 used to overflow k/m into inf observations; 1e+300 and 1e-101 are as meaningless."""
     _names(_error("chain4", "mass=1e-300"), "mass", "1e-300")
