@@ -30,3 +30,38 @@ def test_turbine_quick_runs_five_estimators_in_one_graph(tmp_path):
     assert m["narx.test.rmse"] > 0 and m["narx.online_rmse"] < 0.05
     for name in ("states", "parameters", "narx"):
         assert (folder / "figures" / f"{name}.png").is_file()
+
+
+def test_shaft_noise_keeps_the_speed_relation_and_the_start_is_a_prior_draw():
+    """'shaft' Q and P0 give n - omega / omega_rated zero variance (S111); 'table' is Table S8's diagonal.
+
+    The filters' start differs from the truth's only in the 13 estimated states, by a draw that keeps the
+    speed relation, is the same for the same seed, and is the truth itself with ``initial = "truth"``.
+    """
+    from twinfer.experiments.turbine import ESTIMATED, TurbineConfig, initial_state, shaft_covariances
+    from twinfer.models import PeltonParams, PeltonTurbine
+
+    params = PeltonParams()
+    config = TurbineConfig()
+    q, p0 = shaft_covariances(config, params)
+    c = np.asarray([1.0, -1.0 / params.omega_rated, 0.0])
+    assert abs(c @ q @ c) < 1e-12 * q[1, 1] and abs(c @ p0 @ c) < 1e-12 * p0[1, 1]
+    assert q[1, 1] == config.q_rotational[1] and p0[1, 1] == config.p0_rotational[1]
+    assert p0[2, 2] == config.p0_rotational[2] and np.all(np.linalg.eigvalsh(q) > -1e-12 * q[1, 1])
+    q_t, p0_t = shaft_covariances(config.model_copy(update={"rotational_noise": "table"}), params)
+    np.testing.assert_array_equal(q_t, np.diag(config.q_rotational[:3]))
+    np.testing.assert_array_equal(p0_t, np.diag(config.p0_rotational[:3]))
+
+    model = PeltonTurbine(params)
+    names = tuple(model.state_names)
+    truth = np.asarray(model.initial_state())
+    x0 = initial_state(config, params)
+    moved = {names[i] for i in np.flatnonzero(x0 != truth)}
+    assert moved == set(ESTIMATED)
+    n, omega = x0[names.index("n")], x0[names.index("omega")]
+    dn = n - truth[names.index("n")]
+    assert abs(dn - (omega - params.omega_rated) / params.omega_rated) < 1e-6 * abs(dn)
+    np.testing.assert_array_equal(x0, initial_state(config, params))
+    assert not np.array_equal(x0, initial_state(config.model_copy(update={"seed": 1}), params))
+    at_truth = initial_state(config.model_copy(update={"initial": "truth"}), params)
+    np.testing.assert_array_equal(at_truth, truth)
