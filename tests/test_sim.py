@@ -80,6 +80,14 @@ def test_adaptive_solve_compiles_once_per_model_structure_and_takes_callable_inp
     assert not compiled, compiled
     exact = simulate_discrete(discretise(CHAIN, dt, "exact"), x0, draws[1][:-1])
     np.testing.assert_allclose(second.states, exact.states, atol=1e-9, rtol=1e-7)
+    caplog.clear()
+    with caplog.at_level("WARNING"), jax.log_compiles():
+        again = simulate_discrete(discretise(CHAIN, dt, "exact"), np.zeros(8), draws[0][:-1])
+    assert not [r.getMessage() for r in caplog.records if "Compiling" in r.getMessage()]
+    assert not np.allclose(again.states, exact.states)
+    with caplog.at_level("WARNING"), jax.log_compiles():  # another length: a new program, and it says so
+        simulate_discrete(discretise(CHAIN, dt, "exact"), np.zeros(8), draws[0][:-2])
+    assert [r.getMessage() for r in caplog.records if "Compiling" in r.getMessage()]
     u = lambda t: jnp.asarray([50.0, -20.0, 0.0, 10.0]) * t + 5.0  # noqa: E731
     held = np.asarray(jax.vmap(u)(jnp.asarray(ts)))
     by_call = simulate(CHAIN, ts, x0, u)

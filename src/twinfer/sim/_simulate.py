@@ -54,13 +54,20 @@ def simulate_discrete(
             check_array("simulate_discrete inputs", inputs, (steps, dmodel.n_input), " (T, n_input)")
         )
     ts = t0 + dmodel.dt * jnp.arange(us.shape[0] + 1)
+    states, ys = _scan_discrete(dmodel, x0, ts, us, params)
+    return Trajectory(ts=ts, states=states, outputs=ys)
 
-    def body(x, tu):
+
+@eqx.filter_jit
+def _scan_discrete(dmodel: DiscreteModel, x0: Any, ts: Any, us: Any, params: Any) -> tuple[Any, Any]:
+    """The scan of :func:`simulate_discrete`, compiled once per model structure and shapes."""
+
+    def body(x: Any, tu: Any) -> tuple[Any, Any]:
         t, u = tu
         return dmodel.transition(t, x, u, params), (x, dmodel.output(t, x, u, params))
 
     x_last, (xs, ys) = jax.lax.scan(body, x0, (ts[:-1], us))
-    return Trajectory(ts=ts, states=jnp.concatenate([xs, x_last[None]]), outputs=ys)
+    return jnp.concatenate([xs, x_last[None]]), ys
 
 
 class _InputField(eqx.Module):
