@@ -35,7 +35,7 @@ docs: $(STAMP)
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
 
 pytest: $(STAMP)
-	$(BIN)/pytest -n 2 --dist loadfile
+	$(BIN)/pytest -n 2 --dist loadfile --durations=20
 
 bench: $(STAMP)
 	$(BIN)/twinfer bench filters
