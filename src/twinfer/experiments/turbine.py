@@ -50,6 +50,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pydantic
+import scipy.linalg
 
 from twinfer.data import Dataset
 from twinfer.experiments._case import Case, Progress, register
@@ -355,15 +356,10 @@ def initial_state(config: TurbineConfig, params: PeltonParams) -> np.ndarray:
     if config.initial == "truth":
         return x0
     _, p0_shaft = shaft_covariances(config, params)
-    blocks = [p0_shaft, _diag(config.p0_generator), _diag(config.p0_runner[:6])]
-    size = sum(len(b) for b in blocks)
-    p0 = np.zeros((size, size))
-    at = 0
-    for b in blocks:
-        p0[at : at + len(b), at : at + len(b)] = b
-        at += len(b)
+    blocks = (p0_shaft, _diag(config.p0_generator), _diag(config.p0_runner[:6]))
+    p0 = np.asarray(scipy.linalg.block_diag(*blocks))
     root = np.asarray(psd_factor(p0, "turbine P0"))
-    z = np.asarray(jax.random.normal(jax.random.key(config.seed + 13), (size,)))
+    z = np.asarray(jax.random.normal(jax.random.key(config.seed + 13), (p0.shape[0],)))
     idx = [names.index(s) for s in ESTIMATED]
     x0[idx] += root @ z
     return x0
