@@ -278,6 +278,9 @@ def _env(home: Path, tmp: Path) -> dict[str, str]:
     env.update(HOME=str(home), TMPDIR=str(tmp), PYTHONPATH=src, JAX_ENABLE_X64="1", MPLBACKEND="Agg",
                TWINFER_CACHE_DIR="off", XDG_CACHE_HOME=str(caches / "cache"),
                XDG_CONFIG_HOME=str(caches / "config"))  # fmt: skip
+    # The XLA compile options of the test session (tests/conftest.py), so that the subprocesses and the
+    # in-process `cli` runs they are compared with bit for bit run the same machine code.
+    env["XLA_FLAGS"] = os.environ.get("XLA_FLAGS", "")
     return env
 
 
