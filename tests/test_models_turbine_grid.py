@@ -230,6 +230,19 @@ def test_vibrations_do_not_feed_back_into_the_electromechanics(model):
     assert not np.allclose(d0[lateral], d1[lateral])
 
 
+def test_doubled_unit_time_doubles_the_turbines_rates_only(model):
+    """``unit_time_scale=2`` (the authors' re-integration, decision 20): at a state off the operating point,
+    every turbine state's rate is exactly twice the physics' and the other buses' rates are unchanged."""
+    rng = np.random.default_rng(5)
+    x = model.initial_state() + rng.normal(0, 1e-3, 63)
+    fast = TurbineGrid.ieee9(disturbance=model.disturbance, unit_time_scale=2.0)
+    d1 = model.vector_field(7.0, x, jnp.zeros(0), model.params)
+    d2 = fast.vector_field(7.0, x, jnp.zeros(0), fast.params)
+    np.testing.assert_array_equal(d2[:57], 2.0 * d1[:57])
+    np.testing.assert_array_equal(d2[57:], d1[57:])
+    assert np.count_nonzero(d1[:57]) > 40  # the comparison is not of zeros
+
+
 def test_load_step_changes_bus_9_only_inside_its_window(model):
     """P_inj,9 drops by 0.20 p.u. for 5 <= t < 30 s and nowhere else; the bus-9 rate follows by -0.1."""
     base = np.asarray(model.params["P_inj"])
@@ -292,6 +305,7 @@ def test_interface_laws_on_padded_neighbour_lists(model):
         (dict(D=np.ones(4)), "D: expected a scalar or 6"),
         (dict(P_inj=SPEC_P_INJ[:8]), "P_inj: expected 9 finite"),
         (dict(S_base=0.0), "S_base: expected a positive"),
+        (dict(unit_time_scale=0.0), "unit_time_scale: expected a positive"),
     ],
 )
 def test_invalid_construction_is_rejected_by_name(kwargs, match):

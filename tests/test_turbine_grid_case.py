@@ -55,6 +55,9 @@ def test_turbine_grid_quick_tracks_the_coupled_truth(tmp_path):
         # the swing after the step: the estimate's peak speed deviation is the truth's
         peak, true_peak = m[f"distributed.peak_n.{g}"], m[f"distributed.truth.peak_n.{g}"]
         assert true_peak < -5e-5 and abs(peak - true_peak) < 0.05 * abs(true_peak), g
+        # the authors' doubled turbine time (decision 20) swings otherwise: a second truth, not a copy
+        doubled = m[f"doubled_time.truth.peak_n.{g}"]
+        assert doubled < 0 and abs(doubled - true_peak) > 0.01 * abs(true_peak), g  # gen1: 3.7 % at 1 s
     with np.load(folder / "arrays.npz") as arrays:
         for key in ("distributed.means", "distributed.stds", "truth", "standalone"):
             assert np.all(np.isfinite(arrays[key])), key
