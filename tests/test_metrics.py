@@ -32,6 +32,22 @@ def test_nrmse_hand_computed_and_zero_range_rule():
     assert M.nrmse(est[:, 0], truth[:, 0]) == pytest.approx(0.25)
 
 
+def test_nrmse_pooled_one_error_over_one_range():
+    """Errors [1, 2, -1, 2, 1, 2] pool to sqrt(15 / 6); the range is over every entry (0 to 5); a constant
+    truth divides by 1.0; angles wrap both the errors and the truth whose range is taken."""
+    truth = np.array([[0.0, 5.0], [4.0, 5.0], [2.0, 5.0]])
+    est = truth + np.array([[1.0, 2.0], [-1.0, 2.0], [1.0, 2.0]])
+    assert M.nrmse_pooled(est, truth) == pytest.approx(math.sqrt(15 / 6) / 5.0)
+    assert M.nrmse_pooled(est[:, 1], truth[:, 1]) == pytest.approx(2.0)
+    # a phase that ran to 20 rad: wrapped it spans [-pi, pi) at most, and 2 pi + 0.1 errs by 0.1
+    phase = np.linspace(0.0, 20.0, 201)
+    wrapped = np.mod(phase + np.pi, 2 * np.pi) - np.pi
+    got = M.nrmse_pooled(phase + 2 * np.pi + 0.1, phase, period=2 * np.pi)
+    assert got == pytest.approx(0.1 / (wrapped.max() - wrapped.min()), rel=1e-12)
+    with pytest.raises(ValueError, match="nrmse_pooled: expected estimate and truth to have the same shape"):
+        M.nrmse_pooled(est, truth[:2])
+
+
 def test_nrmse_constant():
     """RMSE of [9, 11] about 10 is 1, divided by |10|; the denominator is 1.0 for a zero true value."""
     assert M.nrmse_constant([9.0, 11.0], 10.0) == pytest.approx(0.1)

@@ -167,6 +167,33 @@ def nrmse(
     return _out(values) if per_variable else float(np.mean(values))
 
 
+def nrmse_pooled(estimate: Any, truth: Any, *, period: float | None = None) -> float:
+    """``RMSE / (max truth - min truth)``, both over every entry: one error and one range for a population.
+
+    The root-mean-square error pools every time step and variable, and the range is the true signal's
+    over all of them, as Table S3 of the compositional-inference paper scores a network's phases and
+    frequencies (fitted to the table in :mod:`twinfer.experiments.grid`). With ``period`` the errors are
+    wrapped differences and the range is that of the truth wrapped to ``[-period/2, period/2)``, the
+    phase the authors' code stores. A constant truth gets the denominator 1.0 (the [REPO] rule).
+
+    Args:
+        estimate: estimated trajectories, any shape.
+        truth: true trajectories, the same shape.
+        period: wrap angles (e.g. ``2 pi``), or ``None``.
+
+    References:
+        specs/compositional-inference.md, section 5 "NRMSE" and section 7 item 10.
+
+    """
+    e, t = _array(estimate, "estimate", "nrmse_pooled"), _array(truth, "truth", "nrmse_pooled")
+    _same_shape("nrmse_pooled", estimate=e, truth=t)
+    if e.size == 0:
+        raise ValueError(f"nrmse_pooled: expected at least one value; received shape {e.shape}.")
+    err = _error(e, t, period, "nrmse_pooled")
+    shown = t if period is None else np.mod(t + 0.5 * period, period) - 0.5 * period
+    return float(np.sqrt(np.mean(err**2)) / _range(shown.reshape(-1), 0))
+
+
 def nrmse_population(estimate_trajectory: Any, true_values: Any) -> float:
     """Mean over parameters of ``RMSE_j / (max_j v_j - min_j v_j)``: constants scored on their spread.
 

@@ -12,9 +12,25 @@ six estimators (:data:`ESTIMATORS`), scored for Table S2 (run times, speed-ups, 
 and Fig. S9(b,c) (mean RMSE of theta and omega).
 
 Metric choices (the paper publishes no code for Table S3; specs 7 item 10): full horizon t_1..t_T;
-per-bus NRMSE then the mean over buses; phase errors are wrapped differences and the phase range is that
-of the unwrapped true phase; Omega NRMSE is the RMSE of the Omega estimate trajectory over the range of
-the true Omega over buses (|Omega_i| may be 0); Omega coverage is pooled over buses and steps.
+theta and omega NRMSE pooled: the RMSE over every bus and step over the range of the truth over every
+bus and step (:func:`twinfer.metrics.nrmse_pooled`), phase errors wrapped and the phase range that of
+the wrapped true phase the authors' code stores; Omega NRMSE is the RMSE of the Omega estimate
+trajectory over the range of the true Omega over buses (|Omega_i| may be 0); Omega coverage is pooled
+over buses and steps. The pooled normalisation is the one that fits Table S3 (measured 2026-11-28, this
+case's defaults, central / distributed against the paper's):
+
+    network   theta pooled (paper)             omega pooled (paper)            per bus: theta, omega
+    IEEE 9    6.1e-3 / 6.1e-3 (9.0e-3)         2.0e-3 / 2.0e-3 (2.6e-3)        9.6e-3, 5.2e-3
+    IEEE 14   7.7e-3 / 7.7e-3 (7.4e-3)         1.6e-3 / 1.6e-3 (1.8e-3)        1.5e-2, 5.0e-3
+    IEEE 39   5.2e-3 / 5.2e-3 (5.2e-3, 7.9e-3) 4.8e-4 / 5.0e-4 (5e-4)          9.3e-3, 1.7e-3
+    IEEE 118  5.3e-3 / 5.3e-3 (5.9e-3, 6.2e-3) 7.0e-4 / 7.1e-4 (8e-4)          1.5e-2, 4.4e-3
+    IEEE 300  1.36e-3 / 1.36e-3 (1.4e-3, 6.6e-3) 4.4e-5 / 4.5e-5 (0.0000, 0.0001) 1.2e-2, 4.6e-3
+
+Every pooled value lies within 0.65-1.03 of the paper's (the omegas of IEEE 300 round to its 0.0000),
+while the mean of per-bus NRMSEs (the spec's suggested reading, still reported as ``..._per_bus``) is 1.1
+to 8.3 times the paper's on theta and 2.0 to 5.5 times on omega, and 4.6e-3 where the paper prints
+0.0000: the IEEE 300 truth swings up to 158 rad/s on some buses, so only a range taken over the whole
+network brings its error that low.
 
 References:
     compositional-inference paper, SI (S71)-(S92), Tables S2-S4.
@@ -44,7 +60,7 @@ from twinfer.infer.clusters import (
     substep_groups,
 )
 from twinfer.infer.graph import check_field_run, compile_graph
-from twinfer.metrics import coverage, nrmse, nrmse_population, rmse
+from twinfer.metrics import coverage, nrmse, nrmse_pooled, nrmse_population, rmse
 from twinfer.models import KuramotoNetwork, wrap_angle
 from twinfer.report import PaperValue, RunArtifacts, at_least, at_most, near
 from twinfer.sim import discretise, simulate_discrete
@@ -236,10 +252,11 @@ def bus_rmse(estimate: np.ndarray, truth: np.ndarray, period: float | None = Non
 
 
 def grid_metrics(prefix: str, means, stds, states, big_omega) -> dict[str, float]:
-    """Table S3 metrics (module docstring): phase NRMSE on wrapped errors, Omega on the population range.
+    """Table S3 metrics (module docstring): theta and omega NRMSE pooled, Omega on the population range.
 
-    Also the mean over buses of each bus's RMSE of theta (wrapped errors) and omega, the quantities of
-    Fig. S9(b,c) (``rmse_theta``, ``rmse_omega``).
+    Pooled over buses and steps on the wrapped phase (``nrmse_theta``, ``nrmse_omega``); per bus then
+    averaged as ``..._per_bus``. Also the mean over buses of each bus's RMSE of theta (wrapped errors)
+    and omega, the quantities of Fig. S9(b,c) (``rmse_theta``, ``rmse_omega``).
     """
     n = big_omega.shape[0]
     truth = {"theta": states[1:, :n], "omega": states[1:, n:]}
@@ -247,8 +264,10 @@ def grid_metrics(prefix: str, means, stds, states, big_omega) -> dict[str, float
     return {
         f"{prefix}.rmse_theta": bus_rmse(means[:, :, 0], truth["theta"], period=2 * np.pi),
         f"{prefix}.rmse_omega": bus_rmse(means[:, :, 1], truth["omega"]),
-        f"{prefix}.nrmse_theta": float(nrmse(means[:, :, 0], truth["theta"], period=2 * np.pi)),
-        f"{prefix}.nrmse_omega": float(nrmse(means[:, :, 1], truth["omega"])),
+        f"{prefix}.nrmse_theta": nrmse_pooled(means[:, :, 0], truth["theta"], period=2 * np.pi),
+        f"{prefix}.nrmse_omega": nrmse_pooled(means[:, :, 1], truth["omega"]),
+        f"{prefix}.nrmse_theta_per_bus": float(nrmse(means[:, :, 0], truth["theta"], period=2 * np.pi)),
+        f"{prefix}.nrmse_omega_per_bus": float(nrmse(means[:, :, 1], truth["omega"])),
         f"{prefix}.nrmse_Omega": nrmse_population(means[:, :, 2], big_omega),
         f"{prefix}.coverage95_Omega": coverage(means[:, :, 2], stds[:, :, 2], omega_truth, level=0.95),
     }
@@ -344,9 +363,11 @@ def run(config: GridConfig, progress: Progress) -> RunArtifacts:
             else f"all {config.substeps}"
         )
         + ".",
-        "Metric choices (specs 7 item 10): full horizon; per-bus NRMSE averaged over buses; wrapped phase "
-        "errors; Omega NRMSE over the range of the true Omega across buses; coverage pooled over buses "
-        "and steps. Angles stay unwrapped inside the filters; only the phase innovation is wrapped.",
+        "Metric choices (specs 7 item 10): full horizon; theta and omega NRMSE pooled over buses and steps "
+        "and divided by the truth's range over the network (wrapped phases), the normalisation that fits "
+        "Table S3 on IEEE 9-300 (the case's docstring); the mean of per-bus NRMSEs as *_per_bus; Omega "
+        "NRMSE over the range of the true Omega across buses; coverage pooled over buses and steps. "
+        "Angles stay unwrapped inside the filters; only the phase innovation is wrapped.",
         (
             "Messages between clusters: probabilistic (the default). Every cluster advances all clusters' "
             "posterior means through the Heun stages of the step (Jacobi exchange per stage), so its "
@@ -558,7 +579,10 @@ def paper_values(config: GridConfig) -> dict[str, PaperValue]:
         ):
             for method, value in zip(("central", "distributed"), pair, strict=True):
                 tol = _COVERAGE if name.startswith("coverage") else _ERROR
-                out[f"{method}.{name}"] = PaperValue(value, f"Table S3, {label} {method}", tol)
+                where = f"Table S3, {label} {method}"
+                if value == 0:  # printed 0.0000: an error below half the last printed digit
+                    value, where = 5e-5, f"{where} (printed 0.0000, so below 5e-5)"
+                out[f"{method}.{name}"] = PaperValue(value, where, tol)
     return out
 
 
