@@ -46,6 +46,10 @@ def test_nrmse_pooled_one_error_over_one_range():
     assert got == pytest.approx(0.1 / (wrapped.max() - wrapped.min()), rel=1e-12)
     with pytest.raises(ValueError, match="nrmse_pooled: expected estimate and truth to have the same shape"):
         M.nrmse_pooled(est, truth[:2])
+    with pytest.raises(ValueError, match="nrmse_pooled: expected at least one value"):
+        M.nrmse_pooled(np.zeros((0, 3)), np.zeros((0, 3)))
+    with pytest.raises(ValueError, match="nrmse_pooled: expected period > 0"):
+        M.nrmse_pooled(est, truth, period=-1.0)
 
 
 def test_nrmse_constant():
