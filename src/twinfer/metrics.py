@@ -58,13 +58,18 @@ def _range(truth: np.ndarray, axis: int) -> np.ndarray:
 
 
 # -- point-error metrics -------------------------------------------------------------------------
-def _error(e: np.ndarray, t: np.ndarray, period: float | None, fn: str) -> np.ndarray:
-    """``e - t``, wrapped to ``[-period/2, period/2)`` for angles (``(d + p/2) mod p - p/2``)."""
+def _wrap(d: np.ndarray, period: float | None, fn: str) -> np.ndarray:
+    """``d`` wrapped to ``[-period/2, period/2)`` (``(d + p/2) mod p - p/2``); unchanged without a period."""
     if period is None:
-        return e - t
+        return d
     if not (math.isfinite(period) and period > 0):
         raise ValueError(f"{fn}: expected period > 0 (e.g. 2 pi for angles) or None; received {period}.")
-    return np.mod(e - t + 0.5 * period, period) - 0.5 * period
+    return np.mod(d + 0.5 * period, period) - 0.5 * period
+
+
+def _error(e: np.ndarray, t: np.ndarray, period: float | None, fn: str) -> np.ndarray:
+    """``e - t``, wrapped to ``[-period/2, period/2)`` for angles."""
+    return _wrap(e - t, period, fn)
 
 
 def rmse(
@@ -190,7 +195,7 @@ def nrmse_pooled(estimate: Any, truth: Any, *, period: float | None = None) -> f
     if e.size == 0:
         raise ValueError(f"nrmse_pooled: expected at least one value; received shape {e.shape}.")
     err = _error(e, t, period, "nrmse_pooled")
-    shown = t if period is None else np.mod(t + 0.5 * period, period) - 0.5 * period
+    shown = _wrap(t, period, "nrmse_pooled")
     return float(np.sqrt(np.mean(err**2)) / _range(shown.reshape(-1), 0))
 
 

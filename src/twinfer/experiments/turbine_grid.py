@@ -566,18 +566,16 @@ class _Rows(NamedTuple):
     state_names: tuple[str, ...]
 
 
-def _windows(config: TurbineGridConfig, t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The load step's window (peak n) and the steady window before it ends (steady x_n)."""
-    after = (t >= config.t_on) & (t < config.t_off)
-    end = min(config.t_off, t[-1] + config.dt)
-    return after, (t >= end - config.steady_window) & (t < end)
-
-
 def _speed_dip(
     config: TurbineGridConfig, t: np.ndarray, n: np.ndarray, x_n: np.ndarray, key: str, gen: str
 ) -> dict[str, float]:
-    """Table S11's peak n (the largest |n| while the step is on, signed) and steady x_n of one unit."""
-    after, steady = _windows(config, t)
+    """Table S11's peak n (the largest |n| while the step is on, signed) and steady x_n of one unit.
+
+    Peak n is read while the load step is on; steady x_n is the mean over ``steady_window`` before it ends.
+    """
+    after = (t >= config.t_on) & (t < config.t_off)
+    end = min(config.t_off, t[-1] + config.dt)
+    steady = (t >= end - config.steady_window) & (t < end)
     out = {}
     if after.any():
         out[f"{key}peak_n.{gen}"] = float(n[after][np.argmax(np.abs(n[after]))])
