@@ -3,6 +3,8 @@ bimodal likelihood whose early data favour the wrong mode (IBIS trapped, temperi
 
 from __future__ import annotations
 
+import json
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -267,3 +269,7 @@ def test_cli_resume_continues_interrupted_run(tmp_path, monkeypatch):
         np.testing.assert_array_equal(a["posterior_theta"], b["posterior_theta"])
         assert a["tempering_lambdas"].size > 2
         np.testing.assert_array_equal(a["tempering_lambdas"], b["tempering_lambdas"])
+    # the output-error posterior (a second sampler, checkpointed apart) is the same in both runs too
+    metrics = [json.loads((run / "metrics.json").read_text()) for run in runs]
+    oe = [k for k in metrics[0] if k.startswith("output_error.posterior.")]
+    assert len(oe) == 10 and all(metrics[0][k] == metrics[1][k] for k in oe)

@@ -10,3 +10,6 @@ __all__ += ["history_loglik"]
 from twinfer.infer.smc._tempering import conditional_ess, next_lambda, tempering  # noqa: E402
 
 __all__ += ["conditional_ess", "next_lambda", "tempering"]
+from twinfer.infer.smc._output_error import OutputErrorLikelihood  # noqa: E402
+
+__all__ += ["OutputErrorLikelihood"]
