@@ -52,7 +52,7 @@ def test_defaults_and_properties():
     assert ds.state_names == () and ds.truth_states is None
     assert ds.truth_params == {} and ds.metadata == {}
     assert ds.times.dtype == np.float64
-    assert "n_steps=3" in repr(ds)
+    assert "samples=3" in repr(ds)
 
 
 def test_default_names():
@@ -267,6 +267,26 @@ def test_save_load_round_trip(tmp_path):
     assert path.exists()
     assert [p.name for p in path.parent.iterdir()] == ["data.npz"]  # no temporary file left
     assert_same(Dataset.load(path), ds)
+
+
+def test_csv_round_trip_through_from_csv(tmp_path):
+    """to_csv, then from_csv with the same names, gives every array back exactly (gaps as masked cells)."""
+    t = np.linspace(0.0, 1.0, 11)
+    ds = make(n=11, inputs=np.sin(t * np.pi / 3.0)[:, None], input_names=("force",))
+    ds = ds.with_mask(~(np.eye(11, 2, dtype=bool) | np.eye(11, 2, -3, dtype=bool)))
+    frame = ds.to_dataframe()
+    assert list(frame.columns) == ["force", "a1", "a4", "x1", "x2", "x3"] and frame.index.name == "t"
+    assert np.isnan(frame["a1"].iloc[0]) and frame["a1"].iloc[1] == ds.observations[1, 0]
+    back = from_csv(ds.to_csv(tmp_path / "d.csv"), "t", ["force"], ["a1", "a4"], states=["x1", "x2", "x3"])
+    np.testing.assert_array_equal(back.times, ds.times)
+    np.testing.assert_array_equal(back.inputs, ds.inputs)
+    np.testing.assert_array_equal(back.mask, ds.mask)
+    np.testing.assert_array_equal(back.observations[ds.mask], ds.observations[ds.mask])
+    np.testing.assert_array_equal(back.truth_states, ds.truth_states)
+    with pytest.raises(
+        ValueError, match=r"to_dataframe: expected distinct names .*received \['a1'\] used twice"
+    ):
+        make(input_names=("a1",)).to_dataframe()
 
 
 def test_save_load_minimal(tmp_path):

@@ -34,7 +34,24 @@ def test_page_code_runs(page, capsys, monkeypatch):
     monkeypatch.setitem(sys.modules, name, module)
     for k, code in enumerate(_blocks(page, "python")):
         exec(compile(code, f"{DOCS / page}[python block {k + 1}]", "exec"), module.__dict__)
-    assert capsys.readouterr().out  # every page prints what it shows
+    out = capsys.readouterr().out
+    assert out  # every page prints what it shows
+    shown = "".join(_blocks(page, "text"))
+    if shown:  # and what it prints is what the page says it prints
+        _same_printout(out, shown)
+
+
+_NUMBER = re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?")
+
+
+def _same_printout(out: str, shown: str, rtol: float = 0.02) -> None:
+    """The words equal and every number within ``rtol`` (other CPUs round the last digits differently)."""
+    words = [_NUMBER.sub("#", text).split() for text in (out, shown)]
+    assert words[0] == words[1], f"printed:\n{out}\nthe page shows:\n{shown}"
+    for got, want in zip(_NUMBER.findall(out), _NUMBER.findall(shown), strict=True):
+        assert abs(float(got) - float(want)) <= rtol * abs(float(want)) + 1e-12, (
+            f"printed {got} where the page shows {want}:\n{out}"
+        )
 
 
 def test_getting_started_is_under_40_lines():

@@ -61,7 +61,9 @@ def test_chain_rejects_bad_configuration(kwargs, match):
 
 def test_chain_rejects_bad_values():
     with pytest.raises(ValueError, match="stiffness: expected 4 values"):
-        Chain([500.0] * 4, [5e4] * 3, [300.0] * 4)
+        Chain(500.0, [5e4] * 3, 300.0, n_dof=4)
+    with pytest.raises(ValueError, match="one length .*; received mass 4, stiffness 5, damping 4"):
+        Chain([500.0] * 4, [5e4] * 5, [300.0] * 4)
     with pytest.raises(ValueError, match="mass: expected positive"):
         Chain([500.0, -1.0, 500.0, 500.0], 5e4, 300.0)
     with pytest.raises(KeyError, match="Unknown parameter 'k9'"):

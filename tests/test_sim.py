@@ -349,3 +349,5 @@ def test_simulate_dataset_errors_name_the_argument():
         simulate_dataset(chain, np.zeros((10, 1)), 0.01, 0.1, key, truth="dopri")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match=r"inputs: Chain has 1 inputs"):
         simulate_dataset(chain, None, 0.01, 0.1, key, n_steps=5)
+    with pytest.raises(ValueError, match=r"inputs: expected a float64 array; received dtype float32"):
+        simulate_dataset(chain, np.zeros((10, 1), np.float32), 0.01, 0.1, key)

@@ -128,7 +128,7 @@ class Dataset:
     def __repr__(self) -> str:
         observed = int(self._mask.sum())
         return (
-            f"Dataset(n_steps={self.n_steps}, t=[{self._times[0]:g}, {self._times[-1]:g}], "
+            f"Dataset(samples={self.n_steps}, t=[{self._times[0]:g}, {self._times[-1]:g}], "
             f"inputs={self._input_names}, outputs={self._output_names}, "
             f"observed={observed}/{self._mask.size}, truth_states={self._truth_states is not None}, "
             f"truth_params={sorted(self._truth_params)})"
@@ -185,6 +185,7 @@ class Dataset:
     # -- derived ---------------------------------------------------------------------------------
     @property
     def n_steps(self) -> int:
+        """The number of samples T (rows): one more than the intervals ``simulate_dataset``'s ``n_steps``."""
         return int(self._times.shape[0])
 
     @property
@@ -279,6 +280,42 @@ class Dataset:
         return self._replace(
             observations=self._observations[:, cols], mask=self._mask[:, cols], output_names=tuple(names)
         )
+
+    # -- tables ----------------------------------------------------------------------------------
+    def to_dataframe(self, time: str = "t") -> Any:
+        """A pandas DataFrame indexed by time: the inputs, the outputs (NaN where masked), the true states.
+
+        Column names are the channel names, so :func:`twinfer.data.from_csv` of :meth:`to_csv`'s file
+        with the same names gives this dataset back (``truth_params`` and ``metadata`` are not tables).
+
+        Raises:
+            ValueError: if a name is used twice across inputs, outputs, states and ``time``.
+
+        """
+        import pandas as pd
+
+        names = [time, *self._input_names, *self._output_names, *self.state_names]
+        repeated = sorted({n for n in names if names.count(n) > 1})
+        if repeated:
+            raise ck.fail(
+                "to_dataframe",
+                "distinct names across time, inputs, outputs and states (one column each)",
+                f"{repeated} used twice",
+            )
+        columns: dict[str, np.ndarray] = {}
+        if self._inputs is not None:
+            columns.update(zip(self._input_names, self._inputs.T, strict=True))
+        shown = np.where(self._mask, self._observations, np.nan)
+        columns.update(zip(self._output_names, shown.T, strict=True))
+        if self._truth_states is not None:
+            columns.update(zip(self.state_names, self._truth_states.T, strict=True))
+        return pd.DataFrame(columns, index=pd.Index(self._times, name=time))
+
+    def to_csv(self, path: str | Path, time: str = "t") -> Path:
+        """Write :meth:`to_dataframe` as CSV (shortest round-trip digits; masked outputs as empty cells)."""
+        path = Path(path)
+        self.to_dataframe(time).to_csv(path, na_rep="")
+        return path
 
     # -- files -----------------------------------------------------------------------------------
     def save(self, path: str | Path) -> Path:

@@ -209,7 +209,11 @@ class Chain(MechanicalModel):
         stiffness: one value per DOF (a scalar is broadcast).
         damping: one value per DOF (a scalar is broadcast).
         cubic_stiffness: Duffing coefficients kappa_i of each connection, or None for linear springs.
-        vdp_damping: Van der Pol coefficients mu_i of each connection, or None.
+        vdp_damping: Van der Pol coefficients mu_i of each connection, or None. Connection i (mass i - 1
+            to mass i, or to the ground for i = 1) then adds ``mu_i (r^2 - 1) dr`` to its force, with
+            ``r`` its stretch [m] and ``dr`` its rate [m/s] (:func:`connection_force`): with
+            ``mu_i > 0`` it *feeds* energy in while ``|r| < 1 m`` (damping ``c_i - mu_i`` at small
+            strokes), the self-excited oscillator, so ``mu_i`` above ``c_i`` makes small motions grow.
         forced_dofs: 1-based DOFs where an external force acts (default: every DOF).
         outputs: measured quantities, e.g. ``("a1", "a4")`` (default: every acceleration; ``()``: none).
 
@@ -236,6 +240,17 @@ class Chain(MechanicalModel):
             n_dof = next((len(v) for v in (mass, stiffness, damping) if np.ndim(v) == 1), None)  # type: ignore[arg-type]
         if n_dof is None or n_dof < 1:
             raise ValueError("Chain: give n_dof or at least one of mass/stiffness/damping as a list.")
+        lengths = {
+            name: len(v)  # type: ignore[arg-type]
+            for name, v in (("mass", mass), ("stiffness", stiffness), ("damping", damping))
+            if np.ndim(v) == 1
+        }
+        if len(set(lengths.values())) > 1:
+            shown = ", ".join(f"{name} {n}" for name, n in lengths.items())
+            raise ValueError(
+                f"Chain: expected mass, stiffness and damping of one length (one value per DOF); "
+                f"received {shown}."
+            )
         self.n_dof = int(n_dof)
         params: Params = {
             "m": _vector("mass", mass, n_dof),

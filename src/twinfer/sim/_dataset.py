@@ -94,7 +94,14 @@ def simulate_dataset(
             )
         us = np.zeros((int(n_steps) + 1, 0))
     else:
-        us = np.asarray(inputs, dtype=np.float64)
+        raw = np.asarray(inputs)
+        if raw.dtype.kind == "f" and raw.dtype != np.float64:
+            raise ValueError(
+                f"simulate_dataset inputs: expected a float64 array; received dtype {raw.dtype} (its lost "
+                "digits cannot be recovered: produce the inputs in float64, or convert with "
+                "np.asarray(u, dtype=np.float64) if the loss is acceptable)."
+            )
+        us = np.asarray(raw, dtype=np.float64)
         if us.ndim != 2 or us.shape[1] != model.n_input or us.shape[0] < 2:
             raise ValueError(
                 f"simulate_dataset inputs: expected shape (T + 1, {model.n_input}) with T >= 1 (columns "
