@@ -31,6 +31,29 @@ def test_list_shows_chain4():
     assert "chain4" in result.output
 
 
+def test_list_case_shows_its_settings_and_quick_values():
+    result = runner.invoke(app, ["list", "chain4"], terminal_width=200)
+    assert result.exit_code == 0, result.output
+    row = next(line for line in result.output.splitlines() if " horizon " in line)
+    assert "10.0" in row and "2.0" in row  # the default and the --quick size
+    assert "k4_init" in result.output
+    bad = runner.invoke(app, ["list", "chian4"])
+    assert bad.exit_code == 2 and "list case: expected one of" in bad.output and "'chian4'" in bad.output
+
+
+def test_command_help_is_plain_text():
+    from twinfer.cli._app import plain_help
+
+    doc = """First line.
+
+        See :mod:`twinfer.spec` and :class:`~twinfer.infer.Estimate`; writes
+        ``report.md``.
+        """
+    assert plain_help(doc) == "First line.\n\nSee twinfer.spec and Estimate; writes report.md."
+    result = runner.invoke(app, ["estimate", "--help"], terminal_width=200)
+    assert ":mod:" not in result.output and "``" not in result.output
+
+
 @pytest.mark.parametrize(
     ("setting", "match"),
     [

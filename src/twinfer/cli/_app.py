@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import inspect
 import json
+import re
 import shlex
 import sys
 import time
@@ -88,15 +90,38 @@ def _progress() -> Progress:
 
 
 @app.command("list")
-def list_cases() -> None:
-    """List the runnable case studies."""
+def list_cases(
+    case: Annotated[
+        str | None, typer.Argument(help="A case: list its settings (the keys of --set) instead.")
+    ] = None,
+) -> None:
+    """List the runnable case studies, or one case's settings with their defaults and --quick values."""
     from twinfer.experiments import all_cases
 
-    table = Table(title="twinfer cases", show_lines=False)
-    table.add_column("case", style="bold")
-    table.add_column("description")
-    for name, case in all_cases().items():
-        table.add_row(name, case.description)
+    cases = all_cases()
+    if case is None:
+        table = Table(title="twinfer cases", show_lines=False)
+        table.add_column("case", style="bold")
+        table.add_column("description")
+        for name, the_case in cases.items():
+            table.add_row(name, the_case.description)
+        out.print(table)
+        return
+    if case not in cases:
+        _fail(f"list case: expected one of {', '.join(cases)}; received {case!r}.")
+    the_case = cases[case]
+    table = Table(title=f"{case} settings (twinfer run {case} --set KEY=VALUE)", show_lines=False)
+    for column in ("key", "default", "--quick", "description"):
+        table.add_column(column, style="bold" if column == "key" else None)
+    defaults = the_case.config_type()
+    for key, field in type(defaults).model_fields.items():
+        quick = the_case.quick.get(key)
+        table.add_row(
+            key,
+            escape(repr(getattr(defaults, key))),
+            "" if quick is None else escape(repr(quick)),
+            escape(field.description or ""),
+        )
     out.print(table)
 
 
@@ -148,7 +173,9 @@ def run(
     config: Annotated[Path | None, typer.Option("--config", help="TOML file of settings.")] = None,
     set_: Annotated[
         list[str] | None,
-        typer.Option("--set", help="Override one setting: key=value (repeatable)."),
+        typer.Option(
+            "--set", help="Override one setting: key=value (repeatable; `twinfer list CASE` shows the keys)."
+        ),
     ] = None,
     seed: Annotated[int | None, typer.Option(help="Seed of every random draw.")] = None,
     out_dir: Annotated[Path, typer.Option("--out", help="Parent folder of run folders.")] = Path("runs"),
@@ -755,6 +782,33 @@ def bench(
     write_bench_json(output, name, figures)
     out.print(json.dumps(figures, indent=2, sort_keys=True))
     out.print(f"wrote {output}")
+
+
+_ROLE = re.compile(r":[a-z]+:`(~?)([^`]+)`")
+
+
+def _role_name(match: re.Match[str]) -> str:
+    """A Sphinx cross-reference as its target's name (the last part only after a tilde)."""
+    return match.group(2).rsplit(".", 1)[-1] if match.group(1) else match.group(2)
+
+
+def plain_help(doc: str | None) -> str | None:
+    """A docstring as terminal help: roles and double backticks as plain names, paragraphs unwrapped.
+
+    ``:class:`~a.b.C``` becomes ``C`` (``a.b.C`` without the tilde), ````x```` becomes ``x``; the hard
+    line breaks inside a paragraph are joined, so the terminal wraps it to its own width.
+    """
+    if not doc:
+        return doc
+    text = _ROLE.sub(_role_name, inspect.cleandoc(doc))
+    text = text.replace("``", "")
+    paragraphs = [" ".join(line.strip() for line in p.splitlines()) for p in re.split(r"\n\s*\n", text)]
+    return "\n\n".join(paragraphs)
+
+
+for _command in app.registered_commands:  # help from the docstrings, as plain text
+    if _command.help is None and _command.callback is not None:
+        _command.help = plain_help(_command.callback.__doc__)
 
 
 def main() -> None:
