@@ -113,7 +113,7 @@ def list_cases(
     table = Table(title=f"{case} settings (twinfer run {case} --set KEY=VALUE)", show_lines=False)
     for column in ("key", "default", "--quick", "description"):
         table.add_column(column, style="bold" if column == "key" else None)
-    defaults = the_case.config_type()
+    defaults = the_case.config_type.model_validate({})
     for key, field in type(defaults).model_fields.items():
         quick = the_case.quick.get(key)
         table.add_row(
