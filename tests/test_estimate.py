@@ -30,6 +30,9 @@ def test_bad_names_levels_and_shapes_are_named_errors():
         est.interval("k2")
     with pytest.raises(ValueError, match=r"level: expected a value in \(0, 1\); received 95"):
         est.interval("k1", level=95)
+    with pytest.raises(ValueError, match=r"at: expected a row index in \[-5, 5\) .*received 1000000"):
+        est.interval("k1", at=10**6)
+    assert est.interval("k1", at=-5) == est.interval("k1", at=0)
     with pytest.raises(ValueError, match=r"Estimate stds: expected shape \(5, 3\)"):
         Estimate(est.times, est.means, est.stds[:, :2], None, est.state_names)
     with pytest.raises(ValueError, match="parameters: expected names among state_names"):

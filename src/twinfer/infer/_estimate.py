@@ -85,11 +85,17 @@ class Estimate:
 
         Raises:
             KeyError: for a name that is not a column, naming the columns.
-            ValueError: for a level outside (0, 1).
+            ValueError: for a level outside (0, 1), or a row ``at`` outside the record.
 
         """
         if not 0.0 < level < 1.0:
             raise ValueError(f"Estimate.interval level: expected a value in (0, 1); received {level}.")
+        rows = len(self.times)
+        if isinstance(at, bool) or not isinstance(at, int | np.integer) or not -rows <= at < rows:
+            raise ValueError(
+                f"Estimate.interval at: expected a row index in [{-rows}, {rows}) (negative from the end); "
+                f"received {at!r}."
+            )
         mean, sd = (float(np.asarray(v)[at]) for v in self.series(name))
         from scipy.stats import norm  # scipy.stats costs 0.5 s to import: only here
 
