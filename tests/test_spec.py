@@ -37,6 +37,7 @@ def test_a_chain_from_a_csv_file_distributed_writes_estimate_nc_and_metrics(tmp_
                   outputs=("a1", "a3", "a4"))  # fmt: skip
     force = np.random.default_rng(0).normal(size=(1001, 1)) * 200.0
     data = simulate_dataset(chain, force, 1e-3, 0.05, jax.random.key(0))
+    assert data.inputs is not None
     table = np.column_stack([data.times, data.inputs, data.observations])
     np.savetxt(tmp_path / "frame.csv", table, delimiter=",", header="t,f4,acc1,acc3,acc4", comments="")
     spec = tmp_path / "frame.toml"
@@ -105,6 +106,169 @@ def test_bad_specs_exit_2_naming_the_key(tmp_path, body, named):
     assert named in " ".join(result.output.split()), result.output
 
 
+DATA = '\n[data]\nfile = "rig.csv"\ntime = "t"\ninputs = ["F4"]\noutputs = ["acc1", "acc3", "acc4"]\n'
+SIM = "\n[simulate]\nduration = 1.0\ndt = 1e-3\nnoise_sd = 0.05\n"
+DISTRIBUTED = '[estimator]\nkind = "distributed"\nnoise_sd = 0.05\n'
+
+
+@pytest.mark.parametrize(
+    ("body", "named"),
+    [
+        (
+            CHAIN
+            + DATA
+            + 'states = ["x1", "x2", "x3", "x4", "v1", "v2", "v3"]\n[estimator]\nnoise_sd = 0.05\n',
+            "data.states: expected 8 columns (x1..x4, v1..v4), one per state in the model's order; "
+            "received 7",
+        ),
+        (
+            CHAIN + DATA + "[estimator]\nnoise_sd = -0.05\n",
+            "estimator.noise_sd: expected standard deviations > 0",
+        ),
+        (
+            CHAIN + DATA + "[estimator]\nnoise_sd = [0.05, 0.05]\n",
+            "estimator.noise_sd: expected one value or 3, one per output (a1, a3, a4); received 2 values",
+        ),
+        (
+            CHAIN + SIM + "[estimator]\nstate_sd = -1e-3\n",
+            "estimator.state_sd: expected standard deviations > 0",
+        ),
+        (
+            CHAIN + SIM + "[estimator]\nprocess_sd = -1e-5\n",
+            "estimator.process_sd: expected standard deviations >= 0",
+        ),
+        (
+            CHAIN + SIM + "[estimator]\nx0 = [0.0, 0.0, 0.0]\n",
+            "estimator.x0: expected one value or 8, one per state (x1..x4, v1..v4); received 3 values",
+        ),
+        (
+            CHAIN + SIM + "[unknown]\nk7 = [1e4, 1e3, 0.0]\n",
+            "unknown.k7: expected a parameter of the chain (m1,",
+        ),
+        (
+            CHAIN + SIM + "[unknown]\nk2 = [1.5e4, -5e3, 0.0]\n",
+            "unknown.k2: expected [initial value, prior sd > 0, random-walk sd >= 0]",
+        ),
+        (
+            CHAIN + SIM + DISTRIBUTED + "partition = [[1, 2], [4]]\n",
+            "estimator.partition: expected contiguous DOF groups in order covering 1..4 once",
+        ),
+        (CHAIN + SIM + DISTRIBUTED + "partition = [[1, 2, 3], [3, 4]]\n", "DOF 3 in more than one"),
+        (
+            CHAIN + SIM + "[unknown]\nk2 = [1.5e4, 5e3]\n",
+            "unknown.k2: expected [initial value, prior sd, random-walk sd per step], three numbers; "
+            "received [15000.0, 5000.0]",
+        ),
+        (
+            CHAIN + SIM + "[unknown]\nk2 = 1.5e4\n",
+            "unknown.k2: expected [initial value, prior sd, random-walk",
+        ),
+        (
+            CHAIN + DATA,
+            "estimator.noise_sd: expected the measurement noise sd with measured [data] (one value, or "
+            "one per output); received none",
+        ),
+        (
+            CHAIN + SIM + DISTRIBUTED + "smoother = true\n",
+            "estimator.smoother: the RTS smoother runs only after",
+        ),
+    ],
+    ids=[
+        "states-count",
+        "noise-negative",
+        "noise-length",
+        "state-sd",
+        "process-sd",
+        "x0-length",
+        "unknown-name",
+        "prior-sd",
+        "partition-gap",
+        "partition-overlap",
+        "unknown-two-values",
+        "unknown-scalar",
+        "no-noise-sd",
+        "distributed-smoother",
+    ],
+)
+def test_bad_numbers_exit_2_on_one_line_naming_the_spec_key(tmp_path, body, named):
+    """Checked when the spec is read, before any data or estimator: exit 2, one line naming the spec's
+    key (no internal function, no pydantic prefix, no dump of the whole spec)."""
+    spec = tmp_path / "bad.toml"
+    spec.write_text(body)
+    result = _invoke(spec, "--out", tmp_path / "runs")
+    assert result.exit_code == 2, result.output
+    text = " ".join(result.output.split())
+    assert named in text, result.output
+    for internal in ("chain_graph", "filter noise_sd", "Value error", "'model': {", "(spec)", "rmse:"):
+        assert internal not in text, result.output
+    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
+
+
+def test_a_central_spec_reads_csv_columns_named_unlike_the_models(tmp_path):
+    """The CSV's columns (F2, acc1, acc2, true_x1, ...) are the model's inputs, outputs and states in order,
+    whatever their names, for a central filter as for a distributed one; the report shows no paper
+    columns (a user's own estimate has no paper values)."""
+    chain = Chain([1.0, 2.0], [400.0, 300.0], 2.0, forced_dofs=[2], outputs=("a1", "a2"))
+    force = np.random.default_rng(0).normal(size=(301, 1))
+    data = simulate_dataset(chain, force, 1e-2, 0.01, jax.random.key(0))
+    assert data.inputs is not None and data.truth_states is not None
+    table = np.column_stack([data.times, data.inputs, data.observations, data.truth_states])
+    header = "time,F2,acc1,acc2,true_x1,true_x2,true_v1,true_v2"
+    np.savetxt(tmp_path / "rig.csv", table, delimiter=",", header=header, comments="")
+    spec = tmp_path / "rig.toml"
+    spec.write_text(
+        'name = "rig"\n[model]\nkind = "chain"\nmass = [1.0, 2.0]\nstiffness = [400.0, 300.0]\n'
+        'damping = 2.0\nforced_dofs = [2]\noutputs = ["a1", "a2"]\n\n[data]\nfile = "rig.csv"\n'
+        'time = "time"\ninputs = ["F2"]\noutputs = ["acc1", "acc2"]\n'
+        'states = ["true_x1", "true_x2", "true_v1", "true_v2"]\n\n'
+        '[estimator]\nkind = "central"\nestimator = "kf"\nintegrator = "exact"\nnoise_sd = 0.01\n'
+        "state_sd = 1e-2\nprocess_sd = 1e-4\n"
+    )
+    result = _invoke(spec, "--out", tmp_path / "runs")
+    assert result.exit_code == 0, result.output
+    run = _folder(tmp_path / "runs")
+    metrics = json.loads((run / "metrics.json").read_text())
+    assert 0.0 < metrics["state.rmse"] < 0.1 and metrics["nis"] > 0, metrics
+    with xarray.open_dataset(run / "estimate.nc", engine="h5netcdf") as est:
+        assert list(est["state"].values) == ["x1", "x2", "v1", "v2"]
+    report = (run / "report.md").read_text()
+    assert "| metric | twinfer |\n|---|---|\n| `loglik` |" in report
+    assert "paper" not in report.split("## Notes")[0], report
+
+
+def test_the_figures_draw_every_state_and_every_unknown():
+    """A 5-mass chain's 10 states (and 10 unknowns) all get a panel, over as many figures as needed."""
+    import matplotlib.pyplot as plt
+
+    from twinfer.infer import Estimate
+    from twinfer.spec import _figures
+
+    n_dof, steps = 5, 20
+    states = [f"x{i}" for i in range(1, n_dof + 1)] + [f"v{i}" for i in range(1, n_dof + 1)]
+    params = [f"k{i}" for i in range(1, 11)]
+    rng = np.random.default_rng(0)
+    est = Estimate(
+        times=np.arange(steps) * 0.1,
+        means=rng.normal(size=(steps, 20)),
+        stds=np.full((steps, 20), 0.1),
+        covs=None,
+        state_names=(*states, *params),
+        parameters=tuple(params),
+    )
+    for truth, suffix in ((None, ""), (rng.normal(size=(steps, 10)), " error")):
+        figs = _figures(est, truth, 2 * n_dof)
+        try:
+            labels = {name: [ax.get_ylabel() for ax in fig.axes] for name, fig in figs.items()}
+            drawn = [lab for name, labs in labels.items() if name.startswith("states") for lab in labs]
+            assert sorted(drawn) == sorted(f"{s}{suffix}" for s in states), labels
+            assert "states" in figs and "v5" + suffix in labels["states"]
+            unknowns = [lab for name, labs in labels.items() if name.startswith("parameters") for lab in labs]
+            assert sorted(unknowns) == sorted(params) and "parameters-2" in figs, labels
+        finally:
+            for fig in figs.values():
+                plt.close(fig)
+
+
 def test_a_grid_from_a_pandapower_json_file(tmp_path):
     """A network written by pandapower (not one of the bundled names) runs through the grid case,
     distributed without a partition (the clusters come from s_max); the Estimate holds theta, omega and
@@ -112,7 +276,9 @@ def test_a_grid_from_a_pandapower_json_file(tmp_path):
     import pandapower
     import pandapower.networks
 
-    pandapower.to_json(pandapower.networks.case9(), str(tmp_path / "net.json"))
+    net = pandapower.networks.case9()
+    assert isinstance(net, pandapower.pandapowerNet)
+    pandapower.to_json(net, str(tmp_path / "net.json"))
     spec = tmp_path / "grid.toml"
     spec.write_text(
         'name = "my-grid"\n[model]\nkind = "grid"\nnetwork = "net.json"\n\n'
@@ -156,7 +322,7 @@ def test_a_grid_from_measured_phases_and_frequencies(tmp_path):
     model = KuramotoNetwork(*net.neighbours, np.full(n, 0.2), rng.choice(np.linspace(-1, 1, 21), n))
     x0 = np.concatenate([rng.uniform(-0.5, 0.5, n), rng.uniform(-0.2, 0.2, n)])
     data = simulate_dataset(model, None, 0.01, 0.02, jax.random.key(0), x0=x0, n_steps=200)
-    frame = pd.DataFrame(np.asarray(data.observations), columns=list(data.output_names)).drop(
+    frame = pd.DataFrame(np.asarray(data.observations), columns=pd.Index(data.output_names)).drop(
         columns="theta4"
     )
     frame.insert(0, "t", np.asarray(data.times))

@@ -37,6 +37,7 @@ metrics, arrays and figures for :func:`twinfer.report.write_run`.
 
 from __future__ import annotations
 
+import math
 import tomllib
 from pathlib import Path
 from typing import Any, Literal
@@ -52,7 +53,18 @@ class SpecError(ValueError):
 
 
 class _Strict(pydantic.BaseModel):
-    model_config = pydantic.ConfigDict(extra="forbid", frozen=True)
+    model_config = pydantic.ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+
+class _Problems(ValueError):
+    """Several spec problems found together, one line each naming its key (``estimator.noise_sd: ...``).
+
+    Raised inside the validators; :func:`load_spec` prints its lines as they are.
+    """
+
+    def __init__(self, lines: list[str]) -> None:
+        super().__init__("\n".join(lines))
+        self.lines = lines
 
 
 Values = float | list[float]
@@ -130,15 +142,30 @@ class Estimator(_Strict):
 
     @pydantic.model_validator(mode="after")
     def _partition_for_distributed(self) -> Estimator:
+        problems = []
         if self.kind == "central" and self.partition:
-            raise ValueError("a partition is only for kind = 'distributed'")
+            problems.append(
+                "estimator.partition: a partition is only for kind = 'distributed'; received "
+                f"{self.partition!r} with kind = 'central'"
+            )
         if self.kind == "distributed" and self.smoother:
-            raise ValueError("smoother = true is only for kind = 'central'")
+            problems.append(
+                "estimator.smoother: the RTS smoother runs only after a central filter (kind = 'central'); "
+                "received smoother = true with kind = 'distributed'"
+            )
+        if problems:
+            raise _Problems(problems)
         return self
 
 
 class Spec(_Strict):
-    """A validated spec (see the module docstring)."""
+    """A validated spec (see the module docstring).
+
+    Everything that can be checked from the spec alone is checked here, before any data is read or any
+    estimator built: the sources, the column counts against the model, the noise levels (signs and one
+    value or one per output or state), the prior mean's length, the partition and the unknowns (their
+    names among the chain's parameters, their three numbers).
+    """
 
     name: str = pydantic.Field(default="estimate", pattern=r"^[A-Za-z0-9_.-]+$")
     model: ChainModel | GridModel = pydantic.Field(discriminator="kind")
@@ -147,33 +174,224 @@ class Spec(_Strict):
     estimator: Estimator = Estimator()
     unknown: dict[str, tuple[float, float, float]] = {}
 
+    @pydantic.field_validator("unknown", mode="before")
+    @classmethod
+    def _unknown_triples(cls, value: Any) -> Any:
+        if not isinstance(value, dict):
+            return value  # pydantic's own error: expected a table
+        problems = [
+            f"unknown.{name}: expected [initial value, prior sd, random-walk sd per step], three numbers; "
+            f"received {triple!r}"
+            for name, triple in value.items()
+            if not (
+                isinstance(triple, list | tuple)
+                and len(triple) == 3
+                and all(isinstance(v, int | float) and not isinstance(v, bool) for v in triple)
+            )
+        ]
+        if problems:
+            raise _Problems(problems)
+        return value
+
     @pydantic.model_validator(mode="after")
-    def _one_source(self) -> Spec:
+    def _consistent(self) -> Spec:
+        problems: list[str] = []
         if (self.data is None) == (self.simulate is None):
-            raise ValueError("give exactly one of [data] and [simulate]")
-        if isinstance(self.model, GridModel):
-            if (self.data is not None) != (self.model.damping is not None):
-                raise ValueError(
-                    "model.damping: expected with measured [data] (the buses' damping d) and only then "
-                    f"(a [simulate] section draws it); received damping={self.model.damping}"
-                )
-            if self.data is not None and (self.data.inputs or self.data.outputs or self.data.states):
-                raise ValueError(
-                    "data: a grid's columns are found by name (theta<bus>, omega<bus>, buses from 1); "
-                    "expected no inputs, outputs or states lists"
-                )
-            if self.unknown or self.estimator.partition:
-                raise ValueError(
-                    "a grid takes no [unknown] and no partition (its clusters are found by s_max)"
-                )
-        elif self.estimator.kind == "distributed" and not self.estimator.partition:
-            raise ValueError(
-                "estimator.partition: a distributed estimator of a chain needs a partition, e.g. "
-                '[[1, 2], [3, 4]] or "auto" (two masses each, every subsystem measured); received none'
+            both = "both" if self.data is not None else "neither"
+            problems.append(
+                f"[data] / [simulate]: give exactly one of [data] and [simulate]; received {both}"
             )
         if self.data is not None and self.estimator.noise_sd is None:
-            raise ValueError("estimator.noise_sd: the measurement noise sd is needed with measured [data]")
+            problems.append(
+                "estimator.noise_sd: expected the measurement noise sd with measured [data] (one value, or "
+                "one per output); received none"
+            )
+        if isinstance(self.model, GridModel):
+            problems += _grid_problems(self, self.model)
+        else:
+            problems += _chain_problems(self, self.model)
+        if problems:
+            raise _Problems(problems)
         return self
+
+
+def _grid_problems(spec: Spec, model: GridModel) -> list[str]:
+    """What a grid spec gets wrong: the damping, column lists, unknowns, a partition, the noise levels."""
+    problems = []
+    if (spec.data is not None) != (model.damping is not None):
+        problems.append(
+            "model.damping: expected with measured [data] (the buses' damping d) and only then "
+            f"(a [simulate] section draws it); received damping={model.damping}"
+        )
+    d = spec.data
+    if d is not None and (d.inputs or d.outputs or d.states):
+        problems.append(
+            "data: a grid's columns are found by name (theta<bus>, omega<bus>, buses from 1); expected no "
+            f"inputs, outputs or states lists; received inputs={d.inputs}, outputs={d.outputs}, "
+            f"states={d.states}"
+        )
+    if spec.unknown or spec.estimator.partition:
+        problems.append(
+            "unknown / estimator.partition: a grid takes no [unknown] and no partition (its clusters are "
+            f"found by s_max); received unknown={dict(spec.unknown)}, partition={spec.estimator.partition!r}"
+        )
+    if spec.estimator.noise_sd is not None:
+        problems += _values_problem("estimator.noise_sd", spec.estimator.noise_sd, 0, "grid", "> 0")
+    if spec.simulate is not None:
+        problems += _values_problem("simulate.noise_sd", spec.simulate.noise_sd, 0, "grid", ">= 0")
+    return problems
+
+
+def _chain_problems(spec: Spec, model: ChainModel) -> list[str]:
+    """What a chain spec gets wrong against its chain: counts, signs, the partition, the unknowns.
+
+    Checks needing the number of DOFs are skipped where it is unclear (mass, stiffness and damping all
+    one value, or lists of different lengths): building the chain names that fault.
+    """
+    lengths = {len(v) for v in (model.mass, model.stiffness, model.damping) if isinstance(v, list)}
+    n = lengths.pop() if len(lengths) == 1 else None
+    e, outs = spec.estimator, model.outputs
+    per_output = f"output ({', '.join(outs)})"
+    per_state = f"state (x1..x{n}, v1..v{n})"
+    problems = []
+    if e.noise_sd is not None:
+        problems += _values_problem("estimator.noise_sd", e.noise_sd, len(outs), per_output, "> 0")
+    if spec.simulate is not None:
+        bound = ">= 0" if e.noise_sd is not None else "> 0"
+        note = (
+            "" if e.noise_sd is not None else " (it is the estimator's too: estimator.noise_sd is not given)"
+        )
+        problems += _values_problem(
+            "simulate.noise_sd", spec.simulate.noise_sd, len(outs), per_output, bound, note
+        )
+    states = None if n is None else 2 * n
+    problems += _values_problem("estimator.state_sd", e.state_sd, states, per_state, "> 0")
+    problems += _values_problem("estimator.process_sd", e.process_sd, states, per_state, ">= 0")
+    problems += _values_problem("estimator.x0", e.x0, states, per_state, "any")
+    if e.kind == "distributed" and not e.partition:
+        problems.append(
+            "estimator.partition: a distributed estimator of a chain needs a partition, e.g. "
+            '[[1, 2], [3, 4]] or "auto" (two masses each, every subsystem measured); received none'
+        )
+    nonlinear = [k for k in ("cubic_stiffness", "vdp_damping") if getattr(model, k) is not None]
+    if e.kind == "central" and e.estimator == "kf" and (nonlinear or spec.unknown):
+        why = [f"model.{k}" for k in nonlinear] + [f"unknown.{k}" for k in spec.unknown]
+        problems.append(
+            "estimator.estimator: 'kf' needs a linear model (a chain without cubic_stiffness or vdp_damping "
+            "and without [unknown], whose parameters in the state multiply states); use 'ekf' or 'ukf'; "
+            f"received 'kf' with {', '.join(why)}"
+        )
+    if isinstance(e.partition, list) and n is not None:
+        problems += _partition_problem(e.partition, n)
+    problems += _unknown_problems(spec.unknown, model, n)
+    d = spec.data
+    if d is not None and n is not None:
+        forced = list(range(1, n + 1)) if model.forced_dofs is None else model.forced_dofs
+        if len(d.inputs) != len(forced):
+            problems.append(
+                f"data.inputs: expected {len(forced)} input columns (one per forced DOF {forced}, in "
+                f"order); received {len(d.inputs)} {d.inputs}"
+            )
+        if len(d.outputs) != len(outs):
+            problems.append(
+                f"data.outputs: expected {len(outs)} output columns (one per model output {list(outs)}, in "
+                f"order); received {len(d.outputs)} {d.outputs}"
+            )
+        if d.states is not None and len(d.states) != 2 * n:
+            problems.append(
+                f"data.states: expected {2 * n} columns (x1..x{n}, v1..v{n}), one per state in the "
+                f"model's order; received {len(d.states)} {d.states}"
+            )
+    return problems
+
+
+def _values_problem(
+    key: str, value: Values, count: int | None, per: str, bound: str, note: str = ""
+) -> list[str]:
+    """``[problem]`` unless ``value`` is one number or ``count`` numbers (one per ``per``) with ``bound``.
+
+    ``count`` None: any length; 0: one value only (``per`` then names the model). ``bound``: ``"> 0"``,
+    ``">= 0"`` (standard deviations, whose squares must also be finite) or ``"any"`` (a mean).
+    """
+    values = value if isinstance(value, list) else [value]
+    if isinstance(value, list) and (count == 0 or (count is not None and len(value) != count)):
+        expected = f"one value for a {per}" if count == 0 else f"one value or {count}, one per {per}"
+        return [f"{key}: expected {expected}; received {len(value)} values {value}"]
+    if bound == "> 0" and any(v <= 0 for v in values):
+        return [f"{key}: expected standard deviations > 0{note}; received {value}"]
+    if bound == ">= 0" and any(v < 0 for v in values):
+        return [f"{key}: expected standard deviations >= 0{note}; received {value}"]
+    if bound != "any" and not all(math.isfinite(v * v) for v in values):
+        return [f"{key}: expected standard deviations whose square (a variance) is finite; received {value}"]
+    return []
+
+
+def _partition_problem(partition: list[list[int]], n: int) -> list[str]:
+    """``[problem]`` unless the groups are contiguous, in order and cover DOFs 1..n once."""
+    flat = [d for group in partition for d in group]
+    if flat == list(range(1, n + 1)) and all(partition):
+        return []
+    missing = sorted(set(range(1, n + 1)) - set(flat))
+    twice = sorted({d for d in flat if flat.count(d) > 1})
+    outside = sorted({d for d in flat if not 1 <= d <= n})
+    why = [
+        *([f"DOF {', '.join(map(str, missing))} in no group"] if missing else []),
+        *([f"DOF {', '.join(map(str, twice))} in more than one"] if twice else []),
+        *([f"DOF {', '.join(map(str, outside))} outside 1..{n}"] if outside else []),
+        *(["an empty group"] if not all(partition) else []),
+    ] or ["the DOFs out of order"]
+    return [
+        f"estimator.partition: expected contiguous DOF groups in order covering 1..{n} once, each group "
+        f"listing its DOFs (not a range), e.g. {_example_partition(n)}; received {partition} "
+        f"({'; '.join(why)})"
+    ]
+
+
+def _example_partition(n: int) -> list[list[int]]:
+    half = max(1, n // 2)
+    return [list(range(1, half + 1)), list(range(half + 1, n + 1))] if n > 1 else [[1]]
+
+
+_PARAM_GROUPS = (
+    ("m", "mass", "> 0"),
+    ("k", "stiffness", ">= 0"),
+    ("c", "damping", ">= 0"),
+    ("kappa", "cubic_stiffness", "any"),
+    ("mu", "vdp_damping", "any"),
+)
+"""A chain's parameter groups, the model key that gives them, and the sign the value must have."""
+
+
+def _unknown_problems(
+    unknown: dict[str, tuple[float, float, float]], model: ChainModel, n: int | None
+) -> list[str]:
+    """The unknowns' names among the chain's parameters, and their three numbers."""
+    groups = [
+        (g, bound)
+        for g, key, bound in _PARAM_GROUPS
+        if key in ("mass", "stiffness", "damping") or getattr(model, key) is not None
+    ]
+    names = [f"{g}{i}" for g, _ in groups for i in range(1, (n or 0) + 1)]
+    problems = []
+    for name, (init, prior_sd, walk_sd) in unknown.items():
+        if n is not None and name not in names:
+            problems.append(
+                f"unknown.{name}: expected a parameter of the chain ({', '.join(names)}); received {name!r}"
+            )
+            continue
+        if not prior_sd > 0 or not walk_sd >= 0 or not all(math.isfinite(v * v) for v in (prior_sd, walk_sd)):
+            problems.append(
+                f"unknown.{name}: expected [initial value, prior sd > 0, random-walk sd >= 0] (sds with "
+                f"finite squares); received [{init!r}, {prior_sd!r}, {walk_sd!r}]"
+            )
+            continue
+        bound = next((b for g, b in groups if name.rstrip("0123456789") == g), "any")
+        if (bound == "> 0" and not init > 0) or (bound == ">= 0" and not init >= 0):
+            problems.append(
+                f"unknown.{name}: expected an initial value {bound} (as the chain's own {name} must be); "
+                f"received {init!r}"
+            )
+    return problems
 
 
 def load_spec(path: str | Path) -> tuple[Spec, Path]:
@@ -203,7 +421,12 @@ def load_spec(path: str | Path) -> tuple[Spec, Path]:
         lines = []
         for item in exc.errors():
             key = ".".join(str(p) for p in item["loc"]) or "(spec)"
-            if item["type"] == "extra_forbidden":
+            error = item.get("ctx", {}).get("error")
+            if isinstance(error, _Problems):  # the validators' own lines, each naming its key
+                lines += error.lines
+            elif item["type"] == "value_error":
+                lines.append(f"{key}: {error}")
+            elif item["type"] == "extra_forbidden":
                 lines.append(f"unknown key {key!r}")
             elif item["type"] == "union_tag_invalid":  # the model kind
                 ctx = item.get("ctx", {})
@@ -235,22 +458,29 @@ def _chain(spec: Spec) -> Any:
 
 
 def _dataset(spec: Spec, chain: Any, base: Path) -> Any:
-    from twinfer.data import from_table
+    """The spec's record: its data file's columns renamed to the chain's, or a simulation of the chain."""
+    from twinfer.data import Dataset, from_table
 
     if spec.data is not None:
-        d = spec.data
-        n_in = len(chain.forced_dofs)
-        if len(d.inputs) != n_in or len(d.outputs) != len(chain.outputs):
-            raise SpecError(
-                f"spec data: expected {n_in} input columns (one per forced DOF {list(chain.forced_dofs)}) "
-                f"and {len(chain.outputs)} output columns (for {list(chain.outputs)}); received inputs "
-                f"{d.inputs} and outputs {d.outputs}."
-            )
+        d = spec.data  # its column counts are checked against the chain by Spec
         file = d.file if d.file.is_absolute() else base / d.file
         try:
-            return from_table(file, d.time, d.inputs or None, d.outputs, states=d.states)
+            table = from_table(file, d.time, d.inputs or None, d.outputs, states=d.states)
         except (OSError, ValueError) as exc:
             raise SpecError(f"spec data.file {file}: {exc}") from None
+        # the file's columns under the model's names (the filters check the names, the graph the order)
+        return Dataset(
+            **{
+                **table.to_dict(),
+                "input_names": chain.input_names if chain.input_names else None,
+                "output_names": chain.output_names,
+                "state_names": chain.state_names if d.states is not None else None,
+                "metadata": {
+                    **table.metadata,
+                    "columns": {"time": d.time, "inputs": d.inputs, "outputs": d.outputs, "states": d.states},
+                },
+            }
+        )
     import jax
     from scipy.signal import butter, lfilter
 
@@ -491,18 +721,23 @@ def _run_grid_data(spec: Spec, model: GridModel, base: Path) -> tuple[Any, Any, 
     return est, data, RunArtifacts(out, arrays, notes=notes), lambda: _figures(est, None, 2 * n)
 
 
+PANEL_ROWS = 8
+"""Rows of panels per figure: a record with more states (or unknowns) than fit gets more figures."""
+
+
 def _figures(est: Any, truth: Any, n: int) -> dict[str, Any]:
-    """States (up to 8) and unknowns with their 95 % bands.
+    """Every state and every unknown with its 95 % band; as many figures as they need.
 
-    Where the truth is known, each state's error is drawn inside its band: what calibration looks like.
+    The states are drawn in two columns (positions or phases left, velocities or frequencies right: the
+    first and second half of the state) of up to :data:`PANEL_ROWS` rows per figure: ``states``, then
+    ``states-2``, ... . Where the truth is known, each state's error is drawn inside its band: what
+    calibration looks like. The unknowns follow in one column, ``parameters``, ``parameters-2``, ... .
     """
-    import matplotlib.pyplot as plt
-
     t = np.asarray(est.times)
-    shown = list(range(min(n, 8)))
-    fig, axes = plt.subplots(len(shown), 1, figsize=(8, 1.6 * len(shown)), sharex=True, squeeze=False)
-    for ax, j in zip(axes[:, 0], shown, strict=True):
-        mean, sd = np.asarray(est.means)[:, j], np.asarray(est.stds)[:, j]
+    means, stds = np.asarray(est.means), np.asarray(est.stds)
+
+    def state(ax: Any, j: int) -> None:
+        mean, sd = means[:, j], stds[:, j]
         if truth is None:  # the estimate with its band
             ax.fill_between(t, mean - 1.96 * sd, mean + 1.96 * sd, alpha=0.3, label="95 %")
             ax.plot(t, mean, lw=0.8, label="estimate")
@@ -511,17 +746,39 @@ def _figures(est: Any, truth: Any, n: int) -> dict[str, Any]:
             ax.fill_between(t, -1.96 * sd, 1.96 * sd, alpha=0.3, label="95 % band")
             ax.plot(t, mean - truth[:, j], lw=0.6, label="estimate - truth")
             ax.set_ylabel(f"{est.state_names[j]} error")
-    axes[0, 0].legend(loc="upper right", fontsize=7)
-    axes[-1, 0].set_xlabel("time [s]")
-    figs = {"states": fig}
-    if est.parameters:
-        params = est.parameters[:8]
-        fig, axes = plt.subplots(len(params), 1, figsize=(8, 1.8 * len(params)), squeeze=False)
-        for ax, name in zip(axes[:, 0], params, strict=True):
-            mean, sd = (np.asarray(v) for v in est.series(name))
-            ax.fill_between(t, mean - 1.96 * sd, mean + 1.96 * sd, alpha=0.3)
-            ax.plot(t, mean, lw=0.8)
-            ax.set_ylabel(name)
-        axes[-1, 0].set_xlabel("time [s]")
-        figs["parameters"] = fig
+
+    def parameter(ax: Any, j: int) -> None:
+        mean, sd = (np.asarray(v) for v in est.series(est.parameters[j]))
+        ax.fill_between(t, mean - 1.96 * sd, mean + 1.96 * sd, alpha=0.3)
+        ax.plot(t, mean, lw=0.8)
+        ax.set_ylabel(est.parameters[j])
+
+    columns = 2 if n % 2 == 0 and n > 1 else 1
+    # panel (row, column) of figure f shows state: column c holds the states of its half, in order
+    half = n // columns
+    states = [[c * half + r for c in range(columns)] for r in range(half)]
+    figs = _panel_figures("states", states, state, legend=True)
+    figs |= _panel_figures("parameters", [[j] for j in range(len(est.parameters))], parameter)
+    return figs
+
+
+def _panel_figures(name: str, rows: list[list[int]], draw: Any, legend: bool = False) -> dict[str, Any]:
+    """Figures ``name``, ``name-2``, ... of at most :data:`PANEL_ROWS` rows, ``draw(ax, j)`` in each panel."""
+    import matplotlib.pyplot as plt
+
+    figs: dict[str, Any] = {}
+    for start in range(0, len(rows), PANEL_ROWS):
+        chunk = rows[start : start + PANEL_ROWS]
+        columns = max(len(r) for r in chunk)
+        fig, axes = plt.subplots(
+            len(chunk), columns, figsize=(4 + 4 * columns, 1.6 * len(chunk) + 0.4), sharex=True, squeeze=False
+        )
+        for r, row in enumerate(chunk):
+            for c, j in enumerate(row):
+                draw(axes[r, c], j)
+        if legend:
+            axes[0, 0].legend(loc="upper right", fontsize=7)
+        for ax in axes[-1]:
+            ax.set_xlabel("time [s]")
+        figs[name if start == 0 else f"{name}-{start // PANEL_ROWS + 1}"] = fig
     return figs

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import json
 import re
@@ -266,6 +267,7 @@ def run(
         with _progress() as progress:
             artifacts = the_case.run(run_cfg, _Bar(progress))
         _INTERRUPTS.check()
+        artifacts = dataclasses.replace(artifacts, quick=quick)  # meta.json and report.md say so
         paper = the_case.paper_values(cfg)
         if not writer:
             out.print(
@@ -538,13 +540,17 @@ def _belongs(folder: Path, wanted: dict[str, str]) -> bool:
 def _print_metrics(case: str, metrics: dict[str, float], paper: dict | object) -> None:
     from rich.markup import escape  # metric names such as sindy.xi[dx] are not markup
 
+    refs = paper if isinstance(paper, dict) else {}
+    with_paper = any(name in refs for name in metrics)  # a user's own estimate has no paper column
     table = Table(title=f"{case}: metrics")
     table.add_column("metric")
     table.add_column("twinfer", justify="right")
-    table.add_column("paper", justify="right")
+    if with_paper:
+        table.add_column("paper", justify="right")
     for name in sorted(metrics):
-        ref = paper.get(name) if isinstance(paper, dict) else None  # type: ignore[union-attr]
-        table.add_row(escape(name), f"{metrics[name]:.4g}", f"{ref.value:.4g}" if ref else "")
+        ref = refs.get(name)
+        row = [escape(name), f"{metrics[name]:.4g}"]
+        table.add_row(*row, *([f"{ref.value:.4g}" if ref else ""] if with_paper else []))
     out.print(table)
 
 
@@ -600,6 +606,7 @@ def report(run_dir: Annotated[Path, typer.Argument(help="A run folder written by
             to_toml(config),
             artifacts.notes,
             names,
+            quick=bool(meta.get("quick", False)),
         )
         write_text(run_dir / "report.md", text)
     except OSError as exc:

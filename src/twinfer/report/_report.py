@@ -117,6 +117,10 @@ def verdict(ours: float, ref: PaperValue | None) -> str:
     return f"{status} ({ref.tolerance.describe()})"
 
 
+QUICK_LINE = "Quick size: a smoke test; paper comparisons below are not expected to hold at this size."
+"""The first line of a ``--quick`` run's report."""
+
+
 def render_report(
     case: str,
     description: str,
@@ -125,16 +129,32 @@ def render_report(
     config_toml: str,
     notes: Sequence[str] = (),
     figures: Sequence[str] = (),
+    *,
+    quick: bool = False,
 ) -> str:
-    """Markdown report: metrics table (ours | paper | ratio | verdict | source), notes, figures, config."""
-    lines = [f"# {case}", "", description, "", "## Metrics", ""]
-    lines += [
-        "| metric | twinfer | paper | twinfer / paper | reproduced | paper source |",
-        "|---|---|---|---|---|---|",
-    ]
+    """Markdown report: metrics table (ours | paper | ratio | verdict | source), notes, figures, config.
+
+    A table with no paper value in any row (a user's own estimate) has only the metric and our value.
+    ``quick``: the run used the ``--quick`` sizes, said in the report's first line (:data:`QUICK_LINE`).
+    """
+    lines = [f"# {case}", ""]
+    if quick:
+        lines += [f"**{QUICK_LINE}**", ""]
+    lines += [description, "", "## Metrics", ""]
+    with_paper = any(name in paper for name in metrics)
+    if with_paper:
+        lines += [
+            "| metric | twinfer | paper | twinfer / paper | reproduced | paper source |",
+            "|---|---|---|---|---|---|",
+        ]
+    else:
+        lines += ["| metric | twinfer |", "|---|---|"]
     for name in sorted(metrics):
         ours = metrics[name]
         ref = paper.get(name)
+        if not with_paper:
+            lines.append(f"| `{name}` | {_fmt(ours)} |")
+            continue
         ratio = "-"
         if ref is not None and ref.value != 0 and math.isfinite(ours):
             ratio = f"{ours / ref.value:.3g}"

@@ -116,6 +116,9 @@ class RunArtifacts:
     notes: Sequence[str] = ()
     files: Mapping[str, bytes] = field(default_factory=dict)
     """Extra files by name relative to the run folder (for example an ArviZ ``posterior.nc``)."""
+    quick: bool = False
+    """The run used the ``--quick`` sizes: a smoke test, recorded in ``meta.json`` and said at the top of
+    ``report.md`` (paper comparisons are not expected to hold at that size)."""
 
 
 Figures = Mapping[str, Any] | Callable[[], Mapping[str, Any]]
@@ -147,7 +150,8 @@ def write_run(
         case: case name.
         description: one line on the case.
         config: the resolved config (written as ``config.toml``).
-        artifacts: metrics, arrays, notes and extra files of the run.
+        artifacts: metrics, arrays, notes and extra files of the run, and whether it was ``--quick``
+            (``meta.json``'s ``quick``, and the first line of ``report.md``).
         figures: name -> matplotlib figure, or a function making them (its failure is a warning too).
         paper: the paper's values beside the metrics in ``report.md``.
         extras: writers of further artefacts into the folder being written (e.g. ``posterior.nc``).
@@ -183,9 +187,17 @@ def write_run(
                 warn(f"{getattr(writer, '__name__', 'extra output')} failed and was skipped: {_why(exc)}")
         names = _write_figures(tmp, figures, warn)
         notes = [*artifacts.notes, *(f"Warning: {w}" for w in warnings)]
-        meta = {"case": case, "versions": versions(), "notes": list(artifacts.notes), "warnings": warnings}
+        meta = {
+            "case": case,
+            "quick": bool(artifacts.quick),
+            "versions": versions(),
+            "notes": list(artifacts.notes),
+            "warnings": warnings,
+        }
         write_json(tmp / "meta.json", meta)
-        report = render_report(case, description, metrics, paper, config_toml, notes, names)
+        report = render_report(
+            case, description, metrics, paper, config_toml, notes, names, quick=bool(artifacts.quick)
+        )
         write_text(tmp / "report.md", report)
         os.rename(tmp, run_dir)  # atomic; replaces the empty folder reserved by new_run_dir
     except BaseException:
