@@ -234,6 +234,20 @@ def test_a_central_spec_reads_csv_columns_named_unlike_the_models(tmp_path):
     report = (run / "report.md").read_text()
     assert "| metric | twinfer |\n|---|---|\n| `loglik` |" in report
     assert "paper" not in report.split("## Notes")[0], report
+    # a gap in the times is named by its rows and times; an infinite reading by its column and line
+    uneven = table.copy()
+    uneven[50:, 0] += 0.004
+    np.savetxt(tmp_path / "rig.csv", uneven, delimiter=",", header=header, comments="")
+    bad = _invoke(spec, "--out", tmp_path / "runs")
+    assert bad.exit_code == 2, bad.output
+    assert "received a step of 0.014 from time 0.49 to 0.504 (data rows 50 and 51)" in " ".join(
+        bad.output.split()
+    )
+    table[7, 2] = np.inf
+    np.savetxt(tmp_path / "rig.csv", table, delimiter=",", header=header, comments="")
+    bad = _invoke(spec, "--out", tmp_path / "runs")
+    assert bad.exit_code != 0
+    assert "expected a finite number in column 'acc1', line 9" in " ".join(bad.output.split()), bad.output
 
 
 def test_the_figures_draw_every_state_and_every_unknown():

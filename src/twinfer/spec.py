@@ -498,9 +498,18 @@ def _dataset(spec: Spec, chain: Any, base: Path) -> Any:
 
 
 def _step(data: Any) -> float:
-    dts = np.diff(np.asarray(data.times))
-    if dts.size == 0 or not np.allclose(dts, dts[0], rtol=1e-6, atol=0.0):
-        raise SpecError("spec data: expected equally spaced times (one step length dt).")
+    times = np.asarray(data.times)
+    dts = np.diff(times)
+    if dts.size == 0:
+        raise SpecError(f"spec data: expected at least two rows (one step length dt); received {times.size}.")
+    off = ~np.isclose(dts, dts[0], rtol=1e-6, atol=0.0)
+    if off.any():
+        k = int(np.argmax(off))
+        raise SpecError(
+            f"spec data: expected equally spaced times (one step length dt = {dts[0]:g} from the first two "
+            f"rows); received a step of {dts[k]:g} from time {times[k]:g} to {times[k + 1]:g} (data rows "
+            f"{k + 1} and {k + 2})."
+        )
     return float(dts[0])
 
 

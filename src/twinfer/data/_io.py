@@ -141,6 +141,11 @@ def from_csv(
                     f"from_csv: expected a number in column {name!r}, line {line} of {path}; "
                     f"received {cell!r}."
                 ) from None
+            if np.isinf(values[i]):
+                raise ValueError(
+                    f"from_csv: expected a finite number in column {name!r}, line {line} of {path}; "
+                    f"received {cell!r}."
+                )
         return values
 
     return _assemble(column, path, time, inputs, outputs, states, metadata)
@@ -211,6 +216,12 @@ def from_table(
                 f"received shape {raw.shape}, dtype {raw.dtype}."
             )
         values = raw.astype(np.float64)
+        if np.isinf(values).any():
+            row = int(np.argmax(np.isinf(values)))
+            raise ValueError(
+                f"from_table: expected a finite number in column {name!r}, row {row} of {path}; received "
+                f"{values[row]}."
+            )
         if not may_miss and np.isnan(values).any():
             row = int(np.argmax(np.isnan(values)))
             raise ValueError(
