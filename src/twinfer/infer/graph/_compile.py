@@ -124,6 +124,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import functools
+import warnings
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -135,7 +136,15 @@ import numpy as np
 from twinfer.data._checks import first_bad
 from twinfer.infer._estimate import Estimate, merge_estimates
 from twinfer.infer.filters import STATIC_STEPS, DivergenceError, gaussian_filter, ukf_step
-from twinfer.infer.filters._errors import NIS_DIVERGED, first_not_psd, first_runaway
+from twinfer.infer.filters._errors import (
+    NIS_DIVERGED,
+    NIS_LOW,
+    NIS_MIN_COUNT,
+    NIS_WARN,
+    FilterConsistencyWarning,
+    first_not_psd,
+    first_runaway,
+)
 from twinfer.infer.gaussian import UnscentedWeights, cholesky, linear, predict, psd_factor, taylor, tria
 from twinfer.infer.graph._field import FieldEngine, _columns, compile_field, run_field
 from twinfer.infer.graph._graph import Graph
@@ -236,7 +245,8 @@ class GraphResult(NamedTuple):
 
     ``means``/``covs`` over t_0..t_T (row 0 the prior), one-step predictive ``pred_means``/``pred_covs``
     over t_1..t_T, the log-likelihood of its measurements and its terms per step ``step_logliks``
-    over t_1..t_T.
+    over t_1..t_T, and its normalised innovation squared per step ``step_nis`` over t_1..t_T
+    (``v^T S^-1 v`` over the outputs observed at that step; 0 for an estimator without an update).
     """
 
     means: Any
@@ -245,6 +255,7 @@ class GraphResult(NamedTuple):
     pred_covs: Any
     loglik: Any
     step_logliks: Any = None
+    step_nis: Any = None
 
 
 def _group_key(s: Subsystem) -> tuple[Any, ...]:
@@ -639,11 +650,13 @@ def _local_step(
     split edges, which read the sender at ``s_j + L_j z``: after the
     update their mean is reset to 0 and their covariance to I, keeping their cross-covariance with the
     state (:func:`_schmidt`).
-    Returns filtered and predicted means and lower factors and the log-likelihood increment.
+    Returns filtered and predicted means and lower factors, the log-likelihood increment and the
+    normalised innovation squared of the update (:func:`_estimator_step`).
     """
     u = _columns(u_all, arr["inputs"])
-    y = y_all[arr["outputs"]]
-    mask = mask_all[arr["outputs"]]
+    seen = arr["outputs"] >= 0  # -1: an output never measured (not the data's last column)
+    safe = jnp.where(seen, arr["outputs"], 0)
+    y, mask = y_all[safe], seen & mask_all[safe]
     params = arr["params"]
 
     fm, hm = _split_model(tmpl, params, m, laws, split, n_z)
@@ -659,7 +672,8 @@ def _local_step(
     if tmpl.estimator == "learned":  # the prediction; its own error Q (and injected message noise)
         mean = f(x, u)
         chol_p = tria(chol_q)
-        return mean, chol_p, mean, chol_p, jnp.zeros((), x.dtype)
+        zero = jnp.zeros((), x.dtype)
+        return mean, chol_p, mean, chol_p, zero, zero
     res = _estimator_step(tmpl, f, h, x, chol, chol_q, chol_r, u, y, mask)
     if not n_z:
         return res
@@ -667,25 +681,38 @@ def _local_step(
 
 
 def _estimator_step(tmpl: _Template, f, h, x, chol, chol_q, chol_r, u, y, mask) -> tuple[Any, ...]:
-    """The subsystem's estimator on ``f``, ``h``: filtered and predicted means and factors, log-likelihood."""
+    """The subsystem's estimator on ``f``, ``h``: filtered and predicted means and factors, loglik, NIS.
+
+    The NIS is the update's own ``v^T S^-1 v`` over the observed outputs (the filters compute it with
+    the log-likelihood); 0 for the estimators without a predicted innovation covariance (``"none"``,
+    the static ``"wls"``/``"wnls"``), which :data:`NIS_ESTIMATORS` leaves out of the consistency check.
+    """
+    zero = jnp.zeros((), x.dtype)
     if tmpl.estimator == "none":
         jac = jax.jacfwd(lambda xx: f(xx, u))(x)
         mean, chol_p = predict(x, chol, jac, f(x, u) - jac @ x, chol_q)
-        return mean, chol_p, mean, chol_p, jnp.zeros((), x.dtype)
+        return mean, chol_p, mean, chol_p, zero, zero
     if tmpl.estimator == "ukf":
         out = ukf_step(
             f, h, x, chol, chol_q, chol_r, u, y, mask, weights=tmpl.weights, innovation=tmpl.innovation
         )
-        return out.mean, out.chol, out.pred_mean, out.pred_chol, out.loglik
+        return out.mean, out.chol, out.pred_mean, out.pred_chol, out.loglik, _nis_of(out.nis, zero)
     if tmpl.estimator in STATIC_STEPS:  # the static baselines: no covariance carried, P kept
         step = STATIC_STEPS[tmpl.estimator]
         w = step(f, h, x, chol_q @ chol_q.T, chol_r @ chol_r.T, u, y, mask, innovation=tmpl.innovation)
         jac = jax.jacfwd(lambda xx: f(xx, u))(x)
         mean_p, chol_p = predict(x, chol, jac, f(x, u) - jac @ x, chol_q)
-        return w.mean, cholesky(w.cov), mean_p, chol_p, jnp.zeros((), x.dtype)
+        return w.mean, cholesky(w.cov), mean_p, chol_p, zero, zero
     lin = linear if tmpl.estimator == "kf" else taylor
     out = gaussian_filter(f, h, x, chol, chol_q, chol_r, u[None], y[None], mask[None], linearisation=lin)
-    return out.means[0], out.chols[0], out.pred_means[0], out.pred_chols[0], out.loglik
+    # the scan's NIS is its mean over the observed values; one step's sum is that times their count
+    nis = _nis_of(out.nis, zero) * jnp.sum(mask.astype(x.dtype))
+    return out.means[0], out.chols[0], out.pred_means[0], out.pred_chols[0], out.loglik, nis
+
+
+def _nis_of(nis: Any, zero: Any) -> Any:
+    """A step's NIS (``None`` from an atom that does not compute it reads as 0)."""
+    return zero if nis is None else jnp.asarray(nis, zero.dtype)
 
 
 def _schmidt(mean: Any, chol: Any, n_z: int, triangular: bool) -> tuple[Any, Any]:
@@ -934,7 +961,7 @@ class _Engine:
                     for r, p in zip(res, prev, strict=True)
                 )
             outs.append(res)
-        return tuple(tuple(o[j] for o in outs) for j in range(5)), new_var
+        return tuple(tuple(o[j] for o in outs) for j in range(6)), new_var
 
     def cross(self, chols: tuple[Any, ...]) -> tuple[Any, ...]:
         """Per edge group, each consider edge's ``X = Cov(e_send, w_recv)`` (E, p_s, p_r), else ``None``.
@@ -1016,7 +1043,7 @@ class _Engine:
         u, y, mask = inp
         start = (means, chols)
         zero_ll = tuple(jnp.zeros(len(g.members)) for g in self.groups)
-        iterate = (means, chols, means, chols, zero_ll)
+        iterate = (means, chols, means, chols, zero_ll, zero_ll)  # the last: NIS
         kind = self.schedule.kind
         src = (means, chols)
         if kind == "ab2":
@@ -1068,18 +1095,21 @@ class _Engine:
     def scan(self, num: Numbers, us: Any, ys: Any, masks: Any, check: bool = False):
         """Scan :meth:`step` over T steps: step k uses ``us[k]`` and ``ys[k]`` (measured at t_{k+1}).
 
-        With ``check`` (static) the jitted scan raises (``eqx.branched_error_if``) naming the first
-        subsystem, in compile order, whose state became non-finite or whose covariance lost its
-        positive diagonal; :func:`run` checks on the host instead and also names the step.
+        Returns, per group stacked over its members, the filtered means and factors, the predicted ones,
+        the log-likelihood terms and the normalised innovation squared per step (``(T, G)``, 0 for a
+        member without an update). With ``check`` (static) the jitted scan raises
+        (``eqx.branched_error_if``) naming the first subsystem, in compile order, whose state became
+        non-finite or whose covariance lost its positive diagonal; :func:`run` checks on the host
+        instead and also names the step.
         """
         ys_clean = jnp.where(masks, ys, 0.0)
         n = [num.groups[gi]["x0"].shape[-1] - g.template.memory for gi, g in enumerate(self.groups)]
 
         def body(carry: Any, inp: Any) -> Any:  # the outputs keep the states, not the consider states
-            carry, (mu, ch, pm, pc, ll) = self.step(num, carry, inp)
+            carry, (mu, ch, pm, pc, ll, nis) = self.step(num, carry, inp)
             cut_m = lambda xs: tuple(x[..., :k] for x, k in zip(xs, n, strict=True))  # noqa: E731
             cut_c = lambda xs: tuple(x[..., :k, :k] for x, k in zip(xs, n, strict=True))  # noqa: E731
-            return carry, (cut_m(mu), cut_c(ch), cut_m(pm), cut_c(pc), ll)
+            return carry, (cut_m(mu), cut_c(ch), cut_m(pm), cut_c(pc), ll, nis)
 
         _, outs = jax.lax.scan(body, self.init(num), (us, ys_clean, masks))
         if check:
@@ -1171,7 +1201,7 @@ def run(
             such step (and its time with a dataset) and the likely causes.
 
     """
-    compiled, chosen, outs, times = _scan_record(graph, dataset, schedule, us, ys, compiled, numbers)
+    compiled, chosen, outs, times, _ = _scan_record(graph, dataset, schedule, us, ys, compiled, numbers)
     result = unpack(compiled, chosen, outs)
     _check_divergence(graph, {k: (r.means, r.covs, r.step_logliks) for k, r in result.items()}, times)
     return result
@@ -1179,8 +1209,8 @@ def run(
 
 def _scan_record(
     graph: Graph, dataset: Any, schedule: Schedule | str, us: Any, ys: Any, compiled: Any, numbers: Any
-) -> tuple[Compiled, Numbers, Any, Any]:
-    """The checked record through the (cached) compiled scan: ``(compiled, numbers, outs, times)``."""
+) -> tuple[Compiled, Numbers, Any, Any, np.ndarray]:
+    """The checked record through the (cached) compiled scan: ``(compiled, numbers, outs, times, masks)``."""
     if compiled is None:
         compiled = compiled_for(graph, schedule)
         if numbers is None and not isinstance(compiled.engine, FieldEngine):
@@ -1193,7 +1223,7 @@ def _scan_record(
     chosen: Numbers = compiled.numbers if numbers is None else numbers
     us, ys, masks, times = _prepare_record(compiled, chosen, dataset, us, ys)
     outs = compiled.scan(chosen, jnp.asarray(us), jnp.asarray(ys), jnp.asarray(masks))
-    return compiled, chosen, outs, times
+    return compiled, chosen, outs, times, masks
 
 
 def estimate(
@@ -1215,18 +1245,35 @@ def estimate(
     graph coupled by a field, run by :func:`run_field`, which keeps none). Times are the dataset's, or
     ``times`` (T + 1,) with arrays, or the step numbers 0..T.
 
+    ``nis`` is the central filter's consistency statistic over the subsystems that update (``"ukf"``,
+    ``"kf"``, ``"ekf"``): each one's normalised innovation squared ``v^T S^-1 v`` per step over its
+    observed outputs, summed over the subsystems and the steps and divided by the number of observed
+    values they read, so about 1 for consistent local filters (per step, the sum over the subsystems
+    is then about chi-square with the number of observed outputs). None for a graph coupled by a field
+    or without such a subsystem or observed value.
+
     Raises:
         ValueError: as :func:`run`, and when two subsystems name the same column or ``times`` has the
             wrong length.
 
+    Warns:
+        FilterConsistencyWarning: by the central filter's rule (:func:`twinfer.infer.filters.run_filter`):
+            when ``nis`` exceeds ``NIS_WARN`` (10), or, over at least ``NIS_MIN_COUNT`` observed values,
+            is below ``NIS_LOW`` (0.1), naming the subsystems whose own average is furthest off.
+
     """
+    nis = None
     if graph.fields:
         fields = run_field(graph, dataset, us=us, ys=ys)
         result = {k: (np.asarray(v.means), np.asarray(v.stds), float("nan")) for k, v in fields.items()}
     else:  # the marginals straight from the factors: no (T, n, n) covariance formed, O(T n^2) on the host
-        compiled, chosen, outs, times_ = _scan_record(graph, dataset, schedule, us, ys, None, None)
+        compiled, chosen, outs, times_, masks = _scan_record(graph, dataset, schedule, us, ys, None, None)
         result = _checked_moments(graph, compiled, chosen, outs, times_)
-    return _merged(graph, result, dataset, times)
+        per = _subsystem_nis(compiled, chosen, outs, masks)
+        nis = _total_nis(per)
+        loglik = float(sum(r[2] for r in result.values()))
+        _warn_inconsistent("graph estimate", nis, per, loglik)
+    return dataclasses.replace(_merged(graph, result, dataset, times), nis=nis)
 
 
 def timed_estimate(
@@ -1236,6 +1283,9 @@ def timed_estimate(
 
     The first call traces, compiles and runs; the program is then run ``repeats`` times more, and the
     estimate is the last run's. For benchmarks and the cases that report run times (``chain-scaling``).
+    The estimate's ``nis`` is :func:`estimate`'s; no :class:`FilterConsistencyWarning` is raised, since
+    the cases set their filters' noise levels apart from the data's on purpose (``chain-scaling``'s R
+    is 1000x the sensor variance, as in the paper) and score the calibration themselves.
 
     Raises:
         ValueError: as :func:`estimate`; for a graph coupled by a field (time :func:`run_field`).
@@ -1253,13 +1303,85 @@ def timed_estimate(
     args = (jnp.asarray(us), jnp.asarray(ys), jnp.asarray(masks))
     timed = time_jitted(lambda u, y, k: compiled.scan(chosen, u, y, k), *args, repeats=repeats)
     result = _checked_moments(graph, compiled, chosen, timed.value, times)
-    return _merged(graph, result, dataset, None), timed
+    nis = _total_nis(_subsystem_nis(compiled, chosen, timed.value, masks))
+    return dataclasses.replace(_merged(graph, result, dataset, None), nis=nis), timed
 
 
 def _checked_moments(graph: Graph, compiled: Compiled, chosen: Numbers, outs: Any, times: Any) -> dict:
     moments = unpack_moments(compiled, chosen, outs)
     _check_divergence(graph, moments, times)
     return {k: (m, sd, float(np.sum(ll))) for k, (m, sd, ll) in moments.items()}
+
+
+NIS_ESTIMATORS = ("ukf", "kf", "ekf")
+"""The local estimators whose updates give a normalised innovation squared (a predicted ``S``)."""
+
+
+def _subsystem_nis(
+    compiled: Compiled, numbers: Numbers, outs: Any, masks: Any
+) -> dict[str, tuple[float, int]]:
+    """Each updating subsystem's summed NIS over the record and the number of observed values it read.
+
+    ``outs`` is ``compiled.scan``'s output on the record whose observation mask is ``masks`` (T, n_y);
+    a subsystem counts the entries of its output columns (not -1, never measured) that the mask
+    observes, as its update does (:func:`_local_step`). Subsystems with another estimator
+    (:data:`NIS_ESTIMATORS`) or no outputs are left out.
+    """
+    nis = [np.asarray(a) for a in outs[5]]
+    masks = np.asarray(masks, dtype=bool)
+    out: dict[str, tuple[float, int]] = {}
+    for gi, g in enumerate(compiled.groups):
+        cols = np.asarray(numbers.groups[gi]["outputs"], dtype=int)
+        if g.template.estimator not in NIS_ESTIMATORS or cols.shape[-1] == 0:
+            continue
+        for j, i in enumerate(g.members):
+            seen = cols[j][cols[j] >= 0]  # -1: an output never measured
+            out[compiled.names[i]] = (float(np.sum(nis[gi][:, j])), int(masks[:, seen].sum()))
+    return out
+
+
+def _total_nis(per: dict[str, tuple[float, int]]) -> float | None:
+    """The mean NIS per observed value over all subsystems (the central filter's ``nis``); None if none."""
+    count = sum(c for _, c in per.values())
+    return sum(v for v, _ in per.values()) / count if count else None
+
+
+def _warn_inconsistent(
+    where: str, nis: float | None, per: dict[str, tuple[float, int]], loglik: float
+) -> None:
+    """The central filter's :class:`FilterConsistencyWarning` rule on ``nis``, naming the worst subsystems.
+
+    Above ``NIS_WARN`` the subsystems whose own mean NIS exceeds it (at least the largest) are named,
+    largest first; below ``NIS_LOW`` (over ``NIS_MIN_COUNT`` observed values or more) those below it
+    (at least the smallest), smallest first.
+    """
+    if nis is None:
+        return
+    n_obs = sum(c for _, c in per.values())
+    means = {k: v / c for k, (v, c) in per.items() if c}
+    high = nis > NIS_WARN
+    if not high and not (n_obs >= NIS_MIN_COUNT and nis < NIS_LOW):
+        return
+    ranked = sorted(means, key=lambda k: -means[k] if high else means[k])
+    named = [k for k in ranked if (means[k] > NIS_WARN if high else means[k] < NIS_LOW)] or ranked[:1]
+    worst = ", ".join(f"{k!r} {means[k]:.3g} over {per[k][1]} values" for k in named)
+    if high:
+        text = (
+            f"{where}: the normalised innovation squared (NIS) averages {nis:.3g} per measurement over the "
+            f"subsystems' updates; a consistent filter gives about 1 (warning above {NIS_WARN:g}). Worst "
+            f"subsystems: {worst}. Their models, parameters, noise levels (noise_sd, process_sd) or "
+            "incoming messages do not fit the data, so the estimates and the log-likelihood "
+            f"({loglik:.4g}) are not trustworthy."
+        )
+    else:
+        text = (
+            f"{where}: the normalised innovation squared (NIS) averages {nis:.3g} per measurement over "
+            f"{n_obs} values; a consistent filter gives about 1 (warning below {NIS_LOW:g}). Lowest "
+            f"subsystems: {worst}. Their variances are far larger than the data justify: an unstable "
+            "discretisation (try a smaller time step or another integrator) or noise levels (noise_sd, "
+            "process_sd) far too high."
+        )
+    warnings.warn(text, FilterConsistencyWarning, stacklevel=3)
 
 
 def _merged(graph: Graph, result: dict[str, tuple[Any, Any, float]], dataset: Any, times: Any) -> Estimate:
@@ -1432,7 +1554,7 @@ def unpack_moments(compiled: Compiled, numbers: Numbers, outs: Any) -> dict[str,
 
     The standard deviations are the row norms of the square-root factors: no covariance is formed.
     """
-    means, chols, _, _, ll = jax.tree_util.tree_map(np.asarray, outs)  # index on the host
+    means, chols, _, _, ll = jax.tree_util.tree_map(np.asarray, outs[:5])  # index on the host
     out: dict[str, tuple[Any, Any, Any]] = {}
     for gi, g in enumerate(compiled.groups):
         x0, P0 = np.asarray(numbers.groups[gi]["x0"]), np.asarray(numbers.groups[gi]["P0"])
@@ -1450,7 +1572,7 @@ def unpack_moments(compiled: Compiled, numbers: Numbers, outs: Any) -> dict[str,
 
 def unpack(compiled: Compiled, numbers: Numbers, outs: Any) -> dict[str, GraphResult]:
     """Split the stacked outputs of ``compiled.scan`` into one :class:`GraphResult` per subsystem."""
-    means, chols, pm, pchols, ll = jax.tree_util.tree_map(np.asarray, outs)  # index on the host
+    means, chols, pm, pchols, ll, nis = jax.tree_util.tree_map(np.asarray, outs)  # index on the host
     gram = lambda c: np.einsum("...ij,...kj->...ik", c, c)  # noqa: E731
     covs, pc = [gram(c) for c in chols], [gram(c) for c in pchols]
     out: dict[str, GraphResult] = {}
@@ -1465,5 +1587,6 @@ def unpack(compiled: Compiled, numbers: Numbers, outs: Any) -> dict[str, GraphRe
                 pc[gi][:, j],
                 float(np.sum(ll[gi][:, j])),
                 ll[gi][:, j],
+                nis[gi][:, j],
             )
     return out

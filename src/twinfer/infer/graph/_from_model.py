@@ -23,6 +23,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from twinfer.infer.filters import UnscentedWeights, augment
+from twinfer.infer.filters._api import _unknown as _checked_unknown
 from twinfer.infer.graph._parts import MESSAGE_KINDS, MESSAGE_RULES, Interface, Port, Subsystem, two_way
 from twinfer.models import AbstractModel, Chain, Connection
 from twinfer.models._params import locate
@@ -110,7 +111,9 @@ def chain_graph(
             joins the state of one of the two subsystems it joins, and its port: the one that measures
             its end mass (d - 1 or d) when only one does, else the one starting at mass d. Both directions
             of the interface read it from there (:class:`twinfer.models.chain.EstimatedConnectionLaw`), the
-            other side through the message (with its uncertainty, for probabilistic messages).
+            other side through the message (with its uncertainty, for probabilistic messages). Each
+            initial value is checked as :func:`~twinfer.infer.filters.run_filter` checks it: the chain
+            must take it (``chain.with_params``; a negative mass is refused).
         x0: prior mean of the chain's state ``[x1..xn, v1..vn]`` (a scalar or 2n values).
         state_sd: prior standard deviation of each state (scalar or 2n values), > 0.
         process_sd: process-noise standard deviation per step of each state (scalar or 2n), >= 0.
@@ -159,6 +162,7 @@ def chain_graph(
     sdr = _values("noise_sd", noise_sd, len(chain.outputs), "> 0")
     unknown = dict(unknown or {})
     local, at_cut = _local_unknowns(chain, segments, unknown)
+    _checked_unknown("chain_graph", chain, unknown)  # as run_filter: finite, float64, a value the chain takes
     if at_cut and rule not in ("split", "shared"):
         raise ValueError(
             f"chain_graph unknown {[g for held in at_cut.values() for _, g in held]}: a cut connection's "
@@ -420,7 +424,8 @@ def model_graph(
         weights: UKF sigma-point weights (default Merwe alpha=1, beta=2, kappa=0).
         name: the graph's name.
         unknown: ``{parameter name: (initial value, prior sd > 0, random-walk sd per step >= 0)}``; each
-            joins the subsystem whose equations read it (one only).
+            joins the subsystem whose equations read it (one only). Each initial value must be one the
+            model takes (``model.with_params``), as :func:`~twinfer.infer.filters.run_filter` checks.
         x0: prior mean per model state (scalar or ``n_state`` values).
         state_sd: prior standard deviation per model state, > 0.
         process_sd: process-noise standard deviation per step per model state, >= 0.
@@ -434,7 +439,8 @@ def model_graph(
     Raises:
         ValueError: for a partition that does not cover the states once, a connection naming unknown
             states or two groups' worth of states on one side, coupling the declaration leaves out, an
-            output no subsystem can evaluate, or an unknown read by two subsystems, naming them.
+            output no subsystem can evaluate, an unknown read by two subsystems or whose initial value
+            the model refuses, naming them.
 
     References:
         Ghorbani & Hackl, section 1, SI (S1)-(S4) (subsystems, messages as interface variables).
@@ -483,6 +489,7 @@ def model_graph(
                 f"model_graph unknown {key!r}: expected (initial value, prior sd > 0, random-walk sd >= 0); "
                 f"received {value!r}."
             )
+    _checked_unknown("model_graph", model, unknown)  # as run_filter: finite, float64, a value the model takes
     full = augment(model, list(unknown)) if unknown else model
     n_full = n + len(unknown)
     mean0 = np.concatenate([_values("x0", x0, n, "any", "model_graph"), [v[0] for v in unknown.values()]])
