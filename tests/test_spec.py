@@ -172,6 +172,10 @@ DISTRIBUTED = '[estimator]\nkind = "distributed"\nnoise_sd = 0.05\n'
             CHAIN + SIM + DISTRIBUTED + "smoother = true\n",
             "estimator.smoother: the RTS smoother runs only after",
         ),
+        (
+            CHAIN.replace("damping = 30.0", 'damping = "30.0"') + SIM,
+            "Input should be a valid number; received '30.0'",
+        ),
     ],
     ids=[
         "states-count",
@@ -188,6 +192,7 @@ DISTRIBUTED = '[estimator]\nkind = "distributed"\nnoise_sd = 0.05\n'
         "unknown-scalar",
         "no-noise-sd",
         "distributed-smoother",
+        "quoted-number",
     ],
 )
 def test_bad_numbers_exit_2_on_one_line_naming_the_spec_key(tmp_path, body, named):

@@ -40,7 +40,7 @@ from __future__ import annotations
 import math
 import tomllib
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import numpy as np
 import pydantic
@@ -67,7 +67,9 @@ class _Problems(ValueError):
         self.lines = lines
 
 
-Values = float | list[float]
+Real = Annotated[float, pydantic.Strict()]
+"""A number as TOML writes one (an integer or a float); a quoted string such as ``"60.0"`` is refused."""
+Values = Real | list[Real]
 
 
 class ChainModel(_Strict):
@@ -117,11 +119,11 @@ class Simulation(_Strict):
     low-pass at ``force_band`` of the Nyquist frequency), measured with noise of ``noise_sd`` per output.
     """
 
-    duration: float = pydantic.Field(gt=0)
-    dt: float = pydantic.Field(gt=0)
+    duration: Real = pydantic.Field(gt=0)
+    dt: Real = pydantic.Field(gt=0)
     noise_sd: Values
-    force_sd: float = pydantic.Field(default=1.0, ge=0)
-    force_band: float = pydantic.Field(default=0.05, gt=0, lt=1)
+    force_sd: Real = pydantic.Field(default=1.0, ge=0)
+    force_band: Real = pydantic.Field(default=0.05, gt=0, lt=1)
     seed: int = 0
 
 
