@@ -28,6 +28,15 @@ def test_turbine_quick_runs_five_estimators_in_one_graph(tmp_path):
     assert m["distributed.coverage95.estimated_min"] >= 0.8
     assert m["distributed.run_s"] > 0
     assert m["narx.test.rmse"] > 0 and m["narx.online_rmse"] < 0.05
+    # two records (quick: repeats = 2), the second with its own noise and initial draw: each state's
+    # pooled coverage is their mean, so it sits half their range from the first record's value
+    assert m["distributed.pooled.records"] == 2.0
+    for s in ("alpha", "x_R", "phi1"):
+        half = m[f"distributed.pooled.coverage95_spread.{s}"] / 2
+        assert abs(
+            m[f"distributed.pooled.coverage95.{s}"] - m[f"distributed.coverage95.{s}"]
+        ) == pytest.approx(half)
+    assert m["distributed.pooled.coverage95.estimated_min"] >= 0.8
     for name in ("states", "parameters", "narx"):
         assert (folder / "figures" / f"{name}.png").is_file()
 
@@ -65,3 +74,7 @@ def test_shaft_noise_keeps_the_speed_relation_and_the_start_is_a_prior_draw():
     assert not np.array_equal(x0, initial_state(config.model_copy(update={"seed": 1}), params))
     at_truth = initial_state(config.model_copy(update={"initial": "truth"}), params)
     np.testing.assert_array_equal(at_truth, truth)
+    again = initial_state(config, params, repeat=1)  # a calibration repeat: another draw, same states moved
+    assert not np.array_equal(again, x0) and {names[i] for i in np.flatnonzero(again != truth)} == set(
+        ESTIMATED
+    )
