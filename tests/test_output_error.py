@@ -16,12 +16,12 @@ from twinfer.sim import fine_input, particle_simulator
 N_OBS, H, K_TRUE, NOISE, SUB = 80, 0.04, 5.0, 0.02, 4
 
 
-def _oscillator(noise_sd=NOISE):
-    """x'' = -k x from x(0) = 0.5 at rest: y_k = 0.5 cos(sqrt(k) k H) + noise; k unknown."""
+def _oscillator(noise_sd=NOISE, **over):
+    """x'' = -k x from x(0) = 0.5 at rest: y_k = 0.5 cos(sqrt(k) k H) + noise; k unknown (over: fields)."""
     model = Chain([1.0], [K_TRUE], [0.0], forced_dofs=[1], outputs=["x1"])
     ts = H * np.arange(N_OBS)
     ys = 0.5 * np.cos(np.sqrt(K_TRUE) * ts) + NOISE * np.random.default_rng(1).normal(size=N_OBS)
-    lik = OutputErrorLikelihood(
+    fields = dict(
         model=model,
         base_params=model.params,
         names=("k1",),
@@ -32,7 +32,7 @@ def _oscillator(noise_sd=NOISE):
         substeps=SUB,
         noise_sd=noise_sd,
     )
-    return lik, ts, ys
+    return OutputErrorLikelihood(**{**fields, **over}), ts, ys
 
 
 def test_loglik_is_the_gaussian_density_of_the_closed_form_simulation():
@@ -102,37 +102,20 @@ def test_tempering_gives_the_grid_posterior_of_k():
 
 
 def test_named_errors_for_bad_data():
-    lik, _, ys = _oscillator()
-    model = lik.model
-
-    def build(**over):
-        args = dict(
-            model=model,
-            base_params=model.params,
-            names=("k1",),
-            x0=jnp.array([0.5, 0.0]),
-            us=jnp.zeros((N_OBS * SUB, 1)),
-            ys=jnp.asarray(ys)[:, None],
-            dt=H / SUB,
-            substeps=SUB,
-            noise_sd=NOISE,
-        )
-        args.update(over)
-        return OutputErrorLikelihood(**args)
-
+    _, _, ys = _oscillator()
     with pytest.raises(ValueError, match=r"us: expected shape \(320, 1\).*received \(80, 1\)"):
-        build(us=jnp.zeros((N_OBS, 1)))
+        _oscillator(us=jnp.zeros((N_OBS, 1)))
     with pytest.raises(ValueError, match=r"ys: expected shape \(T, 1\).*received \(80,\)"):
-        build(ys=jnp.asarray(ys))
+        _oscillator(ys=jnp.asarray(ys))
     bad = np.array(ys)
     bad[7] = np.nan
     with pytest.raises(ValueError, match=r"ys: expected finite values; received a non-finite value at row 7"):
-        build(ys=jnp.asarray(bad)[:, None])
+        _oscillator(ys=jnp.asarray(bad)[:, None])
     with pytest.raises(ValueError, match=r"noise_sd: expected a finite number > 0 or None; received -1"):
-        build(noise_sd=-1.0)
+        _oscillator(noise_sd=-1.0)
     with pytest.raises(ValueError, match=r"outputs: expected indices in \[0, 1\); received \(2,\)"):
-        build(outputs=(2,))
+        _oscillator(outputs=(2,))
     with pytest.raises(ValueError, match=r"x0: expected shape \(2,\); received \(3,\)"):
-        build(x0=jnp.zeros(3))
+        _oscillator(x0=jnp.zeros(3))
     with pytest.raises(ValueError, match=r"substeps: expected an integer >= 1; received 0"):
-        build(substeps=0)
+        _oscillator(substeps=0)

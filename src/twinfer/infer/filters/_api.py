@@ -29,11 +29,11 @@ from twinfer.infer._estimate import Estimate
 from twinfer.infer.filters._augment import augment
 from twinfer.infer.filters._errors import (
     NIS_LOW,
-    NIS_MIN_COUNT,
     NIS_WARN,
     DivergenceError,
     FilterConsistencyWarning,
     first_not_psd,
+    inconsistency,
 )
 from twinfer.infer.filters._gaussian_filter import gaussian_filter
 from twinfer.infer.filters._smoother import rts_smooth
@@ -416,7 +416,8 @@ def _run(model: AbstractModel, data: Dataset, where: str, options: Mapping[str, 
         means, covs, stds = _filtered_summary(x_init, cov0, out.means, out.chols)
     n_obs = int(np.asarray(data.mask[1:]).sum())
     nis = float(out.nis) if n_obs and out.nis is not None else None
-    if nis is not None and nis > NIS_WARN:
+    verdict = inconsistency(nis, n_obs)
+    if verdict == "high":
         warnings.warn(
             f"{where}: the normalised innovation squared (NIS) averages {nis:.3g} per measurement; a "
             f"consistent filter gives about 1 (warning above {NIS_WARN:g}). The model, its parameters or "
@@ -425,7 +426,7 @@ def _run(model: AbstractModel, data: Dataset, where: str, options: Mapping[str, 
             FilterConsistencyWarning,
             stacklevel=3,
         )
-    elif nis is not None and n_obs >= NIS_MIN_COUNT and nis < NIS_LOW:
+    elif verdict == "low":
         warnings.warn(
             f"{where}: the normalised innovation squared (NIS) averages {nis:.3g} per measurement over "
             f"{n_obs} values; a consistent filter gives about 1 (warning below {NIS_LOW:g}). The filter's "

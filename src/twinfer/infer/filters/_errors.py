@@ -49,6 +49,20 @@ class FilterConsistencyWarning(UserWarning):
     """The filter's innovations are far larger than its own predicted innovation covariance allows."""
 
 
+def inconsistency(nis: float | None, n_obs: int) -> str | None:
+    """Which side of the consistency rule a mean NIS falls on: ``"high"``, ``"low"`` or None.
+
+    ``"high"`` above :data:`NIS_WARN`; ``"low"`` below :data:`NIS_LOW` over at least :data:`NIS_MIN_COUNT`
+    observed values; None otherwise (or without a NIS). The central filter and the graph estimates warn
+    (:class:`FilterConsistencyWarning`) by this one rule.
+    """
+    if nis is None:
+        return None
+    if nis > NIS_WARN:
+        return "high"
+    return "low" if n_obs >= NIS_MIN_COUNT and nis < NIS_LOW else None
+
+
 def first_not_psd(covs: Any) -> int:
     """Index of the first (n, n) matrix of ``covs`` (T, n, n) that is non-finite or not PSD; -1 if none.
 

@@ -139,11 +139,11 @@ from twinfer.infer.filters import STATIC_STEPS, DivergenceError, gaussian_filter
 from twinfer.infer.filters._errors import (
     NIS_DIVERGED,
     NIS_LOW,
-    NIS_MIN_COUNT,
     NIS_WARN,
     FilterConsistencyWarning,
     first_not_psd,
     first_runaway,
+    inconsistency,
 )
 from twinfer.infer.gaussian import UnscentedWeights, cholesky, linear, predict, psd_factor, taylor, tria
 from twinfer.infer.graph._field import FieldEngine, _columns, compile_field, run_field
@@ -1355,13 +1355,12 @@ def _warn_inconsistent(
     largest first; below ``NIS_LOW`` (over ``NIS_MIN_COUNT`` observed values or more) those below it
     (at least the smallest), smallest first.
     """
-    if nis is None:
-        return
     n_obs = sum(c for _, c in per.values())
-    means = {k: v / c for k, (v, c) in per.items() if c}
-    high = nis > NIS_WARN
-    if not high and not (n_obs >= NIS_MIN_COUNT and nis < NIS_LOW):
+    verdict = inconsistency(nis, n_obs)
+    if verdict is None:
         return
+    means = {k: v / c for k, (v, c) in per.items() if c}
+    high = verdict == "high"
     ranked = sorted(means, key=lambda k: -means[k] if high else means[k])
     named = [k for k in ranked if (means[k] > NIS_WARN if high else means[k] < NIS_LOW)] or ranked[:1]
     worst = ", ".join(f"{k!r} {means[k]:.3g} over {per[k][1]} values" for k in named)
