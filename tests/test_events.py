@@ -215,6 +215,37 @@ def test_fixed_step_gradient_through_bounces_matches_finite_differences(sim_rk4)
     np.testing.assert_allclose(np.asarray(grad), fd, rtol=2e-4, atol=1e-5)
 
 
+class _CountedBall(BouncingBall2D):
+    """The ball, counting how often its vector field is traced (a trace per compile of a simulation)."""
+
+    def hybrid_vector_field(self, t, x, z, u, params):
+        _TRACES.append(1)
+        return super().hybrid_vector_field(t, x, z, u, params)
+
+
+_TRACES: list[int] = []
+
+
+@pytest.mark.parametrize("fixed_steps", [None, 2])
+def test_a_second_simulation_of_one_model_reuses_the_compiled_program(fixed_steps):
+    """Claim: simulate_events compiles once per model structure and shapes: new initial states, new
+    parameter values and a new model instance with other numbers trace nothing again (before, every call
+    traced and compiled its scans anew, about 2 s each), and the results are the new numbers' own."""
+    ts = TS[:60]
+    first = simulate_events(_CountedBall(mu=0.15), ts, X0[0], fixed_steps=fixed_steps)
+    traced = len(_TRACES)
+    assert traced > 0
+    other = _CountedBall(mu=0.05, d=0.2)
+    again = simulate_events(other, ts, X0[1], fixed_steps=fixed_steps)
+    params = dict(other.params, g=jnp.asarray(9.0))
+    moved = simulate_events(other, ts, X0[1], params=params, fixed_steps=fixed_steps)
+    assert len(_TRACES) == traced
+    ball = BouncingBall2D()
+    fresh = jax.jit(lambda x0, p: simulate_events(ball, ts, x0, params=p, fixed_steps=fixed_steps).states)
+    np.testing.assert_allclose(np.asarray(moved.states), np.asarray(fresh(X0[1], params)), rtol=1e-12)
+    assert not np.allclose(np.asarray(first.states), np.asarray(again.states))
+
+
 def test_fixed_step_time_events_and_limits():
     """Claim: the fixed-step path fires time events at k * period and names its event limit."""
     ts = np.round(np.arange(0.0, 0.5 + 1e-9, 0.01), 10)

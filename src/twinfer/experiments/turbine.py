@@ -68,6 +68,7 @@ import warnings
 from collections.abc import Mapping
 from typing import Any, Literal
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -798,7 +799,9 @@ def run(config: TurbineConfig, progress: Progress) -> RunArtifacts:
             metrics["narx.online_rmse"] = float(rmse(h_hat, truth[1:, truth_names.index("h")]))
     if config.central:
         metrics["central_over_distributed.run_s"] = metrics["central.run_s"] / metrics["distributed.run_s"]
-    pooled_notes = _pooled(config, params, fit.model, sd_h, metrics, progress) if config.repeats > 1 else []
+    pooled_notes = []
+    if config.repeats > 1:
+        pooled_notes = _pooled(config, params, fit.model, sd_h, runs, metrics, progress)
     metrics["timing.run_s"] = time.perf_counter() - start
     progress("turbine", 1, 1)
     notes = [
@@ -844,6 +847,7 @@ def _pooled(
     params: PeltonParams,
     narx: NARX,
     sd_h: float,
+    first: Mapping[str, Graph],
     metrics: dict[str, float],
     progress: Progress,
 ) -> list[str]:
@@ -856,6 +860,8 @@ def _pooled(
     and NARX, and is scored as the first (:func:`_score`). Per estimated state, ``pooled.coverage95.s``
     is the mean over the records and ``pooled.coverage95_spread.s`` the range of the records' values;
     per coefficient, ``pooled.<c>.in95`` is the fraction of records whose final 95 % interval holds 1.
+    Every record runs on the first record's graphs (``first``) with its own initial states
+    (:func:`_initial_states_of`), so all records share one compiled program per estimator.
     """
     labels = ["distributed", *(["central"] if config.central else [])]
     scores: dict[str, list[dict[str, float]]] = {label: [dict(metrics)] for label in labels}
@@ -864,10 +870,11 @@ def _pooled(
         progress("calibration repeats", r - 1, config.repeats - 1)
         data = simulate(config, params, r)
         for label in labels:
-            g = (
+            g = _initial_states_of(
                 build_graph(config, params, narx, data, sd_h, r)
                 if label == "distributed"
-                else central(config, params, r)
+                else central(config, params, r),
+                first[label],
             )
             schedule = config.schedule if label == "distributed" else "jacobi"
             with warnings.catch_warnings(record=True) as caught:
@@ -900,6 +907,19 @@ def _pooled(
         "coverage95_spread is the range over the records."
     ]
     return notes + [f"Warning, {w}" for w in warned]
+
+
+def _initial_states_of(record: Graph, first: Graph) -> Graph:
+    """``first`` with ``record``'s initial states: the program compiled for ``first`` runs it.
+
+    A record's graph differs from the first record's only in its subsystems' ``x0``, but its transitions
+    are new closures, which :func:`twinfer.infer.graph.compiled_for` would take for a new structure and
+    compile anew (a minute at full size per estimator).
+    """
+    nodes = [n for n in record.nodes if isinstance(n, Subsystem)]
+    if len(nodes) != len(record.nodes) or len(first.nodes) != len(nodes):
+        raise ValueError("turbine records: expected graphs of subsystems only, of one size")
+    return eqx.tree_at(lambda g: [n.x0 for n in g.nodes], first, [n.x0 for n in nodes])
 
 
 def figures(arrays: Mapping[str, Any], config: TurbineConfig) -> dict[str, Any]:

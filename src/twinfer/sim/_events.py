@@ -110,12 +110,56 @@ def simulate_events(
     if z0 is None:
         z0 = model.initial_discrete_state(params)
     z0 = jnp.asarray(check_array("simulate_events z0", z0, (model.n_discrete,)), dtype=x0.dtype)
-    u_fn: Callable[[Any], Any] = inputs if inputs is not None else (lambda t: jnp.zeros(model.n_input))
+    if fixed_steps is not None and int(fixed_steps) < 1:
+        raise ValueError(f"simulate_events fixed_steps: expected >= 1; received {fixed_steps}.")
     tsj = jnp.asarray(ts_np)
     stop = tsj[-1] if t_stop is None else jnp.asarray(t_stop, dtype=tsj.dtype)
+    return _simulate(
+        model,
+        tsj,
+        x0,
+        z0,
+        params,
+        inputs,
+        stop,
+        rtol=rtol,
+        atol=atol,
+        event_tol=event_tol,
+        max_events=max_events,
+        max_events_per_interval=max_events_per_interval,
+        max_steps=max_steps,
+        solver=solver,
+        fixed_steps=None if fixed_steps is None else int(fixed_steps),
+    )
+
+
+@eqx.filter_jit
+def _simulate(
+    model: AbstractModel,
+    tsj: Any,
+    x0: Any,
+    z0: Any,
+    params: Any,
+    inputs: Callable[[Any], Any] | None,
+    stop: Any,
+    *,
+    rtol: float,
+    atol: float,
+    event_tol: float,
+    max_events: int,
+    max_events_per_interval: int,
+    max_steps: int,
+    solver: Any,
+    fixed_steps: int | None,
+) -> HybridTrajectory:
+    """:func:`simulate_events` after its checks, compiled once per model structure, options and shapes.
+
+    The model's and the parameters' arrays, the times, the initial states and ``stop`` are traced; the
+    rest (``inputs`` by identity, the tolerances and limits) is static, so repeated simulations of one
+    model on new initial states or parameters reuse one program instead of tracing the scans anew.
+    """
+    u_fn: Callable[[Any], Any] = inputs if inputs is not None else (lambda t: jnp.zeros(model.n_input))
     if fixed_steps is not None:
-        if int(fixed_steps) < 1:
-            raise ValueError(f"simulate_events fixed_steps: expected >= 1; received {fixed_steps}.")
         states, discrete, n, ev_t, ev_w = simulate_rk4(
             model,
             tsj,
@@ -124,7 +168,7 @@ def simulate_events(
             params,
             u_fn,
             stop,
-            substeps=int(fixed_steps),
+            substeps=fixed_steps,
             max_events=max_events,
             max_pieces=max_events_per_interval + 1,
         )
