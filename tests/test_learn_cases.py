@@ -1,6 +1,9 @@
 """The ``bouncing-ball`` case end to end at --quick size."""
 
 import json
+import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -13,11 +16,27 @@ runner = CliRunner()
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(400)
 def test_run_bouncing_ball_quick(tmp_path):
     """Claim: `twinfer run bouncing-ball --quick` trains P, reports every metric and the W figure;
-    the physics-only baseline on the test scenario equals the specs 3.7 sanity value 0.5079."""
-    result = runner.invoke(app, ["run", "bouncing-ball", "--quick", "--out", str(tmp_path)])
-    assert result.exit_code == 0, result.output
+    the physics-only baseline on the test scenario equals the specs 3.7 sanity value 0.5079.
+
+    Run as a user runs it, in a fresh process with XLA's default flags rather than the suite's quick
+    compile options (conftest.py): in test scenario 5 the physics-only ball reaches the right wall
+    exactly at the save time t = 0.70 (s_x = 0.9 = 1 - r), so rounding decides whether that sample is
+    the bounce's left or right limit. With XLA's defaults it is the left limit and the loss is 0.5079,
+    as in the spec; XLA's backend at optimisation level 0 takes the right limit (0.5100).
+    """
+    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    env.update(TWINFER_CACHE_DIR="off", JAX_ENABLE_X64="1", MPLBACKEND="Agg")
+    command = [
+        sys.executable,
+        "-c",
+        "import sys; from twinfer.cli import main; sys.argv[0] = 'twinfer'; main()",
+    ]
+    command += ["run", "bouncing-ball", "--quick", "--out", str(tmp_path)]
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=360)
+    assert done.returncode == 0, done.stderr[-3000:]
     (run_dir,) = list(tmp_path.iterdir())
     metrics = json.loads((run_dir / "metrics.json").read_text())
     assert abs(metrics["fpm.test_loss"] - 0.5079) < 1e-3
