@@ -55,6 +55,18 @@ K R / (2 - K): errors of 1/sqrt(2 - K) ~ 0.71 sd for a small K, 99.4 % inside th
 (measured: 0.67 sd, 0.995-0.998; docs/tuning.md); only a gain K >= 0.27, at which the filter follows the
 sensor, would bring that below 0.99.
 
+A lateral Q near zero (``q_generator``, the first four of ``q_runner``, at 1e-8 of Table S8's: the
+integrator's error only) makes each filter a least-squares estimate of the lateral motion and, over the
+130 s record, calibrates it (seed 0, three records, pooled distributed / central): lateral 0.915-0.960 /
+0.949-0.961, alpha/beta 0.947 / 0.912, n/omega 0.987 / 0.975; every central state in [0.90, 0.99] and
+every distributed one but phi1 (0.999: its band is its prior's, M3 never sees it); lateral RMSE 8.6e-7
+/ 2.6e-8 m. At 1e-4 of Table S8's the distributed lateral states cover 0.92-0.97 and the central ones
+0.995-0.9999. It is not the default because the first seconds under-cover: over the 3 s of ``--quick``
+the generator's lateral states cover 0.53-0.81 (1e-4: 0.59-0.85; two records), the start's errors having
+no Q to absorb them. The distributed K_seal's bias is the exchange's: it absorbs the error of the
+lateral coupling, whichever Q (final K_seal 1.26-1.30, central 0.94), and moves with the schedule (ab2
+1.29, Jacobi with two inner iterations 3.30, Gauss-Seidel -0.59).
+
 References:
     Ghorbani & Hackl, SI section 3.6, eq. (S93)-(S143), Tables S5-S8; specs/compositional-inference.md
     2.5, 3.6 and 7 items 14-19.
