@@ -29,12 +29,8 @@ def test_run_bouncing_ball_quick(tmp_path):
     """
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
     env.update(TWINFER_CACHE_DIR="off", JAX_ENABLE_X64="1", MPLBACKEND="Agg")
-    command = [
-        sys.executable,
-        "-c",
-        "import sys; from twinfer.cli import main; sys.argv[0] = 'twinfer'; main()",
-    ]
-    command += ["run", "bouncing-ball", "--quick", "--out", str(tmp_path)]
+    command = [sys.executable, "-c", "from twinfer.cli import main; main()", "run", "bouncing-ball"]
+    command += ["--quick", "--out", str(tmp_path)]
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=360)
     assert done.returncode == 0, done.stderr[-3000:]
     (run_dir,) = list(tmp_path.iterdir())
