@@ -48,6 +48,7 @@ def simulate_dataset(
     n_steps: int | None = None,
     truth: Truth = "exact",
     substeps: int = 1,
+    input_noise_sd: Any = 0.0,
     metadata: Mapping[str, Any] | None = None,
 ) -> Dataset:
     """Simulate ``model`` and measure it with noise: an aligned :class:`~twinfer.data.Dataset` with its truth.
@@ -66,6 +67,13 @@ def simulate_dataset(
             method of :func:`twinfer.sim.discretise` with ``substeps`` steps per interval (a filter on the
             same discretisation then has no model error).
         substeps: steps per interval of a fixed-step ``truth``.
+        input_noise_sd: standard deviation of the inputs' measurement noise, a scalar or one value per
+            input, >= 0 (default 0). The truth is driven by ``inputs``; the record holds them as a
+            sensor reads them (a load cell's force), plus N(0, input_noise_sd^2) per sample, drawn from
+            ``jax.random.fold_in(key, 1)``. A filter fed the record then meets a process noise that is
+            really in the data (the held input's error ``B w``: for a force on a mass m over a step
+            dt, ``dt^2 / (2 m) w`` on the position and ``dt / m w`` on the velocity), which is what a
+            random-walk Q on a noise-free truth is not (docs/tuning.md).
         metadata: extra entries for the record's metadata.
 
     Returns:
@@ -115,6 +123,17 @@ def simulate_dataset(
         if not np.all(np.isfinite(us)):
             raise ValueError("simulate_dataset inputs: expected finite values; received a non-finite one.")
     n = us.shape[0] - 1
+    in_sd = np.asarray(input_noise_sd, dtype=np.float64)
+    if (
+        in_sd.ndim > 1
+        or (in_sd.ndim == 1 and in_sd.shape != (model.n_input,))
+        or not np.all(np.isfinite(in_sd) & (in_sd >= 0))
+        or (model.n_input == 0 and np.any(in_sd > 0))
+    ):
+        raise ValueError(
+            f"simulate_dataset input_noise_sd: expected finite values >= 0, one or one per input "
+            f"({', '.join(model.input_names) or 'none'}); received {np.asarray(input_noise_sd).tolist()}."
+        )
     sd = np.broadcast_to(np.asarray(noise_sd, dtype=np.float64), (len(model.output_names),))
     if not np.all(np.isfinite(sd) & (sd >= 0)):
         raise ValueError(
@@ -147,6 +166,11 @@ def simulate_dataset(
             f"simulate_dataset: the {truth} simulation of {type(model).__name__} became non-finite; check "
             "the parameters, the inputs and (for a fixed-step truth) the step dt / substeps."
         )
+    recorded, noted = us, {}
+    if model.n_input and np.any(in_sd > 0):
+        draw = np.asarray(jax.random.normal(jax.random.fold_in(key, 1), us.shape))
+        recorded = us + np.broadcast_to(in_sd, (model.n_input,))[None, :] * draw
+        noted = {"input_noise_sd": np.broadcast_to(in_sd, (model.n_input,)).tolist()}
     meta = {
         "source": "twinfer.sim.simulate_dataset",
         "truth": truth
@@ -154,13 +178,14 @@ def simulate_dataset(
         else ("exact (matrix exponential)" if model.is_linear else "exact (Dopri8)"),
         "substeps": substeps,
         "noise_sd": sd.tolist(),
+        **noted,
         "alignment": "row k: u_k held over [t_k, t_k+1); y_k+1 = h(x_k+1, u_k) + noise",
         **dict(metadata or {}),
     }
     return Dataset(
         times=times,
         observations=noisy,
-        inputs=us if model.n_input else None,
+        inputs=recorded if model.n_input else None,
         truth_states=np.asarray(states),
         truth_params={name: float(v) for name, v in _scalars(model).items()},
         input_names=model.input_names if model.n_input else None,

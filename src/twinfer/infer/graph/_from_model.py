@@ -79,6 +79,7 @@ def chain_graph(
     state_sd: Any = 1.0,
     process_sd: Any = 1e-6,
     noise_sd: Any = 1.0,
+    input_sd: Any = 0.0,
     weights: UnscentedWeights | None = None,
     name: str = "chain",
 ) -> Any:
@@ -118,6 +119,17 @@ def chain_graph(
         state_sd: prior standard deviation of each state (scalar or 2n values), > 0.
         process_sd: process-noise standard deviation per step of each state (scalar or 2n), >= 0.
         noise_sd: measurement-noise standard deviation of each output (scalar or one per output), > 0.
+        input_sd: standard deviation of each input's error (scalar or one per forced DOF), >= 0: a
+            measured force's noise, or an unmeasured force's. A force error w held over a step moves a
+            mass m by ``g = [dt^2 / (2 m), dt / m] w`` (position, velocity; the leading order in dt), so
+            each forced DOF's process noise gains ``input_sd^2 g g^T``, correlated as the force makes
+            it, on top of ``process_sd``. With the data of
+            ``twinfer.sim.simulate_dataset(..., input_noise_sd=input_sd)`` and ``process_sd = 0`` the
+            filters' Q is the one the data hold (a central filter is then calibrated: tests). An
+            error in the force on a mass whose acceleration is measured also enters that measurement
+            (the accelerometer reads the held force), correlated with this Q, which the filters do not
+            model: give such a force no input_sd, or add ``(input_sd / m)^2`` to its sensor's variance
+            (which then over-covers, the correlation left out).
         weights: UKF sigma-point weights (default Merwe alpha=1, beta=2, kappa=0).
         name: the graph's name.
 
@@ -160,6 +172,7 @@ def chain_graph(
     sd0 = _values("state_sd", state_sd, 2 * n, "> 0")
     sdq = _values("process_sd", process_sd, 2 * n, ">= 0")
     sdr = _values("noise_sd", noise_sd, len(chain.outputs), "> 0")
+    sdu = _values("input_sd", input_sd, len(chain.forced_dofs), ">= 0")
     unknown = dict(unknown or {})
     local, at_cut = _local_unknowns(chain, segments, unknown)
     _checked_unknown("chain_graph", chain, unknown)  # as run_filter: finite, float64, a value the chain takes
@@ -209,7 +222,8 @@ def chain_graph(
                 params=part.params,
                 x0=np.concatenate([mean0[states], [v[0] for v in values]]),
                 P0=np.diag(np.concatenate([sd0[states], [v[1] for v in values]]) ** 2),
-                Q=np.diag(np.concatenate([sdq[states], [v[2] for v in values]]) ** 2),
+                Q=np.diag(np.concatenate([sdq[states], [v[2] for v in values]]) ** 2)
+                + _input_noise(seg, forced, sdu, np.asarray(params["m"]), dt, len(values)),
                 R=np.diag(np.asarray([sdr[out_col[_global_output(o, first)]] for o in part.outputs]) ** 2)
                 if part.outputs
                 else np.zeros((0, 0)),
@@ -246,6 +260,26 @@ def chain_graph(
         else:
             edges += two_way(a, "right", b, "left", connection_law, gamma, (kinds[s],) * 2, rule)
     return Graph(name, subs, edges, state_order=tuple(chain.state_names) + tuple(unknown))
+
+
+def _input_noise(
+    seg: tuple[int, ...], forced: Mapping[int, int], sd: np.ndarray, mass: np.ndarray, dt: float, n_extra: int
+) -> np.ndarray:
+    """The process noise of a segment's ``[x, v, extra]`` from its forced DOFs' input errors.
+
+    A force error ``w ~ N(0, sd^2)`` held over ``[t, t + dt)`` adds ``dt^2 / (2 m) w`` to the position and
+    ``dt / m w`` to the velocity of its mass (to leading order in dt; the springs act at the next order).
+    """
+    m = len(seg)
+    q = np.zeros((2 * m + n_extra, 2 * m + n_extra))
+    for i, d in enumerate(seg):
+        col = forced.get(d, -1)
+        if col < 0 or sd[col] == 0.0:
+            continue
+        g = np.asarray([dt**2 / (2.0 * mass[d - 1]), dt / mass[d - 1]])
+        idx = np.asarray([i, m + i])
+        q[np.ix_(idx, idx)] += sd[col] ** 2 * np.outer(g, g)
+    return q
 
 
 def _global_output(local: str, first: int) -> str:

@@ -8,6 +8,7 @@ References:
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 from collections.abc import Sequence
 from typing import Any
@@ -190,6 +191,8 @@ class Graph(eqx.Module):
         Otherwise each subsystem steps with the interface laws at the step's start, held over it (exact
         messages at t_n, what Jacobi with K = 1 approximates with the previous posterior means). The
         output evaluates the laws at the propagated state. Covariances are block-diagonal assemblies.
+        Its functions are built once per structure, so the central models of graphs that differ only in
+        numbers share one compiled program.
         """
         subs, edges = self.flatten()
         remembering = [s.name for s in subs if s.memory]
@@ -199,79 +202,8 @@ class Graph(eqx.Module):
                 "memory, which has no covariance to stack into a central state; expected none. Build "
                 "the central estimator on the physical model the learned node replaces."
             )
-        offsets, start = {}, 0
-        for s in subs:
-            offsets[s.name] = start
-            start += s.n_state
+        transition, output = _monolithic_functions(list(subs), list(edges))
         in_cols = sorted({c for s in subs for c in s.inputs})
-        col_pos = {c: i for i, c in enumerate(in_cols)}
-        by_name = {s.name: s for s in subs}
-
-        def split(x: Any) -> dict[str, Any]:
-            return {s.name: x[offsets[s.name] : offsets[s.name] + s.n_state] for s in subs}
-
-        def messages(parts: dict[str, Any], params: Any) -> dict[str, Any]:
-            msgs = {s.name: jnp.zeros(s.n_msg, parts[s.name].dtype) for s in subs}
-            for k, e in enumerate(edges):
-                snd, rcv = by_name[e.sender], by_name[e.receiver]
-                s_send = parts[e.sender][jnp.asarray(snd.ports[e.sender_port].state, int)]
-                s_recv = parts[e.receiver][jnp.asarray(rcv.ports[e.receiver_port].state, int)]
-                slots = jnp.asarray(rcv.ports[e.receiver_port].slots, int)
-                msgs[e.receiver] = (
-                    msgs[e.receiver].at[slots].add(jnp.atleast_1d(e.law(s_send, s_recv, params["gamma"][k])))
-                )
-            return msgs
-
-        def local_u(u: Any, s: Subsystem) -> Any:
-            return u[jnp.asarray([col_pos[c] for c in s.inputs], int)]
-
-        def held(x: Any, u: Any, m: Any, params: Any) -> Any:
-            parts = split(x)
-            msgs = messages(parts, params)
-            return jnp.concatenate(
-                [
-                    s.transition(parts[s.name], local_u(u, s), msgs[s.name], params["sub"][s.name])
-                    for s in subs
-                ]
-            )
-
-        kinds = {
-            (s.dynamics.method, s.dynamics.dt, s.dynamics.substeps) for s in subs if s.dynamics is not None
-        }
-        coupled = len(kinds) == 1 and all(s.dynamics is not None for s in subs)
-        coupled = coupled and next(iter(kinds))[0] != "semi-implicit-euler"  # needs a global [q, v] layout
-        transition = held
-        if coupled:
-            method, dt, substeps = next(iter(kinds))
-            step = integrator_step(method)
-
-            def vector_field(x: Any, u: Any, params: Any) -> Any:
-                parts = split(x)
-                msgs = messages(parts, params)
-                return jnp.concatenate(
-                    [
-                        s.dynamics.vector_field(  # type: ignore[union-attr]
-                            parts[s.name], local_u(u, s), msgs[s.name], params["sub"][s.name]
-                        )
-                        for s in subs
-                    ]
-                )
-
-            def transition(x: Any, u: Any, m: Any, params: Any) -> Any:  # noqa: F811
-                rhs = lambda t, xx: vector_field(xx, u, params)  # noqa: E731
-                for _ in range(substeps):
-                    x = step(rhs, 0.0, x, dt / substeps)
-                return x
-
-        def output(x: Any, u: Any, m: Any, params: Any) -> Any:
-            parts = split(x)
-            msgs = messages(parts, params)
-            outs = [
-                _evaluate_output(s, parts[s.name], local_u(u, s), msgs[s.name], params["sub"][s.name])
-                for s in subs
-            ]
-            return jnp.concatenate([jnp.atleast_1d(o) for o in outs]) if outs else jnp.zeros(0)
-
         params = {"sub": {s.name: s.params for s in subs}, "gamma": [e.gamma for e in edges]}
         named = tuple(n for s in subs for n in (s.state_names or ()))  # used where every leaf is named
         ukf_subs = [s for s in subs if s.estimator == "ukf"]
@@ -301,6 +233,110 @@ class Graph(eqx.Module):
             out[s.name] = (start, start + s.n_state)
             start += s.n_state
         return out
+
+
+_MONOLITHIC: collections.OrderedDict[Any, tuple[Any, Any]] = collections.OrderedDict()
+_MONOLITHIC_SIZE = 16
+
+
+def _monolithic_functions(subs: list[Subsystem], edges: list[Interface]) -> tuple[Any, Any]:
+    """The central transition and output of a flattened graph, built once per structure.
+
+    They depend on the subsystems' functions, shapes, input columns and ports and on the interfaces'
+    laws and ends, never on numbers (those are ``params``), so graphs that differ only in numbers get
+    the same functions and :func:`~twinfer.infer.graph.run` reuses one compiled program for them.
+    """
+    try:
+        key = (
+            tuple(
+                (s.name, s.n_state, s.n_msg, s.transition, s.output, s.dynamics, tuple(s.inputs),
+                 tuple((k, p.state, p.slots) for k, p in sorted(s.ports.items())))
+                for s in subs
+            ),
+            tuple((e.sender, e.sender_port, e.receiver, e.receiver_port, e.law) for e in edges),
+        )  # fmt: skip
+        hash(key)
+    except TypeError:  # an unhashable law or function: built anew
+        return _build_monolithic(subs, edges)
+    if key in _MONOLITHIC:
+        _MONOLITHIC.move_to_end(key)
+        return _MONOLITHIC[key]
+    built = _MONOLITHIC[key] = _build_monolithic(subs, edges)
+    while len(_MONOLITHIC) > _MONOLITHIC_SIZE:
+        _MONOLITHIC.popitem(last=False)
+    return built
+
+
+def _build_monolithic(subs: list[Subsystem], edges: list[Interface]) -> tuple[Any, Any]:
+    offsets, start = {}, 0
+    for s in subs:
+        offsets[s.name] = start
+        start += s.n_state
+    in_cols = sorted({c for s in subs for c in s.inputs})
+    col_pos = {c: i for i, c in enumerate(in_cols)}
+    by_name = {s.name: s for s in subs}
+
+    def split(x: Any) -> dict[str, Any]:
+        return {s.name: x[offsets[s.name] : offsets[s.name] + s.n_state] for s in subs}
+
+    def messages(parts: dict[str, Any], params: Any) -> dict[str, Any]:
+        msgs = {s.name: jnp.zeros(s.n_msg, parts[s.name].dtype) for s in subs}
+        for k, e in enumerate(edges):
+            snd, rcv = by_name[e.sender], by_name[e.receiver]
+            s_send = parts[e.sender][jnp.asarray(snd.ports[e.sender_port].state, int)]
+            s_recv = parts[e.receiver][jnp.asarray(rcv.ports[e.receiver_port].state, int)]
+            slots = jnp.asarray(rcv.ports[e.receiver_port].slots, int)
+            msgs[e.receiver] = (
+                msgs[e.receiver].at[slots].add(jnp.atleast_1d(e.law(s_send, s_recv, params["gamma"][k])))
+            )
+        return msgs
+
+    def local_u(u: Any, s: Subsystem) -> Any:
+        return u[jnp.asarray([col_pos[c] for c in s.inputs], int)]
+
+    def held(x: Any, u: Any, m: Any, params: Any) -> Any:
+        parts = split(x)
+        msgs = messages(parts, params)
+        return jnp.concatenate(
+            [s.transition(parts[s.name], local_u(u, s), msgs[s.name], params["sub"][s.name]) for s in subs]
+        )
+
+    kinds = {(s.dynamics.method, s.dynamics.dt, s.dynamics.substeps) for s in subs if s.dynamics is not None}
+    coupled = len(kinds) == 1 and all(s.dynamics is not None for s in subs)
+    coupled = coupled and next(iter(kinds))[0] != "semi-implicit-euler"  # needs a global [q, v] layout
+    transition = held
+    if coupled:
+        method, dt, substeps = next(iter(kinds))
+        step = integrator_step(method)
+
+        def vector_field(x: Any, u: Any, params: Any) -> Any:
+            parts = split(x)
+            msgs = messages(parts, params)
+            return jnp.concatenate(
+                [
+                    s.dynamics.vector_field(  # type: ignore[union-attr]
+                        parts[s.name], local_u(u, s), msgs[s.name], params["sub"][s.name]
+                    )
+                    for s in subs
+                ]
+            )
+
+        def transition(x: Any, u: Any, m: Any, params: Any) -> Any:  # noqa: F811
+            rhs = lambda t, xx: vector_field(xx, u, params)  # noqa: E731
+            for _ in range(substeps):
+                x = step(rhs, 0.0, x, dt / substeps)
+            return x
+
+    def output(x: Any, u: Any, m: Any, params: Any) -> Any:
+        parts = split(x)
+        msgs = messages(parts, params)
+        outs = [
+            _evaluate_output(s, parts[s.name], local_u(u, s), msgs[s.name], params["sub"][s.name])
+            for s in subs
+        ]
+        return jnp.concatenate([jnp.atleast_1d(o) for o in outs]) if outs else jnp.zeros(0)
+
+    return transition, output
 
 
 def _evaluate_output(s: Subsystem, x: Any, u: Any, m: Any, params: Any) -> Any:
