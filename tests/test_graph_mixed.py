@@ -194,3 +194,30 @@ def test_memory_is_refused_outside_learned_nodes_and_in_a_monolithic_model():
         dataclasses.replace(node, ports={"out": Port((1,)), "in": Port((), (0,))})
     with pytest.raises(ValueError, match="learned predictor's memory"):
         Graph("g", [node]).monolithic()
+
+
+@pytest.mark.parametrize("rule", ["split", "shared"])
+def test_a_receiver_port_without_states_takes_probabilistic_split_and_shared_messages(rule):
+    """Two oscillators that read each other's position through a port holding no states of their own
+    (``Port((), slots)``), as the turbine's do: rule "shared" has no receiver deviation to read the
+    sender's error through there, so it is "split" on such an edge (it once failed to reshape the empty
+    port), and both give finite estimates whose spread includes the sender's error."""
+    nodes = [
+        dataclasses.replace(_oscillator(name, "ukf", col, a), ports={"out": Port((0,)), "in": Port((), (0,))})
+        for name, col, a in (("a", 0, 4.0), ("b", 1, 9.0))
+    ]
+    edges = [
+        Interface("a", "out", "b", "in", _identity, {}, "probabilistic", rule),
+        Interface("b", "out", "a", "in", _identity, {}, "probabilistic", rule),
+    ]
+    rng = np.random.default_rng(5)
+    steps = 200
+    us, ys = np.zeros((steps, 1)), 0.01 * rng.normal(size=(steps, 2))
+    est = estimate(Graph("pair", nodes, edges), us=us, ys=ys)
+    held = estimate(
+        Graph("pair", nodes, [dataclasses.replace(e, kind="deterministic") for e in edges]), us=us, ys=ys
+    )
+    assert np.all(np.isfinite(est.means)) and np.all(np.isfinite(est.stds))
+    j = est.state_names.index("a.v")
+    wider, same = est.stds[1:, j], held.stds[1:, j]
+    assert np.all(wider >= same * (1 - 1e-9)) and np.any(wider > same)

@@ -14,19 +14,19 @@ numbers, beside the state RMSE, coverage and stiffness NRMSE of both estimators.
 The script's filters take R = 1e-3, a thousand times the sensors' variance, and Q = 1e-8 per step on a
 truth without process noise, so their bands are wide whatever the estimator: at the defaults the
 distributed coverage is 1.00 at n = 4 and 8 (0.87-0.99 beyond) and the central UKF's, thrown off by its
-stiffness prior at n = 4 and 8, 0.86-0.89 (1.00 beyond; 2026-11-28). A calibrated reference needs noise that is really in the data:
-``force_noise_sd`` records the forces on the masses without an accelerometer with a load cell's noise
-(:func:`twinfer.sim.simulate_dataset` ``input_noise_sd``) and gives the filters that noise as Q
-(``input_sd``). With 1 N of it, ``filter_noise_sd=1e-3`` (the sensors' own), ``state_sd=1e-4`` (the
-structure starts at rest) and ``process_sd=0``, the central UKF at n = 4 covers 0.98 with every
-stiffness inside its interval, and 0.94 over six records with the stiffnesses known (0.86-0.99). The
-distributed filters do not (three records each, probabilistic messages): the rule ``"split"`` covers
-0.45-0.73 at n = 4 and 0.28-0.40 at n = 8, ``"shared"`` 0.22-0.56 and 0.12-0.48, at state RMSE 3-7x
-the central filter's; the case's ``"paper"`` rule and deterministic messages diverge (a named
-DivergenceError) at n = 8. With the stiffnesses known the gap stays (n = 4, six records): central
-0.94 at RMSE 1.9e-5, ``"shared"`` 0.79 at 2.1e-5, ``"split"`` 0.57 at 3.1e-5, ``"paper"`` 0.82 at
-7e-5, deterministic messages 0.13. So the neighbours' co-drifting errors (:mod:`twinfer.infer.graph`),
-not the parameters, are what the distributed bands miss.
+stiffness prior at n = 4 and 8, 0.86-0.89 (1.00 beyond; 2026-11-28). A calibrated reference needs noise
+that is really in the data: ``force_noise_sd`` records the forces on the masses without an accelerometer
+with a load cell's noise (:func:`twinfer.sim.simulate_dataset` ``input_noise_sd``) and gives the filters
+that noise as Q (``input_sd``). With 1 N of it, ``filter_noise_sd=1e-3`` (the sensors' own),
+``state_sd=1e-4`` (the structure starts at rest) and ``process_sd=0``, the central UKF at n = 4 covers
+0.98 with every stiffness inside its interval, and 0.94 over six records with the stiffnesses known
+(0.86-0.99). The distributed filters do not (three records each, probabilistic messages): the rule
+``"split"`` covers 0.45-0.73 at n = 4 and 0.28-0.40 at n = 8, ``"shared"`` 0.22-0.56 and 0.12-0.48, with
+state RMSE 3-5x the central filter's at n = 4; the case's ``"paper"`` rule and deterministic messages
+diverge (a named DivergenceError) at n = 8. With the stiffnesses known the gap stays (n = 4, six
+records): central 0.94 at RMSE 1.9e-5, ``"shared"`` 0.79 at 2.1e-5, ``"split"`` 0.57 at 3.1e-5,
+``"paper"`` 0.81 at 7e-5, deterministic messages 0.13. So the neighbours' co-drifting errors
+(:mod:`twinfer.infer.graph`), not the parameters, are what the distributed bands miss.
 
 References:
     Ghorbani & Hackl, SI section 3.3 and Fig. S4; specs/compositional-inference.md 3.3.

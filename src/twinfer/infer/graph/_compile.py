@@ -1006,7 +1006,8 @@ class _Engine:
             if t.z_start >= 0 and s_cov is not None:
                 cov = self._port_cov(s_cov, send.reshape(-1, send.shape[-1]))
                 on = jnp.asarray(num.probabilistic[t.edge_group][t.edge] * t.valid).reshape(-1, 1, 1)
-                if cross is not None and cross[t.edge_group] is not None:
+                if cross is not None and cross[t.edge_group] is not None and recv.shape[-1]:
+                    # (a receiver port without states, which only takes the message, shares nothing)
                     x = cross[t.edge_group][t.edge.reshape(-1)] * on
                     own = self._port_cov(s_cov, recv.reshape(-1, recv.shape[-1]))
                     pinv = jax.vmap(_psd_root_pinv)(own)
