@@ -148,7 +148,7 @@ from twinfer.infer.filters._errors import (
 from twinfer.infer.gaussian import UnscentedWeights, cholesky, linear, predict, psd_factor, taylor, tria
 from twinfer.infer.graph._field import FieldEngine, _columns, compile_field, run_field
 from twinfer.infer.graph._graph import Graph
-from twinfer.infer.graph._parts import Interface, LinearOutput, Subsystem
+from twinfer.infer.graph._parts import Interface, LinearOutput, Subsystem, structure_cached
 from twinfer.sim import Dynamics, integrator_step
 from twinfer.timing import BenchResult
 
@@ -1158,19 +1158,10 @@ def compiled_for(graph: Graph, schedule: Schedule | str = "jacobi") -> Compiled:
         schedule = Schedule(kind=schedule)
     if graph.fields:
         return compile(graph, schedule)
-    try:
-        key = _structure(graph, schedule)
-        hash(key)
-    except TypeError:  # an unhashable law or function: no reuse
-        return compile(graph, schedule)
-    if key in _CACHE:
-        _CACHE.move_to_end(key)
-        return _CACHE[key]
-    compiled = compile(graph, schedule)
-    _CACHE[key] = compiled
-    while len(_CACHE) > _CACHE_SIZE:
-        _CACHE.popitem(last=False)
-    return compiled
+    chosen = schedule
+    return structure_cached(
+        _CACHE, _CACHE_SIZE, lambda: _structure(graph, chosen), lambda: compile(graph, chosen)
+    )
 
 
 def run(

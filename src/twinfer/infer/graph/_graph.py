@@ -20,7 +20,7 @@ import jax.scipy.linalg as jsl
 import numpy as np
 
 from twinfer.infer.graph._field import Field
-from twinfer.infer.graph._parts import Interface, LinearOutput, Port, Subsystem
+from twinfer.infer.graph._parts import Interface, LinearOutput, Port, Subsystem, structure_cached
 from twinfer.sim import integrator_step
 
 
@@ -246,25 +246,19 @@ def _monolithic_functions(subs: list[Subsystem], edges: list[Interface]) -> tupl
     laws and ends, never on numbers (those are ``params``), so graphs that differ only in numbers get
     the same functions and :func:`~twinfer.infer.graph.run` reuses one compiled program for them.
     """
-    try:
-        key = (
+    return structure_cached(
+        _MONOLITHIC,
+        _MONOLITHIC_SIZE,
+        lambda: (
             tuple(
                 (s.name, s.n_state, s.n_msg, s.transition, s.output, s.dynamics, tuple(s.inputs),
                  tuple((k, p.state, p.slots) for k, p in sorted(s.ports.items())))
                 for s in subs
             ),
             tuple((e.sender, e.sender_port, e.receiver, e.receiver_port, e.law) for e in edges),
-        )  # fmt: skip
-        hash(key)
-    except TypeError:  # an unhashable law or function: built anew
-        return _build_monolithic(subs, edges)
-    if key in _MONOLITHIC:
-        _MONOLITHIC.move_to_end(key)
-        return _MONOLITHIC[key]
-    built = _MONOLITHIC[key] = _build_monolithic(subs, edges)
-    while len(_MONOLITHIC) > _MONOLITHIC_SIZE:
-        _MONOLITHIC.popitem(last=False)
-    return built
+        ),
+        lambda: _build_monolithic(subs, edges),
+    )  # fmt: skip
 
 
 def _build_monolithic(subs: list[Subsystem], edges: list[Interface]) -> tuple[Any, Any]:

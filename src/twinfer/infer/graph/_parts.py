@@ -13,6 +13,7 @@ References:
 
 from __future__ import annotations
 
+import collections
 from collections.abc import Callable, Sequence
 from typing import Any, Literal, NamedTuple
 
@@ -270,3 +271,24 @@ def two_way(
         Interface(a, a_port, b, b_port, law, gamma, kinds[0], rule),
         Interface(b, b_port, a, a_port, law, gamma, kinds[1], rule),
     )
+
+
+def structure_cached(
+    cache: collections.OrderedDict[Any, Any], size: int, key: Callable[[], Any], build: Callable[[], Any]
+) -> Any:
+    """``build()`` once per structure ``key()``, kept in ``cache`` (least recently used of ``size``).
+
+    A key that cannot be formed or hashed (an unhashable law or function) builds anew, unkept.
+    """
+    try:
+        k = key()
+        hash(k)
+    except TypeError:
+        return build()
+    if k in cache:
+        cache.move_to_end(k)
+        return cache[k]
+    built = cache[k] = build()
+    while len(cache) > size:
+        cache.popitem(last=False)
+    return built
