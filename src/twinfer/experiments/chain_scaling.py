@@ -28,6 +28,26 @@ records): central 0.94 at RMSE 1.9e-5, ``"shared"`` 0.79 at 2.1e-5, ``"split"`` 
 ``"paper"`` 0.81 at 7e-5, deterministic messages 0.13. So the neighbours' co-drifting errors
 (:mod:`twinfer.infer.graph`), not the parameters, are what the distributed bands miss.
 
+Where they miss it (that set-up, stiffnesses known, seed 0; 2026-11-29). At n = 16 the ``"split"``
+filters' position errors grow along the chain from the wall, 3.9 to 26.7 um rms (the central UKF's: 3.3
+to 37.2 um), but their standard deviations stay at 4-6 um on every mass, while the central filter's
+grow with its errors, 3.9 to 41 um. The errors are no worse than the central filter's; the variance
+does not accumulate. Two remedies were tried and dropped. Overlapping subsystems (each also integrates
+one mass of each neighbour and reads the neighbour's next mass as a consider state) covered 0.70 at
+n = 4 (``"split"`` 0.64, ``"shared"`` 0.94) and 0.55 at n = 8, at 2-3x the RMSE. A cascade (messages
+towards the wall read the sender as drifting with the receiver, so that absolute position only flows
+outwards) made the deviations accumulate, 3.1 to 12.1 um at n = 8, but the errors grew 4.5 to 38 um:
+linearly, not as a square root. The relative errors of successive links are positively correlated (a
+link carries the sum of the unmeasured forces beyond it, so neighbouring links deflect together), so
+they add coherently, while any exchange between neighbours that reads a sender's error as independent
+of the receiver's adds them in quadrature. Calibrated positions along a long chain therefore need the
+long-range correlation of the links' errors, which a posterior held block by block with one-hop
+consider states cannot carry (``"shared"`` carries one hop of it: 0.94 at n = 4, 0.58 at n = 8). A
+chain's joint precision is nearly block-tridiagonal where its covariance is dense, so the route that
+could carry it is an information-form exchange: a posterior whose inverse is banded (Khan & Moura,
+IEEE Trans. Signal Process. 56(10), 2008, L-banded inverses), each subsystem's marginal recovered by
+a distributed solve at every step.
+
 References:
     Ghorbani & Hackl, SI section 3.3 and Fig. S4; specs/compositional-inference.md 3.3.
 
