@@ -121,11 +121,11 @@ def test_chain_scaling_checks_the_distributed_coverage_at_every_size():
 
 @pytest.mark.slow
 def test_chain_scaling_quick_times_both_estimators_and_fits_the_slopes(tmp_path):
-    """chain-scaling (Fig. S4) at two sizes: each size's central and distributed run time, RMSE and
-    coverage, and the log-log slopes of the run times, computed from the run."""
+    """chain-scaling (Fig. S4) at two sizes: each size's central, distributed and banded run time, RMSE
+    and coverage, and the log-log slopes of the run times, computed from the run."""
     m = _metrics(tmp_path, "chain-scaling")
     for n in (2, 4):
-        for label in ("central", "distributed"):
+        for label in ("central", "distributed", "banded"):
             assert m[f"n{n}.{label}.run_s"] > 0 and m[f"n{n}.{label}.compile_s"] > 0
             assert m[f"n{n}.{label}.rmse"] < 0.05
             # positions and velocities are equally many: the pooled coverage is the mean of the two parts
@@ -134,7 +134,7 @@ def test_chain_scaling_quick_times_both_estimators_and_fits_the_slopes(tmp_path)
             assert m[f"n{n}.{label}.k_in95"] * (n - 1) == pytest.approx(
                 round(m[f"n{n}.{label}.k_in95"] * (n - 1))
             )
-    assert "slope.central_run_s" in m and "slope.distributed_run_s" in m
+    assert "slope.central_run_s" in m and "slope.distributed_run_s" in m and "slope.banded_run_s" in m
     assert m["speedup_at_largest_central"] == m["n4.central.run_s"] / m["n4.distributed.run_s"]
 
 

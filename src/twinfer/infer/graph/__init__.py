@@ -6,6 +6,7 @@ References:
 
 """
 
+from twinfer.infer.graph._banded import banded_estimate, timed_banded_estimate
 from twinfer.infer.graph._compile import (
     SCHEDULES,
     Compiled,
@@ -48,6 +49,8 @@ __all__ = [
     "FieldEstimate",
     "FieldNumbers",
     "auto_partition",
+    "banded_estimate",
+    "timed_banded_estimate",
     "diffuse",
     "subsystem_laplacian",
     "model_graph",

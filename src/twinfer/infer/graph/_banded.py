@@ -1,0 +1,573 @@
+"""A Kalman filter whose posterior is Markov along an ordered chain of subsystems (banded precision).
+
+The subsystems of a graph, in its order ``b_1 .. b_p``, carry only the joint covariances of every window
+of ``L + 1`` consecutive subsystems (the cliques ``C_s = Cov(b_s .. b_{s+L})``). The posterior is the
+maximum-entropy Gaussian with those marginals: the Gauss-Markov chain of order ``L`` in the subsystem
+index, whose precision is block-banded with bandwidth ``L`` (Khan & Moura, "Distributing the Kalman
+filter for large-scale systems", IEEE Trans. Signal Process. 56(10), 2008; the junction-tree form
+
+    P^-1 = sum_s E_s C_s^-1 E_s^T - sum_s E_s' S_s^-1 E_s'^T,     S_s = Cov(b_{s+1} .. b_{s+L}),
+
+E the embeddings of the cliques and separators). Neighbouring subsystems' errors are then correlated
+as far along the chain as they really are, though each subsystem stores only its own window: the
+long-range covariance that a block-by-block posterior with messages between neighbours drops (the
+positions of a chain fixed at one end, whose links' errors add coherently: ``twinfer run
+chain-scaling``'s docstring) is carried by the chain of regressions of each subsystem on the L before it.
+
+One step (an extended Kalman filter on the graph's central model, :meth:`Graph.monolithic`, the same
+discretisation as the distributed estimator):
+
+* predict: each clique's window of ``L + 1 + 2 w`` subsystems (``w`` the reach of one step of the
+  transition, in subsystems) is completed from the cliques by those regressions,
+  ``Cov(b_j, .) = A_j Cov(S_j, .)``, ``A_j = Cov(b_j, S_j) Cov(S_j)^-1``; then
+  ``C_s^- = F_{s,W} Cov(W) F_{s,W}^T + Q_s`` with F the Jacobian of the transition at the mean;
+* update, in information form: ``Y^+ = Y^- + H^T R^-1 H`` keeps the band when each output reads
+  subsystems at most L apart; the band of ``(Y^+)^-1`` (the new cliques) and the mean come from one
+  forward and one backward sweep over super-blocks of L subsystems (the block-tridiagonal recursion of
+  the RTS smoother, in space), the log-likelihood from the matrix determinant lemma,
+  ``log det S = log det R + log det Y^+ - log det Y^-``.
+
+Everything is computed in correlation coordinates (each state divided by its prior standard deviation at
+that step), so unknown parameters with variances of 1e9 and positions of 1e-10 share one matrix.
+
+Work and memory per step are linear in p (the Jacobians aside, formed whole here: the one O(N^2) part);
+the sweeps are sequential in p. With ``L = p - 1`` it is the central EKF (a test).
+
+Measured on ``chain-scaling``'s calibrated set-up (force noise really in the data, k known, seed 0;
+2026-11-29), 95 % coverage of the states, central KF / this filter at L = 1, 2, 3 / block-diagonal (the
+posterior a message-passing exchange keeps): n = 8: 0.994 / 0.986 / - / - / 0.439; n = 16: 0.972 /
+0.945 / 0.978 / - ; n = 32: 0.988 / 0.810 / 0.981 / - ; n = 64: 0.993 / - / 0.930 / 0.990.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import math
+from typing import Any, NamedTuple
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from twinfer.infer._estimate import Estimate
+from twinfer.infer.filters import DivergenceError
+from twinfer.infer.graph._compile import _merged
+from twinfer.infer.graph._field import _columns
+from twinfer.infer.graph._graph import Graph
+from twinfer.infer.graph._parts import structure_cached
+from twinfer.timing import BenchResult, time_jitted
+
+
+def _scaled_solve(a: Any, b: Any) -> Any:
+    """``a^-1 b`` for a symmetric positive definite ``a`` of mixed scales (symmetric diagonal scaling)."""
+    d = jnp.sqrt(jnp.diagonal(a))
+    x = jnp.linalg.solve(a / (d[:, None] * d[None, :]), b / d.reshape((-1,) + (1,) * (b.ndim - 1)))
+    return x / d.reshape((-1,) + (1,) * (b.ndim - 1))
+
+
+class _Layout(eqx.Module):
+    """Static shapes: p blocks of b padded states each, bandwidth L, window of nw blocks."""
+
+    p: int = eqx.field(static=True)
+    b: int = eqx.field(static=True)
+    L: int = eqx.field(static=True)
+    nw: int = eqx.field(static=True)
+    reach: int = eqx.field(static=True)
+
+    @property
+    def n_cliques(self) -> int:
+        return self.p - self.L
+
+    @property
+    def width(self) -> int:
+        return (self.L + 1) * self.b
+
+
+def _clique_index(lay: _Layout) -> np.ndarray:
+    """(n_c, W) padded state indices of every clique."""
+    return np.arange(lay.n_cliques)[:, None] * lay.b + np.arange(lay.width)[None, :]
+
+
+def _window_starts(lay: _Layout) -> np.ndarray:
+    s = np.arange(lay.n_cliques)
+    return np.clip(s - lay.reach, 0, lay.p - lay.nw)
+
+
+def _window_cov(lay: _Layout, cliques: Any, a: Any) -> Any:
+    """Covariance of blocks ``a .. a + nw - 1`` of the Markov chain with these cliques."""
+    b, L, nb = lay.b, lay.L, lay.nw * lay.b
+    sigma = jnp.zeros((nb, nb), cliques.dtype)
+    sigma = jax.lax.dynamic_update_slice(sigma, cliques[a], (0, 0))
+    for t in range(1, lay.nw - L):
+        c = cliques[a + t]
+        css, csj, cjj = c[: L * b, : L * b], c[: L * b, L * b :], c[L * b :, L * b :]
+        gain = _scaled_solve(css, csj).T  # (b, L b): Cov(b_j, S) Cov(S)^-1
+        l0, s0 = (L + t) * b, t * b
+        row = gain @ sigma[s0 : s0 + L * b, :l0]
+        sigma = sigma.at[l0 : l0 + b, :l0].set(row).at[:l0, l0 : l0 + b].set(row.T)
+        sigma = sigma.at[l0 : l0 + b, l0 : l0 + b].set(cjj)
+    return sigma
+
+
+def _block_diagonal(lay: _Layout, cliques: Any) -> Any:
+    """(p, b) diagonal of every block, read from the first clique holding it."""
+    rows = []
+    for i in range(lay.p):
+        c = min(i, lay.n_cliques - 1)
+        pos = i - c
+        rows.append(jnp.diagonal(cliques[c])[pos * lay.b : (pos + 1) * lay.b])
+    return jnp.stack(rows)
+
+
+def _logdet(a: Any) -> Any:
+    return jnp.linalg.slogdet(a)[1]
+
+
+def _predict(lay: _Layout, F_cw: Any, Q_c: Any, cliques: Any) -> Any:
+    """The predicted cliques ``F_{s,W} Cov(W) F_{s,W}^T + Q_s``.
+
+    ``F_cw`` (n_c, W, nw b): each clique's rows of the transition's Jacobian on its window; ``Q_c``
+    (n_c, W, W).
+    """
+    starts = jnp.asarray(_window_starts(lay))
+
+    def one(f: Any, q: Any, a: Any) -> Any:
+        return f @ _window_cov(lay, cliques, a) @ f.T + q
+
+    out = jax.vmap(one)(F_cw, Q_c, starts)
+    return 0.5 * (out + jnp.swapaxes(out, 1, 2))
+
+
+def _band_of_precision(lay: _Layout, cliques: Any) -> Any:
+    """(p, L + 1, b, b): ``Y[i, i + k]`` of the junction-tree precision of these (scaled) cliques."""
+    b, L = lay.b, lay.L
+    inv_c = jax.vmap(jnp.linalg.inv)(cliques)  # (n_c, W, W)
+    inv_s = jax.vmap(jnp.linalg.inv)(cliques[:-1, b:, b:])  # separators b_{s+1} .. b_{s+L}
+    band = jnp.zeros((lay.p, L + 1, b, b), cliques.dtype)
+    n_c = lay.n_cliques
+    for i in range(L + 1):
+        for j in range(i, L + 1):
+            blk = inv_c[:, i * b : (i + 1) * b, j * b : (j + 1) * b]
+            band = band.at[np.arange(n_c) + i, j - i].add(blk)
+    for i in range(L):
+        for j in range(i, L):
+            blk = inv_s[:, i * b : (i + 1) * b, j * b : (j + 1) * b]
+            band = band.at[np.arange(n_c - 1) + 1 + i, j - i].add(-blk)
+    return band
+
+
+def _tridiagonal(lay: _Layout, band: Any) -> tuple[Any, Any, int]:
+    """Super-blocks of L blocks: diagonal D (m, Lb, Lb) and sub-diagonal B (m - 1, Lb, Lb) = Y[I+1, I]."""
+    b, L = lay.b, lay.L
+    m = -(-lay.p // L)
+    pad = m * L - lay.p
+    if pad:  # inert blocks: identity precision, no coupling
+        extra = jnp.zeros((pad, L + 1, b, b), band.dtype).at[:, 0].set(jnp.eye(b))
+        band = jnp.concatenate([band, extra])
+    # drop couplings that would run past the last real block (none are set there; kept zero)
+    D = jnp.zeros((m, L * b, L * b), band.dtype)
+    B = jnp.zeros((max(m - 1, 0), L * b, L * b), band.dtype)
+    for r in range(L):
+        for k in range(L - r):
+            blk = band[np.arange(m) * L + r, k]  # Y[I L + r, I L + r + k]
+            D = D.at[:, r * b : (r + 1) * b, (r + k) * b : (r + k + 1) * b].set(blk)
+            if k:
+                D = D.at[:, (r + k) * b : (r + k + 1) * b, r * b : (r + 1) * b].set(jnp.swapaxes(blk, 1, 2))
+    for r in range(L):  # row block in super-block I + 1
+        for rp in range(L):  # column block in super-block I
+            k = L + r - rp
+            if k > L or m < 2:
+                continue
+            blk = band[np.arange(m - 1) * L + rp, k]  # Y[I L + rp, (I + 1) L + r]
+            B = B.at[:, r * b : (r + 1) * b, rp * b : (rp + 1) * b].set(jnp.swapaxes(blk, 1, 2))
+    return D, B, pad
+
+
+def _sweeps(D: Any, B: Any, rhs: Any) -> tuple[Any, Any, Any, Any]:
+    """For block-tridiagonal ``Y``: ``Y^-1 rhs``, the diagonal and super-diagonal blocks of ``Y^-1``, log det.
+
+    One forward sweep of Schur complements and one backward sweep (the RTS recursion, in space).
+    """
+    m = D.shape[0]
+
+    def fwd(carry: Any, inp: Any) -> Any:
+        s_prev_inv, z_prev = carry
+        d, b_prev, r = inp
+        s = d - b_prev @ s_prev_inv @ b_prev.T
+        s = 0.5 * (s + s.T)
+        z = r - b_prev @ s_prev_inv @ z_prev
+        s_inv = jnp.linalg.inv(s)
+        return (s_inv, z), (s_inv, z, _logdet(s))
+
+    zero_b = jnp.zeros_like(D[0])
+    b_prev = jnp.concatenate([zero_b[None], B]) if m > 1 else zero_b[None]
+    init = (jnp.zeros_like(D[0]), jnp.zeros_like(rhs[0]))
+    _, (s_inv, z, logdets) = jax.lax.scan(fwd, init, (D, b_prev, rhs))
+    last = (s_inv[-1], s_inv[-1] @ z[-1])
+
+    def bwd(carry: Any, inp: Any) -> Any:
+        sig_next, x_next = carry
+        si, zi, bi = inp  # bi = Y[I+1, I]
+        gain = si @ bi.T
+        x = si @ zi - gain @ x_next
+        sig = si + gain @ sig_next @ gain.T
+        off = -gain @ sig_next  # Sigma[I, I+1]
+        return (sig, x), (sig, x, off)
+
+    if m > 1:
+        _, (sigs, xs, offs) = jax.lax.scan(bwd, last, (s_inv[:-1], z[:-1], B), reverse=True)
+        sigs = jnp.concatenate([sigs, last[0][None]])
+        xs = jnp.concatenate([xs, last[1][None]])
+    else:
+        sigs, xs, offs = last[0][None], last[1][None], jnp.zeros((0,) + D.shape[1:], D.dtype)
+    return xs, sigs, offs, jnp.sum(logdets)
+
+
+def _cliques_of(lay: _Layout, sigs: Any, offs: Any) -> Any:
+    """The cliques from the super-blocks' diagonal and super-diagonal blocks of ``Y^-1``."""
+    b, L, p = lay.b, lay.L, lay.p
+    m = sigs.shape[0]
+    Lb = L * b
+    # band of Sigma per block: (p_pad, L + 1, b, b), Sigma[i, i + k]
+    full = jnp.zeros((m * L, L + 1, b, b), sigs.dtype)
+    offs_pad = jnp.concatenate([offs, jnp.zeros((1, Lb, Lb), sigs.dtype)]) if m else offs
+    for r in range(L):
+        for k in range(L + 1):
+            c = r + k
+            if c < L:
+                blk = sigs[:, r * b : (r + 1) * b, c * b : (c + 1) * b]
+            else:
+                c -= L
+                blk = offs_pad[:, r * b : (r + 1) * b, c * b : (c + 1) * b]
+            full = full.at[np.arange(m) * L + r, k].set(blk)
+    n_c = lay.n_cliques
+    out = jnp.zeros((n_c, lay.width, lay.width), sigs.dtype)
+    for i in range(L + 1):
+        for j in range(i, L + 1):
+            blk = full[np.arange(n_c) + i, j - i]
+            out = out.at[:, i * b : (i + 1) * b, j * b : (j + 1) * b].set(blk)
+            if j > i:
+                out = out.at[:, j * b : (j + 1) * b, i * b : (i + 1) * b].set(jnp.swapaxes(blk, 1, 2))
+    del p
+    return out
+
+
+def _update(
+    lay: _Layout, mean: Any, cliques: Any, H_loc: Any, lo: Any, nu: Any, logdet_r: Any, n_obs: Any
+) -> Any:
+    """Information-form update of the cliques (padded coordinates); mean, cliques, log-likelihood, NIS.
+
+    ``H_loc`` (n_y, (L + 1) b): each whitened output's Jacobian on the L + 1 blocks from block ``lo``;
+    ``nu`` the whitened innovation (0 where unobserved), ``logdet_r`` log det R over the observed.
+    """
+    b, L = lay.b, lay.L
+    d = jnp.sqrt(_block_diagonal(lay, cliques)).reshape(-1)  # scaling per padded state
+    idx = _clique_index(lay)
+    scaled = cliques / (d[idx][:, :, None] * d[idx][:, None, :])
+    cols = lo[:, None] * b + jnp.arange((L + 1) * b)[None, :]
+    G = H_loc * d[cols]  # R^-1/2 H D, on each output's blocks
+    band = _band_of_precision(lay, scaled)
+    outer = jnp.einsum("oa,ob->oab", G, G)
+    for i in range(L + 1):
+        for j in range(i, L + 1):
+            band = band.at[lo + i, j - i].add(outer[:, i * b : (i + 1) * b, j * b : (j + 1) * b])
+    D, B, pad = _tridiagonal(lay, band)
+    g_nu = jnp.zeros(lay.p * b, mean.dtype).at[cols].add(G * nu[:, None])  # G^T nu
+    rhs = g_nu.reshape(lay.p, b)
+    if pad:
+        rhs = jnp.concatenate([rhs, jnp.zeros((pad, b), rhs.dtype)])
+    rhs = rhs.reshape(D.shape[0], L * b)
+    xs, sigs, offs, logdet_post = _sweeps(D, B, rhs)
+    delta = xs.reshape(-1)[: lay.p * b]
+    new_scaled = _cliques_of(lay, sigs, offs)
+    new = new_scaled * (d[idx][:, :, None] * d[idx][:, None, :])
+    new = 0.5 * (new + jnp.swapaxes(new, 1, 2))
+    logdet_prior = -(
+        jnp.sum(jax.vmap(_logdet)(scaled)) - jnp.sum(jax.vmap(_logdet)(scaled[:-1, b:, b:]))
+    )  # log det of the scaled prior precision
+    maha = jnp.sum(nu**2) - jnp.dot(g_nu, delta)
+    logdet_s = logdet_r + logdet_post - logdet_prior
+    loglik = -0.5 * (maha + logdet_s + n_obs * math.log(2.0 * math.pi))
+    return mean + d * delta, new, loglik, maha
+
+
+_CACHE: collections.OrderedDict[Any, Any] = collections.OrderedDict()
+
+
+class _Sparsity(NamedTuple):
+    """Static index tables that read the banded Jacobians off their compressed forms."""
+
+    f_seed: Any  # (n, cf): the colours of the transition's states
+    f_rows: Any  # (n_c, W) padded row of each clique entry
+    f_cols: Any  # (n_c, nw b) colour of each window column
+    f_mask: Any  # (n_c, W, nw b) 1.0 where the row reads that column's state
+    f_eye: Any  # (n_c, W, nw b) 1.0 on a padding state's own column (it stays put)
+    q_c: Any  # (n_c, W, W) process noise of each clique
+    h_seed: Any  # (n, ch)
+    h_lo: Any  # (n_y,) first block each output reads
+    h_cols: Any  # (n_y, (L + 1) b) colour of each local column
+    h_mask: Any  # (n_y, (L + 1) b)
+
+
+def _seed(owner: np.ndarray, pad_index: np.ndarray, b: int, period: int) -> tuple[np.ndarray, np.ndarray]:
+    """The seed (n, period b) of a compressed Jacobian and the colour of every padded state.
+
+    States whose blocks are ``period`` apart share a colour (Curtis, Powell & Reid 1974): one directional
+    derivative per colour, ``period * b`` of them whatever the number of blocks.
+    """
+    n_pad = int(np.max(pad_index)) + 1 if pad_index.size else 0
+    n_pad = -(-n_pad // b) * b
+    colour_pad = ((np.arange(n_pad) // b) % period) * b + np.arange(n_pad) % b
+    seed = np.zeros((owner.size, period * b))
+    seed[np.arange(owner.size), colour_pad[pad_index]] = 1.0
+    return seed, colour_pad
+
+
+def _sparsity(
+    lay: _Layout,
+    f_blocks: np.ndarray,
+    h_blocks: np.ndarray,
+    owner: np.ndarray,
+    pad_index: np.ndarray,
+    q_pad: np.ndarray,
+) -> _Sparsity:
+    b, L, p = lay.b, lay.L, lay.p
+    n_pad = p * b
+    real = np.zeros(n_pad, dtype=bool)
+    real[pad_index] = True
+    block = np.arange(n_pad) // b
+    f_pattern = np.zeros((p, p), dtype=bool)  # block i's equations read block j
+    for i in range(p):
+        f_pattern[i] = f_blocks[owner == i].any(axis=0)
+    f_seed, f_colour = _seed(owner, pad_index, b, min(2 * lay.reach + 1, p))
+    rows = _clique_index(lay)
+    wins = _window_starts(lay)[:, None] * b + np.arange(lay.nw * b)[None, :]
+    mask = f_pattern[block[rows][:, :, None], block[wins][:, None, :]]
+    mask &= real[rows][:, :, None] & real[wins][:, None, :]
+    eye = (rows[:, :, None] == wins[:, None, :]) & ~real[rows][:, :, None]
+    h_seed, h_colour = _seed(owner, pad_index, b, min(L + 1, p))
+    n_y = h_blocks.shape[0]
+    lo = np.zeros(n_y, dtype=int)
+    for o, row in enumerate(h_blocks):
+        reads = np.flatnonzero(row)
+        lo[o] = min(int(reads.min()), p - 1 - L) if reads.size else 0
+    local = lo[:, None] * b + np.arange((L + 1) * b)[None, :]
+    h_mask = h_blocks[np.arange(n_y)[:, None], block[local]] & real[local]
+    return _Sparsity(
+        f_seed,
+        rows,
+        f_colour[wins],
+        mask.astype(float),
+        eye.astype(float),
+        q_pad[rows[:, :, None], rows[:, None, :]],
+        h_seed,
+        lo,
+        h_colour[local],
+        h_mask.astype(float),
+    )
+
+
+def _scan_of(transition: Any, output: Any, lay: _Layout, pad_index: np.ndarray) -> Any:
+    """The scan over a record for one structure; every number (the sparsity tables too) is an argument."""
+    n_pad = lay.p * lay.b
+    pidx = jnp.asarray(pad_index)
+
+    def step(numbers: Any, carry: Any, inp: Any) -> Any:
+        mean, cliques = carry
+        u_row, y, mask = inp
+        sp = numbers["sparsity"]
+        u = _columns(u_row, numbers["inputs"])
+        zero_m = jnp.zeros((0,), mean.dtype)
+        params = numbers["params"]
+        f = lambda x: transition(x, u, zero_m, params)  # noqa: E731
+        h = lambda x: output(x, u, zero_m, params)  # noqa: E731
+        comp = jax.jacfwd(lambda z: f(mean + sp.f_seed @ z))(jnp.zeros(sp.f_seed.shape[1], mean.dtype))
+        comp = jnp.zeros((n_pad, comp.shape[1]), mean.dtype).at[pidx].set(comp)
+        F_cw = comp[sp.f_rows[:, :, None], sp.f_cols[:, None, :]] * sp.f_mask + sp.f_eye
+        mean_p = f(mean)
+        cl_p = _predict(lay, F_cw, sp.q_c, cliques)
+        hcomp = jax.jacfwd(lambda z: h(mean_p + sp.h_seed @ z))(jnp.zeros(sp.h_seed.shape[1], mean.dtype))
+        sd_r = jnp.sqrt(numbers["r"])
+        H_loc = jnp.take_along_axis(hcomp, sp.h_cols, axis=1) * sp.h_mask / sd_r[:, None]
+        H_loc = jnp.where(mask[:, None], H_loc, 0.0)
+        nu = jnp.where(mask, (y - h(mean_p)) / sd_r, 0.0)
+        logdet_r = jnp.sum(jnp.where(mask, jnp.log(numbers["r"]), 0.0))
+        mean_pad = jnp.zeros(n_pad, mean.dtype).at[pidx].set(mean_p)
+        new_pad, cl_u, loglik, maha = _update(
+            lay, mean_pad, cl_p, H_loc, jnp.asarray(sp.h_lo), nu, logdet_r, jnp.sum(mask)
+        )
+        out = (new_pad[pidx], _block_diagonal(lay, cl_u).reshape(-1)[pidx], loglik, maha)
+        return (new_pad[pidx], cl_u), out
+
+    def scan(numbers: Any, x_init: Any, cl_init: Any, us: Any, ys: Any, masks: Any) -> Any:
+        return jax.lax.scan(lambda c, i: step(numbers, c, i), (x_init, cl_init), (us, ys, masks))[1]
+
+    return scan
+
+
+def _structure(graph: Graph) -> tuple[list[Any], Any, list[tuple[int, int]]]:
+    subs, _ = graph.flatten()
+    if graph.fields:
+        raise ValueError(f"banded_estimate: graph {graph.name!r} is coupled by a field; expected interfaces.")
+    mono = graph.monolithic()
+    slices = list(graph.state_slices().values())
+    return subs, mono, slices
+
+
+def _reach(fn: Any, x: Any, owner: np.ndarray, n_blocks: int) -> np.ndarray:
+    """Block incidence (rows' blocks x columns' blocks) of the Jacobian of ``fn`` at ``x``."""
+    jac = np.asarray(jax.jacfwd(fn)(x))
+    out = np.zeros((jac.shape[0], n_blocks), dtype=bool)
+    for j in range(n_blocks):
+        out[:, j] = np.any(jac[:, owner == j] != 0.0, axis=1)
+    return out
+
+
+def banded_estimate(graph: Graph, dataset: Any, bandwidth: int = 2, *, key: Any = None) -> Estimate:
+    """Estimate the states of ``graph`` with a posterior that is Markov of order ``bandwidth`` along it.
+
+    The subsystems are taken in the graph's order (a chain's from its fixed end); the model is the
+    graph's central one (:meth:`~twinfer.infer.graph.Graph.monolithic`, the same discretisation and noise
+    as the distributed estimator), linearised at each step (an EKF). See
+    :mod:`twinfer.infer.graph._banded` for the method and the coverage it reaches where the
+    message-passing estimators under-cover.
+
+    Args:
+        graph: subsystems joined by interfaces (e.g. from :meth:`~twinfer.infer.graph.Graph.from_model`),
+            ordered so that every interface joins subsystems at most ``bandwidth`` apart.
+        dataset: the record (:class:`twinfer.data.Dataset`), as for :func:`~twinfer.infer.graph.estimate`.
+        bandwidth: L, the number of neighbours on each side whose correlation each subsystem keeps
+            (1 <= L; L >= p - 1 is the central EKF). The window a step reads is found from the
+            Jacobian's structure at a random draw from the prior.
+        key: a PRNG key for that draw (default ``jax.random.key(0)``).
+
+    Returns:
+        An :class:`~twinfer.infer.Estimate` in the graph's state order (means, standard deviations,
+        parameters, log-likelihood and NIS; no full covariance).
+
+    Raises:
+        ValueError: for a bandwidth below 1, a graph coupled by a field, a subsystem with memory, or an
+            output that reads subsystems more than ``bandwidth`` apart (naming it).
+        DivergenceError: at the first step with a non-finite mean or a non-positive variance, naming it.
+
+    """
+    return _banded(graph, dataset, bandwidth, key, 0)[0]
+
+
+def timed_banded_estimate(
+    graph: Graph, dataset: Any, bandwidth: int = 2, *, repeats: int = 1, key: Any = None
+) -> tuple[Estimate, BenchResult]:
+    """:func:`banded_estimate` with its compiled scan timed: the first call apart from ``repeats`` more."""
+    if repeats < 1:
+        raise ValueError(f"timed_banded_estimate repeats: expected >= 1; received {repeats}.")
+    est, timed = _banded(graph, dataset, bandwidth, key, repeats)
+    assert timed is not None
+    return est, timed
+
+
+def _banded(graph: Graph, dataset: Any, bandwidth: int, key: Any, repeats: int) -> tuple[Estimate, Any]:
+    if int(bandwidth) != bandwidth or bandwidth < 1:
+        raise ValueError(f"banded_estimate bandwidth: expected an integer >= 1; received {bandwidth!r}.")
+    subs, mono, slices = _structure(graph)
+    p = len(slices)
+    L = min(int(bandwidth), max(p - 1, 1))
+    sizes = [b - a for a, b in slices]
+    b = max(sizes)
+    pad_index = np.concatenate([i * b + np.arange(s) for i, s in enumerate(sizes)])  # real -> padded
+    owner = np.repeat(np.arange(p), sizes)
+    n_pad = p * b
+    inputs = jnp.asarray(mono.inputs, dtype=int)
+    outputs = np.asarray(mono.outputs, dtype=int)
+    params = mono.params
+    zero_m = jnp.zeros((0,))
+
+    def f(x: Any, u: Any) -> Any:
+        return mono.transition(x, u, zero_m, params)
+
+    def h(x: Any, u: Any) -> Any:
+        return mono.output(x, u, zero_m, params)
+
+    x0 = jnp.asarray(mono.x0, dtype=jnp.float64)
+    P0 = np.asarray(mono.P0, dtype=np.float64)
+    # the structure of one step, at a draw from the prior (a zero state hides terms such as k x)
+    key = jax.random.key(0) if key is None else key
+    draw = x0 + jnp.sqrt(jnp.diag(jnp.asarray(P0))) * jax.random.normal(key, x0.shape)
+    us_all = np.zeros((dataset.n_steps, 0)) if dataset.inputs is None else np.asarray(dataset.inputs)
+    u_draw = _columns(jnp.asarray(us_all[0]), inputs)
+    f_blocks = _reach(lambda x: f(x, u_draw), draw, owner, p)
+    reach = 0
+    for i in range(p):
+        cols = np.flatnonzero(f_blocks[owner == i].any(axis=0))
+        reach = max(reach, int(np.max(np.abs(cols - i))) if cols.size else 0)
+    h_blocks = _reach(lambda x: h(x, u_draw), draw, owner, p) if outputs.size else np.zeros((0, p), bool)
+    for o, row in enumerate(h_blocks):
+        cols = np.flatnonzero(row)
+        if cols.size and cols.max() - cols.min() > L:
+            raise ValueError(
+                f"banded_estimate bandwidth: output {o} (data column {outputs[o]}) reads subsystems "
+                f"{[subs[c].name for c in cols]}, more than {L} apart; expected a bandwidth >= "
+                f"{int(cols.max() - cols.min())}."
+            )
+    nw = min(L + 1 + 2 * reach, p)
+    lay = _Layout(p, b, L, nw, reach)
+    dummy = np.ones(n_pad)
+    dummy[pad_index] = 0.0
+    Q_pad = np.zeros((n_pad, n_pad))
+    Q_pad[np.ix_(pad_index, pad_index)] = np.asarray(mono.Q)
+    P0_pad = np.diag(dummy)
+    P0_pad[np.ix_(pad_index, pad_index)] = P0
+    idx = _clique_index(lay)
+    cliques0 = jnp.asarray(P0_pad[idx[:, :, None], idx[:, None, :]])
+    R = np.asarray(mono.R, dtype=np.float64)
+    if np.any(R - np.diag(np.diag(R))):
+        raise ValueError(
+            "banded_estimate R: expected uncorrelated measurement noise (a diagonal R in every subsystem); "
+            "received correlated outputs."
+        )
+    us = jnp.asarray(us_all[:-1])
+    ys_all = np.nan_to_num(np.asarray(dataset.observations))[1:]
+    mask_all = np.asarray(dataset.mask)[1:]
+    seen = outputs >= 0
+    safe = np.where(seen, outputs, 0)
+    ys = jnp.asarray(ys_all[:, safe])
+    masks = jnp.asarray(mask_all[:, safe] & seen[None, :])
+    numbers = {
+        "params": params,
+        "r": jnp.asarray(np.diag(R)),
+        "inputs": inputs,
+        "sparsity": _Sparsity(
+            *(jnp.asarray(a) for a in _sparsity(lay, f_blocks, h_blocks, owner, pad_index, Q_pad))
+        ),
+    }
+    run = structure_cached(
+        _CACHE,
+        8,
+        lambda: (mono.transition, mono.output, lay, tuple(pad_index.tolist())),
+        lambda: jax.jit(_scan_of(mono.transition, mono.output, lay, pad_index)),
+    )
+    timed = None
+    if repeats:
+        timed = time_jitted(run, numbers, x0, cliques0, us, ys, masks, repeats=repeats)
+        outs = timed.value
+    else:
+        outs = run(numbers, x0, cliques0, us, ys, masks)
+    means, variances, logliks, mahas = outs
+    means, variances = np.asarray(means), np.asarray(variances)
+    bad = ~(np.isfinite(means).all(axis=1) & np.all(variances > 0, axis=1))
+    if bad.any():
+        k = int(np.argmax(bad))
+        raise DivergenceError(
+            f"banded_estimate diverged at step {k + 1} (t = {float(np.asarray(dataset.times)[k + 1]):g}): a "
+            "non-finite mean or a non-positive variance. Try a larger process noise, a smaller time step "
+            "or a larger bandwidth."
+        )
+    means = np.concatenate([np.asarray(x0)[None], means])
+    stds = np.sqrt(np.concatenate([np.diag(P0)[None], variances]))
+    result = {}
+    for i, (s, (a, c)) in enumerate(zip(subs, slices, strict=True)):
+        result[s.name] = (means[:, a:c], stds[:, a:c], float(np.sum(logliks)) if i == 0 else 0.0)
+    est = _merged(graph, result, dataset, None)
+    n_obs = int(np.asarray(masks).sum())
+    return dataclasses.replace(est, nis=float(np.sum(mahas)) / n_obs if n_obs else None), timed
