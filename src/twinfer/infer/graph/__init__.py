@@ -6,7 +6,7 @@ References:
 
 """
 
-from twinfer.infer.graph._banded import banded_estimate, timed_banded_estimate
+from twinfer.infer.graph._banded import banded_estimate, clear_compiled, timed_banded_estimate
 from twinfer.infer.graph._compile import (
     SCHEDULES,
     Compiled,
@@ -50,6 +50,7 @@ __all__ = [
     "FieldNumbers",
     "auto_partition",
     "banded_estimate",
+    "clear_compiled",
     "timed_banded_estimate",
     "diffuse",
     "subsystem_laplacian",

@@ -45,6 +45,11 @@ probabilistic messages covered 0.70-0.93 with Duffing cuts; L = 1 covered as wel
 interval just short of the truth on four of five Van der Pol seeds (upper end 17,988 against 18,000 at
 seed 2). That the bands hold a little more than 95 % is the central filter's too: the filters'
 random-walk Q on a truth without process noise (``docs/tuning.md``).
+
+Limits measured so far: it is an EKF, so where the central EKF is worse than the central UKF it is too
+(``chain-scaling`` at n = 16 with the stiffnesses unknown: central EKF 0.61, central UKF 0.96, banded
+0.65-0.69); its run time grew as n^0.95 from 8 to 32 subsystems and 3.4x from 32 to 64 (not yet
+profiled), and its compilation took 122 s at 64 subsystems (the central model is traced whole).
 """
 
 from __future__ import annotations
@@ -302,6 +307,23 @@ def _update(
 
 
 _CACHE: collections.OrderedDict[Any, Any] = collections.OrderedDict()
+
+
+def clear_compiled() -> None:
+    """Drop every compiled graph program this process holds (graphs, central models, banded scans).
+
+    A compiled program keeps its machine code mapped until it is dropped; a process that compiles many
+    large graphs one after another (``chain-scaling``'s sizes) can exhaust the kernel's per-process map
+    count (``vm.max_map_count``, 65530 by default: "LLVM ERROR: Unable to allocate section memory"). A
+    banded scan of 64 two-mass subsystems holds ~18,000 maps. Call this between graphs of different
+    structure that will not run again; they are recompiled if they do.
+    """
+    from twinfer.infer.graph import _compile, _graph
+
+    _CACHE.clear()
+    _compile._CACHE.clear()
+    _graph._MONOLITHIC.clear()
+    jax.clear_caches()
 
 
 class _Sparsity(NamedTuple):
