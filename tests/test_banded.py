@@ -5,13 +5,14 @@ Public API only, on chains that are not a paper case.
 
 from __future__ import annotations
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 from scipy.signal import butter, lfilter
 
-from twinfer.infer.graph import Graph, banded_estimate, estimate
+from twinfer.infer.graph import Graph, banded_estimate, estimate, timed_banded_estimate
 from twinfer.models import Chain
 from twinfer.sim import simulate_dataset
 
@@ -166,3 +167,13 @@ def test_banded_errors_name_the_problem():
     # a2 reads masses 1, 2 and 3: three subsystems, two apart
     with pytest.raises(ValueError, match=r"output 0 \(data column 0\) reads subsystems \['S1', 'S2', 'S3'\]"):
         banded_estimate(one_each, data, bandwidth=1)
+    with pytest.raises(ValueError, match=r"timed_banded_estimate repeats: expected >= 1; received 0"):
+        timed_banded_estimate(one_each, data, bandwidth=2, repeats=0)
+    # two accelerometers of S1 with correlated noise
+    two = Chain([100.0] * 4, [2e4] * 4, [30.0] * 4, forced_dofs=[4], outputs=("a1", "a2", "a4"))
+    pairs = Graph.from_model(two, [(1, 2), (3, 4)], dt=1e-3, estimator="ekf", noise_sd=0.02)
+    s1 = eqx.tree_at(lambda s: s.R, pairs.nodes[0], np.asarray([[4e-4, 1e-4], [1e-4, 4e-4]]))
+    correlated = Graph(pairs.name, [s1, *pairs.nodes[1:]], pairs.interfaces, state_order=pairs.state_order)
+    record = simulate_dataset(two, _force(20, 1), 1e-3, 0.02, jax.random.key(0))
+    with pytest.raises(ValueError, match=r"banded_estimate R: expected uncorrelated measurement noise"):
+        banded_estimate(correlated, record, bandwidth=1)

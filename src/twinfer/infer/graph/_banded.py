@@ -179,7 +179,6 @@ def _tridiagonal(lay: _Layout, band: Any) -> tuple[Any, Any, int]:
     if pad:  # inert blocks: identity precision, no coupling
         extra = jnp.zeros((pad, L + 1, b, b), band.dtype).at[:, 0].set(jnp.eye(b))
         band = jnp.concatenate([band, extra])
-    # drop couplings that would run past the last real block (none are set there; kept zero)
     D = jnp.zeros((m, L * b, L * b), band.dtype)
     B = jnp.zeros((max(m - 1, 0), L * b, L * b), band.dtype)
     for r in range(L):
@@ -240,7 +239,7 @@ def _sweeps(D: Any, B: Any, rhs: Any) -> tuple[Any, Any, Any, Any]:
 
 def _cliques_of(lay: _Layout, sigs: Any, offs: Any) -> Any:
     """The cliques from the super-blocks' diagonal and super-diagonal blocks of ``Y^-1``."""
-    b, L, p = lay.b, lay.L, lay.p
+    b, L = lay.b, lay.L
     m = sigs.shape[0]
     Lb = L * b
     # band of Sigma per block: (p_pad, L + 1, b, b), Sigma[i, i + k]
@@ -263,7 +262,6 @@ def _cliques_of(lay: _Layout, sigs: Any, offs: Any) -> Any:
             out = out.at[:, i * b : (i + 1) * b, j * b : (j + 1) * b].set(blk)
             if j > i:
                 out = out.at[:, j * b : (j + 1) * b, i * b : (i + 1) * b].set(jnp.swapaxes(blk, 1, 2))
-    del p
     return out
 
 
@@ -428,8 +426,8 @@ def _scan_of(transition: Any, output: Any, lay: _Layout, pad_index: np.ndarray) 
         new_pad, cl_u, loglik, maha = _update(
             lay, mean_pad, cl_p, H_loc, jnp.asarray(sp.h_lo), nu, logdet_r, jnp.sum(mask)
         )
-        out = (new_pad[pidx], _block_diagonal(lay, cl_u).reshape(-1)[pidx], loglik, maha)
-        return (new_pad[pidx], cl_u), out
+        new = new_pad[pidx]
+        return (new, cl_u), (new, _block_diagonal(lay, cl_u).reshape(-1)[pidx], loglik, maha)
 
     def scan(numbers: Any, x_init: Any, cl_init: Any, us: Any, ys: Any, masks: Any) -> Any:
         return jax.lax.scan(lambda c, i: step(numbers, c, i), (x_init, cl_init), (us, ys, masks))[1]
