@@ -65,7 +65,10 @@ Run-time slopes (log-log, all sizes): central 2.37, messages 0.76, banded 1.49 (
 step from 32 to 64 is 3.4x, not yet profiled). The banded estimator is an EKF: at n = 16 the central
 EKF itself (L = p - 1) covers 0.61 on this record where the central UKF covers 0.96, the stiffnesses'
 products with the positions being linearised at the mean, and the banded one inherits that (0.65-0.69
-at L = 2-4). A sigma-point version of its window prediction is what would remove it.
+at L = 2-4). Its sigma-point options (``update="unscented"``: each output regressed on its clique's
+points) remove that at n = 16 (0.951) but not in general: at n = 32 the regression covers 0.57 at L = 3
+and 0.45-0.60 at L = 2-8, against 0.984 with the whole chain in one window, so there the band itself
+drops correlations of the stiffnesses with the positions that matter (``banded_estimate``'s docstring).
 
 References:
     Ghorbani & Hackl, SI section 3.3 and Fig. S4; specs/compositional-inference.md 3.3.

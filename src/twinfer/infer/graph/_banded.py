@@ -14,8 +14,8 @@ long-range covariance that a block-by-block posterior with messages between neig
 positions of a chain fixed at one end, whose links' errors add coherently: ``twinfer run
 chain-scaling``'s docstring) is carried by the chain of regressions of each subsystem on the L before it.
 
-One step (an extended Kalman filter on the graph's central model, :meth:`Graph.monolithic`, the same
-discretisation as the distributed estimator):
+One step (a Gaussian filter on the graph's central model, :meth:`Graph.monolithic`, the same
+discretisation as the distributed estimator; linearised as an EKF here, by sigma points below):
 
 * predict: each clique's window of ``L + 1 + 2 w`` subsystems (``w`` the reach of one step of the
   transition, in subsystems) is completed from the cliques by those regressions,
@@ -26,6 +26,25 @@ discretisation as the distributed estimator):
   forward and one backward sweep over super-blocks of L subsystems (the block-tridiagonal recursion of
   the RTS smoother, in space), the log-likelihood from the matrix determinant lemma,
   ``log det S = log det R + log det Y^+ - log det Y^-``.
+
+With sigma points (``update="unscented"``) each output is regressed on the points of the clique holding
+it (statistical linear regression, :func:`_output_unscented`): the regression replaces H, the unscented
+mean replaces ``h(m)``, and the regression's residual variance is added to the output's noise (the
+textbook UKF's measurement update with points redrawn from the predicted Gaussian; with one window over
+the whole chain it is that UKF exactly: a test). ``prediction="unscented"`` propagates each clique's
+window by its sigma points (cliques far enough apart share the whole model's evaluations, so the work
+stays linear in p). Both are options, not the default, on these measurements (``chain-scaling``'s
+calibrated set-up, stiffnesses unknown, L = 3, seed 0; 95 % coverage of the states, Jacobians /
+regression on the outputs): n = 8: 0.975 / 0.974; n = 16: 0.665 / 0.951; n = 32: 0.924 / 0.568; n = 64:
+0.958 / 0.83 (0.905 with sigma-point prediction too, which otherwise changed little and cost 2.5-4x).
+With the whole chain in one window (L = 31 at n = 32) the regression covers 0.984 (the central UKF
+0.987) and the Jacobians 0.935, and L = 2, 5 and 8 with the regression cover 0.45 / 0.60 / 0.52: so
+at n = 32 it is the band, not the linearisation, that fails, through the stiffnesses: over-confident
+from the first 20 steps (truth 4-9 sds away while their sds fall from 5e4 to 1.4e3 N/m), they bias the
+positions for the rest of the record. Which long-range correlations of the stiffnesses with the
+positions the Markov projection drops there, and how to keep them (a conservative projection, an
+adaptive bandwidth), is open. On issue #20's acceptance chain the two updates agree (L = 2, five
+seeds each, Duffing and Van der Pol cuts: 0.975-0.999, both stiffnesses inside their intervals).
 
 Everything is computed in correlation coordinates (each state divided by its prior standard deviation at
 that step), so unknown parameters with variances of 1e9 and positions of 1e-10 share one matrix.
@@ -46,12 +65,13 @@ interval just short of the truth on four of five Van der Pol seeds (upper end 17
 seed 2). That the bands hold a little more than 95 % is the central filter's too: the filters'
 random-walk Q on a truth without process noise (``docs/tuning.md``).
 
-Limits measured so far: it is an EKF, so where the central EKF is worse than the central UKF it is too
-(``chain-scaling`` at n = 16 with the stiffnesses unknown: central EKF 0.61, central UKF 0.96, banded
-0.65-0.69). Per step at L = 3 on that chain (500 steps, idle machine): 0.80 / 1.71 / 4.51 ms at 16 /
-32 / 64 subsystems (n^1.24), of which the central model's transition takes 0.14 / 0.23 / 0.34 ms and
-its compressed Jacobian 0.26 / 0.33 / 0.62 ms; the rest is the clique algebra and the two sweeps, not
-yet profiled further. Compilation took 24 / 48 / 109 s (the central model is traced whole).
+Limits measured so far: linearised, it is an EKF, so where the central EKF is worse than the central UKF
+it is too (``chain-scaling`` at n = 16 with the stiffnesses unknown: central EKF 0.61, central UKF 0.96,
+banded 0.65-0.69; the regression above closes that one). Per step at L = 3 on that chain (500 steps, idle
+machine): 0.80 / 1.71 / 4.51 ms at 16 / 32 / 64 subsystems (n^1.24), of which the central model's
+transition takes 0.14 / 0.23 / 0.34 ms and its compressed Jacobian 0.26 / 0.33 / 0.62 ms; the rest is the
+clique algebra and the two sweeps, not yet profiled further. Compilation took 24 / 48 / 109 s (the central
+model is traced whole).
 """
 
 from __future__ import annotations
@@ -151,6 +171,99 @@ def _predict(lay: _Layout, F_cw: Any, Q_c: Any, cliques: Any) -> Any:
 
     out = jax.vmap(one)(F_cw, Q_c, starts)
     return 0.5 * (out + jnp.swapaxes(out, 1, 2))
+
+
+def _predict_unscented(
+    lay: _Layout, f_pad: Any, weights: Any, mean: Any, cliques: Any, Q_c: Any, sp: Any
+) -> tuple[Any, Any]:
+    """The predicted cliques and mean by the unscented transform of each clique's window.
+
+    Each clique's rows of the transition read only its window (``L + 1 + 2 w`` subsystems), so the
+    sigma points of the window's Gaussian (completed from the cliques as in :func:`_predict`) give the
+    clique's predicted covariance exactly as a UKF on the whole state would give that block (S13-S15).
+    Cliques whose windows and rows do not meet share their evaluations of the whole model (one colour of
+    ``sp.u_groups``): ``n_colours (2 nw b + 1)`` evaluations per step whatever the number of subsystems.
+    Every block's mean is read from the first clique holding it.
+    """
+    nwb = lay.nw * lay.b
+    starts = jnp.asarray(_window_starts(lay))
+    n_pad = lay.p * lay.b
+
+    def offsets(a: Any, real: Any, root_c: Any) -> Any:
+        cov = _window_cov(lay, cliques, a)
+        d = jnp.sqrt(jnp.diagonal(cov))
+        low = jnp.linalg.cholesky(cov / (d[:, None] * d[None, :])) * d[:, None]
+        spread = root_c * low.T * real[:, None]  # row i = sqrt(c) L e_i; none along a padding state
+        return jnp.concatenate([jnp.zeros((1, nwb), cov.dtype), spread, -spread])
+
+    offs = jax.vmap(offsets)(starts, jnp.asarray(sp.u_real), jnp.sqrt(jnp.asarray(sp.u_c)))  # (n_c, pts, nwb)
+    offs = jnp.concatenate([offs, jnp.zeros_like(offs[:1])])  # a dummy clique for the groups' padding
+    win = jnp.asarray(sp.u_win)  # (n_c + 1, nwb), the dummy's columns the spare state n_pad
+
+    def group(members: Any) -> Any:
+        cols = win[members].reshape(-1)  # disjoint windows (and the spare state, repeated)
+        add = jnp.swapaxes(offs[members], 0, 1).reshape(offs.shape[1], -1)
+        delta = jnp.zeros((offs.shape[1], n_pad + 1), mean.dtype).at[:, cols].add(add)
+        pts = jnp.concatenate([mean, jnp.zeros((1,), mean.dtype)])[None] + delta
+        return jax.vmap(f_pad)(pts[:, :n_pad])
+
+    vals = jax.lax.map(group, jnp.asarray(sp.u_groups))  # (n_g, npts, n_pad)
+    rows = jnp.asarray(sp.f_rows)
+    y = jax.vmap(lambda g, r: vals[g][:, r])(jnp.asarray(sp.u_group_of), rows)  # (n_c, npts, W)
+    mu = jnp.einsum("ci,cia->ca", sp.u_wm, y)
+    dev = y - mu[:, None, :]
+    out = jnp.einsum("cia,ci,cib->cab", dev, sp.u_wc, dev) + Q_c + sp.u_pad_eye
+    out = 0.5 * (out + jnp.swapaxes(out, 1, 2))
+    blocks = np.arange(lay.p)
+    holder = np.minimum(blocks, lay.n_cliques - 1)
+    entry = (blocks - holder)[:, None] * lay.b + np.arange(lay.b)[None, :]
+    return mu[holder[:, None], entry].reshape(-1), out
+
+
+def _output_unscented(
+    lay: _Layout, h_pad: Any, mean: Any, cliques: Any, lo: Any, sp: Any
+) -> tuple[Any, Any, Any]:
+    """Statistical linear regression of every output on the sigma points of the clique holding it.
+
+    For output ``o`` read from clique ``s = lo_o`` (covariance ``C = l l^T``, spread ``c``, points
+    ``m +- sqrt(c) l e_i``, values ``y_i^+-``, ``y_0`` at the centre): the unscented mean ``mu_o``, the
+    regression ``H_o = C^-1 Cov(x, y_o) = l^-T g / (2 sqrt(c))`` with ``g_i = y_i^+ - y_i^-``, and its
+    residual variance ``Omega_o = wc_0 (y_0 - mu_o)^2 + sum_i ((y_i^+ + y_i^-) / 2 - mu_o)^2 / c``, which
+    the update adds to the output's noise variance (the redrawn UKF's measurement update, Sarkka &
+    Svensson 2023, Sec. 9.4, with the outputs' residuals taken as uncorrelated). Cliques that hold no
+    common subsystem share their evaluations of the whole output (``sp.h_groups``).
+    """
+    W = lay.width
+
+    def factor(c: Any) -> tuple[Any, Any]:
+        d = jnp.sqrt(jnp.diagonal(c))
+        return jnp.linalg.cholesky(c / (d[:, None] * d[None, :])), d
+
+    lc, d = jax.vmap(factor)(cliques)  # scaled factor: C = (d lc)(d lc)^T
+    root_c = jnp.sqrt(sp.c_c)
+    spread = root_c[:, None, None] * jnp.swapaxes(lc * d[:, :, None], 1, 2) * sp.c_real[:, :, None]
+    offs = jnp.concatenate([jnp.zeros_like(spread[:, :1]), spread, -spread], axis=1)  # (n_c, 2W+1, W)
+    offs = jnp.concatenate([offs, jnp.zeros_like(offs[:1])])
+    rows = jnp.asarray(sp.c_rows)
+    n_pad = lay.p * lay.b
+
+    def group(members: Any) -> Any:
+        cols = rows[members].reshape(-1)
+        add = jnp.swapaxes(offs[members], 0, 1).reshape(offs.shape[1], -1)
+        delta = jnp.zeros((offs.shape[1], n_pad + 1), mean.dtype).at[:, cols].add(add)
+        return jax.vmap(h_pad)(mean[None] + delta[:, :n_pad])
+
+    vals = jax.lax.map(group, jnp.asarray(sp.h_groups))  # (n_h, 2W+1, n_y)
+    n_y = lo.shape[0]
+    y = vals[sp.h_group_of[lo], :, jnp.arange(n_y)]  # (n_y, 2W+1)
+    wm, wc = sp.c_wm[lo], sp.c_wc[lo]
+    mu = jnp.sum(wm * y, axis=1)
+    g = y[:, 1 : W + 1] - y[:, W + 1 :]
+    solve = jax.vmap(lambda low, v: jax.scipy.linalg.solve_triangular(low, v, trans="T", lower=True))
+    H = solve(lc[lo], g / (2.0 * root_c[lo])[:, None]) / d[lo]
+    mid = 0.5 * (y[:, 1 : W + 1] + y[:, W + 1 :]) - mu[:, None]
+    omega = wc[:, 0] * (y[:, 0] - mu) ** 2 + jnp.sum(sp.c_real[lo] * mid**2, axis=1) / sp.c_c[lo]
+    return H, mu, omega
 
 
 def _band_of_precision(lay: _Layout, cliques: Any) -> Any:
@@ -324,6 +437,21 @@ def clear_compiled() -> None:
     jax.clear_caches()
 
 
+def _colouring(k: int, conflict: Any) -> tuple[np.ndarray, np.ndarray]:
+    """Greedy colouring of ``k`` items: each item's colour and the (colours, members) table (k: none)."""
+    colour = np.full(k, -1)
+    for s in range(k):
+        taken = {colour[t] for t in range(s) if conflict(s, t)}
+        colour[s] = min(set(range(k)) - taken)
+    n_g = int(colour.max()) + 1 if k else 0
+    m = max((int(np.sum(colour == g)) for g in range(n_g)), default=1)
+    groups = np.full((max(n_g, 1), m), k)
+    for g in range(n_g):
+        members = np.flatnonzero(colour == g)
+        groups[g, : members.size] = members
+    return colour, groups
+
+
 class _Sparsity(NamedTuple):
     """Static index tables that read the banded Jacobians off their compressed forms."""
 
@@ -337,6 +465,21 @@ class _Sparsity(NamedTuple):
     h_lo: Any  # (n_y,) first block each output reads
     h_cols: Any  # (n_y, (L + 1) b) colour of each local column
     h_mask: Any  # (n_y, (L + 1) b)
+    u_win: Any  # (n_c + 1, nw b) padded state of each window column (a dummy clique: the spare state)
+    u_groups: Any  # (n_g, m) cliques sharing evaluations (n_c: none)
+    u_group_of: Any  # (n_c,) each clique's group
+    u_real: Any  # (n_c, nw b) 1.0 on a window's real states
+    u_c: Any  # (n_c,) the spread c of each window's sigma points (its real dimension)
+    u_wm: Any  # (n_c, 2 nw b + 1) mean weights (0 on the points along padding states)
+    u_wc: Any  # (n_c, 2 nw b + 1) covariance weights
+    u_pad_eye: Any  # (n_c, W, W) 1.0 on a padding state's own variance (it stays 1)
+    c_rows: Any  # (n_c + 1, W) padded states of each clique (a dummy: the spare state)
+    h_groups: Any  # (n_h, m) cliques holding outputs that share evaluations of the output (n_c: none)
+    h_group_of: Any  # (n_c,) each holder's group
+    c_real: Any  # (n_c, W) 1.0 on a clique's real states
+    c_c: Any  # (n_c,) the spread c of each clique's sigma points
+    c_wm: Any  # (n_c, 2 W + 1)
+    c_wc: Any  # (n_c, 2 W + 1)
 
 
 def _seed(owner: np.ndarray, pad_index: np.ndarray, b: int, period: int) -> tuple[np.ndarray, np.ndarray]:
@@ -360,6 +503,7 @@ def _sparsity(
     owner: np.ndarray,
     pad_index: np.ndarray,
     q_pad: np.ndarray,
+    weights: Any,
 ) -> _Sparsity:
     b, L, p = lay.b, lay.L, lay.p
     n_pad = p * b
@@ -383,6 +527,46 @@ def _sparsity(
         lo[o] = min(int(reads.min()), p - 1 - L) if reads.size else 0
     local = lo[:, None] * b + np.arange((L + 1) * b)[None, :]
     h_mask = h_blocks[np.arange(n_y)[:, None], block[local]] & real[local]
+    # cliques that may share evaluations for the unscented prediction: neither one's rows read the
+    # other's window (greedy colouring in the chain's order)
+    starts = _window_starts(lay)
+    reads = [f_pattern[s : s + L + 1].any(axis=0) for s in range(lay.n_cliques)]
+    windows = [np.isin(np.arange(p), np.arange(a, a + lay.nw)) for a in starts]
+    colour, groups = _colouring(
+        lay.n_cliques,
+        lambda s, t: (
+            bool((reads[s] & windows[t]).any() or (reads[t] & windows[s]).any())
+            or bool((windows[s] & windows[t]).any())
+        ),
+    )
+    # for the unscented update: cliques holding outputs (each output's lo), disjoint ones sharing points
+    holders = np.unique(lo) if n_y else np.zeros(1, dtype=int)
+    hold_colour, h_groups = _colouring(holders.size, lambda s, t: abs(int(holders[s]) - int(holders[t])) <= L)
+    h_group_of = np.zeros(lay.n_cliques, dtype=int)
+    h_group_of[holders] = hold_colour
+    h_groups = np.where(
+        h_groups < holders.size, holders[np.minimum(h_groups, holders.size - 1)], lay.n_cliques
+    )
+    c_real = real[rows]
+    h_wm = np.zeros((lay.n_cliques, 2 * lay.width + 1))
+    h_wc = np.zeros_like(h_wm)
+    h_c = np.zeros(lay.n_cliques)
+    for s, r in enumerate(c_real):
+        wm, wc, c = weights.weights(int(r.sum()))
+        on = np.concatenate([[True], r, r])
+        h_wm[s, on], h_wc[s, on], h_c[s] = np.asarray(wm), np.asarray(wc), c
+    u_win = np.concatenate([wins, np.full((1, lay.nw * b), n_pad)])
+    u_real = real[wins]
+    u_wm = np.zeros((lay.n_cliques, 2 * lay.nw * b + 1))
+    u_wc = np.zeros_like(u_wm)
+    u_c = np.zeros(lay.n_cliques)
+    for s, r in enumerate(u_real):  # the sigma points of the window's real states (S13-S15)
+        wm, wc, c = weights.weights(int(r.sum()))
+        on = np.concatenate([[True], r, r])
+        u_wm[s, on], u_wc[s, on], u_c[s] = np.asarray(wm), np.asarray(wc), c
+    pad_eye = np.zeros((lay.n_cliques, lay.width, lay.width))
+    diag = np.arange(lay.width)
+    pad_eye[:, diag, diag] = ~real[rows]
     return _Sparsity(
         f_seed,
         rows,
@@ -394,10 +578,33 @@ def _sparsity(
         lo,
         h_colour[local],
         h_mask.astype(float),
+        u_win,
+        groups,
+        colour,
+        u_real.astype(float),
+        u_c,
+        u_wm,
+        u_wc,
+        pad_eye,
+        np.concatenate([rows, np.full((1, lay.width), n_pad)]),
+        h_groups,
+        h_group_of,
+        c_real.astype(float),
+        h_c,
+        h_wm,
+        h_wc,
     )
 
 
-def _scan_of(transition: Any, output: Any, lay: _Layout, pad_index: np.ndarray) -> Any:
+def _scan_of(
+    transition: Any,
+    output: Any,
+    lay: _Layout,
+    pad_index: np.ndarray,
+    prediction: str,
+    update: str,
+    weights: Any,
+) -> Any:
     """The scan over a record for one structure; every number (the sparsity tables too) is an argument."""
     n_pad = lay.p * lay.b
     pidx = jnp.asarray(pad_index)
@@ -411,18 +618,30 @@ def _scan_of(transition: Any, output: Any, lay: _Layout, pad_index: np.ndarray) 
         params = numbers["params"]
         f = lambda x: transition(x, u, zero_m, params)  # noqa: E731
         h = lambda x: output(x, u, zero_m, params)  # noqa: E731
-        comp = jax.jacfwd(lambda z: f(mean + sp.f_seed @ z))(jnp.zeros(sp.f_seed.shape[1], mean.dtype))
-        comp = jnp.zeros((n_pad, comp.shape[1]), mean.dtype).at[pidx].set(comp)
-        F_cw = comp[sp.f_rows[:, :, None], sp.f_cols[:, None, :]] * sp.f_mask + sp.f_eye
-        mean_p = f(mean)
-        cl_p = _predict(lay, F_cw, sp.q_c, cliques)
-        hcomp = jax.jacfwd(lambda z: h(mean_p + sp.h_seed @ z))(jnp.zeros(sp.h_seed.shape[1], mean.dtype))
-        sd_r = jnp.sqrt(numbers["r"])
-        H_loc = jnp.take_along_axis(hcomp, sp.h_cols, axis=1) * sp.h_mask / sd_r[:, None]
-        H_loc = jnp.where(mask[:, None], H_loc, 0.0)
-        nu = jnp.where(mask, (y - h(mean_p)) / sd_r, 0.0)
-        logdet_r = jnp.sum(jnp.where(mask, jnp.log(numbers["r"]), 0.0))
+        if prediction == "unscented":
+            f_pad = lambda xp: xp.at[pidx].set(f(xp[pidx]))  # noqa: E731 (padding states stay put)
+            mean_in = jnp.zeros(n_pad, mean.dtype).at[pidx].set(mean)
+            mean_pp, cl_p = _predict_unscented(lay, f_pad, weights, mean_in, cliques, sp.q_c, sp)
+            mean_p = mean_pp[pidx]
+        else:
+            comp = jax.jacfwd(lambda z: f(mean + sp.f_seed @ z))(jnp.zeros(sp.f_seed.shape[1], mean.dtype))
+            comp = jnp.zeros((n_pad, comp.shape[1]), mean.dtype).at[pidx].set(comp)
+            F_cw = comp[sp.f_rows[:, :, None], sp.f_cols[:, None, :]] * sp.f_mask + sp.f_eye
+            mean_p = f(mean)
+            cl_p = _predict(lay, F_cw, sp.q_c, cliques)
         mean_pad = jnp.zeros(n_pad, mean.dtype).at[pidx].set(mean_p)
+        if update == "unscented":
+            h_pad = lambda xp: h(xp[pidx])  # noqa: E731
+            H_raw, y_pred, omega = _output_unscented(lay, h_pad, mean_pad, cl_p, jnp.asarray(sp.h_lo), sp)
+            var_r = numbers["r"] + omega
+        else:
+            hcomp = jax.jacfwd(lambda z: h(mean_p + sp.h_seed @ z))(jnp.zeros(sp.h_seed.shape[1], mean.dtype))
+            H_raw = jnp.take_along_axis(hcomp, sp.h_cols, axis=1) * sp.h_mask
+            y_pred, var_r = h(mean_p), numbers["r"]
+        sd_r = jnp.sqrt(var_r)
+        H_loc = jnp.where(mask[:, None], H_raw / sd_r[:, None], 0.0)
+        nu = jnp.where(mask, (y - y_pred) / sd_r, 0.0)
+        logdet_r = jnp.sum(jnp.where(mask, jnp.log(var_r), 0.0))
         new_pad, cl_u, loglik, maha = _update(
             lay, mean_pad, cl_p, H_loc, jnp.asarray(sp.h_lo), nu, logdet_r, jnp.sum(mask)
         )
@@ -453,12 +672,20 @@ def _reach(fn: Any, x: Any, owner: np.ndarray, n_blocks: int) -> np.ndarray:
     return out
 
 
-def banded_estimate(graph: Graph, dataset: Any, bandwidth: int = 2, *, key: Any = None) -> Estimate:
+def banded_estimate(
+    graph: Graph,
+    dataset: Any,
+    bandwidth: int = 2,
+    *,
+    prediction: str = "taylor",
+    update: str = "taylor",
+    key: Any = None,
+) -> Estimate:
     """Estimate the states of ``graph`` with a posterior that is Markov of order ``bandwidth`` along it.
 
     The subsystems are taken in the graph's order (a chain's from its fixed end); the model is the
     graph's central one (:meth:`~twinfer.infer.graph.Graph.monolithic`, the same discretisation and noise
-    as the distributed estimator), linearised at each step (an EKF). See
+    as the distributed estimator), linearised at each step by Jacobians or sigma points. See
     :mod:`twinfer.infer.graph._banded` for the method and the coverage it reaches where the
     message-passing estimators under-cover.
 
@@ -467,8 +694,12 @@ def banded_estimate(graph: Graph, dataset: Any, bandwidth: int = 2, *, key: Any 
             ordered so that every interface joins subsystems at most ``bandwidth`` apart.
         dataset: the record (:class:`twinfer.data.Dataset`), as for :func:`~twinfer.infer.graph.estimate`.
         bandwidth: L, the number of neighbours on each side whose correlation each subsystem keeps
-            (1 <= L; L >= p - 1 is the central EKF). The window a step reads is found from the
+            (1 <= L; L >= p - 1 is the central filter). The window a step reads is found from the
             Jacobian's structure at a random draw from the prior.
+        prediction: ``"taylor"`` (the transition's Jacobian at the mean) or ``"unscented"`` (each
+            window's sigma points, with the graph's :class:`~twinfer.infer.filters.UnscentedWeights`).
+        update: ``"taylor"`` (the output's Jacobian at the predicted mean) or ``"unscented"``
+            (statistical linear regression on each clique's sigma points, its residual added to R).
         key: a PRNG key for that draw (default ``jax.random.key(0)``).
 
     Returns:
@@ -476,29 +707,42 @@ def banded_estimate(graph: Graph, dataset: Any, bandwidth: int = 2, *, key: Any 
         parameters, log-likelihood and NIS; no full covariance).
 
     Raises:
-        ValueError: for a bandwidth below 1, a graph coupled by a field, a subsystem with memory, or an
-            output that reads subsystems more than ``bandwidth`` apart (naming it).
+        ValueError: for a bandwidth below 1, an unknown prediction or update, a graph coupled by a
+            field, a subsystem with memory, or an output that reads subsystems more than ``bandwidth``
+            apart (naming it).
         DivergenceError: at the first step with a non-finite mean or a non-positive variance, naming it.
 
     """
-    return _banded(graph, dataset, bandwidth, key, 0)[0]
+    return _banded(graph, dataset, bandwidth, prediction, update, key, 0)[0]
 
 
 def timed_banded_estimate(
-    graph: Graph, dataset: Any, bandwidth: int = 2, *, repeats: int = 1, key: Any = None
+    graph: Graph,
+    dataset: Any,
+    bandwidth: int = 2,
+    *,
+    prediction: str = "taylor",
+    update: str = "taylor",
+    repeats: int = 1,
+    key: Any = None,
 ) -> tuple[Estimate, BenchResult]:
     """:func:`banded_estimate` with its compiled scan timed: the first call apart from ``repeats`` more."""
     if repeats < 1:
         raise ValueError(f"timed_banded_estimate repeats: expected >= 1; received {repeats}.")
-    est, timed = _banded(graph, dataset, bandwidth, key, repeats)
+    est, timed = _banded(graph, dataset, bandwidth, prediction, update, key, repeats)
     assert timed is not None
     return est, timed
 
 
-def _banded(graph: Graph, dataset: Any, bandwidth: int, key: Any, repeats: int) -> tuple[Estimate, Any]:
+def _banded(
+    graph: Graph, dataset: Any, bandwidth: int, prediction: str, update: str, key: Any, repeats: int
+) -> tuple[Estimate, Any]:
     if int(bandwidth) != bandwidth or bandwidth < 1:
         raise ValueError(f"banded_estimate bandwidth: expected an integer >= 1; received {bandwidth!r}.")
     subs, mono, slices = _structure(graph)
+    for name, value in (("prediction", prediction), ("update", update)):
+        if value not in ("taylor", "unscented"):
+            raise ValueError(f"banded_estimate {name}: expected 'taylor' or 'unscented'; received {value!r}.")
     p = len(slices)
     L = min(int(bandwidth), max(p - 1, 1))
     sizes = [b - a for a, b in slices]
@@ -566,14 +810,27 @@ def _banded(graph: Graph, dataset: Any, bandwidth: int, key: Any, repeats: int) 
         "r": jnp.asarray(np.diag(R)),
         "inputs": inputs,
         "sparsity": _Sparsity(
-            *(jnp.asarray(a) for a in _sparsity(lay, f_blocks, h_blocks, owner, pad_index, Q_pad))
+            *(
+                jnp.asarray(a)
+                for a in _sparsity(lay, f_blocks, h_blocks, owner, pad_index, Q_pad, mono.weights)
+            )
         ),
     }
     run = structure_cached(
         _CACHE,
         8,
-        lambda: (mono.transition, mono.output, lay, tuple(pad_index.tolist())),
-        lambda: jax.jit(_scan_of(mono.transition, mono.output, lay, pad_index)),
+        lambda: (
+            mono.transition,
+            mono.output,
+            lay,
+            tuple(pad_index.tolist()),
+            prediction,
+            update,
+            mono.weights,
+        ),
+        lambda: jax.jit(
+            _scan_of(mono.transition, mono.output, lay, pad_index, prediction, update, mono.weights)
+        ),
     )
     timed = None
     if repeats:
