@@ -51,16 +51,18 @@ def test_one_window_over_the_whole_chain_is_the_central_ekf():
         unknown={"k5": (1.5e4, 5e3, 0.0)},
     )
     central = estimate(_central(graph), data)
-    banded = banded_estimate(graph, data, bandwidth=2)
+    banded = banded_estimate(graph, data, bandwidth=2, update="taylor")
     assert banded.state_names == central.state_names
     np.testing.assert_allclose(banded.means, central.means, rtol=1e-8, atol=1e-12)
     np.testing.assert_allclose(banded.stds, central.stds, rtol=1e-6)
     assert banded.loglik == pytest.approx(central.loglik, rel=1e-9)
 
 
-def test_one_unscented_window_over_the_whole_chain_is_the_redrawn_ukf():
-    """With L = p - 1 and sigma points (prediction and update "unscented"), the textbook UKF with points
-    redrawn for the measurement (dense numpy, Merwe's weights) on the same model: a Duffing cut with its
+@pytest.mark.parametrize("update", ["unscented", "compensated"])
+def test_one_unscented_window_over_the_whole_chain_is_the_redrawn_ukf(update):
+    """With L = p - 1 and sigma points (prediction "unscented"), the textbook UKF with points redrawn for the
+    measurement (dense numpy, Merwe's weights; update "unscented") or, for "compensated", the Jacobian update
+    with the variance of its error at the redrawn points added to R, on the same model: a Duffing cut with its
     stiffness unknown, one accelerometer reading it (so the update's regression has a residual) and two that
     do not; blocks of unequal size (the padding has no points)."""
     chain = Chain(
@@ -83,7 +85,7 @@ def test_one_unscented_window_over_the_whole_chain_is_the_redrawn_ukf():
         unknown={"k3": (2e4, 5e3, 0.0)},
         weights=UnscentedWeights.merwe(1.0, 2.0, 0.0),
     )
-    banded = banded_estimate(graph, data, bandwidth=2, prediction="unscented", update="unscented")
+    banded = banded_estimate(graph, data, bandwidth=2, prediction="unscented", update=update)
     mono = graph.monolithic()
     empty = jnp.zeros((0,))
     cols = np.asarray(mono.inputs)
@@ -111,9 +113,18 @@ def test_one_unscented_window_over_the_whole_chain_is_the_redrawn_ukf():
         P = ((vals - x).T * wc) @ (vals - x) + Q
         pts = points(x, P)
         yv = np.asarray(h(jnp.asarray(pts), ins(k)))
-        mu = wm @ yv
-        S = ((yv - mu).T * wc) @ (yv - mu) + R
-        C = ((pts - x).T * wc) @ (yv - mu)
+        if update == "unscented":
+            mu = wm @ yv
+            S = ((yv - mu).T * wc) @ (yv - mu) + R
+            C = ((pts - x).T * wc) @ (yv - mu)
+        else:
+            u_k = ins(k)
+            H = np.asarray(jax.jacfwd(lambda z, u=u_k: h(z[None], u)[0])(jnp.asarray(x)))
+            mu = yv[0]
+            err = yv - mu - (pts - x) @ H.T
+            err = err - wm @ err
+            S = H @ P @ H.T + R + np.diag(wc @ err**2)
+            C = P @ H.T
         gain = np.linalg.solve(S, C.T).T
         x = x + gain @ (ys[k + 1] - mu)
         P = P - gain @ S @ gain.T
@@ -136,8 +147,11 @@ def _markov(P: np.ndarray, blocks: list[np.ndarray], L: int) -> np.ndarray:
     return np.linalg.inv(Y)
 
 
-@pytest.mark.parametrize(("bandwidth", "linearisation"), [(1, "taylor"), (2, "taylor"), (1, "unscented")])
-def test_banded_is_the_kalman_filter_whose_prediction_is_projected_on_the_band(bandwidth, linearisation):
+@pytest.mark.parametrize(
+    ("bandwidth", "prediction", "update"),
+    [(1, "taylor", "taylor"), (2, "taylor", "compensated"), (1, "unscented", "unscented")],
+)
+def test_banded_is_the_kalman_filter_whose_prediction_is_projected_on_the_band(bandwidth, prediction, update):
     """A linear chain of five subsystems: each step's prediction replaced by the maximum-entropy
     completion of its band (dense numpy, an independent reference) and a plain Kalman update give
     banded_estimate's numbers; the update keeps the band, as the information form says. On a linear
@@ -162,7 +176,7 @@ def test_banded_is_the_kalman_filter_whose_prediction_is_projected_on_the_band(b
         state_sd=1e-3,
         process_sd=1e-5,
     )
-    banded = banded_estimate(graph, data, bandwidth=bandwidth, prediction=linearisation, update=linearisation)
+    banded = banded_estimate(graph, data, bandwidth=bandwidth, prediction=prediction, update=update)
     mono = graph.monolithic()
     empty = jnp.zeros((0,))
     cols = np.asarray(mono.inputs)
@@ -237,7 +251,8 @@ def test_banded_errors_name_the_problem():
     with pytest.raises(ValueError, match=r"output 0 \(data column 0\) reads subsystems \['S1', 'S2', 'S3'\]"):
         banded_estimate(one_each, data, bandwidth=1)
     with pytest.raises(
-        ValueError, match=r"banded_estimate update: expected 'taylor' or 'unscented'; received 'ut'"
+        ValueError,
+        match=r"banded_estimate update: expected 'compensated', 'taylor' or 'unscented'; received 'ut'",
     ):
         banded_estimate(one_each, data, bandwidth=2, update="ut")
     with pytest.raises(ValueError, match=r"timed_banded_estimate repeats: expected >= 1; received 0"):

@@ -117,6 +117,14 @@ def test_chain_scaling_checks_the_distributed_coverage_at_every_size():
     assert value.tolerance is not None
     verdicts = [value.tolerance.passes(c, value.value) for c in (0.90, 0.95, 0.99, 1.0, 0.88)]
     assert verdicts == [True, True, True, False, False]
+    # the slope is checked over the range (n >= 8) for both distributed estimators
+    three = case.paper_values(case.config_type(sizes=[4, 8, 16]))
+    for label in ("distributed", "banded"):
+        slope = three[f"slope.from8.{label}_run_s"]
+        assert slope.tolerance is not None
+        assert [slope.tolerance.passes(v, slope.value) for v in (1.05, 1.2)] == [True, False]
+        assert three[f"slope.{label}_run_s"].tolerance is None
+    assert not any(k.startswith("slope.from8") for k in values)  # sizes 4 and 16: one size >= 8
 
 
 @pytest.mark.slow

@@ -27,30 +27,40 @@ discretisation as the distributed estimator; linearised as an EKF here, by sigma
   the RTS smoother, in space), the log-likelihood from the matrix determinant lemma,
   ``log det S = log det R + log det Y^+ - log det Y^-``.
 
-With sigma points (``update="unscented"``) each output is regressed on the points of the clique holding
-it (statistical linear regression, :func:`_output_unscented`): the regression replaces H, the unscented
-mean replaces ``h(m)``, and the regression's residual variance is added to the output's noise (the
-textbook UKF's measurement update with points redrawn from the predicted Gaussian; with one window over
-the whole chain it is that UKF exactly: a test). ``prediction="unscented"`` propagates each clique's
-window by its sigma points (cliques far enough apart share the whole model's evaluations, so the work
-stays linear in p). Both are options, not the default, on these measurements (``chain-scaling``'s
-calibrated set-up, stiffnesses unknown, L = 3, seed 0; 95 % coverage of the states, Jacobians /
-regression on the outputs): n = 8: 0.975 / 0.974; n = 16: 0.665 / 0.951; n = 32: 0.924 / 0.568; n = 64:
-0.958 / 0.83 (0.905 with sigma-point prediction too, which otherwise changed little and cost 2.5-4x).
-With the whole chain in one window (L = 31 at n = 32) the regression covers 0.984 (the central UKF
-0.987) and the Jacobians 0.935, and L = 2, 5 and 8 with the regression cover 0.45 / 0.60 / 0.52: so
-at n = 32 it is the band, not the linearisation, that fails, through the stiffnesses: over-confident
-from the first 20 steps (truth 4-9 sds away while their sds fall from 5e4 to 1.4e3 N/m), they bias the
-positions for the rest of the record. Which long-range correlations of the stiffnesses with the
-positions the Markov projection drops there, and how to keep them (a conservative projection, an
-adaptive bandwidth), is open. On issue #20's acceptance chain the two updates agree (L = 2, five
-seeds each, Duffing and Van der Pol cuts: 0.975-0.999, both stiffnesses inside their intervals).
+The output's linearisation has three forms (``update``):
+
+* ``"taylor"``: H the Jacobian at the predicted mean, ``h(m)`` the prediction (the EKF's);
+* ``"unscented"``: each output regressed on the sigma points of the clique holding it (statistical
+  linear regression, :func:`_output_unscented`): the regression replaces H, the unscented mean replaces
+  ``h(m)``, and the regression's residual variance is added to the output's noise (the textbook UKF's
+  measurement update with points redrawn from the predicted Gaussian; with one window over the whole
+  chain it is that UKF exactly: a test);
+* ``"compensated"`` (the default): the Jacobian and ``h(m)`` as in ``"taylor"``, and the variance of the
+  linearisation's error at those points, ``Var(h(x) - h(m) - H (x - m))``, added to the output's noise
+  (for the chain's outputs, products of an unknown stiffness and a displacement, the second-order
+  term ``var(k) var(dx) / m^2`` a Jacobian drops). With one window it equals a dense reference (a test).
+
+``prediction="unscented"`` propagates each clique's window by its sigma points (cliques far enough apart
+share the whole model's evaluations, so the work stays linear in p); on ``chain-scaling`` it changed
+little and cost 2.5-4x, so it is an option. Measured there (calibrated set-up, stiffnesses unknown,
+L = 3, seed 0; 95 % coverage of the states, taylor / unscented / compensated): n = 8: 0.975 / 0.974 /
+0.976; n = 16: 0.665 / 0.951 / 0.926; n = 32: 0.924 / 0.568 / 0.969; n = 64: 0.958 / 0.83 / 0.965. The
+Jacobian alone is over-confident while the stiffnesses are still uncertain (the variance term above is
+then larger than R) and at n = 16 the positions never recover. The regression's mean, ``h(m)`` plus the
+stiffness-displacement covariance over the mass, is what fails at n = 32: the compensated variance
+alone covers 0.969 there, the unscented mean alone 0.288, and the whole regression 0.57 at L = 3 and
+0.45-0.60 at L = 2-8 while it covers 0.984 with the whole chain in one window (L = 31; the central UKF
+0.987): the banded cliques' stiffness-displacement covariances are not good enough to shift the mean by,
+from the first 20 steps on (the stiffnesses' truths 4-9 sds away while their sds fall from 5e4 to 1.4e3
+N/m). Why the band degrades exactly those covariances is open. On issue #20's acceptance chain the three
+agree (L = 2, five seeds each, Duffing and Van der Pol cuts: 0.975-0.999, both stiffnesses inside their
+intervals on every seed).
 
 Everything is computed in correlation coordinates (each state divided by its prior standard deviation at
 that step), so unknown parameters with variances of 1e9 and positions of 1e-10 share one matrix.
 
 Work and memory per step are linear in p (the Jacobians aside, formed whole here: the one O(N^2) part);
-the sweeps are sequential in p. With ``L = p - 1`` it is the central EKF (a test).
+the sweeps are sequential in p. With ``L = p - 1`` and ``update="taylor"`` it is the central EKF (a test).
 
 Measured on ``chain-scaling``'s calibrated set-up (force noise really in the data, k known, seed 0;
 2026-11-29), 95 % coverage of the states, central KF / this filter at L = 1, 2, 3 / block-diagonal (the
@@ -221,9 +231,14 @@ def _predict_unscented(
 
 
 def _output_unscented(
-    lay: _Layout, h_pad: Any, mean: Any, cliques: Any, lo: Any, sp: Any
+    lay: _Layout, h_pad: Any, mean: Any, cliques: Any, lo: Any, sp: Any, H_jac: Any = None
 ) -> tuple[Any, Any, Any]:
     """Statistical linear regression of every output on the sigma points of the clique holding it.
+
+    With ``H_jac`` (the outputs' Jacobians at the mean, on their cliques' coordinates) the linearisation
+    is kept and only its error is measured: ``e_i = y_i - y_0 - (x_i - m)^T H_jac`` at every point, and
+    ``Omega_o`` is their weighted variance ``sum_i wc_i (e_i - e_bar)^2``, ``e_bar = sum_i wm_i e_i``;
+    ``H_jac`` and ``h(m)`` are returned with it (``update="compensated"``).
 
     For output ``o`` read from clique ``s = lo_o`` (covariance ``C = l l^T``, spread ``c``, points
     ``m +- sqrt(c) l e_i``, values ``y_i^+-``, ``y_0`` at the centre): the unscented mean ``mu_o``, the
@@ -257,6 +272,10 @@ def _output_unscented(
     n_y = lo.shape[0]
     y = vals[sp.h_group_of[lo], :, jnp.arange(n_y)]  # (n_y, 2W+1)
     wm, wc = sp.c_wm[lo], sp.c_wc[lo]
+    if H_jac is not None:
+        err = y - y[:, :1] - jnp.einsum("oia,oa->oi", offs[lo], H_jac)
+        err = err - jnp.sum(wm * err, axis=1, keepdims=True)
+        return H_jac, y[:, 0], jnp.sum(wc * err**2, axis=1)
     mu = jnp.sum(wm * y, axis=1)
     g = y[:, 1 : W + 1] - y[:, W + 1 :]
     solve = jax.vmap(lambda low, v: jax.scipy.linalg.solve_triangular(low, v, trans="T", lower=True))
@@ -630,14 +649,17 @@ def _scan_of(
             mean_p = f(mean)
             cl_p = _predict(lay, F_cw, sp.q_c, cliques)
         mean_pad = jnp.zeros(n_pad, mean.dtype).at[pidx].set(mean_p)
-        if update == "unscented":
-            h_pad = lambda xp: h(xp[pidx])  # noqa: E731
-            H_raw, y_pred, omega = _output_unscented(lay, h_pad, mean_pad, cl_p, jnp.asarray(sp.h_lo), sp)
-            var_r = numbers["r"] + omega
-        else:
+        H_jac = None
+        if update != "unscented":
             hcomp = jax.jacfwd(lambda z: h(mean_p + sp.h_seed @ z))(jnp.zeros(sp.h_seed.shape[1], mean.dtype))
-            H_raw = jnp.take_along_axis(hcomp, sp.h_cols, axis=1) * sp.h_mask
-            y_pred, var_r = h(mean_p), numbers["r"]
+            H_jac = jnp.take_along_axis(hcomp, sp.h_cols, axis=1) * sp.h_mask
+        if H_jac is not None and update == "taylor":
+            H_raw, y_pred, var_r = H_jac, h(mean_p), numbers["r"]
+        else:
+            h_pad = lambda xp: h(xp[pidx])  # noqa: E731
+            lo = jnp.asarray(sp.h_lo)
+            H_raw, y_pred, omega = _output_unscented(lay, h_pad, mean_pad, cl_p, lo, sp, H_jac)
+            var_r = numbers["r"] + omega
         sd_r = jnp.sqrt(var_r)
         H_loc = jnp.where(mask[:, None], H_raw / sd_r[:, None], 0.0)
         nu = jnp.where(mask, (y - y_pred) / sd_r, 0.0)
@@ -678,7 +700,7 @@ def banded_estimate(
     bandwidth: int = 2,
     *,
     prediction: str = "taylor",
-    update: str = "taylor",
+    update: str = "compensated",
     key: Any = None,
 ) -> Estimate:
     """Estimate the states of ``graph`` with a posterior that is Markov of order ``bandwidth`` along it.
@@ -698,8 +720,10 @@ def banded_estimate(
             Jacobian's structure at a random draw from the prior.
         prediction: ``"taylor"`` (the transition's Jacobian at the mean) or ``"unscented"`` (each
             window's sigma points, with the graph's :class:`~twinfer.infer.filters.UnscentedWeights`).
-        update: ``"taylor"`` (the output's Jacobian at the predicted mean) or ``"unscented"``
-            (statistical linear regression on each clique's sigma points, its residual added to R).
+        update: ``"compensated"`` (the output's Jacobian at the predicted mean, the variance of its
+            error at each clique's sigma points added to R), ``"taylor"`` (the Jacobian alone) or
+            ``"unscented"`` (statistical linear regression on each clique's sigma points, its residual
+            added to R); see the module docstring for what each covers.
         key: a PRNG key for that draw (default ``jax.random.key(0)``).
 
     Returns:
@@ -722,7 +746,7 @@ def timed_banded_estimate(
     bandwidth: int = 2,
     *,
     prediction: str = "taylor",
-    update: str = "taylor",
+    update: str = "compensated",
     repeats: int = 1,
     key: Any = None,
 ) -> tuple[Estimate, BenchResult]:
@@ -740,9 +764,14 @@ def _banded(
     if int(bandwidth) != bandwidth or bandwidth < 1:
         raise ValueError(f"banded_estimate bandwidth: expected an integer >= 1; received {bandwidth!r}.")
     subs, mono, slices = _structure(graph)
-    for name, value in (("prediction", prediction), ("update", update)):
-        if value not in ("taylor", "unscented"):
-            raise ValueError(f"banded_estimate {name}: expected 'taylor' or 'unscented'; received {value!r}.")
+    if prediction not in ("taylor", "unscented"):
+        raise ValueError(
+            f"banded_estimate prediction: expected 'taylor' or 'unscented'; received {prediction!r}."
+        )
+    if update not in ("compensated", "taylor", "unscented"):
+        raise ValueError(
+            f"banded_estimate update: expected 'compensated', 'taylor' or 'unscented'; received {update!r}."
+        )
     p = len(slices)
     L = min(int(bandwidth), max(p - 1, 1))
     sizes = [b - a for a, b in slices]
