@@ -80,8 +80,15 @@ it is too (``chain-scaling`` at n = 16 with the stiffnesses unknown: central EKF
 banded 0.65-0.69; the regression above closes that one). Per step at L = 3 on that chain (500 steps, idle
 machine): 0.80 / 1.71 / 4.51 ms at 16 / 32 / 64 subsystems (n^1.24), of which the central model's
 transition takes 0.14 / 0.23 / 0.34 ms and its compressed Jacobian 0.26 / 0.33 / 0.62 ms; the rest is the
-clique algebra and the two sweeps, not yet profiled further. Compilation took 24 / 48 / 109 s (the central
-model is traced whole).
+clique algebra and the two sweeps. Profiled again with the compensated update (500 steps, L = 3, each
+part replaced by a stub in turn; 2026-11-29): 2.14 / 5.04 ms per step at n = 32 / 64, of which the
+update with its sweeps 1.23 / 2.64 ms, the clique prediction 0.98 / 2.54, the sigma-point error
+variance 0.66 / 1.89 and the rest (the central model's transition, both compressed Jacobians, the
+gathers) 0.57 / 1.42: every part grows 2.1-2.9x per doubling, none dominates; with XLA's CPU
+threading off (``--xla_cpu_multi_thread_eigen=false``) the whole is 1.56 / 3.45 ms. So the excess
+over linear is not one algorithm's; per-window transitions (compiling one segment of the chain rather
+than the whole central model) and an XLA-level profile are what is left to try. Compilation took
+24 / 48 / 109 s (the central model is traced whole).
 """
 
 from __future__ import annotations
