@@ -27,10 +27,9 @@ def _central(graph: Graph) -> Graph:
     return Graph("central", [graph.monolithic("central")], state_order=graph.state_order)
 
 
-def test_one_window_over_the_whole_chain_is_the_central_ekf():
-    """With L = p - 1 the posterior is not restricted: the central EKF on the same model, to rounding
-    (Duffing cut, an unknown stiffness in the state, accelerometers on half the masses)."""
-    chain = Chain(
+def _duffing_cut_chain() -> Chain:
+    """Six masses with a Duffing spring between masses 2 and 3, forced at mass 6; a3 reads the cut."""
+    return Chain(
         [90.0, 120.0, 70.0, 110.0, 100.0, 80.0],
         [2e4, 1.6e4, 2.4e4, 1.9e4, 2.1e4, 1.5e4],
         [25.0] * 6,
@@ -38,6 +37,12 @@ def test_one_window_over_the_whole_chain_is_the_central_ekf():
         forced_dofs=[6],
         outputs=("a1", "a3", "a6"),
     )
+
+
+def test_one_window_over_the_whole_chain_is_the_central_ekf():
+    """With L = p - 1 the posterior is not restricted: the central EKF on the same model, to rounding
+    (Duffing cut, an unknown stiffness in the state, accelerometers on half the masses)."""
+    chain = _duffing_cut_chain()
     dt, n = 1e-3, 600
     data = simulate_dataset(chain, _force(n, 1), dt, 0.02, jax.random.key(1))
     graph = Graph.from_model(
@@ -65,14 +70,7 @@ def test_one_unscented_window_over_the_whole_chain_is_the_redrawn_ukf(update):
     with the variance of its error at the redrawn points added to R, on the same model: a Duffing cut with its
     stiffness unknown, one accelerometer reading it (so the update's regression has a residual) and two that
     do not; blocks of unequal size (the padding has no points)."""
-    chain = Chain(
-        [90.0, 120.0, 70.0, 110.0, 100.0, 80.0],
-        [2e4, 1.6e4, 2.4e4, 1.9e4, 2.1e4, 1.5e4],
-        [25.0] * 6,
-        cubic_stiffness=[0, 0, 5e9, 0, 0, 0],
-        forced_dofs=[6],
-        outputs=("a1", "a3", "a6"),
-    )
+    chain = _duffing_cut_chain()
     dt, n = 1e-3, 300
     data = simulate_dataset(chain, _force(n, 1), dt, 0.02, jax.random.key(1))
     graph = Graph.from_model(

@@ -169,12 +169,46 @@ def _window_cov(lay: _Layout, cliques: Any, a: Any) -> Any:
     return sigma
 
 
-def _block_diagonal(lay: _Layout, cliques: Any) -> Any:
-    """(p, b) diagonal of every block, read from the first clique holding it (one gather)."""
+def _holders(lay: _Layout) -> tuple[np.ndarray, np.ndarray]:
+    """The first clique holding every block (p,) and that block's entries in it (p, b)."""
     blocks = np.arange(lay.p)
     holder = np.minimum(blocks, lay.n_cliques - 1)
-    entry = (blocks - holder)[:, None] * lay.b + np.arange(lay.b)[None, :]
+    return holder, (blocks - holder)[:, None] * lay.b + np.arange(lay.b)[None, :]
+
+
+def _block_diagonal(lay: _Layout, cliques: Any) -> Any:
+    """(p, b) diagonal of every block, read from the first clique holding it (one gather)."""
+    holder, entry = _holders(lay)
     return cliques[holder[:, None], entry, entry]
+
+
+def _sigma_offsets(cov: Any, real: Any, root_c: Any) -> tuple[Any, Any, Any]:
+    """Sigma points' offsets ``0, +-sqrt(c) l e_i`` (2n + 1, n) of ``N(0, cov)``, none along padding.
+
+    ``l = diag(d) lc`` is factorised in correlation coordinates (mixed scales); ``lc`` and ``d`` are
+    returned with the offsets.
+    """
+    d = jnp.sqrt(jnp.diagonal(cov))
+    lc = jnp.linalg.cholesky(cov / (d[:, None] * d[None, :]))
+    spread = root_c * (lc * d[:, None]).T * real[:, None]  # row i = sqrt(c) l e_i
+    return jnp.concatenate([jnp.zeros_like(spread[:1]), spread, -spread]), lc, d
+
+
+def _shared_evaluations(fn_pad: Any, mean: Any, offs: Any, cols: Any, groups: Any) -> Any:
+    """``fn_pad`` at every sigma point of every group of cliques, each group's offsets added at once.
+
+    ``offs`` (n_c + 1, pts, k) with a zero dummy last, ``cols`` (n_c + 1, k) the padded states they
+    move (the dummy's the spare state ``n_pad``), ``groups`` (n_g, m) cliques whose offsets do not meet
+    what the others' outputs read. Returns (n_g, pts, ...).
+    """
+    n_pad = mean.shape[0]
+
+    def group(members: Any) -> Any:
+        add = jnp.swapaxes(offs[members], 0, 1).reshape(offs.shape[1], -1)
+        delta = jnp.zeros((offs.shape[1], n_pad + 1), mean.dtype).at[:, cols[members].reshape(-1)].add(add)
+        return jax.vmap(fn_pad)(mean[None] + delta[:, :n_pad])
+
+    return jax.lax.map(group, groups)
 
 
 def _logdet(a: Any) -> Any:
@@ -197,7 +231,7 @@ def _predict(lay: _Layout, F_cw: Any, Q_c: Any, cliques: Any) -> Any:
 
 
 def _predict_unscented(
-    lay: _Layout, f_pad: Any, weights: Any, mean: Any, cliques: Any, Q_c: Any, sp: Any
+    lay: _Layout, f_pad: Any, mean: Any, cliques: Any, Q_c: Any, sp: Any
 ) -> tuple[Any, Any]:
     """The predicted cliques and mean by the unscented transform of each clique's window.
 
@@ -208,38 +242,18 @@ def _predict_unscented(
     ``sp.u_groups``): ``n_colours (2 nw b + 1)`` evaluations per step whatever the number of subsystems.
     Every block's mean is read from the first clique holding it.
     """
-    nwb = lay.nw * lay.b
     starts = jnp.asarray(_window_starts(lay))
-    n_pad = lay.p * lay.b
-
-    def offsets(a: Any, real: Any, root_c: Any) -> Any:
-        cov = _window_cov(lay, cliques, a)
-        d = jnp.sqrt(jnp.diagonal(cov))
-        low = jnp.linalg.cholesky(cov / (d[:, None] * d[None, :])) * d[:, None]
-        spread = root_c * low.T * real[:, None]  # row i = sqrt(c) L e_i; none along a padding state
-        return jnp.concatenate([jnp.zeros((1, nwb), cov.dtype), spread, -spread])
-
-    offs = jax.vmap(offsets)(starts, jnp.asarray(sp.u_real), jnp.sqrt(jnp.asarray(sp.u_c)))  # (n_c, pts, nwb)
+    covs = jax.vmap(lambda a: _window_cov(lay, cliques, a))(starts)
+    offs = jax.vmap(_sigma_offsets)(covs, sp.u_real, jnp.sqrt(sp.u_c))[0]  # (n_c, pts, nw b)
     offs = jnp.concatenate([offs, jnp.zeros_like(offs[:1])])  # a dummy clique for the groups' padding
-    win = jnp.asarray(sp.u_win)  # (n_c + 1, nwb), the dummy's columns the spare state n_pad
-
-    def group(members: Any) -> Any:
-        cols = win[members].reshape(-1)  # disjoint windows (and the spare state, repeated)
-        add = jnp.swapaxes(offs[members], 0, 1).reshape(offs.shape[1], -1)
-        delta = jnp.zeros((offs.shape[1], n_pad + 1), mean.dtype).at[:, cols].add(add)
-        pts = jnp.concatenate([mean, jnp.zeros((1,), mean.dtype)])[None] + delta
-        return jax.vmap(f_pad)(pts[:, :n_pad])
-
-    vals = jax.lax.map(group, jnp.asarray(sp.u_groups))  # (n_g, npts, n_pad)
+    vals = _shared_evaluations(f_pad, mean, offs, sp.u_win, sp.u_groups)  # (n_g, pts, n_pad)
     rows = jnp.asarray(sp.f_rows)
     y = jax.vmap(lambda g, r: vals[g][:, r])(jnp.asarray(sp.u_group_of), rows)  # (n_c, npts, W)
     mu = jnp.einsum("ci,cia->ca", sp.u_wm, y)
     dev = y - mu[:, None, :]
     out = jnp.einsum("cia,ci,cib->cab", dev, sp.u_wc, dev) + Q_c + sp.u_pad_eye
     out = 0.5 * (out + jnp.swapaxes(out, 1, 2))
-    blocks = np.arange(lay.p)
-    holder = np.minimum(blocks, lay.n_cliques - 1)
-    entry = (blocks - holder)[:, None] * lay.b + np.arange(lay.b)[None, :]
+    holder, entry = _holders(lay)
     return mu[holder[:, None], entry].reshape(-1), out
 
 
@@ -262,26 +276,10 @@ def _output_unscented(
     common subsystem share their evaluations of the whole output (``sp.h_groups``).
     """
     W = lay.width
-
-    def factor(c: Any) -> tuple[Any, Any]:
-        d = jnp.sqrt(jnp.diagonal(c))
-        return jnp.linalg.cholesky(c / (d[:, None] * d[None, :])), d
-
-    lc, d = jax.vmap(factor)(cliques)  # scaled factor: C = (d lc)(d lc)^T
     root_c = jnp.sqrt(sp.c_c)
-    spread = root_c[:, None, None] * jnp.swapaxes(lc * d[:, :, None], 1, 2) * sp.c_real[:, :, None]
-    offs = jnp.concatenate([jnp.zeros_like(spread[:, :1]), spread, -spread], axis=1)  # (n_c, 2W+1, W)
+    offs, lc, d = jax.vmap(_sigma_offsets)(cliques, sp.c_real, root_c)  # (n_c, 2W+1, W); C = (d lc)(d lc)^T
     offs = jnp.concatenate([offs, jnp.zeros_like(offs[:1])])
-    rows = jnp.asarray(sp.c_rows)
-    n_pad = lay.p * lay.b
-
-    def group(members: Any) -> Any:
-        cols = rows[members].reshape(-1)
-        add = jnp.swapaxes(offs[members], 0, 1).reshape(offs.shape[1], -1)
-        delta = jnp.zeros((offs.shape[1], n_pad + 1), mean.dtype).at[:, cols].add(add)
-        return jax.vmap(h_pad)(mean[None] + delta[:, :n_pad])
-
-    vals = jax.lax.map(group, jnp.asarray(sp.h_groups))  # (n_h, 2W+1, n_y)
+    vals = _shared_evaluations(h_pad, mean, offs, sp.c_rows, sp.h_groups)  # (n_h, 2W+1, n_y)
     n_y = lo.shape[0]
     y = vals[sp.h_group_of[lo], :, jnp.arange(n_y)]  # (n_y, 2W+1)
     wm, wc = sp.c_wm[lo], sp.c_wc[lo]
@@ -528,6 +526,21 @@ def _seed(owner: np.ndarray, pad_index: np.ndarray, b: int, period: int) -> tupl
     return seed, colour_pad
 
 
+def _sigma_weights(weights: Any, real: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Mean and covariance weights (k, 2 n + 1) and spread c (k,) of each row's sigma points (S13-S15).
+
+    Only the row's real states have points (those along padding states get weight 0); c is the real
+    dimension's.
+    """
+    wm_all = np.zeros((real.shape[0], 2 * real.shape[1] + 1))
+    wc_all, c_all = np.zeros_like(wm_all), np.zeros(real.shape[0])
+    for s, r in enumerate(real):
+        wm, wc, c = weights.weights(int(r.sum()))
+        on = np.concatenate([[True], r, r])
+        wm_all[s, on], wc_all[s, on], c_all[s] = np.asarray(wm), np.asarray(wc), c
+    return wm_all, wc_all, c_all
+
+
 def _sparsity(
     lay: _Layout,
     f_blocks: np.ndarray,
@@ -580,22 +593,10 @@ def _sparsity(
         h_groups < holders.size, holders[np.minimum(h_groups, holders.size - 1)], lay.n_cliques
     )
     c_real = real[rows]
-    h_wm = np.zeros((lay.n_cliques, 2 * lay.width + 1))
-    h_wc = np.zeros_like(h_wm)
-    h_c = np.zeros(lay.n_cliques)
-    for s, r in enumerate(c_real):
-        wm, wc, c = weights.weights(int(r.sum()))
-        on = np.concatenate([[True], r, r])
-        h_wm[s, on], h_wc[s, on], h_c[s] = np.asarray(wm), np.asarray(wc), c
+    h_wm, h_wc, h_c = _sigma_weights(weights, c_real)
     u_win = np.concatenate([wins, np.full((1, lay.nw * b), n_pad)])
     u_real = real[wins]
-    u_wm = np.zeros((lay.n_cliques, 2 * lay.nw * b + 1))
-    u_wc = np.zeros_like(u_wm)
-    u_c = np.zeros(lay.n_cliques)
-    for s, r in enumerate(u_real):  # the sigma points of the window's real states (S13-S15)
-        wm, wc, c = weights.weights(int(r.sum()))
-        on = np.concatenate([[True], r, r])
-        u_wm[s, on], u_wc[s, on], u_c[s] = np.asarray(wm), np.asarray(wc), c
+    u_wm, u_wc, u_c = _sigma_weights(weights, u_real)
     pad_eye = np.zeros((lay.n_cliques, lay.width, lay.width))
     diag = np.arange(lay.width)
     pad_eye[:, diag, diag] = ~real[rows]
@@ -635,7 +636,6 @@ def _scan_of(
     pad_index: np.ndarray,
     prediction: str,
     update: str,
-    weights: Any,
 ) -> Any:
     """The scan over a record for one structure; every number (the sparsity tables too) is an argument."""
     n_pad = lay.p * lay.b
@@ -653,7 +653,7 @@ def _scan_of(
         if prediction == "unscented":
             f_pad = lambda xp: xp.at[pidx].set(f(xp[pidx]))  # noqa: E731 (padding states stay put)
             mean_in = jnp.zeros(n_pad, mean.dtype).at[pidx].set(mean)
-            mean_pp, cl_p = _predict_unscented(lay, f_pad, weights, mean_in, cliques, sp.q_c, sp)
+            mean_pp, cl_p = _predict_unscented(lay, f_pad, mean_in, cliques, sp.q_c, sp)
             mean_p = mean_pp[pidx]
         else:
             comp = jax.jacfwd(lambda z: f(mean + sp.f_seed @ z))(jnp.zeros(sp.f_seed.shape[1], mean.dtype))
@@ -868,11 +868,8 @@ def _banded(
             tuple(pad_index.tolist()),
             prediction,
             update,
-            mono.weights,
         ),
-        lambda: jax.jit(
-            _scan_of(mono.transition, mono.output, lay, pad_index, prediction, update, mono.weights)
-        ),
+        lambda: jax.jit(_scan_of(mono.transition, mono.output, lay, pad_index, prediction, update)),
     )
     timed = None
     if repeats:
