@@ -253,6 +253,10 @@ def test_banded_errors_name_the_problem():
         match=r"banded_estimate update: expected 'compensated', 'taylor' or 'unscented'; received 'ut'",
     ):
         banded_estimate(one_each, data, bandwidth=2, update="ut")
+    with pytest.raises(
+        ValueError, match=r"banded_estimate prediction: expected 'taylor' or 'unscented'; received 'ekf'"
+    ):
+        banded_estimate(one_each, data, bandwidth=2, prediction="ekf")
     with pytest.raises(ValueError, match=r"timed_banded_estimate repeats: expected >= 1; received 0"):
         timed_banded_estimate(one_each, data, bandwidth=2, repeats=0)
     # two accelerometers of S1 with correlated noise
