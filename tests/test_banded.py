@@ -208,6 +208,85 @@ def test_banded_is_the_kalman_filter_whose_prediction_is_projected_on_the_band(b
     assert np.max(np.abs(np.sqrt(np.diag(full)) / sds[-1] - 1.0)) > 1e-3
 
 
+def _markov_arrow(P: np.ndarray, blocks: list[np.ndarray], glob: np.ndarray, L: int) -> np.ndarray:
+    """The maximum-entropy completion of P's band of L blocks with the states ``glob`` in every clique
+    (in correlation coordinates: the stiffnesses' variances are 1e13 times the positions')."""
+    d = np.sqrt(np.diag(P))
+    C = P / np.outer(d, d)
+    Y = np.zeros_like(P)
+    for i in range(len(blocks) - L):
+        c = np.concatenate([*blocks[i : i + L + 1], glob])
+        Y[np.ix_(c, c)] += np.linalg.inv(C[np.ix_(c, c)])
+        if i:
+            s = np.concatenate([*blocks[i : i + L], glob])
+            Y[np.ix_(s, s)] -= np.linalg.inv(C[np.ix_(s, s)])
+    return np.linalg.inv(Y) * np.outer(d, d)
+
+
+@pytest.mark.parametrize("bandwidth", [1, 2])
+def test_global_unknowns_are_held_in_every_clique(bandwidth):
+    """Two unknown stiffnesses at the chain's ends (subsystems 1 and 5 of five) with parameters="global":
+    banded_estimate equals a dense EKF whose predicted covariance is replaced by the maximum-entropy
+    completion of the cliques "L + 1 neighbouring subsystems and both unknowns" (the precision an arrow
+    on the band). With parameters="local" the unknowns' intervals are those of the band alone and
+    differ."""
+    p = 5
+    chain = Chain(
+        [100.0, 80.0, 120.0, 90.0, 150.0, 60.0, 110.0, 95.0, 130.0, 70.0],
+        [2e4, 1.8e4, 2.2e4, 2e4, 1.5e4, 1.7e4, 2.3e4, 1.9e4, 2.1e4, 1.6e4],
+        [30.0] * 10,
+        forced_dofs=[3, 10],
+        outputs=("a1", "a4", "a5", "a8", "a10"),
+    )
+    dt, n = 1e-3, 300
+    data = simulate_dataset(chain, _force(n, 2), dt, 0.02, jax.random.key(2))
+    graph = Graph.from_model(
+        chain,
+        [(2 * s + 1, 2 * s + 2) for s in range(p)],
+        dt=dt,
+        estimator="ekf",
+        noise_sd=0.02,
+        state_sd=1e-3,
+        process_sd=1e-5,
+        unknown={"k2": (1.5e4, 5e3, 0.0), "k9": (2.5e4, 5e3, 0.0)},
+    )
+    kw = dict(bandwidth=bandwidth, update="taylor")
+    banded = banded_estimate(graph, data, parameters="global", **kw)
+    mono = graph.monolithic()
+    empty = jnp.zeros((0,))
+    cols = np.asarray(mono.inputs)
+    ins = lambda k: np.where(cols >= 0, np.asarray(data.inputs)[k][np.maximum(cols, 0)], 0.0)  # noqa: E731
+    transition, output = mono.transition, mono.output
+    assert callable(output)
+    f = jax.jit(lambda x, u: transition(x, u, empty, mono.params))
+    h = jax.jit(lambda x, u: output(x, u, empty, mono.params))
+    F_of, H_of = jax.jit(jax.jacfwd(f)), jax.jit(jax.jacfwd(h))
+    glob = np.asarray([mono.names.index("k2"), mono.names.index("k9")])
+    blocks = [np.setdiff1d(np.arange(a, b), glob) for a, b in graph.state_slices().values()]
+    Q, R, P = np.asarray(mono.Q), np.asarray(mono.R), np.asarray(mono.P0)
+    ys = np.asarray(data.observations)[:, np.asarray(mono.outputs)]
+    x = np.asarray(mono.x0, dtype=float)
+    means, sds = [x], [np.sqrt(np.diag(P))]
+    for k in range(n):
+        u = jnp.asarray(ins(k))
+        F = np.asarray(F_of(jnp.asarray(x), u))
+        x = np.asarray(f(jnp.asarray(x), u))
+        P = _markov_arrow(F @ P @ F.T + Q, blocks, glob, bandwidth)
+        H = np.asarray(H_of(jnp.asarray(x), u))
+        S = H @ P @ H.T + R
+        gain = np.linalg.solve(S, H @ P).T
+        x = x + gain @ (ys[k + 1] - np.asarray(h(jnp.asarray(x), u)))
+        P = P - gain @ S @ gain.T
+        means.append(x)
+        sds.append(np.sqrt(np.diag(P)))
+    order = [banded.state_names.index(name) for name in mono.names]
+    np.testing.assert_allclose(np.asarray(banded.means)[:, order], means, rtol=1e-6, atol=1e-10)
+    np.testing.assert_allclose(np.asarray(banded.stds)[:, order], sds, rtol=1e-6)
+    local = banded_estimate(graph, data, parameters="local", **kw)
+    ratio = np.asarray(local.stds)[-1, -2:] / np.asarray(banded.stds)[-1, -2:]
+    assert np.max(np.abs(ratio - 1.0)) > 1e-3, ratio
+
+
 def test_a_long_chain_fixed_at_one_end_stays_calibrated_where_messages_under_cover():
     """Twelve masses in six subsystems, every mass forced, the forces on the masses without an
     accelerometer recorded with 1 N of noise (a process noise really in the data, in Q by input_sd):
@@ -257,6 +336,10 @@ def test_banded_errors_name_the_problem():
         ValueError, match=r"banded_estimate prediction: expected 'taylor' or 'unscented'; received 'ekf'"
     ):
         banded_estimate(one_each, data, bandwidth=2, prediction="ekf")
+    with pytest.raises(
+        ValueError, match=r"banded_estimate parameters: expected 'auto', 'global' or 'local'; received 'all'"
+    ):
+        banded_estimate(one_each, data, bandwidth=2, parameters="all")
     with pytest.raises(ValueError, match=r"timed_banded_estimate repeats: expected >= 1; received 0"):
         timed_banded_estimate(one_each, data, bandwidth=2, repeats=0)
     # two accelerometers of S1 with correlated noise

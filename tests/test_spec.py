@@ -72,6 +72,27 @@ def test_a_simulated_chain_central_reports_the_truths_coverage(tmp_path):
     assert metrics["nis"] > 0
 
 
+def test_a_banded_spec_keeps_neighbours_correlation_and_agrees_with_the_central_filter(tmp_path):
+    """kind = "banded": four one-mass subsystems, each keeping its correlation with two neighbours on
+    either side (not the whole chain: that would be three), estimate k2 as the central filter does."""
+    body = CHAIN + SIM.replace("0.05\n", "0.05\nforce_sd = 200.0\n") + "[unknown]\nk2 = [1.5e4, 5e3, 0.0]\n"
+    runs = {}
+    for kind, extra in (("central", ""), ("banded", "partition = [[1], [2], [3], [4]]\nbandwidth = 2\n")):
+        spec = tmp_path / f"{kind}.toml"
+        spec.write_text(
+            f'name = "{kind}"\n' + body + f'[estimator]\nkind = "{kind}"\nprocess_sd = 1e-5\n{extra}'
+        )
+        result = _invoke(spec, "--out", tmp_path / kind)
+        assert result.exit_code == 0, result.output
+        runs[kind] = json.loads((_folder(tmp_path / kind) / "metrics.json").read_text())
+    banded, central = runs["banded"], runs["central"]
+    assert banded["param.k2_covered"] == 1.0 and 0.9 <= banded["state.coverage95"] <= 1.0, banded
+    assert abs(banded["param.k2"] - central["param.k2"]) < central["param.k2_sd"], (banded, central)
+    assert 0.5 < banded["param.k2_sd"] / central["param.k2_sd"] < 2.0, (banded, central)
+    report = (_folder(tmp_path / "banded") / "report.md").read_text()
+    assert "correlation with 2 neighbours" in report
+
+
 @pytest.mark.parametrize(
     ("body", "named"),
     [
@@ -173,6 +194,19 @@ DISTRIBUTED = '[estimator]\nkind = "distributed"\nnoise_sd = 0.05\n'
             "estimator.smoother: the RTS smoother runs only after",
         ),
         (
+            CHAIN + SIM + DISTRIBUTED + "partition = [[1, 2], [3, 4]]\nbandwidth = 3\n",
+            "estimator.bandwidth: the number of neighbouring subsystems whose correlation each keeps, only "
+            "for kind = 'banded'; received bandwidth = 3 with kind = 'distributed'",
+        ),
+        (
+            CHAIN + SIM + '[estimator]\nkind = "banded"\nbandwidth = 0\n',
+            "estimator.bandwidth",
+        ),
+        (
+            CHAIN + SIM + '[estimator]\nkind = "banded"\n',
+            "estimator.partition: a banded estimator of a chain needs a partition",
+        ),
+        (
             CHAIN.replace("damping = 30.0", 'damping = "30.0"') + SIM,
             "Input should be a valid number; received '30.0'",
         ),
@@ -192,6 +226,9 @@ DISTRIBUTED = '[estimator]\nkind = "distributed"\nnoise_sd = 0.05\n'
         "unknown-scalar",
         "no-noise-sd",
         "distributed-smoother",
+        "bandwidth-not-banded",
+        "bandwidth-zero",
+        "banded-no-partition",
         "quoted-number",
     ],
 )

@@ -2,8 +2,10 @@
 
 A spec names a library model and its known parameters, where the data come from (a CSV file with a
 column mapping, or a simulation of the model itself, which also gives the truth), the unknown
-parameters with their priors, and the estimator: central (one filter or smoother on the whole model) or
-distributed (the model cut into subsystems by :meth:`twinfer.infer.graph.Graph.from_model`). Example::
+parameters with their priors, and the estimator: central (one filter or smoother on the whole model),
+distributed (the model cut into subsystems by :meth:`twinfer.infer.graph.Graph.from_model`, exchanging
+messages) or banded (the same subsystems, each keeping its correlation with ``bandwidth`` neighbours on
+either side: :func:`twinfer.infer.graph.banded_estimate`). Example::
 
     name = "frame"
 
@@ -22,7 +24,7 @@ distributed (the model cut into subsystems by :meth:`twinfer.infer.graph.Graph.f
     outputs = ["acc1", "acc3"]    # one column per model output, in the model's order
 
     [estimator]
-    kind = "distributed"          # or "central"
+    kind = "distributed"          # or "central", or "banded" (with bandwidth = 2)
     partition = [[1, 2], [3, 4]]
     noise_sd = 0.05
     state_sd = 1e-3
@@ -130,13 +132,14 @@ class Simulation(_Strict):
 class Estimator(_Strict):
     """The estimator and its noise levels: standard deviations, as in ``run_filter``."""
 
-    kind: Literal["central", "distributed"] = "central"
+    kind: Literal["central", "distributed", "banded"] = "central"
     estimator: Literal["ukf", "ekf", "kf"] = "ukf"
     integrator: Literal["rk4", "euler", "exact"] = "rk4"
     smoother: bool = False
     partition: list[list[int]] | Literal["auto"] | None = None
     messages: Literal["probabilistic", "deterministic"] = "probabilistic"
     rule: Literal["split", "shared", "paper"] = "split"
+    bandwidth: int = pydantic.Field(default=2, ge=1)
     noise_sd: Values | None = None
     state_sd: Values = 1e-3
     process_sd: Values = 1e-6
@@ -150,10 +153,15 @@ class Estimator(_Strict):
                 "estimator.partition: a partition is only for kind = 'distributed'; received "
                 f"{self.partition!r} with kind = 'central'"
             )
-        if self.kind == "distributed" and self.smoother:
+        if self.kind != "central" and self.smoother:
             problems.append(
                 "estimator.smoother: the RTS smoother runs only after a central filter (kind = 'central'); "
-                "received smoother = true with kind = 'distributed'"
+                f"received smoother = true with kind = {self.kind!r}"
+            )
+        if self.kind != "banded" and "bandwidth" in self.model_fields_set:
+            problems.append(
+                "estimator.bandwidth: the number of neighbouring subsystems whose correlation each keeps, "
+                f"only for kind = 'banded'; received bandwidth = {self.bandwidth} with kind = {self.kind!r}"
             )
         if problems:
             raise _Problems(problems)
@@ -232,6 +240,11 @@ def _grid_problems(spec: Spec, model: GridModel) -> list[str]:
             f"inputs, outputs or states lists; received inputs={d.inputs}, outputs={d.outputs}, "
             f"states={d.states}"
         )
+    if spec.estimator.kind == "banded":
+        problems.append(
+            "estimator.kind: 'banded' (a posterior Markov along a chain of subsystems) is for a chain; "
+            "expected 'central' or 'distributed' for a grid; received 'banded'"
+        )
     if spec.unknown or spec.estimator.partition:
         problems.append(
             "unknown / estimator.partition: a grid takes no [unknown] and no partition (its clusters are "
@@ -270,9 +283,9 @@ def _chain_problems(spec: Spec, model: ChainModel) -> list[str]:
     problems += _values_problem("estimator.state_sd", e.state_sd, states, per_state, "> 0")
     problems += _values_problem("estimator.process_sd", e.process_sd, states, per_state, ">= 0")
     problems += _values_problem("estimator.x0", e.x0, states, per_state, "any")
-    if e.kind == "distributed" and not e.partition:
+    if e.kind != "central" and not e.partition:
         problems.append(
-            "estimator.partition: a distributed estimator of a chain needs a partition, e.g. "
+            f"estimator.partition: a {e.kind} estimator of a chain needs a partition, e.g. "
             '[[1, 2], [3, 4]] or "auto" (two masses each, every subsystem measured); received none'
         )
     nonlinear = [k for k in ("cubic_stiffness", "vdp_damping") if getattr(model, k) is not None]
@@ -530,7 +543,7 @@ def run_spec(spec: Spec, base: str | Path = ".") -> tuple[Any, Any, Any, Any]:
     """
     from twinfer import metrics
     from twinfer.infer.filters import run_filter, smooth
-    from twinfer.infer.graph import Graph, estimate
+    from twinfer.infer.graph import Graph, banded_estimate, estimate
     from twinfer.report import RunArtifacts
 
     if isinstance(spec.model, GridModel):
@@ -559,7 +572,11 @@ def run_spec(spec: Spec, base: str | Path = ".") -> tuple[Any, Any, Any, Any]:
             rule=e.rule,
             **options,
         )
-        est = estimate(graph, data)
+        est = (
+            banded_estimate(graph, data, bandwidth=e.bandwidth)
+            if e.kind == "banded"
+            else estimate(graph, data)
+        )
     out: dict[str, float] = {"loglik": float(est.loglik)}
     if est.nis is not None:
         out["nis"] = float(est.nis)
@@ -590,9 +607,16 @@ def run_spec(spec: Spec, base: str | Path = ".") -> tuple[Any, Any, Any, Any]:
         out["state.coverage95"] = float(metrics.coverage(mean, sd, truth, 0.95))
         arrays["truth_states"] = truth
     artifacts = RunArtifacts(
-        out, arrays, notes=(f"{e.kind} {e.estimator}, {len(data.times) - 1} steps of {dt:g} s",)
+        out, arrays, notes=(f"{_described(e)}, {len(data.times) - 1} steps of {dt:g} s",)
     )
     return est, data, artifacts, lambda: _figures(est, truth, n)
+
+
+def _described(e: Estimator) -> str:
+    """The estimator in a few words for the report's notes."""
+    if e.kind == "banded":
+        return f"banded Gaussian filter (each subsystem's correlation with {e.bandwidth} neighbours kept)"
+    return f"{e.kind} {e.estimator}"
 
 
 def _run_grid(spec: Spec, model: GridModel, base: Path) -> tuple[Any, Any, Any, Any]:
