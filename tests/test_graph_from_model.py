@@ -25,7 +25,7 @@ from twinfer.infer.graph import (
     timed_estimate,
 )
 from twinfer.models import AbstractModel, Chain, Connection
-from twinfer.sim import simulate_dataset
+from twinfer.sim import rk4_step, simulate_dataset
 
 PARTITION = [(1, 2), (3, 4), (5, 6)]
 ORDER = [0, 1, 4, 5, 8, 9, 2, 3, 6, 7, 10, 11]  # [S1 x1 x2 v1 v2 | S2 ... | S3 ...] -> x1..x6, v1..v6
@@ -170,6 +170,32 @@ def test_monolithic_of_a_graph_from_a_model_is_the_whole_models_filter():
     central = run(Graph("central", [graph.monolithic("central")]), data)["central"]
     whole = run_filter(chain, data, integrator="rk4", **options)
     np.testing.assert_allclose(central.means[:, ORDER], np.asarray(whole.means), rtol=1e-7, atol=1e-10)
+
+
+def test_the_central_model_of_a_long_chain_is_traced_once_per_kind_of_subsystem():
+    """monolithic() evaluates identical subsystems (and interfaces with the same law) in one vmap: the
+    traced transition of a chain of 32 two-mass subsystems with Duffing cuts has as many operations as
+    one of 8, and its step equals an RK4 step of the whole Chain model (the same physics)."""
+
+    def traced(n):
+        dofs = 2 * n
+        chain = Chain([100.0] * dofs, [2e4] * dofs, [30.0] * dofs, cubic_stiffness=[0.0, 1e9] * n,
+                      forced_dofs=[dofs], outputs=("a1", f"a{dofs}"))  # fmt: skip
+        graph = Graph.from_model(chain, [(2 * s + 1, 2 * s + 2) for s in range(n)], dt=1e-3, noise_sd=0.1)
+        mono = graph.monolithic()
+        x = 1e-3 * jnp.sin(jnp.arange(2 * dofs, dtype=float))
+        u = jnp.where(jnp.asarray(mono.inputs) < 0, 0.0, 250.0)  # the force on the last mass; -1: none
+        step = lambda z: mono.transition(z, u, jnp.zeros(0), mono.params)  # noqa: E731
+        order = [mono.state_names.index(name) for name in chain.state_names]
+        return len(jax.make_jaxpr(step)(x).eqns), np.asarray(step(x))[order], np.asarray(x)[order], chain
+
+    eight = traced(8)[0]
+    thirty_two, stepped, start, chain = traced(32)
+    assert thirty_two == eight, (eight, thirty_two)
+    field = lambda t, z: chain.vector_field(t, z, jnp.asarray([250.0]), chain.params)  # noqa: E731
+    np.testing.assert_allclose(
+        stepped, np.asarray(rk4_step(field, 0.0, jnp.asarray(start), 1e-3)), rtol=1e-10
+    )
 
 
 def test_run_compiles_a_graph_structure_once_and_runs_each_graphs_own_numbers():

@@ -239,6 +239,12 @@ _MONOLITHIC: collections.OrderedDict[Any, tuple[Any, Any]] = collections.Ordered
 _MONOLITHIC_SIZE = 16
 
 
+def _shapes(tree: Any) -> tuple[Any, ...]:
+    """A pytree's structure and leaf shapes (what stacking it with others needs to agree)."""
+    leaves, treedef = jax.tree.flatten(tree)
+    return (treedef, tuple(np.shape(leaf) for leaf in leaves))
+
+
 def _monolithic_functions(subs: list[Subsystem], edges: list[Interface]) -> tuple[Any, Any]:
     """The central transition and output of a flattened graph, built once per structure.
 
@@ -252,48 +258,122 @@ def _monolithic_functions(subs: list[Subsystem], edges: list[Interface]) -> tupl
         lambda: (
             tuple(
                 (s.name, s.n_state, s.n_msg, s.transition, s.output, s.dynamics, tuple(s.inputs),
-                 tuple((k, p.state, p.slots) for k, p in sorted(s.ports.items())))
+                 tuple((k, p.state, p.slots) for k, p in sorted(s.ports.items())), _shapes(s.params))
                 for s in subs
             ),
-            tuple((e.sender, e.sender_port, e.receiver, e.receiver_port, e.law) for e in edges),
+            tuple(
+                (e.sender, e.sender_port, e.receiver, e.receiver_port, e.law, _shapes(e.gamma))
+                for e in edges
+            ),
         ),
         lambda: _build_monolithic(subs, edges),
     )  # fmt: skip
 
 
+def _groups(items: Sequence[Any], key: Any) -> list[np.ndarray]:
+    """Indices of the items with equal ``key(item)`` (first appearance order); a None key stands alone."""
+    groups: dict[Any, list[int]] = {}
+    for i, item in enumerate(items):
+        k = key(item)
+        groups.setdefault(("alone", i) if k is None else k, []).append(i)
+    return [np.asarray(g, dtype=int) for g in groups.values()]
+
+
+def _stacked(trees: list[Any]) -> Any:
+    return jax.tree.map(lambda *leaves: jnp.stack([jnp.asarray(v) for v in leaves]), *trees)
+
+
 def _build_monolithic(subs: list[Subsystem], edges: list[Interface]) -> tuple[Any, Any]:
-    offsets, start = {}, 0
+    """The central model's functions, vectorised.
+
+    Subsystems with the same functions and shapes are evaluated together by one ``vmap`` (their states,
+    inputs, messages and parameters gathered by index arrays), and so are interfaces with the same law,
+    so the traced program does not grow with the number of identical subsystems (a chain of 64 two-mass
+    subsystems: two groups, one law).
+    """
+    offsets, msg_offsets, start, m_start = {}, {}, 0, 0
     for s in subs:
-        offsets[s.name] = start
-        start += s.n_state
+        offsets[s.name], msg_offsets[s.name] = start, m_start
+        start, m_start = start + s.n_state, m_start + s.n_msg
+    n_total, n_msg_total = start, m_start
     in_cols = sorted({c for s in subs for c in s.inputs})
     col_pos = {c: i for i, c in enumerate(in_cols)}
     by_name = {s.name: s for s in subs}
+    names = [s.name for s in subs]
 
-    def split(x: Any) -> dict[str, Any]:
-        return {s.name: x[offsets[s.name] : offsets[s.name] + s.n_state] for s in subs}
+    def tables(members: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        group = [subs[i] for i in members]
+        states = np.asarray([offsets[s.name] + np.arange(s.n_state) for s in group], dtype=int)
+        ins = np.asarray([[col_pos[c] for c in s.inputs] for s in group], dtype=int).reshape(len(group), -1)
+        msgs = np.asarray([msg_offsets[s.name] + np.arange(s.n_msg) for s in group], dtype=int)
+        return states, ins, msgs.reshape(len(group), -1)
 
-    def messages(parts: dict[str, Any], params: Any) -> dict[str, Any]:
-        msgs = {s.name: jnp.zeros(s.n_msg, parts[s.name].dtype) for s in subs}
-        for k, e in enumerate(edges):
-            snd, rcv = by_name[e.sender], by_name[e.receiver]
-            s_send = parts[e.sender][jnp.asarray(snd.ports[e.sender_port].state, int)]
-            s_recv = parts[e.receiver][jnp.asarray(rcv.ports[e.receiver_port].state, int)]
-            slots = jnp.asarray(rcv.ports[e.receiver_port].slots, int)
-            msgs[e.receiver] = (
-                msgs[e.receiver].at[slots].add(jnp.atleast_1d(e.law(s_send, s_recv, params["gamma"][k])))
-            )
+    def sub_key(fn: Any) -> Any:
+        return lambda s: (fn(s), s.n_state, s.n_msg, len(s.inputs), _shapes(s.params))
+
+    edge_groups = _groups(
+        edges,
+        lambda e: (
+            e.law,
+            len(by_name[e.sender].ports[e.sender_port].state),
+            len(by_name[e.receiver].ports[e.receiver_port].state),
+            len(by_name[e.receiver].ports[e.receiver_port].slots),
+            _shapes(e.gamma),
+        ),
+    )
+    edge_tables = []
+    for members in edge_groups:
+        group = [edges[k] for k in members]
+        snd = [
+            offsets[e.sender] + np.asarray(by_name[e.sender].ports[e.sender_port].state, int) for e in group
+        ]
+        rcv = [
+            offsets[e.receiver] + np.asarray(by_name[e.receiver].ports[e.receiver_port].state, int)
+            for e in group
+        ]
+        slots = [
+            msg_offsets[e.receiver] + np.asarray(by_name[e.receiver].ports[e.receiver_port].slots, int)
+            for e in group
+        ]
+        edge_tables.append((members, group[0].law, np.asarray(snd), np.asarray(rcv), np.asarray(slots)))
+
+    def messages(x: Any, params: Any) -> Any:
+        msgs = jnp.zeros(n_msg_total, x.dtype)
+        for members, law, snd, rcv, slots in edge_tables:
+            gamma = _stacked([params["gamma"][k] for k in members])
+            vals = jax.vmap(law)(x[snd], x[rcv], gamma)
+            msgs = msgs.at[slots].add(vals.reshape(slots.shape))
         return msgs
 
-    def local_u(u: Any, s: Subsystem) -> Any:
-        return u[jnp.asarray([col_pos[c] for c in s.inputs], int)]
+    def vectorised(fn_of: Any, n_out: Any) -> Any:
+        """``(x, u, params) -> (sum of n_out,)``, every subsystem's ``fn_of(s)(x_s, u_s, m_s, params_s)``.
+
+        In the subsystems' order, with the messages of the interface laws at x.
+        """
+        groups = _groups(subs, sub_key(fn_of))
+        plan = []
+        sizes = [n_out(s) for s in subs]
+        out_off = np.concatenate([[0], np.cumsum(sizes)]).astype(int)
+        for members in groups:
+            states, ins, msgs = tables(members)
+            out = np.asarray([out_off[i] + np.arange(sizes[i]) for i in members], dtype=int)
+            plan.append((members, fn_of(subs[members[0]]), states, ins, msgs, out.reshape(len(members), -1)))
+
+        def evaluate(x: Any, u: Any, params: Any) -> Any:
+            m = messages(x, params)
+            result = jnp.zeros(int(out_off[-1]), x.dtype)
+            for members, fn, states, ins, msgs, out in plan:
+                p = _stacked([params["sub"][names[i]] for i in members])
+                vals = jax.vmap(fn)(x[states], u[ins], m[msgs], p)
+                result = result.at[out].set(vals.reshape(out.shape))
+            return result
+
+        return evaluate
+
+    held_step = vectorised(lambda s: s.transition, lambda s: s.n_state)
 
     def held(x: Any, u: Any, m: Any, params: Any) -> Any:
-        parts = split(x)
-        msgs = messages(parts, params)
-        return jnp.concatenate(
-            [s.transition(parts[s.name], local_u(u, s), msgs[s.name], params["sub"][s.name]) for s in subs]
-        )
+        return held_step(x, u, params)
 
     kinds = {(s.dynamics.method, s.dynamics.dt, s.dynamics.substeps) for s in subs if s.dynamics is not None}
     coupled = len(kinds) == 1 and all(s.dynamics is not None for s in subs)
@@ -302,18 +382,7 @@ def _build_monolithic(subs: list[Subsystem], edges: list[Interface]) -> tuple[An
     if coupled:
         method, dt, substeps = next(iter(kinds))
         step = integrator_step(method)
-
-        def vector_field(x: Any, u: Any, params: Any) -> Any:
-            parts = split(x)
-            msgs = messages(parts, params)
-            return jnp.concatenate(
-                [
-                    s.dynamics.vector_field(  # type: ignore[union-attr]
-                        parts[s.name], local_u(u, s), msgs[s.name], params["sub"][s.name]
-                    )
-                    for s in subs
-                ]
-            )
+        vector_field = vectorised(lambda s: s.dynamics.vector_field, lambda s: s.n_state)  # type: ignore[union-attr]
 
         def transition(x: Any, u: Any, m: Any, params: Any) -> Any:  # noqa: F811
             rhs = lambda t, xx: vector_field(xx, u, params)  # noqa: E731
@@ -321,15 +390,20 @@ def _build_monolithic(subs: list[Subsystem], edges: list[Interface]) -> tuple[An
                 x = step(rhs, 0.0, x, dt / substeps)
             return x
 
-    def output(x: Any, u: Any, m: Any, params: Any) -> Any:
-        parts = split(x)
-        msgs = messages(parts, params)
-        outs = [
-            _evaluate_output(s, parts[s.name], local_u(u, s), msgs[s.name], params["sub"][s.name])
-            for s in subs
-        ]
-        return jnp.concatenate([jnp.atleast_1d(o) for o in outs]) if outs else jnp.zeros(0)
+    def output_fn(s: Subsystem) -> Any:
+        if isinstance(s.output, LinearOutput):
+            matrix = jnp.asarray(s.output.matrix())
+            return lambda x, u, m, p, matrix=matrix: matrix @ x
+        return s.output
 
+    outputs = vectorised(
+        output_fn, lambda s: len(s.outputs)
+    )  # a linear output's matrix is its own: such subsystems are keyed apart by their function
+
+    def output(x: Any, u: Any, m: Any, params: Any) -> Any:
+        return outputs(x, u, params)
+
+    assert n_total == sum(s.n_state for s in subs)
     return transition, output
 
 
