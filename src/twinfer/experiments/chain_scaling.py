@@ -54,19 +54,22 @@ a distributed solve at every step.
 
 That route is :func:`twinfer.infer.graph.banded_estimate`, run here beside the others
 (``banded_bandwidth``, L = 3 by default). At the defaults (the calibrated set-up above, stiffnesses
-unknown, seed 0, full size; 2026-11-29 04:05-04:12 UTC, 420 s), 95 % coverage of the states /
-stiffnesses' truths inside their 95 % intervals / state RMSE / run time of the compiled scan:
+unknown, seed 0, full size; 2026-11-29 06:04-06:08 UTC, 231 s, commit 6b85464's vectorised central
+model), 95 % coverage of the states / stiffnesses' truths inside their 95 % intervals / state RMSE /
+run time of the compiled scan:
 
     n     central UKF                     "split" messages                banded, L = 3
-    4     0.984 / 1.00 / 1.7e-5 / 0.37 s  0.448 / 1.00 / 4.9e-5 / 0.50 s  0.980 / 1.00 / 1.7e-5 / 0.56 s
-    8     0.971 / 0.71 / 3.6e-5 / 0.89 s  0.276 / 0.14 / 1.3e-4 / 0.72 s  0.976 / 0.86 / 3.1e-5 / 2.25 s
-    16    0.960 / 0.93 / 3.3e-5 / 5.49 s  0.350 / 0.47 / 9.7e-5 / 0.70 s  0.926 / 0.87 / 3.8e-5 / 4.21 s
-    32    0.987 / 0.94 / 2.8e-5 / 30.6 s  0.131 / 0.10 / 4.0e-4 / 1.15 s  0.969 / 0.97 / 3.3e-5 / 8.30 s
-    64    -                               0.170 / 0.17 / 3.3e-4 / 2.09 s  0.965 / 0.92 / 3.1e-5 / 21.9 s
+    4     0.984 / 1.00 / 1.7e-5 / 0.30 s  0.448 / 1.00 / 4.9e-5 / 0.26 s  0.980 / 1.00 / 1.7e-5 / 0.22 s
+    8     0.971 / 0.71 / 3.6e-5 / 0.56 s  0.276 / 0.14 / 1.3e-4 / 0.45 s  0.976 / 0.86 / 3.1e-5 / 1.95 s
+    16    0.960 / 0.93 / 3.3e-5 / 3.51 s  0.350 / 0.47 / 9.7e-5 / 0.70 s  0.926 / 0.87 / 3.8e-5 / 3.81 s
+    32    0.987 / 0.94 / 2.8e-5 / 37.2 s  0.131 / 0.10 / 4.0e-4 / 1.23 s  0.969 / 0.97 / 3.3e-5 / 6.98 s
+    64    -                               0.170 / 0.17 / 3.3e-4 / 2.13 s  0.965 / 0.92 / 3.0e-5 / 13.8 s
 
-Run-time slopes (log-log): central 2.17; messages 0.48; banded 1.24 over all sizes and 1.08 from n = 8
-to 64 (issue #22's range; 2.6x from 32 to 64, so it is not yet linear: see ``banded_estimate``).
-Compilation of the banded scan: 15 / 25 / 54 / 115 s at n = 8 / 16 / 32 / 64 (the central model is
+(the central run at n = 32 was 20.7 s in a rerun minutes later, against 31.1 s for the previous
+commit's central model on the same rerun: a shared machine). Run-time slopes (log-log): central 2.35;
+messages 0.75; banded 1.37 over all sizes and 0.93 from n = 8 to 64 (issue #22's range; before the
+central model was vectorised 1.08, with 21.9 s at n = 64). Compilation of the banded scan: 4-7 s at
+every size, where it was 15 / 25 / 54 / 115 s at n = 8 / 16 / 32 / 64 while the central model was
 traced whole). The banded filter's output update is ``"compensated"`` (the Jacobian, with the variance
 of its error at the clique's sigma points added to R): linearised alone it covered 0.665 at n = 16
 (the central EKF on that record 0.61, the central UKF 0.96), the stiffnesses' products with the
