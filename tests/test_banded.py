@@ -337,7 +337,7 @@ def test_banded_errors_name_the_problem():
     ):
         banded_estimate(one_each, data, bandwidth=2, prediction="ekf")
     with pytest.raises(
-        ValueError, match=r"banded_estimate parameters: expected 'auto', 'global' or 'local'; received 'all'"
+        ValueError, match=r"banded_estimate parameters: expected 'global' or 'local'; received 'all'"
     ):
         banded_estimate(one_each, data, bandwidth=2, parameters="all")
     with pytest.raises(ValueError, match=r"timed_banded_estimate repeats: expected >= 1; received 0"):
