@@ -118,7 +118,9 @@ class Simulation(_Strict):
     """Data simulated from the model itself, so the truth is known.
 
     A band-limited force on each forced DOF (white noise of ``force_sd`` through a 4th-order Butterworth
-    low-pass at ``force_band`` of the Nyquist frequency), measured with noise of ``noise_sd`` per output.
+    low-pass at ``force_band`` of the Nyquist frequency), measured with noise of ``noise_sd`` per output;
+    the record holds the forces as a load cell measures them, with noise of ``input_noise_sd`` per forced
+    DOF (the truth is driven by the applied ones: :func:`twinfer.sim.simulate_dataset`).
     """
 
     duration: Real = pydantic.Field(gt=0)
@@ -126,6 +128,7 @@ class Simulation(_Strict):
     noise_sd: Values
     force_sd: Real = pydantic.Field(default=1.0, ge=0)
     force_band: Real = pydantic.Field(default=0.05, gt=0, lt=1)
+    input_noise_sd: Values = 0.0
     seed: int = 0
 
 
@@ -140,6 +143,8 @@ class Estimator(_Strict):
     messages: Literal["probabilistic", "deterministic"] = "probabilistic"
     rule: Literal["split", "shared", "paper"] = "split"
     bandwidth: int = pydantic.Field(default=2, ge=1)
+    parameters: Literal["local", "global"] = "local"
+    input_sd: Values = 0.0
     noise_sd: Values | None = None
     state_sd: Values = 1e-3
     process_sd: Values = 1e-6
@@ -162,6 +167,16 @@ class Estimator(_Strict):
             problems.append(
                 "estimator.bandwidth: the number of neighbouring subsystems whose correlation each keeps, "
                 f"only for kind = 'banded'; received bandwidth = {self.bandwidth} with kind = {self.kind!r}"
+            )
+        if self.kind != "banded" and "parameters" in self.model_fields_set:
+            problems.append(
+                "estimator.parameters: where the unknowns' correlations are kept, only for kind = 'banded'; "
+                f"received parameters = {self.parameters!r} with kind = {self.kind!r}"
+            )
+        if self.smoother and "input_sd" in self.model_fields_set:
+            problems.append(
+                "estimator.input_sd: the load cells' noise enters a filter on the graph of the chain, which "
+                "has no RTS smoother; expected smoother = false with input_sd; received smoother = true"
             )
         if problems:
             raise _Problems(problems)
@@ -252,6 +267,14 @@ def _grid_problems(spec: Spec, model: GridModel) -> list[str]:
         )
     if spec.estimator.noise_sd is not None:
         problems += _values_problem("estimator.noise_sd", spec.estimator.noise_sd, 0, "grid", "> 0")
+    loads = {"estimator.input_sd": spec.estimator.input_sd}
+    if spec.simulate is not None:
+        loads["simulate.input_noise_sd"] = spec.simulate.input_noise_sd
+    problems += [
+        f"{key}: a grid has no recorded forces; expected none; received {value}"
+        for key, value in loads.items()
+        if np.any(np.asarray(value) != 0)
+    ]
     if spec.simulate is not None:
         problems += _values_problem("simulate.noise_sd", spec.simulate.noise_sd, 0, "grid", ">= 0")
     return problems
@@ -283,6 +306,16 @@ def _chain_problems(spec: Spec, model: ChainModel) -> list[str]:
     problems += _values_problem("estimator.state_sd", e.state_sd, states, per_state, "> 0")
     problems += _values_problem("estimator.process_sd", e.process_sd, states, per_state, ">= 0")
     problems += _values_problem("estimator.x0", e.x0, states, per_state, "any")
+    forced = (
+        model.forced_dofs if model.forced_dofs is not None else (None if n is None else list(range(1, n + 1)))
+    )
+    per_force = f"forced DOF ({forced})" if forced is not None else "forced DOF"
+    count = None if forced is None else len(forced)
+    problems += _values_problem("estimator.input_sd", e.input_sd, count, per_force, ">= 0")
+    if spec.simulate is not None:
+        problems += _values_problem(
+            "simulate.input_noise_sd", spec.simulate.input_noise_sd, count, per_force, ">= 0"
+        )
     if e.kind != "central" and not e.partition:
         problems.append(
             f"estimator.partition: a {e.kind} estimator of a chain needs a partition, e.g. "
@@ -509,7 +542,9 @@ def _dataset(spec: Spec, chain: Any, base: Path) -> Any:
     assert coeffs is not None
     b, a = coeffs[0], coeffs[1]
     forces = lfilter(b, a, rng.normal(size=(n + 1, len(chain.forced_dofs))) * s.force_sd, axis=0)
-    return simulate_dataset(chain, forces, s.dt, s.noise_sd, jax.random.key(s.seed))
+    return simulate_dataset(
+        chain, forces, s.dt, s.noise_sd, jax.random.key(s.seed), input_noise_sd=np.asarray(s.input_noise_sd)
+    )
 
 
 def _step(data: Any) -> float:
@@ -558,9 +593,21 @@ def run_spec(spec: Spec, base: str | Path = ".") -> tuple[Any, Any, Any, Any]:
     options: dict[str, Any] = dict(
         noise_sd=noise_sd, state_sd=e.state_sd, process_sd=e.process_sd, x0=e.x0, unknown=spec.unknown or None
     )
-    if e.kind == "central":
+    input_sd = np.asarray(e.input_sd, dtype=np.float64)
+    if e.kind == "central" and not np.any(input_sd):
         fn = smooth if e.smoother else run_filter
         est = fn(chain, data, estimator=e.estimator, integrator=e.integrator, **options)
+    elif e.kind == "central":  # the load cells' noise in Q: one subsystem holding the whole chain
+        whole = Graph.from_model(
+            chain,
+            [list(range(1, chain.n_dof + 1))],
+            dt=dt,
+            integrator=e.integrator,
+            estimator=e.estimator,
+            input_sd=input_sd,
+            **options,
+        )
+        est = estimate(whole, data)
     else:
         graph = Graph.from_model(
             chain,
@@ -570,13 +617,13 @@ def run_spec(spec: Spec, base: str | Path = ".") -> tuple[Any, Any, Any, Any]:
             estimator=e.estimator,
             messages=e.messages,
             rule=e.rule,
+            input_sd=input_sd,
             **options,
         )
-        est = (
-            banded_estimate(graph, data, bandwidth=e.bandwidth)
-            if e.kind == "banded"
-            else estimate(graph, data)
-        )
+        if e.kind == "banded":
+            est = banded_estimate(graph, data, bandwidth=e.bandwidth, parameters=e.parameters)
+        else:
+            est = estimate(graph, data)
     out: dict[str, float] = {"loglik": float(est.loglik)}
     if est.nis is not None:
         out["nis"] = float(est.nis)
