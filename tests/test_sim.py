@@ -19,6 +19,7 @@ from twinfer.sim import (
     rk4_step,
     semi_implicit_euler_step,
     simulate,
+    simulate_dataset,
     simulate_discrete,
     simulate_particles,
     sine_sweep,
@@ -351,3 +352,33 @@ def test_simulate_dataset_errors_name_the_argument():
         simulate_dataset(chain, None, 0.01, 0.1, key, n_steps=5)
     with pytest.raises(ValueError, match=r"inputs: expected a float64 array; received dtype float32"):
         simulate_dataset(chain, np.zeros((10, 1), np.float32), 0.01, 0.1, key)
+
+
+def test_a_process_noise_in_the_truth_has_the_given_covariance():
+    """simulate_dataset(process_cov=Q): on a linear chain with its exact truth, the residuals
+    x_{k+1} - Phi x_k - Gamma u_k (Phi, Gamma from scipy's matrix exponential, an independent route)
+    are the added noise: zero-mean with covariance Q (a rank-one Q, as a torque disturbance gives)."""
+    chain = Chain([100.0, 80.0], [2e4, 1.8e4], 30.0, forced_dofs=[2], outputs=("a1",))
+    dt, n = 1e-3, 20000
+    g = np.asarray([0.0, 1e-5, 0.0, 2e-3])
+    Q = np.outer(g, g) + np.diag([1e-12, 0.0, 1e-12, 1e-8])
+    force = np.random.default_rng(0).normal(size=(n + 1, 1)) * 50.0
+    data = simulate_dataset(chain, force, dt, 0.01, jax.random.key(3), process_cov=Q)
+    A, B, _, _ = (np.asarray(m) for m in chain.linear_matrices(chain.params))
+    block = scipy.linalg.expm(np.block([[A, B], [np.zeros((1, 5))]]) * dt)
+    phi, gamma = block[:4, :4], block[:4, 4:]
+    x = np.asarray(data.truth_states)
+    residual = x[1:] - x[:-1] @ phi.T - force[:-1] @ gamma.T
+    d = np.sqrt(np.diag(Q))
+    np.testing.assert_allclose(np.cov(residual.T) / np.outer(d, d), Q / np.outer(d, d), atol=0.03)
+    assert np.all(np.abs(residual.mean(axis=0)) <= 4.0 * d / np.sqrt(n))
+    assert data.metadata["process_cov"] == Q.tolist()
+    quiet = simulate_dataset(chain, force, dt, 0.01, jax.random.key(3))
+    np.testing.assert_array_equal(data.observations[0], quiet.observations[0])  # the same sensor noise draw
+    with pytest.raises(ValueError, match=r"process_cov: expected a finite symmetric \(4, 4\) matrix"):
+        simulate_dataset(chain, force, dt, 0.01, jax.random.key(3), process_cov=np.eye(3))
+    duffing = Chain(
+        [100.0, 80.0], [2e4, 1.8e4], 30.0, cubic_stiffness=[0.0, 1e9], forced_dofs=[2], outputs=("a1",)
+    )
+    with pytest.raises(ValueError, match=r"process_cov: .* needs a stepped truth"):
+        simulate_dataset(duffing, force[:10], dt, 0.01, jax.random.key(3), process_cov=Q)

@@ -49,6 +49,7 @@ def simulate_dataset(
     truth: Truth = "exact",
     substeps: int = 1,
     input_noise_sd: Any = 0.0,
+    process_cov: Any = None,
     metadata: Mapping[str, Any] | None = None,
 ) -> Dataset:
     """Simulate ``model`` and measure it with noise: an aligned :class:`~twinfer.data.Dataset` with its truth.
@@ -74,6 +75,12 @@ def simulate_dataset(
             really in the data (the held input's error ``B w``: for a force on a mass m over a step
             dt, ``dt^2 / (2 m) w`` on the position and ``dt / m w`` on the velocity), which is what a
             random-walk Q on a noise-free truth is not (docs/tuning.md).
+        process_cov: covariance (n_state, n_state) of a process noise added to the truth's state at the
+            end of every interval, ``x_{k+1} = step(x_k, u_k) + w_k``, ``w_k ~ N(0, process_cov)``
+            drawn from ``jax.random.fold_in(key, 2)`` (default None: none). A filter whose Q is this
+            covariance then meets exactly the process noise it assumes: the set-up in which its 95 %
+            bands can be checked to hold 95 % of the truth. Needs a stepped truth: a fixed-step
+            ``truth`` or a linear model's exact one.
         metadata: extra entries for the record's metadata.
 
     Returns:
@@ -148,7 +155,9 @@ def simulate_dataset(
         )
     times = np.arange(n + 1) * float(dt)
     u_j = jnp.asarray(us)
-    if truth == "exact":
+    if process_cov is not None:
+        states = _with_process_noise(model, dt, truth, substeps, start, u_j[:-1], process_cov, key)
+    elif truth == "exact":
         if model.is_linear:
             states = simulate_discrete(discretise(model, dt, "exact"), start, u_j[:-1]).states
         else:
@@ -179,6 +188,11 @@ def simulate_dataset(
         "substeps": substeps,
         "noise_sd": sd.tolist(),
         **noted,
+        **(
+            {"process_cov": np.asarray(process_cov, dtype=np.float64).tolist()}
+            if process_cov is not None
+            else {}
+        ),
         "alignment": "row k: u_k held over [t_k, t_k+1); y_k+1 = h(x_k+1, u_k) + noise",
         **dict(metadata or {}),
     }
@@ -193,6 +207,39 @@ def simulate_dataset(
         state_names=model.state_names,
         metadata=meta,
     )
+
+
+def _with_process_noise(
+    model: AbstractModel, dt: float, truth: str, substeps: int, x0: Any, us: Any, cov: Any, key: Any
+) -> Any:
+    """The truth stepped interval by interval with ``N(0, cov)`` added after each step (T + 1, n)."""
+    from twinfer.infer.gaussian import psd_factor
+
+    q = np.asarray(cov, dtype=np.float64)
+    n = model.n_state
+    if q.shape != (n, n) or not np.all(np.isfinite(q)) or not np.allclose(q, q.T, rtol=1e-12, atol=0.0):
+        raise ValueError(
+            f"simulate_dataset process_cov: expected a finite symmetric ({n}, {n}) matrix (one row and "
+            f"column per state: {', '.join(model.state_names)}); received shape {q.shape}."
+        )
+    if truth == "exact" and not model.is_linear:
+        raise ValueError(
+            "simulate_dataset process_cov: the noise is added after each interval, which needs a stepped "
+            "truth; expected truth = a fixed-step method (e.g. 'rk4' with substeps) for the nonlinear "
+            f"{type(model).__name__}; received truth='exact'."
+        )
+    step = discretise(model, dt, "exact" if truth == "exact" else truth, substeps)
+    root = jnp.asarray(psd_factor(q, "simulate_dataset process_cov"))
+    ws = jax.random.normal(jax.random.fold_in(key, 2), (us.shape[0], n)) @ root.T
+    ts = dt * jnp.arange(us.shape[0])
+
+    def body(x: Any, inp: Any) -> tuple[Any, Any]:
+        t, u, w = inp
+        nxt = step.transition(t, x, u, step.params) + w
+        return nxt, nxt
+
+    _, xs = jax.lax.scan(body, jnp.asarray(x0), (ts, us, ws))
+    return jnp.concatenate([jnp.asarray(x0)[None], xs])
 
 
 def _scalars(model: AbstractModel) -> dict[str, Any]:
