@@ -28,14 +28,11 @@ def test_turbine_quick_runs_five_estimators_in_one_graph(tmp_path):
     assert m["distributed.coverage95.estimated_min"] >= 0.8
     assert m["distributed.run_s"] > 0
     assert m["narx.test.rmse"] > 0 and m["narx.online_rmse"] < 0.05
-    # two records (quick: repeats = 2), the second with its own noise and initial draw: each state's
-    # pooled coverage is their mean, so it sits half their range from the first record's value
-    assert m["distributed.pooled.records"] == 2.0
+    # quick: repeats = 2, so one calibration record after the first, its truth drawn with the filters'
+    # Q in it: the pooled values are that record's alone
+    assert m["distributed.pooled.records"] == 1.0
     for s in ("alpha", "x_R", "phi1"):
-        half = m[f"distributed.pooled.coverage95_spread.{s}"] / 2
-        assert abs(
-            m[f"distributed.pooled.coverage95.{s}"] - m[f"distributed.coverage95.{s}"]
-        ) == pytest.approx(half)
+        assert m[f"distributed.pooled.coverage95_spread.{s}"] == 0.0
     assert m["distributed.pooled.coverage95.estimated_min"] >= 0.8
     for name in ("states", "parameters", "narx"):
         assert (folder / "figures" / f"{name}.png").is_file()
@@ -78,3 +75,28 @@ def test_shaft_noise_keeps_the_speed_relation_and_the_start_is_a_prior_draw():
     assert not np.array_equal(again, x0) and {names[i] for i in np.flatnonzero(again != truth)} == set(
         ESTIMATED
     )
+
+
+def test_the_calibration_records_truth_carries_the_filters_q_on_the_estimated_states():
+    """truth_process_cov is the central filter's Q on the 13 estimated states and zero elsewhere; a record
+    simulated with it differs from the noise-free truth, one without it equals it."""
+    from twinfer.experiments.turbine import ESTIMATED, TurbineConfig, central, simulate, truth_process_cov
+    from twinfer.models import PeltonParams, PeltonTurbine
+
+    params = PeltonParams()
+    config = TurbineConfig(t_end=0.02)
+    q = truth_process_cov(config, params)
+    names = tuple(PeltonTurbine(params).state_names)
+    idx = [names.index(n) for n in ESTIMATED]
+    q_filter = np.asarray(central(config, params).nodes[0].Q)[:19, :19]
+    np.testing.assert_array_equal(q[np.ix_(idx, idx)], q_filter[np.ix_(idx, idx)])
+    other = [i for i in range(19) if i not in idx]
+    assert not np.any(q[other]) and not np.any(q[:, other])
+    noisy, quiet, again = (
+        simulate(config, params, 1, q),
+        simulate(config, params, 1),
+        simulate(config, params, 1),
+    )
+    np.testing.assert_array_equal(quiet.truth_states, again.truth_states)
+    step = np.asarray(noisy.truth_states)[1] - np.asarray(quiet.truth_states)[1]
+    assert np.all(step[idx] != 0.0) and np.allclose(step[other], 0.0, atol=1e-12)
