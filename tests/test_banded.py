@@ -5,6 +5,8 @@ Public API only, on chains that are not a paper case.
 
 from __future__ import annotations
 
+from typing import Any
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -133,16 +135,57 @@ def test_one_unscented_window_over_the_whole_chain_is_the_redrawn_ukf(update):
     np.testing.assert_allclose(np.asarray(banded.stds)[:, order], sds, rtol=1e-7)
 
 
-def _markov(P: np.ndarray, blocks: list[np.ndarray], L: int) -> np.ndarray:
-    """The maximum-entropy completion of P's band of L blocks, by the junction-tree formula."""
+def _markov(P: np.ndarray, blocks: list[np.ndarray], L: int, glob: Any = ()) -> np.ndarray:
+    """The maximum-entropy completion of P's band of L blocks by the junction-tree formula, the states
+    ``glob`` in every clique (in correlation coordinates: stiffnesses' variances are 1e13 times the
+    positions')."""
+    glob = np.asarray(glob, dtype=int)
+    d = np.sqrt(np.diag(P))
+    C = P / np.outer(d, d)
     Y = np.zeros_like(P)
     for i in range(len(blocks) - L):
-        c = np.concatenate(blocks[i : i + L + 1])
-        Y[np.ix_(c, c)] += np.linalg.inv(P[np.ix_(c, c)])
+        c = np.concatenate([*blocks[i : i + L + 1], glob])
+        Y[np.ix_(c, c)] += np.linalg.inv(C[np.ix_(c, c)])
         if i:
-            s = np.concatenate(blocks[i : i + L])
-            Y[np.ix_(s, s)] -= np.linalg.inv(P[np.ix_(s, s)])
-    return np.linalg.inv(Y)
+            s = np.concatenate([*blocks[i : i + L], glob])
+            Y[np.ix_(s, s)] -= np.linalg.inv(C[np.ix_(s, s)])
+    return np.linalg.inv(Y) * np.outer(d, d)
+
+
+def _five_pairs(n: int, **options: Any) -> tuple[Graph, Any]:
+    """A chain of ten masses in five two-mass subsystems, forced at masses 3 and 10, five accelerometers,
+    ``n`` steps of 1 ms; EKF nodes."""
+    chain = Chain(
+        [100.0, 80.0, 120.0, 90.0, 150.0, 60.0, 110.0, 95.0, 130.0, 70.0],
+        [2e4, 1.8e4, 2.2e4, 2e4, 1.5e4, 1.7e4, 2.3e4, 1.9e4, 2.1e4, 1.6e4],
+        [30.0] * 10,
+        forced_dofs=[3, 10],
+        outputs=("a1", "a4", "a5", "a8", "a10"),
+    )
+    data = simulate_dataset(chain, _force(n, 2), 1e-3, 0.02, jax.random.key(2))
+    graph = Graph.from_model(
+        chain,
+        [(2 * s + 1, 2 * s + 2) for s in range(5)],
+        dt=1e-3,
+        estimator="ekf",
+        noise_sd=0.02,
+        state_sd=1e-3,
+        process_sd=1e-5,
+        **options,
+    )
+    return graph, data
+
+
+def _central_functions(graph: Graph, data: Any) -> tuple[Any, Any, Any, Any]:
+    """The graph's central model as jitted ``f(x, u)``, ``h(x, u)``, the input of step k, and the model."""
+    mono = graph.monolithic()
+    empty = jnp.zeros((0,))
+    cols = np.asarray(mono.inputs)
+    transition, output = mono.transition, mono.output
+    assert callable(output)
+    f = jax.jit(lambda x, u: transition(x, u, empty, mono.params))
+    h = jax.jit(lambda x, u: output(x, u, empty, mono.params))
+    return f, h, lambda k: np.where(cols >= 0, np.asarray(data.inputs)[k][np.maximum(cols, 0)], 0.0), mono
 
 
 @pytest.mark.parametrize(
@@ -155,34 +198,10 @@ def test_banded_is_the_kalman_filter_whose_prediction_is_projected_on_the_band(b
     banded_estimate's numbers; the update keeps the band, as the information form says. On a linear
     model the unscented windows (whose evaluations are shared between cliques far enough apart) are
     exact too."""
-    p = 5
-    chain = Chain(
-        [100.0, 80.0, 120.0, 90.0, 150.0, 60.0, 110.0, 95.0, 130.0, 70.0],
-        [2e4, 1.8e4, 2.2e4, 2e4, 1.5e4, 1.7e4, 2.3e4, 1.9e4, 2.1e4, 1.6e4],
-        [30.0] * 10,
-        forced_dofs=[3, 10],
-        outputs=("a1", "a4", "a5", "a8", "a10"),
-    )
-    dt, n = 1e-3, 400
-    data = simulate_dataset(chain, _force(n, 2), dt, 0.02, jax.random.key(2))
-    graph = Graph.from_model(
-        chain,
-        [(2 * s + 1, 2 * s + 2) for s in range(p)],
-        dt=dt,
-        estimator="ekf",
-        noise_sd=0.02,
-        state_sd=1e-3,
-        process_sd=1e-5,
-    )
+    n = 400
+    graph, data = _five_pairs(n)
     banded = banded_estimate(graph, data, bandwidth=bandwidth, prediction=prediction, update=update)
-    mono = graph.monolithic()
-    empty = jnp.zeros((0,))
-    cols = np.asarray(mono.inputs)
-    ins = lambda k: np.where(cols >= 0, np.asarray(data.inputs)[k][np.maximum(cols, 0)], 0.0)  # noqa: E731
-    transition, output = mono.transition, mono.output
-    assert callable(output)
-    f = jax.jit(lambda x, u: transition(x, u, empty, mono.params))
-    h = jax.jit(lambda x, u: output(x, u, empty, mono.params))
+    f, h, ins, mono = _central_functions(graph, data)
     x = np.asarray(mono.x0, dtype=float)
     F = np.asarray(jax.jacfwd(f)(jnp.asarray(x), jnp.asarray(ins(0))))
     H = np.asarray(jax.jacfwd(h)(jnp.asarray(x), jnp.asarray(ins(0))))
@@ -208,21 +227,6 @@ def test_banded_is_the_kalman_filter_whose_prediction_is_projected_on_the_band(b
     assert np.max(np.abs(np.sqrt(np.diag(full)) / sds[-1] - 1.0)) > 1e-3
 
 
-def _markov_arrow(P: np.ndarray, blocks: list[np.ndarray], glob: np.ndarray, L: int) -> np.ndarray:
-    """The maximum-entropy completion of P's band of L blocks with the states ``glob`` in every clique
-    (in correlation coordinates: the stiffnesses' variances are 1e13 times the positions')."""
-    d = np.sqrt(np.diag(P))
-    C = P / np.outer(d, d)
-    Y = np.zeros_like(P)
-    for i in range(len(blocks) - L):
-        c = np.concatenate([*blocks[i : i + L + 1], glob])
-        Y[np.ix_(c, c)] += np.linalg.inv(C[np.ix_(c, c)])
-        if i:
-            s = np.concatenate([*blocks[i : i + L], glob])
-            Y[np.ix_(s, s)] -= np.linalg.inv(C[np.ix_(s, s)])
-    return np.linalg.inv(Y) * np.outer(d, d)
-
-
 @pytest.mark.parametrize("bandwidth", [1, 2])
 def test_global_unknowns_are_held_in_every_clique(bandwidth):
     """Two unknown stiffnesses at the chain's ends (subsystems 1 and 5 of five) with parameters="global":
@@ -230,36 +234,11 @@ def test_global_unknowns_are_held_in_every_clique(bandwidth):
     completion of the cliques "L + 1 neighbouring subsystems and both unknowns" (the precision an arrow
     on the band). With parameters="local" the unknowns' intervals are those of the band alone and
     differ."""
-    p = 5
-    chain = Chain(
-        [100.0, 80.0, 120.0, 90.0, 150.0, 60.0, 110.0, 95.0, 130.0, 70.0],
-        [2e4, 1.8e4, 2.2e4, 2e4, 1.5e4, 1.7e4, 2.3e4, 1.9e4, 2.1e4, 1.6e4],
-        [30.0] * 10,
-        forced_dofs=[3, 10],
-        outputs=("a1", "a4", "a5", "a8", "a10"),
-    )
-    dt, n = 1e-3, 300
-    data = simulate_dataset(chain, _force(n, 2), dt, 0.02, jax.random.key(2))
-    graph = Graph.from_model(
-        chain,
-        [(2 * s + 1, 2 * s + 2) for s in range(p)],
-        dt=dt,
-        estimator="ekf",
-        noise_sd=0.02,
-        state_sd=1e-3,
-        process_sd=1e-5,
-        unknown={"k2": (1.5e4, 5e3, 0.0), "k9": (2.5e4, 5e3, 0.0)},
-    )
+    n = 300
+    graph, data = _five_pairs(n, unknown={"k2": (1.5e4, 5e3, 0.0), "k9": (2.5e4, 5e3, 0.0)})
     kw = dict(bandwidth=bandwidth, update="taylor")
     banded = banded_estimate(graph, data, parameters="global", **kw)
-    mono = graph.monolithic()
-    empty = jnp.zeros((0,))
-    cols = np.asarray(mono.inputs)
-    ins = lambda k: np.where(cols >= 0, np.asarray(data.inputs)[k][np.maximum(cols, 0)], 0.0)  # noqa: E731
-    transition, output = mono.transition, mono.output
-    assert callable(output)
-    f = jax.jit(lambda x, u: transition(x, u, empty, mono.params))
-    h = jax.jit(lambda x, u: output(x, u, empty, mono.params))
+    f, h, ins, mono = _central_functions(graph, data)
     F_of, H_of = jax.jit(jax.jacfwd(f)), jax.jit(jax.jacfwd(h))
     glob = np.asarray([mono.names.index("k2"), mono.names.index("k9")])
     blocks = [np.setdiff1d(np.arange(a, b), glob) for a, b in graph.state_slices().values()]
@@ -271,7 +250,7 @@ def test_global_unknowns_are_held_in_every_clique(bandwidth):
         u = jnp.asarray(ins(k))
         F = np.asarray(F_of(jnp.asarray(x), u))
         x = np.asarray(f(jnp.asarray(x), u))
-        P = _markov_arrow(F @ P @ F.T + Q, blocks, glob, bandwidth)
+        P = _markov(F @ P @ F.T + Q, blocks, bandwidth, glob)
         H = np.asarray(H_of(jnp.asarray(x), u))
         S = H @ P @ H.T + R
         gain = np.linalg.solve(S, H @ P).T

@@ -935,11 +935,9 @@ def _banded(
         names = list(sub.state_names or ())
         for name in sub.parameters:
             unknown[a + names.index(name)] = True
-    sizes_all = [c - a for a, c in slices]
-    local_sizes = [int(np.sum(~unknown[a:c])) for a, c in slices]
     glob = unknown if parameters == "global" else np.zeros_like(unknown)
     g = int(glob.sum())
-    sizes = local_sizes if g else sizes_all
+    sizes = [int(np.sum(~glob[a:c])) for a, c in slices]  # each block's own states
     b = max(max(sizes), 1)
     n_pad = p * b
     pad_index = np.zeros(unknown.size, dtype=int)  # real -> padded: blocks, then the global states
