@@ -47,6 +47,26 @@ other better; the pulses record's floor needs its own offset (-3.48 N against -3
 no posterior of the training record reaches it. The white-noise band (2 sigma) holds 51 % of the test
 samples: the drift is correlated error, which the estimated sigma does not describe.
 
+Nor is the gap Eq. 28's form or the input's alignment (probe, 2026-11-29, not in the code: open-loop
+least squares from the IDIM estimates as :func:`open_loop_floor`, unbounded, fitted to the training
+record and scored on the pulses record, then fitted to the pulses record itself; open-loop RMSE [m]):
+
+    model                                   training fit    its test error    test set's own floor
+    Eq. 28                                  2.73e-3         5.27e-3           2.00e-3
+    + spring k (q - 0.1)                    2.56e-3         5.14e-3           2.05e-3
+    + cubic polynomial in q                 2.76e-3         5.66e-3           1.95e-3
+    + Stribeck term Fs exp(-(v/vs)^2)       2.75e-3         5.38e-3           1.90e-3
+    + asymmetric viscous dFv |v|            2.94e-3         6.49e-3           1.77e-3
+    + quadratic drag dFc v |v|              2.77e-3         5.97e-3           2.02e-3
+    Eq. 28, force shifted -2/-1/+1/+2       2.60-2.90e-3    4.88-6.07e-3      2.01-2.66e-3
+
+Every variant fits the two records with different parameters (Eq. 28: M 96.6 against 89.6, Fv 209
+against 184, Fc 20.1 against 23.8, offset -3.28 against -3.55), and no richer friction law or input
+shift carries a training fit closer than 2.4x to the test record's own floor. The two records' axis
+behaves differently, so the open-loop floor is out of reach of anything identified from the training
+record alone; the model, the window (the training set is 24576 of the record's 24841 samples), the
+alignment and the sampler are not what separates them.
+
 M, Fv, Fc are sampled in log space, the offset on the natural scale (Sec. 4.3).
 
 Decisions (specs 6): priors log-normal around the benchmark's IDIM estimates with sd of log 0.5 and
@@ -408,6 +428,7 @@ def _separation_note(metrics: Mapping[str, float], config: EMPSConfig) -> str:
     fit = {k: metrics[f"reference.openloop_train_fit.{k}"] for k in (*NAMES, "test.rmse")}
     ll = {k: metrics[f"diagnostic.train_loglik.{k}"] for k in ("particles_max", "openloop_train_fit")}
     floor = metrics["reference.openloop_best_fit.test.rmse"]
+    best = {k: metrics[f"reference.openloop_best_fit.{k}"] for k in NAMES}
     horizons = ", ".join(
         f"{h} samples {metrics[f'prediction.h{h}.test.rmse_mean']:.3g} m" for h in config.prediction_horizons
     )
@@ -419,7 +440,11 @@ def _separation_note(metrics: Mapping[str, float], config: EMPSConfig) -> str:
         f"{ll['openloop_train_fit']:.6g} at that fit against {ll['particles_max']:.6g} for the best "
         "particle. The PN likelihood scores one-step predictions (position noise sd "
         f"{config.noise_std:g} m), an equation-error criterion; under Eq. 28's model error its maximum is "
-        "not the output-error fit's. "
+        "not the output-error fit's. The two records are fitted by different parameters (training / test "
+        "set: "
+        + ", ".join(f"{k} {fit[k]:.4g} / {best[k]:.4g}" for k in NAMES)
+        + "), so nothing identified from the training record alone reaches the test set's floor (the module "
+        "docstring: richer friction laws and shifted inputs do not close it). "
         + (
             "No parameter value of Eq. 28 beats the test-set fit's open-loop floor "
             f"({floor:.3g} m), so the paper's {PAPER_TEST_RMSE_MEAN:.3g} m needs measured test positions "
