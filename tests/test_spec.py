@@ -248,6 +248,15 @@ DISTRIBUTED = '[estimator]\nkind = "distributed"\nnoise_sd = 0.05\n'
             "estimator.partition: a banded estimator of a chain needs a partition",
         ),
         (
+            CHAIN + SIM + '[estimator]\nkind = "banded"\npartition = [[1, 2], [3, 4]]\nestimator = "kf"\n',
+            "estimator.estimator: the banded filter linearises the whole chain's model itself",
+        ),
+        (
+            CHAIN + SIM + '[estimator]\nmessages = "deterministic"\n',
+            "estimator.messages: how subsystems exchange interface messages, only for kind = 'distributed'; "
+            "received messages = 'deterministic' with kind = 'central'",
+        ),
+        (
             CHAIN.replace("damping = 30.0", 'damping = "30.0"') + SIM,
             "Input should be a valid number; received '30.0'",
         ),
@@ -269,10 +278,12 @@ DISTRIBUTED = '[estimator]\nkind = "distributed"\nnoise_sd = 0.05\n'
         "distributed-smoother",
         "bandwidth-not-banded",
         "bandwidth-zero",
-        "banded-no-partition",
         "parameters-not-banded",
         "input-sd-length",
         "input-noise-negative",
+        "banded-no-partition",
+        "estimator-with-banded",
+        "messages-not-distributed",
         "quoted-number",
     ],
 )

@@ -173,6 +173,18 @@ class Estimator(_Strict):
                 "estimator.parameters: where the unknowns' correlations are kept, only for kind = 'banded'; "
                 f"received parameters = {self.parameters!r} with kind = {self.kind!r}"
             )
+        if self.kind == "banded" and "estimator" in self.model_fields_set:
+            problems.append(
+                "estimator.estimator: the banded filter linearises the whole chain's model itself "
+                "(Jacobians, with the linearisation's error variance added to R); expected no estimator "
+                f"with kind = 'banded'; received estimator = {self.estimator!r}"
+            )
+        for key in ("messages", "rule"):
+            if self.kind != "distributed" and key in self.model_fields_set:
+                problems.append(
+                    f"estimator.{key}: how subsystems exchange interface messages, only for kind = "
+                    f"'distributed'; received {key} = {getattr(self, key)!r} with kind = {self.kind!r}"
+                )
         if self.smoother and "input_sd" in self.model_fields_set:
             problems.append(
                 "estimator.input_sd: the load cells' noise enters a filter on the graph of the chain, which "
@@ -181,6 +193,15 @@ class Estimator(_Strict):
         if problems:
             raise _Problems(problems)
         return self
+
+    @property
+    def description(self) -> str:
+        """The estimator in a few words, for reports."""
+        if self.kind == "banded":
+            return (
+                f"banded Gaussian filter (each subsystem's correlation with {self.bandwidth} neighbours kept)"
+            )
+        return f"{self.kind} {self.estimator}"
 
 
 class Spec(_Strict):
@@ -654,16 +675,9 @@ def run_spec(spec: Spec, base: str | Path = ".") -> tuple[Any, Any, Any, Any]:
         out["state.coverage95"] = float(metrics.coverage(mean, sd, truth, 0.95))
         arrays["truth_states"] = truth
     artifacts = RunArtifacts(
-        out, arrays, notes=(f"{_described(e)}, {len(data.times) - 1} steps of {dt:g} s",)
+        out, arrays, notes=(f"{e.description}, {len(data.times) - 1} steps of {dt:g} s",)
     )
     return est, data, artifacts, lambda: _figures(est, truth, n)
-
-
-def _described(e: Estimator) -> str:
-    """The estimator in a few words for the report's notes."""
-    if e.kind == "banded":
-        return f"banded Gaussian filter (each subsystem's correlation with {e.bandwidth} neighbours kept)"
-    return f"{e.kind} {e.estimator}"
 
 
 def _run_grid(spec: Spec, model: GridModel, base: Path) -> tuple[Any, Any, Any, Any]:

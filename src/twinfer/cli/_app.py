@@ -356,8 +356,7 @@ def estimate(
     run_dir = write_run(
         new_run_dir(out_dir, parsed.name),
         parsed.name,
-        f"twinfer estimate {spec.name}: {parsed.estimator.kind} {parsed.estimator.estimator} on a "
-        f"{parsed.model.kind}",
+        f"twinfer estimate {spec.name}: {parsed.estimator.description} on a {parsed.model.kind}",
         parsed.model_dump(mode="json"),
         artifacts,
         figures,
