@@ -24,11 +24,13 @@ def test_turbine_grid_quick_tracks_the_coupled_truth(tmp_path):
     * the embedded estimate against the standalone reference (each turbine driven by the truth's T_e):
       ~4e-7 (the paper's 1.02e-3 comes from the authors' doubled time, decision 20);
     * the KFs beat what they are told of their sensors: the generator's displacement RMSE stays below
-      the sensor sd 2e-6 m (measured 1.0-1.4e-6), the runner's below half its R's sd 2e-5 m (R_run =
-      100 sigma^2; measured 1.8-3.5e-6), and the runner's velocity RMSE is 1.4-8.3e-4 m/s against
-      ~1.4e-2 m/s of motion;
-    * coverage: the deterministic messages make M4 over-confident (0.32-0.53 at quick size), the shaft
-      twist's wide prior keeps alpha, beta at 1.0; a KF that lost its track or reports zero sd gives ~0.
+      the sensor sd 2e-6 m (measured 3.6-4.6e-7 with the default exchange "path"; 1.0-1.4e-6 with the
+      paper's held exchange, which the 8e-7 bound rejects), the runner's below half its R's sd 2e-5 m
+      (R_run = 100 sigma^2; measured 1.9-3.8e-6), and the runner's velocity RMSE is 1.6-9.2e-4 m/s
+      against ~1.4e-2 m/s of motion;
+    * coverage: the lowest over each generator's KF states is 0.61-0.70 at quick size (the runner's x
+      states; Heun x 1), where the held exchange gives 0.32-0.53; the shaft twist's wide prior keeps
+      alpha, beta at 1.0; a KF that lost its track or reports zero sd gives ~0.
     """
     result = CliRunner().invoke(app, ["run", "turbine-grid", "--quick", "--out", str(tmp_path)])
     assert result.exit_code == 0, result.output
@@ -48,9 +50,9 @@ def test_turbine_grid_quick_tracks_the_coupled_truth(tmp_path):
     assert m["distributed.embedded_vs_standalone_rmse"] < 1e-5
     assert m["distributed.step_us"] > 0 and m["distributed.steps"] == 6000
     for g in GENS:
-        assert m[f"distributed.rmse_xy_G.{g}"] < 2e-6 and m[f"distributed.rmse_xy_R.{g}"] < 1e-5, g
+        assert m[f"distributed.rmse_xy_G.{g}"] < 8e-7 and m[f"distributed.rmse_xy_R.{g}"] < 1e-5, g
         assert m[f"distributed.rmse_vx_R.{g}"] < 2e-3 and m[f"distributed.rmse_vy_R.{g}"] < 2e-3, g
-        assert 0.2 < m[f"distributed.coverage95.{g}.min"] and m[f"distributed.coverage95.{g}.max"] <= 1.0
+        assert 0.55 < m[f"distributed.coverage95.{g}.min"] and m[f"distributed.coverage95.{g}.max"] <= 1.0
         assert m[f"distributed.coverage95.{g}.alpha"] > 0.9 and m[f"distributed.coverage95.{g}.beta"] > 0.9
         # the swing after the step: the estimate's peak speed deviation is the truth's
         peak, true_peak = m[f"distributed.peak_n.{g}"], m[f"distributed.truth.peak_n.{g}"]
@@ -67,3 +69,12 @@ def test_turbine_grid_quick_tracks_the_coupled_truth(tmp_path):
     rows = [r for r in (folder / "report.md").read_text().splitlines() if r.startswith("| `table_s")]
     # Table S9 (9 angles, the NR residual) and S10 (3 x M_t, T_e, residual) pass their tolerances
     assert sum("| pass (" in r for r in rows) == 19 and not any("FAIL" in r for r in rows), rows
+
+
+def test_the_continued_exchange_refuses_probabilistic_messages(tmp_path):
+    """exchange = "path" continues the neighbour's mean: probabilistic messages need --set exchange=held."""
+    result = CliRunner().invoke(
+        app, ["run", "turbine-grid", "--quick", "--set", "messages=probabilistic", "--out", str(tmp_path)]
+    )
+    assert result.exit_code != 0
+    assert "exchange 'path' continues the neighbour's mean" in " ".join(result.output.split()), result.output

@@ -34,28 +34,48 @@ expected to match. It does simulate a second truth with the turbines at twice th
 -2.4e-4, -2.9e-4 p.u. against ~ -3e-4, -2e-4, -2e-4), where the physics' are -5.1e-4, -4.4e-4 and
 -5.4e-4, so the table's peaks come from that protocol (``doubled_time.truth.peak_n``).
 
-The Kalman filters' bands (``coverage95.gen*``) under-cover at Table S12's step, for the distributed
-and the central estimator alike, and the cause is the outer step. Every exchanged quantity is held over
-it, which makes an error first order in dt at the rotation frequency (6.25 Hz); the likely carrier,
-not isolated, is the lateral coupling (x_R, y_R enter M4 through K12 = -1.2e9 N/m, the generator's
-displacements and accelerations enter M5). At dt = 1 ms the error, 98 % of it between 1 and 20 Hz, is
-0.7 % of the motion, three times the filters' sd, and Table S12's Q (1e-11 dt) does not describe it.
-Measured on 5 s (2026-11-29; R_run at the sensor's variance), the lowest coverage over each generator's
-KF states:
+The exchange between M4 and M5 (``exchange``) sets the Kalman filters' bands (``coverage95.gen*``).
+The paper's exchange (``"held"``) holds what they read of each other over each step: x_R, y_R enter
+M4 through K12 = -1.2e9 N/m, and the generator's displacements and accelerations enter M5. That is an
+error first order in dt at the rotation frequency (6.25 Hz). At dt = 1 ms it is 0.7 % of the motion,
+three times the filters' sd, and 98 % of it lies between 1 and 20 Hz. Table S12's Q (1e-11 dt) does
+not describe it, so the KF states under-cover, distributed and central alike.
 
-    outer step dt      1 ms                0.5 ms              0.25 ms
-    gen 1 / 2 / 3      0.52 / 0.33 / 0.48  0.81 / 0.63 / 0.79  0.92 / 0.84 / 0.94   (NIS 1.20 / 1.03 / 1.00)
+``"path"`` (the default) continues the neighbour's displacement over the step, as the engine's
+``split`` rule does for an interface law:
+- each KF's last state is the time its state holds;
+- from that time, the receiver continues the neighbour's displacement by its velocity (M5 adds the
+  generator's acceleration).
 
-(with Table S12's R_run = 100 sigma^2 at 0.25 ms: 0.93 / 0.83 / 0.93). A shorter step also brings more
-samples; with the lateral sensors' noise doubled at 0.25 ms, which keeps the information per second of
-the 1 ms record, the lowest coverage is 0.96 / 0.93 / 0.97: the step, not the data rate, sets it.
-The Jacobi iterations do not matter (K = 1 or 4: within 0.02 of K = 2). At dt = 1 ms, eight Heun substeps
-instead of two changed no value by more than 0.01 and probabilistic messages with the ``split`` rule by
-0.02; a Q ten times Table S12's maximised the log-likelihood (``distributed.loglik``) over 1x, 10x, 100x
-and 1000x and reached 0.74 / 0.48 / 0.70 (10 s), while 1000x puts every KF state at 0.97-1.00: the
-innovations see the error only against a larger sensor noise (2e-6 m against 1.4e-6 m). What brings
-the lateral bands near calibration is a shorter step (``--set dt=2.5e-4``: 3.2 s for 5 s of record,
-generator 2's velocities still at 0.84), not a larger Q.
+Measured on 5 s (2026-11-29; R_run at the sensor's variance). The lowest coverage over each generator's
+KF states, gen 1 / 2 / 3:
+
+    held, dt = 1 ms       0.52 / 0.33 / 0.48   (NIS 1.20)
+    held, dt = 0.5 ms     0.81 / 0.63 / 0.79   (NIS 1.03)
+    held, dt = 0.25 ms    0.92 / 0.84 / 0.94   (NIS 1.00)
+    path, dt = 1 ms       0.93 / 0.84 / 0.93   (NIS 0.98; central 0.94 / 0.85 / 0.93)
+
+Under "path", the generator's displacement RMSE fell from 1.4e-6 to 3.1e-7 m, the runner's from 8.4e-7
+to 3.5e-7 m, and beta's from 1.3e-2 to 2.4e-3 (generator 2).
+
+The full default run (60 s, Table S12's R_run = 100 sigma^2; distributed, lowest coverage per generator):
+- held: 0.54 / 0.32 / 0.48;
+- path: 0.99 / 0.97 / 0.99 (central, on its 10 s: 0.93 / 0.87 / 0.93), with the runner's y states at
+  1.00, over-covered by that R.
+
+Controls for the held exchange:
+- A shorter step also brings more samples. With the lateral sensors' noise doubled at 0.25 ms, which
+  keeps the information per second of the 1 ms record, the lowest coverage is 0.96 / 0.93 / 0.97. The
+  step, not the data rate, sets it.
+- The number of Jacobi iterations does not matter: K = 1 or 4 comes within 0.02 of K = 2.
+- At dt = 1 ms, eight Heun substeps instead of two changed no value by more than 0.01.
+- Probabilistic messages with the ``split`` rule changed them by 0.02. The engine cannot continue a
+  path inside a subsystem that integrates itself.
+- Scaling Q by 1x, 10x, 100x and 1000x, the log-likelihood (``distributed.loglik``) peaked at 10x,
+  which reached only 0.74 / 0.48 / 0.70 (10 s). 1000x put every KF state at 0.97-1.00. The innovations
+  see the error only against a larger sensor noise (2e-6 m against 1.4e-6 m).
+
+``--set exchange=held`` restores the paper's exchange.
 
 References:
     Ghorbani & Hackl, SI section 3.7, eq. (S144)-(S150), Tables S9-S12, Figs S13-S17;
@@ -160,6 +180,12 @@ class TurbineGridConfig(CaseConfig):
     rule: Literal["paper", "split"] = pydantic.Field(
         "paper", description="Where M4 and M5 evaluate each other's messages (Interface rule)."
     )
+    exchange: Literal["held", "path"] = pydantic.Field(
+        "path",
+        description="What M4 and M5 read of each other over a step: path (the neighbour's lateral "
+        "displacement continued from the time it holds by its velocity; deterministic messages only) or "
+        "held (the paper's: held over the step, under-covering at Table S12's step).",
+    )
     central: bool = pydantic.Field(True, description="Also run the monolithic KF of the same graph.")
     central_t_end: pydantic.PositiveFloat = pydantic.Field(
         10.0,
@@ -177,6 +203,11 @@ class TurbineGridConfig(CaseConfig):
     def _window(self) -> TurbineGridConfig:
         if self.t_on > self.t_off:
             raise ValueError(f"expected t_on <= t_off; received t_on = {self.t_on}, t_off = {self.t_off}")
+        if self.exchange == "path" and (self.messages, self.rule) != ("deterministic", "paper"):
+            raise ValueError(
+                "exchange 'path' continues the neighbour's mean, a deterministic message: expected messages "
+                f"= 'deterministic' and rule = 'paper'; received {self.messages!r} and {self.rule!r}"
+            )
         return self
 
 
@@ -245,6 +276,8 @@ class _Steps(NamedTuple):
     rotational: Callable[..., Any]
     generator: Callable[..., Any]
     runner: Callable[..., Any]
+    generator_path: Callable[..., Any]
+    runner_path: Callable[..., Any]
 
 
 def _rotational_rhs(p: PeltonParams, core: Any, h: Any, q: Any, t_e: Any) -> tuple[Any, Any]:
@@ -309,7 +342,39 @@ def steps(dt: float, substeps: int) -> _Steps:
         core = integrate(rhs, u[0], x[:6])
         return jnp.concatenate([core, jnp.reshape(delta, (1,))])
 
-    return _Steps(bus, governor, hydraulics, rotational, generator, runner)
+    # exchange = "path": each KF's last state is the time its state holds, and the neighbour's lateral
+    # displacement is continued from that time by its velocity (and the generator's by its acceleration)
+    def generator_path(x: Any, u: Any, m: Any, p: Any) -> Any:
+        x_r, y_r, vx_r, vy_r, t_r, delta = (m[i] for i in range(6))
+        omega, t1 = u[1], u[0] + dt
+
+        def rhs(t: Any, c: Any) -> Any:
+            s = t - t_r
+            return pelton.generator_rhs(
+                p, c, x_r + vx_r * s, y_r + vy_r * s, omega, delta + p.omega_rated * t
+            )
+
+        core = integrate(rhs, u[0], x[:4])
+        s1 = t1 - t_r
+        acc = pelton.generator_acceleration(
+            p, core, x_r + vx_r * s1, y_r + vy_r * s1, omega, delta + p.omega_rated * t1
+        )
+        return jnp.concatenate([core, jnp.stack(acc), jnp.reshape(t1, (1,))])
+
+    def runner_path(x: Any, u: Any, m: Any, p: Any) -> Any:
+        h_, delta, m_t, x_g, y_g, vx_g, vy_g, ax_g, ay_g, t_g, t_e = (m[i] for i in range(11))
+        omega, q = u[1], u[2]
+
+        def rhs(t: Any, c: Any) -> Any:
+            s = t - t_g
+            xg, yg = x_g + vx_g * s + 0.5 * ax_g * s**2, y_g + vy_g * s + 0.5 * ay_g * s**2
+            phi1 = delta + p.omega_rated * t  # eq. (S149)
+            return pelton.runner_rhs(p, c, xg, yg, ax_g, ay_g, omega, phi1, q, h_, m_t, t_e, t)
+
+        core = integrate(rhs, u[0], x[:6])
+        return jnp.concatenate([core, jnp.reshape(delta, (1,)), jnp.reshape(u[0] + dt, (1,))])
+
+    return _Steps(bus, governor, hydraulics, rotational, generator, runner, generator_path, runner_path)
 
 
 # -- the graph ---------------------------------------------------------------------------------------
@@ -317,6 +382,14 @@ def steps(dt: float, substeps: int) -> _Steps:
 
 def _diag(values: Any) -> np.ndarray:
     return np.diag(np.asarray(values, dtype=np.float64))
+
+
+def _padded(cov: Any, n: int) -> np.ndarray:
+    """``cov`` with ``n`` zero rows and columns appended (states known exactly, as a time stamp)."""
+    cov = np.asarray(cov, dtype=np.float64)
+    out = np.zeros((cov.shape[0] + n, cov.shape[1] + n))
+    out[: cov.shape[0], : cov.shape[1]] = cov
+    return out
 
 
 def _propagated(
@@ -349,6 +422,7 @@ def unit_graph(config: TurbineGridConfig, model: TurbineGrid, i: int, x0_unit: A
     at their values there with ``T_e = t_e0``.
     """
     f = steps(config.dt, config.substeps)
+    path = int(config.exchange == "path")
     p = model.units[i]
     bus = model.gen_buses[i] + 1
     tag = f"_{bus}"
@@ -406,45 +480,57 @@ def unit_graph(config: TurbineGridConfig, model: TurbineGrid, i: int, x0_unit: A
         ),
         Subsystem(
             name="M4",
-            transition=f.generator,
-            output=np.eye(6)[:2],
+            transition=f.generator_path if path else f.generator,
+            output=np.eye(6 + path)[:2],
             params=p,
-            x0=jnp.concatenate([gen0, acc0]),
-            P0=p0_gen,
-            Q=dt * _diag([config.q_gen, config.q_gen, 100 * config.q_gen, 100 * config.q_gen, 0.0, 0.0]),
+            x0=jnp.concatenate([gen0, acc0, jnp.zeros(path)]),
+            P0=_padded(p0_gen, path),
+            Q=dt
+            * _diag(
+                [config.q_gen, config.q_gen, 100 * config.q_gen, 100 * config.q_gen, 0.0, 0.0] + [0.0] * path
+            ),
             R=_diag([r_gen, r_gen]),
             inputs=(0, omega_col),
             outputs=(out["x_G"], out["y_G"]),
-            ports={"lateral": Port((0, 1, 4, 5)), "runner": Port((), (0, 1)), "rotor": Port((), (2,))},
-            n_msg=3,
+            ports={
+                "lateral": Port((0, 1, 2, 3, 4, 5, 6)) if path else Port((0, 1, 4, 5)),
+                "runner": Port((), (0, 1, 2, 3, 4) if path else (0, 1)),
+                "rotor": Port((), (5,) if path else (2,)),
+            },
+            n_msg=6 if path else 3,
             estimator="kf",
-            state_names=tuple(f"{s}{tag}" for s in (*GENERATOR, "ax_G", "ay_G")),
+            state_names=tuple(f"{s}{tag}" for s in (*GENERATOR, "ax_G", "ay_G", *(("~t_G",) * path))),
         ),
         Subsystem(
             name="M5",
-            transition=f.runner,
-            output=np.eye(7)[:2],
+            transition=f.runner_path if path else f.runner,
+            output=np.eye(7 + path)[:2],
             params=p,
-            x0=jnp.asarray([*(v[s] for s in RUNNER), v["delta"]]),
-            P0=_diag([config.p0_run] * 4 + [config.p0_tor] * 2 + [0.0]),
+            x0=jnp.asarray([*(v[s] for s in RUNNER), v["delta"], *([0.0] * path)]),
+            P0=_diag([config.p0_run] * 4 + [config.p0_tor] * 2 + [0.0] * (1 + path)),
             Q=dt
             * _diag(
                 [config.q_run, config.q_run, 100 * config.q_run, 100 * config.q_run]
                 + [config.q_tor, 10 * config.q_tor, 0.0]
+                + [0.0] * path
             ),
             R=_diag([r_run, r_run]),
             inputs=(0, omega_col, q_col),
             outputs=(out["x_R"], out["y_R"]),
             ports={
-                "lateral": Port((0, 1)),
+                "lateral": Port((0, 1, 2, 3, 7)) if path else Port((0, 1)),
                 "head": Port((), (0,)),
                 "shaft": Port((), (1, 2)),
-                "generator": Port((), (3, 4, 5, 6)),
-                "grid": Port((6,), (7,)),
+                "generator": Port((), tuple(range(3, 10)) if path else (3, 4, 5, 6)),
+                "grid": Port((6,), (10,) if path else (7,)),
             },
-            n_msg=8,
+            n_msg=11 if path else 8,
             estimator="kf",
-            state_names=(*(f"{s}{tag}" for s in RUNNER), f"~delta_copy{tag}"),
+            state_names=(
+                *(f"{s}{tag}" for s in RUNNER),
+                f"~delta_copy{tag}",
+                *((f"~t_R{tag}",) * path),
+            ),
         ),
     ]
     kind, rule = config.messages, config.rule
@@ -809,11 +895,18 @@ def run(config: TurbineGridConfig, progress: Progress) -> RunArtifacts:
         f"moving average (edge-padded), beta a centred {config.beta_window}-sample one, on both sides.",
         "Peak n: the largest |n| while the step is on; steady x_n: mean over the last "
         f"{config.steady_window:g} s before the step ends; DC T_e: mean before the step.",
-        f"M4 <-> M5 messages: {config.messages} ({config.rule} rule). The KF states' coverage95 (distributed "
-        "and central alike) is set by the outer step dt: what M4 and M5 exchange (x_R, y_R enter M4 through "
-        "K12 = -1.2e9 N/m) is held over each step, an error first order in dt at the rotation frequency "
-        "that Table S12's Q (1e-11 dt) does not cover (the module docstring: dt = 0.25 ms covers 0.83-1.00; "
-        "more Heun substeps, probabilistic messages or a larger Q do not).",
+        f"M4 <-> M5 messages: {config.messages} ({config.rule} rule), exchange {config.exchange!r}. "
+        + (
+            "Each KF continues the other's lateral displacement over the step from the time it holds, by "
+            "its velocity (and, into M5, the generator's acceleration); the paper's exchange holds it, an "
+            "error first order in dt at the rotation frequency that Table S12's Q does not cover: the KF "
+            "states then under-cover (the module docstring; --set exchange=held)."
+            if config.exchange == "path"
+            else "The paper's exchange: what M4 and M5 read of each other (x_R, y_R enter M4 through K12 = "
+            "-1.2e9 N/m) is held over each step, an error first order in dt at the rotation frequency that "
+            "Table S12's Q (1e-11 dt) does not cover, so the KF states under-cover, distributed and central "
+            "alike (the module docstring; the default exchange 'path' continues it instead)."
+        ),
     ]
     if config.central:
         notes.append(
