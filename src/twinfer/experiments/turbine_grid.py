@@ -96,6 +96,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pydantic
+import scipy.linalg
 
 from twinfer.data import Dataset
 from twinfer.experiments._case import Case, CaseConfig, Progress, register
@@ -325,55 +326,57 @@ def steps(dt: float, substeps: int) -> _Steps:
         d, m_t = _rotational_rhs(p, core, h_, q, t_e)
         return jnp.concatenate([core, jnp.stack([d[0], m_t])])
 
-    def generator(x: Any, u: Any, m: Any, p: Any) -> Any:
-        x_r, y_r, delta, omega = m[0], m[1], m[2], u[1]
-        rhs = lambda t, c: pelton.generator_rhs(p, c, x_r, y_r, omega, delta + p.omega_rated * t)  # noqa: E731
+    def lateral_generator(x: Any, u: Any, p: Any, runner_at: Callable[[Any], Any], delta: Any) -> Any:
+        """M4's step with the runner's displacement ``runner_at(t) = (x_R, y_R)``; with its accelerations."""
+        omega, t1 = u[1], u[0] + dt
+
+        def rhs(t: Any, c: Any) -> Any:
+            x_r, y_r = runner_at(t)
+            return pelton.generator_rhs(p, c, x_r, y_r, omega, delta + p.omega_rated * t)
+
         core = integrate(rhs, u[0], x[:4])
-        acc = pelton.generator_acceleration(p, core, x_r, y_r, omega, delta + p.omega_rated * (u[0] + dt))
+        x_r, y_r = runner_at(t1)
+        acc = pelton.generator_acceleration(p, core, x_r, y_r, omega, delta + p.omega_rated * t1)
         return jnp.concatenate([core, jnp.stack(acc)])
 
-    def runner(x: Any, u: Any, m: Any, p: Any) -> Any:
-        h_, delta, m_t, x_g, y_g, ax_g, ay_g, t_e = (m[i] for i in range(8))
+    def lateral_runner(x: Any, u: Any, p: Any, generator_at: Callable[[Any], Any], m: Any) -> Any:
+        """M5's step with the generator's ``generator_at(t) = (x_G, y_G, ax_G, ay_G)``.
+
+        ``m``: the head, the rotor angle, the turbine torque and the electrical torque, held.
+        """
+        h_, delta, m_t, t_e = m
         omega, q = u[1], u[2]
 
         def rhs(t: Any, c: Any) -> Any:
+            x_g, y_g, ax_g, ay_g = generator_at(t)
             phi1 = delta + p.omega_rated * t  # eq. (S149)
             return pelton.runner_rhs(p, c, x_g, y_g, ax_g, ay_g, omega, phi1, q, h_, m_t, t_e, t)
 
         core = integrate(rhs, u[0], x[:6])
         return jnp.concatenate([core, jnp.reshape(delta, (1,))])
 
+    # exchange = "held" (the paper's): the neighbour's lateral state as received, over the whole step
+    def generator(x: Any, u: Any, m: Any, p: Any) -> Any:
+        return lateral_generator(x, u, p, lambda t: (m[0], m[1]), m[2])
+
+    def runner(x: Any, u: Any, m: Any, p: Any) -> Any:
+        return lateral_runner(x, u, p, lambda t: (m[3], m[4], m[5], m[6]), (m[0], m[1], m[2], m[7]))
+
     # exchange = "path": each KF's last state is the time its state holds, and the neighbour's lateral
-    # displacement is continued from that time by its velocity (and the generator's by its acceleration)
+    # displacement is continued from that time by its velocity (the generator's also by its acceleration)
     def generator_path(x: Any, u: Any, m: Any, p: Any) -> Any:
         x_r, y_r, vx_r, vy_r, t_r, delta = (m[i] for i in range(6))
-        omega, t1 = u[1], u[0] + dt
-
-        def rhs(t: Any, c: Any) -> Any:
-            s = t - t_r
-            return pelton.generator_rhs(
-                p, c, x_r + vx_r * s, y_r + vy_r * s, omega, delta + p.omega_rated * t
-            )
-
-        core = integrate(rhs, u[0], x[:4])
-        s1 = t1 - t_r
-        acc = pelton.generator_acceleration(
-            p, core, x_r + vx_r * s1, y_r + vy_r * s1, omega, delta + p.omega_rated * t1
-        )
-        return jnp.concatenate([core, jnp.stack(acc), jnp.reshape(t1, (1,))])
+        runner_at = lambda t: (x_r + vx_r * (t - t_r), y_r + vy_r * (t - t_r))  # noqa: E731
+        return jnp.append(lateral_generator(x, u, p, runner_at, delta), u[0] + dt)
 
     def runner_path(x: Any, u: Any, m: Any, p: Any) -> Any:
-        h_, delta, m_t, x_g, y_g, vx_g, vy_g, ax_g, ay_g, t_g, t_e = (m[i] for i in range(11))
-        omega, q = u[1], u[2]
+        x_g, y_g, vx_g, vy_g, ax_g, ay_g, t_g = (m[i] for i in range(3, 10))
 
-        def rhs(t: Any, c: Any) -> Any:
+        def generator_at(t: Any) -> Any:
             s = t - t_g
-            xg, yg = x_g + vx_g * s + 0.5 * ax_g * s**2, y_g + vy_g * s + 0.5 * ay_g * s**2
-            phi1 = delta + p.omega_rated * t  # eq. (S149)
-            return pelton.runner_rhs(p, c, xg, yg, ax_g, ay_g, omega, phi1, q, h_, m_t, t_e, t)
+            return x_g + vx_g * s + 0.5 * ax_g * s**2, y_g + vy_g * s + 0.5 * ay_g * s**2, ax_g, ay_g
 
-        core = integrate(rhs, u[0], x[:6])
-        return jnp.concatenate([core, jnp.reshape(delta, (1,)), jnp.reshape(u[0] + dt, (1,))])
+        return jnp.append(lateral_runner(x, u, p, generator_at, (m[0], m[1], m[2], m[10])), u[0] + dt)
 
     return _Steps(bus, governor, hydraulics, rotational, generator, runner, generator_path, runner_path)
 
@@ -383,14 +386,6 @@ def steps(dt: float, substeps: int) -> _Steps:
 
 def _diag(values: Any) -> np.ndarray:
     return np.diag(np.asarray(values, dtype=np.float64))
-
-
-def _padded(cov: Any, n: int) -> np.ndarray:
-    """``cov`` with ``n`` zero rows and columns appended (states known exactly, as a time stamp)."""
-    cov = np.asarray(cov, dtype=np.float64)
-    out = np.zeros((cov.shape[0] + n, cov.shape[1] + n))
-    out[: cov.shape[0], : cov.shape[1]] = cov
-    return out
 
 
 def _propagated(
@@ -484,8 +479,8 @@ def unit_graph(config: TurbineGridConfig, model: TurbineGrid, i: int, x0_unit: A
             transition=f.generator_path if path else f.generator,
             output=np.eye(6 + path)[:2],
             params=p,
-            x0=jnp.concatenate([gen0, acc0, jnp.zeros(path)]),
-            P0=_padded(p0_gen, path),
+            x0=jnp.concatenate([gen0, acc0, jnp.zeros(path)]),  # the record starts at t = 0
+            P0=scipy.linalg.block_diag(p0_gen, np.zeros((path, path))),  # the time stamp is known
             Q=dt
             * _diag(
                 [config.q_gen, config.q_gen, 100 * config.q_gen, 100 * config.q_gen, 0.0, 0.0] + [0.0] * path
