@@ -3,10 +3,12 @@
 import json
 
 import numpy as np
+import pydantic
 import pytest
 from typer.testing import CliRunner
 
 from twinfer.cli import app
+from twinfer.experiments.turbine_grid import TurbineGridConfig
 
 GENS = ("gen1", "gen2", "gen3")
 
@@ -78,3 +80,8 @@ def test_the_continued_exchange_refuses_probabilistic_messages(tmp_path):
     )
     assert result.exit_code != 0
     assert "exchange 'path' continues the neighbour's mean" in " ".join(result.output.split()), result.output
+    with pytest.raises(
+        pydantic.ValidationError, match="expected messages = 'deterministic' and rule = 'paper'"
+    ):
+        TurbineGridConfig(messages="probabilistic", rule="split")
+    assert TurbineGridConfig(messages="probabilistic", rule="split", exchange="held").exchange == "held"
