@@ -396,22 +396,26 @@ def test_issue_20_acceptance_chain(kind):
     noise over-covers any consistent filter: the central UKF's 0.99-1.00 there). Every estimator at
     Graph.from_model's defaults.
 
-    * The central UKF on the same discretisation covers 0.91-0.97 (pooled over noise seeds 2 and 5, in
-      [0.90, 0.99]: the set-up is one a calibrated filter passes).
+    * Coverage of one 10 s record is itself noisy (the states' errors are correlated over seconds): over
+      noise seeds 2, 5, 7, 11, 13 the central UKF on the same discretisation covers 0.912 / 0.923 /
+      0.969 / 0.956 / 0.968 with Duffing cuts and 0.970 / 0.909 / 0.990 / 0.850 / 0.979 with Van der Pol
+      cuts, so the exact filter itself leaves [0.90, 0.99] on one record in ten. Coverage is therefore
+      judged pooled over the five records (central 0.946 and 0.940: the set-up is one a calibrated
+      filter passes), and each record against the central filter.
     * banded_estimate (each subsystem keeping its correlation with two neighbours on either side, the
       unknowns with the whole chain: ``parameters="global"``; kept local, k2's interval in the first
       subsystem came out 8 N/m wide against the central's 19 and missed the truth) covers as it does
-      (each record within 0.03, RMSE within 1.25x) and estimates the stiffnesses as it does (means
-      within its sd, sds within 30 %); each filter's 95 % intervals hold at least three of the four
-      truths (two stiffnesses, two records). Measured: Duffing
-      cuts 0.889 / 0.907 (central 0.912 / 0.923), pooled 0.898, just under issue #20's 0.90; Van der Pol
-      0.966 / 0.897 (central 0.970 / 0.909). At seed 2 with Van der Pol cuts the banded k2 interval ends
-      1 N/m above the truth, 18,000, where the central one ends 0.4 N/m below it.
+      (each record within 0.03, RMSE within 1.25x; pooled in [0.90, 0.99]) and estimates the
+      stiffnesses as it does (means within its sd, sds within 30 %); each filter's 95 % intervals hold
+      at least eight of the ten truths (two stiffnesses, five records). Measured: Duffing cuts 0.889 /
+      0.907 / 0.962 / 0.955 / 0.960, pooled 0.935; Van der Pol 0.966 / 0.897 / 0.990 / 0.858 / 0.979,
+      pooled 0.938; truths held 9 and 8 of 10 (central 9 and 10).
     * Probabilistic Jacobi stays finite and covers more than deterministic messages. It covers far less
       than the central filter (0.41-0.79 over five seeds): a subsystem's band leaves out the correlation
       of its errors with its neighbours', which no block-by-block posterior can hold (the exact central
       step followed by keeping only the subsystems' own blocks covers 0.08-0.16: ``_compile.py``'s
-      docstring). Issue #20's clause for it stays open.
+      docstring). Issue #20's clause for it is not met; the banded estimator is the calibrated
+      distributed route.
     """
     chain, data0, sd = _acceptance_system(kind)
     force = np.asarray(data0.inputs)
@@ -426,8 +430,8 @@ def test_issue_20_acceptance_chain(kind):
     parts, truths, states = [(1, 2), (3, 4), (5, 6), (7, 8)], {"k2": 1.8e4, "k6": 1.7e4}, slice(0, 16)
     graph = Graph.from_model(chain, parts, dt=1e-3, **options)
     central_graph = Graph("central", [graph.monolithic("central")], state_order=graph.state_order)
-    score = {}
-    for seed in (2, 5):
+    score, seeds = {}, (2, 5, 7, 11, 13)
+    for seed in seeds:
         data = simulate_dataset(chain, force, 1e-3, sd, jax.random.key(seed), input_noise_sd=load_cell)
         for label, est in (
             ("central", estimate(central_graph, data)),
@@ -449,14 +453,14 @@ def test_issue_20_acceptance_chain(kind):
         for name in truths:
             (cm, cs), (bm, bs) = c_k[name], b_k[name]
             assert abs(bm - cm) <= cs and 0.7 <= bs / cs <= 1.3, (seed, name, c_k, b_k)
-    for label in ("central", "banded"):  # calibrated 95 % intervals hold all four truths 81 % of the
-        # time and at least three of them 98.6 %
+    for label in ("central", "banded"):
+        # calibrated 95 % intervals hold at least eight of ten truths 98.8 % of the time
         held = [
-            abs(m - truths[k]) <= 1.96 * sd for seed in (2, 5) for k, (m, sd) in score[label, seed][2].items()
+            abs(m - truths[k]) <= 1.96 * sd for seed in seeds for k, (m, sd) in score[label, seed][2].items()
         ]
-        assert sum(held) >= 3, (label, score)
-    pooled = np.mean([score["central", seed][0] for seed in (2, 5)])
-    assert 0.90 <= pooled <= 0.99, score  # the set-up is one a calibrated filter covers
+        assert sum(held) >= 8, (label, score)
+        pooled = np.mean([score[label, seed][0] for seed in seeds])
+        assert 0.90 <= pooled <= 0.99, (label, pooled, score)  # central: the set-up is a calibrated one
     coverage = {}
     for messages in ("probabilistic", "deterministic"):
         est = estimate(Graph.from_model(chain, parts, dt=1e-3, messages=messages, **options), data)
@@ -464,7 +468,8 @@ def test_issue_20_acceptance_chain(kind):
         assert np.all(np.isfinite(error)), messages
         coverage[messages] = float(np.mean(np.abs(error) <= 1.96 * np.asarray(est.stds)[:, states]))
     print(kind, "messages", coverage)
-    assert coverage["deterministic"] < coverage["probabilistic"] < score["banded", 5][0] - 0.1, coverage
+    banded = score["banded", seeds[-1]][0]  # the same record
+    assert coverage["deterministic"] < coverage["probabilistic"] < banded - 0.1, coverage
 
 
 def test_a_measured_forces_noise_in_the_data_and_input_sd_in_q_calibrate_the_filter():
