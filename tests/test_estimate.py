@@ -96,3 +96,70 @@ def test_pn_solutions_and_smc_posteriors_convert_to_estimates():
     assert low < post.means[0, 0] < high
     with pytest.raises(ValueError, match="IBISResult.to_estimate names: expected 2 names; received 1"):
         res.to_estimate(("k",))
+
+
+def test_summary_tables_each_column_and_scores_it_against_a_datasets_truth():
+    from twinfer.data import Dataset
+    from twinfer.metrics import coverage, rmse
+
+    est = _estimate()
+    table = est.summary()
+    assert list(table.index) == ["x1", "v1", "k1"] and list(table.columns) == ["mean", "sd", "low", "high"]
+    assert tuple(table.loc["k1", ["low", "high"]]) == est.interval("k1")
+    assert table.attrs["loglik"] == -3.5 and table.attrs["time"] == 1.0
+    truth_states = np.column_stack([np.sin(est.times) + 0.2, np.cos(est.times)])  # x1 outside its band
+    data = Dataset(
+        est.times,
+        np.zeros((5, 1)),
+        truth_states=truth_states,
+        truth_params={"k1": 2.9},
+        state_names=["x1", "v1"],
+    )
+    scored = est.summary(["x1", "k1"], truth=data, level=0.9, at=0)
+    assert scored.loc["x1", "truth"] == truth_states[0, 0] and not scored.loc["x1", "inside"]
+    assert (
+        scored.loc["x1", "coverage"]
+        == coverage(est.means[:, 0], est.stds[:, 0], truth_states[:, 0], 0.9)
+        == 0.0
+    )
+    assert scored.loc["x1", "rmse"] == pytest.approx(rmse(est.means[:, 0], truth_states[:, 0]))
+    assert (
+        scored.loc["k1", "truth"] == 2.9 and scored.loc["k1", "inside"] and np.isnan(scored.loc["k1", "rmse"])
+    )
+    with pytest.raises(ValueError, match="expected 5 rows .* for 'x1'.*received shape \\(4,\\)"):
+        est.summary(truth={"x1": np.zeros(4)})
+    with pytest.raises(KeyError, match="no column 'k9'"):
+        est.summary(["k9"])
+
+
+def test_plot_draws_every_column_with_its_band_and_a_selection_of_a_large_system():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figs = _estimate().plot(truth={"k1": 2.0})
+    assert sorted(figs) == ["parameters", "states"]
+    assert [ax.get_ylabel() for ax in figs["states"].axes] == ["x1", "v1"]  # one row: position, velocity
+    assert figs["parameters"].axes[0].get_lines()[-1].get_ydata()[0] == 2.0  # the truth's line
+    plt.close("all")
+    n, p = 100, 40  # a large system: 50 positions, 50 velocities, 40 unknowns
+    names = [f"x{i}" for i in range(50)] + [f"v{i}" for i in range(50)] + [f"w{i}" for i in range(p)]
+    t = np.arange(3.0)
+    big = Estimate(t, np.zeros((3, n + p)), np.ones((3, n + p)), None, tuple(names), tuple(names[n:]))
+    figs = big.plot()
+    assert sorted(figs) == ["parameters", "parameters-2", "states", "states-2"]
+    assert figs["states"]._suptitle.get_text().startswith("32 of 100 states, evenly spaced")
+    assert figs["parameters"]._suptitle.get_text().startswith("16 of 40 parameters")
+    labels = [ax.get_ylabel() for f in ("states", "states-2") for ax in figs[f].axes]
+    assert labels[:2] == ["x0", "v0"] and labels[-2:] == ["x49", "v49"]
+    chosen = big.plot(["v3", "w7"], truth={"v3": np.ones(3)})
+    assert [ax.get_ylabel() for ax in chosen["estimate"].axes] == ["v3 error", "w7"]
+    with pytest.raises(KeyError, match="no column 'q1'"):
+        big.plot(["q1"])
+    plt.close("all")
+
+
+def test_repr_names_the_record_and_the_unknowns_not_the_arrays():
+    text = repr(_estimate())
+    assert text == "Estimate(5 times 0..1 s, 3 columns [x1, v1, k1]; k1 2 +- 0.5; loglik -3.5)"

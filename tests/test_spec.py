@@ -352,7 +352,6 @@ def test_the_figures_draw_every_state_and_every_unknown():
     import matplotlib.pyplot as plt
 
     from twinfer.infer import Estimate
-    from twinfer.spec import _figures
 
     n_dof, steps = 5, 20
     states = [f"x{i}" for i in range(1, n_dof + 1)] + [f"v{i}" for i in range(1, n_dof + 1)]
@@ -367,7 +366,7 @@ def test_the_figures_draw_every_state_and_every_unknown():
         parameters=tuple(params),
     )
     for truth, suffix in ((None, ""), (rng.normal(size=(steps, 10)), " error")):
-        figs = _figures(est, truth, 2 * n_dof)
+        figs = est.plot(truth=truth)  # what a spec run's folder draws
         try:
             labels = {name: [ax.get_ylabel() for ax in fig.axes] for name, fig in figs.items()}
             drawn = [lab for name, labs in labels.items() if name.startswith("states") for lab in labs]

@@ -677,7 +677,7 @@ def run_spec(spec: Spec, base: str | Path = ".") -> tuple[Any, Any, Any, Any]:
     artifacts = RunArtifacts(
         out, arrays, notes=(f"{e.description}, {len(data.times) - 1} steps of {dt:g} s",)
     )
-    return est, data, artifacts, lambda: _figures(est, truth, n)
+    return est, data, artifacts, lambda: est.plot(truth=data)
 
 
 def _run_grid(spec: Spec, model: GridModel, base: Path) -> tuple[Any, Any, Any, Any]:
@@ -814,67 +814,4 @@ def _run_grid_data(spec: Spec, model: GridModel, base: Path) -> tuple[Any, Any, 
         f"{e.kind} UKF on {n} buses ({partition.n_clusters} clusters), "
         f"{len(data.times) - 1} steps of {dt:g} s",
     )
-    return est, data, RunArtifacts(out, arrays, notes=notes), lambda: _figures(est, None, 2 * n)
-
-
-PANEL_ROWS = 8
-"""Rows of panels per figure: a record with more states (or unknowns) than fit gets more figures."""
-
-
-def _figures(est: Any, truth: Any, n: int) -> dict[str, Any]:
-    """Every state and every unknown with its 95 % band; as many figures as they need.
-
-    The states are drawn in two columns (positions or phases left, velocities or frequencies right: the
-    first and second half of the state) of up to :data:`PANEL_ROWS` rows per figure: ``states``, then
-    ``states-2``, ... . Where the truth is known, each state's error is drawn inside its band: what
-    calibration looks like. The unknowns follow in one column, ``parameters``, ``parameters-2``, ... .
-    """
-    t = np.asarray(est.times)
-    means, stds = np.asarray(est.means), np.asarray(est.stds)
-
-    def state(ax: Any, j: int) -> None:
-        mean, sd = means[:, j], stds[:, j]
-        if truth is None:  # the estimate with its band
-            ax.fill_between(t, mean - 1.96 * sd, mean + 1.96 * sd, alpha=0.3, label="95 %")
-            ax.plot(t, mean, lw=0.8, label="estimate")
-            ax.set_ylabel(est.state_names[j])
-        else:  # the error against the truth inside the band: what calibration looks like
-            ax.fill_between(t, -1.96 * sd, 1.96 * sd, alpha=0.3, label="95 % band")
-            ax.plot(t, mean - truth[:, j], lw=0.6, label="estimate - truth")
-            ax.set_ylabel(f"{est.state_names[j]} error")
-
-    def parameter(ax: Any, j: int) -> None:
-        mean, sd = (np.asarray(v) for v in est.series(est.parameters[j]))
-        ax.fill_between(t, mean - 1.96 * sd, mean + 1.96 * sd, alpha=0.3)
-        ax.plot(t, mean, lw=0.8)
-        ax.set_ylabel(est.parameters[j])
-
-    columns = 2 if n % 2 == 0 and n > 1 else 1
-    # panel (row, column) of figure f shows state: column c holds the states of its half, in order
-    half = n // columns
-    states = [[c * half + r for c in range(columns)] for r in range(half)]
-    figs = _panel_figures("states", states, state, legend=True)
-    figs |= _panel_figures("parameters", [[j] for j in range(len(est.parameters))], parameter)
-    return figs
-
-
-def _panel_figures(name: str, rows: list[list[int]], draw: Any, legend: bool = False) -> dict[str, Any]:
-    """Figures ``name``, ``name-2``, ... of at most :data:`PANEL_ROWS` rows, ``draw(ax, j)`` in each panel."""
-    import matplotlib.pyplot as plt
-
-    figs: dict[str, Any] = {}
-    for start in range(0, len(rows), PANEL_ROWS):
-        chunk = rows[start : start + PANEL_ROWS]
-        columns = max(len(r) for r in chunk)
-        fig, axes = plt.subplots(
-            len(chunk), columns, figsize=(4 + 4 * columns, 1.6 * len(chunk) + 0.4), sharex=True, squeeze=False
-        )
-        for r, row in enumerate(chunk):
-            for c, j in enumerate(row):
-                draw(axes[r, c], j)
-        if legend:
-            axes[0, 0].legend(loc="upper right", fontsize=7)
-        for ax in axes[-1]:
-            ax.set_xlabel("time [s]")
-        figs[name if start == 0 else f"{name}-{start // PANEL_ROWS + 1}"] = fig
-    return figs
+    return est, data, RunArtifacts(out, arrays, notes=notes), est.plot

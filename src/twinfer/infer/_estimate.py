@@ -19,7 +19,7 @@ import jax
 import numpy as np
 
 
-@dataclasses.dataclass(frozen=True, eq=False)
+@dataclasses.dataclass(frozen=True, eq=False, repr=False)
 class Estimate:
     """Estimates over the record's times t_0..t_N (row 0 is the prior at t_0); a JAX pytree.
 
@@ -101,6 +101,131 @@ class Estimate:
 
         z = float(norm.ppf(0.5 + level / 2.0))
         return mean - z * sd, mean + z * sd
+
+    def truth_of(self, truth: Any) -> dict[str, Any]:
+        """The true values of this estimate's columns that ``truth`` holds, by name.
+
+        ``truth`` is a :class:`twinfer.data.Dataset` (its ``truth_states``, matched by ``state_names``,
+        and ``truth_params``), a ``{name: value or (N+1,) array}`` mapping, or an ``(N+1, k)`` array of
+        the first k columns. States map to ``(N+1,)`` arrays, parameters to floats; columns that
+        ``truth`` does not hold are left out.
+
+        Raises:
+            ValueError: for truth rows that do not match the estimate's times, or an array with more
+                columns than the estimate.
+
+        """
+        rows = len(self.times)
+        found: dict[str, Any] = {}
+        if truth is None:
+            return found
+        if hasattr(truth, "truth_states") and hasattr(truth, "truth_params"):
+            if truth.truth_states is not None:
+                found |= dict(zip(truth.state_names, np.asarray(truth.truth_states).T, strict=True))
+            found |= {k: float(v) for k, v in (truth.truth_params or {}).items()}
+            where = "the dataset's truth_states"
+        elif isinstance(truth, dict):
+            found = {k: (np.asarray(v) if np.ndim(v) else float(v)) for k, v in truth.items()}
+            where = "truth"
+        else:
+            array = np.asarray(truth)
+            if array.ndim != 2 or array.shape[1] > len(self.state_names):
+                raise ValueError(
+                    f"Estimate truth: expected a Dataset, a mapping or a (times, <= {len(self.state_names)}) "
+                    f"array of the first columns; received shape {array.shape}."
+                )
+            found = dict(zip(self.state_names, array.T, strict=False))
+            where = "truth"
+        found = {k: v for k, v in found.items() if k in self.state_names}
+        for name, value in found.items():
+            if np.ndim(value) and np.shape(value) != (rows,):
+                raise ValueError(
+                    f"Estimate truth: expected {rows} rows (the estimate's times) for {name!r} in {where}; "
+                    f"received shape {np.shape(value)}."
+                )
+        return found
+
+    def summary(
+        self, names: Sequence[str] | None = None, *, truth: Any = None, level: float = 0.95, at: int = -1
+    ) -> Any:
+        """A :class:`pandas.DataFrame`, one row per column (default every column; unknowns last).
+
+        Columns ``mean``, ``sd`` and the central ``level`` interval ``low``, ``high`` at row ``at``
+        (default the last). With ``truth`` (a :class:`twinfer.data.Dataset` of a simulated record, or
+        what :meth:`truth_of` takes), also ``truth`` at that row, ``inside`` (the interval holds it), and
+        over the whole record for each state ``coverage`` (the fraction of times its band holds the
+        truth: near ``level`` for a calibrated estimator) and ``rmse``. ``attrs`` holds ``loglik``,
+        ``nis``, ``level`` and the row's ``time``.
+
+        Raises:
+            KeyError: for a name that is not a column, naming the columns.
+            ValueError: as :meth:`interval` and :meth:`truth_of`.
+
+        """
+        import pandas as pd
+
+        from twinfer import metrics
+
+        names = list(self.state_names if names is None else names)
+        true = self.truth_of(truth)
+        rows = []
+        for name in names:
+            low, high = self.interval(name, level, at)
+            mean, sd = (np.asarray(v) for v in self.series(name))
+            row: dict[str, Any] = {"mean": float(mean[at]), "sd": float(sd[at]), "low": low, "high": high}
+            if truth is not None:
+                value = true.get(name)
+                row["truth"] = float(
+                    np.nan if value is None else np.asarray(value)[at] if np.ndim(value) else value
+                )
+                row["inside"] = bool(low <= row["truth"] <= high)
+                states = value is not None and np.ndim(value) == 1
+                row["coverage"] = metrics.coverage(mean, sd, value, level) if states else np.nan
+                row["rmse"] = metrics.rmse(mean, value) if states else np.nan
+            rows.append(row)
+        frame = pd.DataFrame(rows, index=pd.Index(names, name="column"))
+        frame.attrs = {
+            "loglik": float(self.loglik),
+            "nis": self.nis,
+            "level": level,
+            "time": float(np.asarray(self.times)[at]),
+        }
+        return frame
+
+    def plot(
+        self, names: Sequence[str] | None = None, *, truth: Any = None, level: float = 0.95
+    ) -> dict[str, Any]:
+        """Figures of the states and the unknowns over time with their central ``level`` bands.
+
+        Every state (two columns, the first and second half of the state: positions and velocities)
+        and then every unknown; on a large system an evenly spaced selection, which the title says.
+        ``names`` draws exactly those columns. With ``truth`` (as :meth:`summary`) each state's error is
+        drawn inside its band and each unknown's true value as a line.
+
+        Returns:
+            ``{figure name: matplotlib Figure}`` (``states``, ``parameters``, ``states-2``, ...).
+
+        """
+        from twinfer.report._estimate_figures import estimate_figures
+
+        for name in names or ():
+            self._column(name)
+        return estimate_figures(self, self.truth_of(truth), names, level)
+
+    def __repr__(self) -> str:
+        columns = list(self.state_names)
+        shown = ", ".join(columns if len(columns) <= 8 else [*columns[:6], "...", columns[-1]])
+        try:  # concrete numbers; inside a transformation (tracers) the names alone
+            t, means, stds = (np.asarray(getattr(self, k)) for k in ("times", "means", "stds"))
+            last = {p: (means[-1, self._column(p)], stds[-1, self._column(p)]) for p in self.parameters[:4]}
+            unknowns = "".join(f"; {p} {m:.6g} +- {s:.3g}" for p, (m, s) in last.items())
+            more = f" (+{len(self.parameters) - 4} more)" if len(self.parameters) > 4 else ""
+            nis = "" if self.nis is None else f", NIS {float(self.nis):.3g}"
+            numbers = f"{len(t)} times {t[0]:g}..{t[-1]:g} s, "
+            tail = f"{unknowns}{more}; loglik {float(self.loglik):.6g}{nis}"
+        except Exception:  # noqa: BLE001
+            numbers, tail = "", ""
+        return f"Estimate({numbers}{len(columns)} columns [{shown}]{tail})"
 
     def to_xarray(self) -> Any:
         """An :class:`xarray.Dataset`: ``mean`` and ``sd`` over ``(time, state)``.
