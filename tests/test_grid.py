@@ -3,7 +3,8 @@ import pytest
 import scipy.sparse as sp
 
 from twinfer.data._grid import GRID_CASES, branch_coupling, load_grid, pandapower_case
-from twinfer.infer.clusters import partition_greedy
+from twinfer.experiments.grid import GridConfig, partition_for
+from twinfer.infer.clusters import bond_for_step, partition_greedy
 from twinfer.models.kuramoto import KuramotoNetwork, coupling_sum, wrap_angle
 
 # MATPOWER/PYPOWER case9 branch table (1-based from, to, r, x, b), the data the paper used.
@@ -153,6 +154,8 @@ def test_partition_greedy_hand_example_and_errors():
         partition_greedy(k, [7])
     with pytest.raises(ValueError, match="unique"):
         partition_greedy(k, [1, 1])
+    with pytest.raises(ValueError, match="bond: expected a positive coupling or None; received 0"):
+        partition_greedy(k, [0], bond=0.0)
     with pytest.raises(ValueError, match="grid case: expected a twinfer name \\('ieee9', 'ieee14'"):
         load_grid("ieee10")
     assert "pegase9241" in GRID_CASES
@@ -201,3 +204,36 @@ def test_report_sets_each_network_beside_its_own_table_rows():
         == 100
     )
     assert paper_values(GridConfig.model_validate({"case": "pegase9241"})) == {}
+
+
+def test_a_bond_keeps_stiff_edges_inside_clusters():
+    """Edges with K >= bond move as one group: it joins a cluster only where it fits, else stands alone."""
+    k = sp.csr_matrix(np.diag([1.0, 3.0, 2.0, 1.0], 1) + np.diag([1.0, 3.0, 2.0, 1.0], -1))  # path 0-1-2-3-4
+    assert [c.tolist() for c in partition_greedy(k, [0, 4], s_max=2, bond=3.0).clusters] == [
+        [0],
+        [3, 4],
+        [1, 2],
+    ]
+    assert [c.tolist() for c in partition_greedy(k, [0, 4], s_max=3, bond=3.0).clusters] == [
+        [0, 1, 2],
+        [3, 4],
+    ]
+    whole = partition_greedy(k, [0, 4], s_max=2, bond=1.0)  # one group larger than s_max: one cluster
+    assert [c.tolist() for c in whole.clusters] == [[0, 1, 2, 3, 4]] and whole.labels.tolist() == [0] * 5
+    assert bond_for_step(0.01) == pytest.approx(5000.0) and bond_for_step(0.01, 2.0) == pytest.approx(20000.0)
+
+
+def test_case1888rtes_partition_cuts_no_edge_too_stiff_for_the_step():
+    """case1888rte joins buses by K up to 2e4: the paper's partition cuts 58 edges with dt sqrt(2K) > 1 at
+    dt = 0.01, and its Jacobi estimate diverged through them at seed 0 (t = 0.58 s). The grid case's
+    partition keeps them inside clusters of at most s_max buses, and the run at seed 0 covers (0.989)."""
+    net = load_grid("case1888rte")
+    coo = sp.triu(net.coupling).tocoo()
+
+    def too_stiff(part):
+        cut = part.labels[coo.row] != part.labels[coo.col]
+        return int(np.sum(cut & (0.01 * np.sqrt(2.0 * coo.data) > 1.0)))
+
+    assert too_stiff(partition_greedy(net.coupling, net.gen_buses, 5)) == 58
+    part = partition_for(net, GridConfig(case="case1888rte"))
+    assert too_stiff(part) == 0 and part.max_size <= 5 and part.n_clusters == 378

@@ -740,7 +740,7 @@ def _run_grid_data(spec: Spec, model: GridModel, base: Path) -> tuple[Any, Any, 
     """
     from twinfer.data import Dataset, from_table, load_grid, table_columns
     from twinfer.experiments.grid import GridConfig
-    from twinfer.infer.clusters import Partition, kuramoto_graph, partition_greedy
+    from twinfer.infer.clusters import Partition, bond_for_step, kuramoto_graph, partition_greedy
     from twinfer.infer.graph import estimate
     from twinfer.models import KuramotoNetwork
     from twinfer.report import RunArtifacts
@@ -783,7 +783,7 @@ def _run_grid_data(spec: Spec, model: GridModel, base: Path) -> tuple[Any, Any, 
     if central:
         partition = Partition(labels=np.zeros(n, int), clusters=(np.arange(n),))
     else:
-        partition = partition_greedy(net.coupling, net.gen_buses, model.s_max)
+        partition = partition_greedy(net.coupling, net.gen_buses, model.s_max, bond=bond_for_step(dt))
     default = {k: f.default for k, f in GridConfig.model_fields.items()}  # the grid case's noise levels
     x0 = np.stack([np.nan_to_num(y[0, :n]), np.nan_to_num(y[0, n:]), np.zeros(n)], axis=1)
     cluster_graph = kuramoto_graph(

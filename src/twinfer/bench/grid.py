@@ -35,10 +35,11 @@ from twinfer.experiments.grid import (
     draw_parameters,
     grid_estimator,
     grid_metrics,
+    partition_for,
     simulate,
     table_s2_timings,
 )
-from twinfer.infer.clusters import Partition, partition_greedy
+from twinfer.infer.clusters import Partition
 from twinfer.models import KuramotoNetwork
 from twinfer.timing import time_jitted
 
@@ -96,7 +97,7 @@ def bench_grid(quick: bool, progress: Progress) -> dict[str, float]:
         model = KuramotoNetwork(index, weight, d, big_omega)
         sim = simulate(config, model, key_sim)
         n = net.n_bus
-        partition = partition_greedy(net.coupling, net.gen_buses, config.s_max)
+        partition = partition_for(net, config)
         whole = Partition(labels=np.zeros(n, int), clusters=(np.arange(n),))
         found: dict[str, tuple[float, float, float]] = {}
         for prefix, (method, central) in ESTIMATORS.items():

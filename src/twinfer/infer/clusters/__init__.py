@@ -13,11 +13,12 @@ from twinfer.infer.clusters._graph import (
     substep_groups,
     wrapped_innovation,
 )
-from twinfer.infer.clusters._partition import Partition, partition_greedy
+from twinfer.infer.clusters._partition import Partition, bond_for_step, partition_greedy
 
 __all__ = [
     "ClusterGraph",
     "Partition",
+    "bond_for_step",
     "bus_values",
     "kuramoto_graph",
     "partition_greedy",
