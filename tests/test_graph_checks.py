@@ -134,3 +134,26 @@ def test_an_output_never_measured_is_not_the_datas_last_column(record):
     est, ref = estimate(unmeasured, data), estimate(graph, data.with_mask(mask))
     np.testing.assert_allclose(est.means, ref.means, rtol=1e-12, atol=1e-15)
     np.testing.assert_allclose(est.stds, ref.stds, rtol=1e-12, atol=1e-15)
+
+
+def test_a_record_at_another_step_or_non_uniform_is_a_named_error():
+    """The graph integrates over its dt: a record sampled at another step (or unevenly) would be read at
+    the wrong times without a word (NIS 336 for a graph at 2 ms on a 1 ms record): a named error."""
+    from twinfer.data import Dataset
+    from twinfer.infer.graph import banded_estimate
+
+    chain = Chain([100.0, 80.0, 120.0, 90.0], 2e4, 30.0, forced_dofs=[4], outputs=["a1", "a4"])
+    force = np.sin(np.arange(51) * 0.01)[:, None]
+    data = simulate_dataset(chain, force, dt=1e-3, noise_sd=0.05, key=jax.random.key(0))
+    slow = Graph.from_model(chain, [(1, 2), (3, 4)], dt=2e-3, noise_sd=0.05)
+    with pytest.raises(ValueError, match=r"run dataset: expected samples 0.002 s apart .* received 0.001 s"):
+        estimate(slow, data)
+    with pytest.raises(ValueError, match=r"banded_estimate dataset: expected samples 0.002 s apart"):
+        banded_estimate(slow, data)
+    times = np.asarray(data.times).copy()
+    times[20] += 3e-4
+    uneven = Dataset(times, data.observations, inputs=data.inputs, output_names=data.output_names)
+    graph = Graph.from_model(chain, [(1, 2), (3, 4)], dt=1e-3, noise_sd=0.05)
+    with pytest.raises(ValueError, match=r"must be sampled at that step; Dataset.dt: expected uniform steps"):
+        estimate(graph, uneven)
+    assert np.isfinite(estimate(graph, data).loglik)

@@ -150,7 +150,7 @@ import numpy as np
 
 from twinfer.infer._estimate import Estimate
 from twinfer.infer.filters import DivergenceError
-from twinfer.infer.graph._compile import _merged
+from twinfer.infer.graph._compile import _merged, check_step
 from twinfer.infer.graph._field import _columns
 from twinfer.infer.graph._graph import Graph
 from twinfer.infer.graph._parts import structure_cached
@@ -920,6 +920,7 @@ def _banded(
     if int(bandwidth) != bandwidth or bandwidth < 1:
         raise ValueError(f"banded_estimate bandwidth: expected an integer >= 1; received {bandwidth!r}.")
     subs, mono, slices = _structure(graph)
+    check_step([s.dynamics.dt for s in subs if s.dynamics is not None], dataset, "banded_estimate")
     if prediction not in ("taylor", "unscented"):
         raise ValueError(
             f"banded_estimate prediction: expected 'taylor' or 'unscented'; received {prediction!r}."

@@ -1430,6 +1430,7 @@ def _prepare_record(
         us = np.zeros((n, 0)) if dataset.inputs is None else np.asarray(dataset.inputs)[:-1]
         ys = np.asarray(dataset.observations)[1:]
         times = np.asarray(dataset.times)
+        check_step([g.template.dynamics.dt for g in compiled.groups if g.template.dynamics], dataset)
     if us is None or ys is None:
         raise ValueError("run: expected a dataset or both us and ys; received neither.")
     us, ys = _record("us", us), _record("ys", ys)
@@ -1453,6 +1454,33 @@ def _prepare_record(
     _check_numbers(compiled, numbers)
     masks = ~np.isnan(ys)
     return us, np.where(masks, ys, 0.0), masks, times
+
+
+def check_step(steps: Any, dataset: Any, where: str = "run") -> None:
+    """Check that the record is sampled uniformly at the step the graph's subsystems integrate over.
+
+    ``steps``: the subsystems' steps, where they carry one (:class:`twinfer.sim.Dynamics`).
+
+    Raises:
+        ValueError: for a non-uniform record or one sampled at another step, naming both.
+
+    """
+    steps = sorted({float(s) for s in steps})
+    if not steps or not hasattr(type(dataset), "dt"):
+        return
+    try:
+        dt = float(dataset.dt)
+    except ValueError as error:
+        raise ValueError(
+            f"{where} dataset: the graph's subsystems step every {steps[0]:g} s, so the record must be "
+            f"sampled at that step; {error}"
+        ) from None
+    for step in steps:
+        if abs(step - dt) > 1e-9 * step:
+            raise ValueError(
+                f"{where} dataset: expected samples {step:g} s apart (the step the graph's subsystems "
+                f"integrate over: Graph.from_model's dt); received {dt:g} s. Build the graph with dt={dt:g}."
+            )
 
 
 def _record(name: str, value: Any) -> np.ndarray:
