@@ -413,3 +413,26 @@ def test_from_table_reads_csv_parquet_and_netcdf_alike(tmp_path):
     frame.to_parquet(tmp_path / "b.parquet")
     with pytest.raises(ValueError, match=r"column 't', row 1"):
         from_table(tmp_path / "b.parquet", "t", [], ["acc"])
+
+
+def test_tables_columns_can_be_named_after_the_models_channels(tmp_path):
+    """``{channel: column}`` names the channels after the model's, which the filters check; a bare
+    string is a named error."""
+    import pandas as pd
+
+    from twinfer.data import from_table
+
+    t = np.arange(6) * 0.1
+    frame = pd.DataFrame({"time_s": t, "shaker_N": np.sin(t), "acc_top": np.cos(t), "disp": t**2})
+    frame.to_csv(tmp_path / "a.csv", index=False)
+    frame.to_parquet(tmp_path / "a.parquet")
+    for suffix in ("csv", "parquet"):
+        d = from_table(
+            tmp_path / f"a.{suffix}", "time_s", {"u1": "shaker_N"}, {"a1": "acc_top"}, states={"x1": "disp"}
+        )
+        assert (d.input_names, d.output_names, d.state_names) == (("u1",), ("a1",), ("x1",))
+        np.testing.assert_array_equal(d.observations[:, 0], np.cos(t))
+    with pytest.raises(ValueError, match=r"from_csv outputs: expected a list of column names or a mapping"):
+        from_csv(tmp_path / "a.csv", "time_s", outputs="acc_top")
+    with pytest.raises(ValueError, match=r"from_csv: expected columns \['acc'\]"):
+        from_csv(tmp_path / "a.csv", "time_s", outputs={"a1": "acc"})

@@ -373,7 +373,9 @@ def test_filter_and_smooth_entry_points_on_a_dataset(estimator, linearisation):
     assert err(smoo) < err(filt)
     with pytest.raises(ValueError, match="estimator: expected one of 'ukf', 'ekf', 'kf'; received 'ekf2'"):
         run_filter(truth, data, estimator="ekf2")  # type: ignore[arg-type]
-    with pytest.raises(ValueError, match="dataset outputs: expected"):
+    with pytest.raises(
+        ValueError, match=r"dataset outputs: expected \('a1',\) .* from_csv\(\.\.\., outputs=\{'a1': "
+    ):
         run_filter(Chain([1.0, 1.0], 1.0, 1.0, outputs=["a1"]), data)
 
 

@@ -78,10 +78,10 @@ def load_npz(path: str | Path) -> Dataset:
 def from_csv(
     path: str | Path,
     time: str,
-    inputs: Sequence[str] | None = None,
-    outputs: Sequence[str] = (),
+    inputs: Columns | None = None,
+    outputs: Columns = (),
     *,
-    states: Sequence[str] | None = None,
+    states: Columns | None = None,
     delimiter: str = ",",
     metadata: Mapping[str, Any] | None = None,
 ) -> Dataset:
@@ -90,15 +90,17 @@ def from_csv(
     Args:
         path: the CSV file.
         time: name of the time column.
-        inputs: names of input columns (None or empty: no inputs).
-        outputs: names of observed output columns; empty cells (or ``nan``, ``NA``, ``null``)
+        inputs: names of input columns (None or empty: no inputs), or ``{channel: column}`` to name
+            the channels after the model's (``{"u1": "shaker_N"}``).
+        outputs: names of observed output columns, or ``{channel: column}`` (``{"a1": "acc1"}``: the
+            model's output names, which the filters check); empty cells (or ``nan``, ``NA``, ``null``)
             become masked-out observations.
-        states: optional names of true-state columns (simulated data).
+        states: optional names of true-state columns (simulated data), or ``{state: column}``.
         delimiter: the field separator.
         metadata: extra metadata; ``source`` (the path) is added.
 
     Returns:
-        A validated Dataset whose column names become the channel names.
+        A validated Dataset whose channels are named by the column names, or by the mapping's keys.
 
     Raises:
         ValueError: for an unknown column, a cell that is not a number, or a missing cell in the
@@ -106,16 +108,16 @@ def from_csv(
 
     """
     path = Path(path)
-    inputs = list(inputs or [])
-    outputs = list(outputs)
-    states = list(states or [])
-    if not outputs:
+    ins = _channels(inputs, "inputs", "from_csv")
+    outs = _channels(outputs, "outputs", "from_csv")
+    sts = _channels(states, "states", "from_csv")
+    if not outs[1]:
         raise ValueError("from_csv: expected at least one output column; received outputs=[].")
     with path.open(newline="") as handle:
         reader = csv.reader(handle, delimiter=delimiter)
         header = [h.strip() for h in next(reader, [])]
         rows = list(reader)
-    wanted = [time, *inputs, *outputs, *states]
+    wanted = [time, *ins[1], *outs[1], *sts[1]]
     unknown = [c for c in wanted if c not in header]
     if unknown:
         raise ValueError(f"from_csv: expected columns {unknown} in {path}; received header {header}.")
@@ -148,16 +150,16 @@ def from_csv(
                 )
         return values
 
-    return _assemble(column, path, time, inputs, outputs, states, metadata)
+    return _assemble(column, path, time, ins, outs, sts, metadata)
 
 
 def from_table(
     path: str | Path,
     time: str,
-    inputs: Sequence[str] | None = None,
-    outputs: Sequence[str] = (),
+    inputs: Columns | None = None,
+    outputs: Columns = (),
     *,
-    states: Sequence[str] | None = None,
+    states: Columns | None = None,
     metadata: Mapping[str, Any] | None = None,
 ) -> Dataset:
     """A Dataset from a table file chosen by its suffix: CSV (:func:`from_csv`), Parquet or netCDF.
@@ -169,9 +171,9 @@ def from_table(
     Args:
         path: the file.
         time: name of the time column.
-        inputs: names of input columns (None or empty: no inputs).
-        outputs: names of observed output columns.
-        states: optional names of true-state columns (simulated data).
+        inputs: names of input columns (None or empty: no inputs), or ``{channel: column}``.
+        outputs: names of observed output columns, or ``{channel: column}`` (as :func:`from_csv`).
+        states: optional names of true-state columns (simulated data), or ``{state: column}``.
         metadata: extra metadata; ``source`` (the path) is added.
 
     Raises:
@@ -183,10 +185,12 @@ def from_table(
     suffix = path.suffix.lower()
     if suffix in (".csv", ".txt"):
         return from_csv(path, time, inputs, outputs, states=states, metadata=metadata)
-    inputs, outputs, states = list(inputs or []), list(outputs), list(states or [])
-    if not outputs:
+    ins = _channels(inputs, "inputs", "from_table")
+    outs = _channels(outputs, "outputs", "from_table")
+    sts = _channels(states, "states", "from_table")
+    if not outs[1]:
         raise ValueError("from_table: expected at least one output column; received outputs=[].")
-    wanted = [time, *inputs, *outputs, *states]
+    wanted = [time, *ins[1], *outs[1], *sts[1]]
     if suffix in (".parquet", ".pq"):
         import pandas as pd
 
@@ -230,7 +234,7 @@ def from_table(
             )
         return values
 
-    return _assemble(column, path, time, inputs, outputs, states, metadata)
+    return _assemble(column, path, time, ins, outs, sts, metadata)
 
 
 def table_columns(path: str | Path) -> list[str]:
@@ -259,28 +263,49 @@ def table_columns(path: str | Path) -> list[str]:
     )
 
 
+Columns = Sequence[str] | Mapping[str, str]
+"""Table columns: their names (which name the channels), or ``{channel name: column name}``."""
+
+
+def _channels(value: Columns | None, key: str, where: str) -> tuple[list[str], list[str]]:
+    """``(channel names, column names)`` of an ``inputs`` / ``outputs`` / ``states`` argument."""
+    if value is None:
+        return [], []
+    if isinstance(value, str):
+        raise ValueError(f"{where} {key}: expected a list of column names or a mapping; received {value!r}.")
+    if isinstance(value, Mapping):
+        bad = [(k, v) for k, v in value.items() if not (isinstance(k, str) and isinstance(v, str))]
+        if bad:
+            raise ValueError(
+                f"{where} {key}: expected {{channel name: column name}} strings; received {bad}."
+            )
+        return list(value), list(value.values())
+    return list(value), list(value)
+
+
 def _assemble(
     column: Any,
     path: Path,
     time: str,
-    inputs: list[str],
-    outputs: list[str],
-    states: list[str],
+    inputs: tuple[list[str], list[str]],
+    outputs: tuple[list[str], list[str]],
+    states: tuple[list[str], list[str]],
     metadata: Mapping[str, Any] | None,
 ) -> Dataset:
     """The Dataset of a table whose ``column(name, may_miss)`` reads one checked column.
 
-    Only outputs may miss values (NaN: masked out; an infinite value stays observed, and is refused).
+    Each channel argument is ``(names, columns)``. Only outputs may miss values (NaN: masked out; an
+    infinite value stays observed, and is refused).
     """
-    y = np.stack([column(c, True) for c in outputs], axis=1)
+    y = np.stack([column(c, True) for c in outputs[1]], axis=1)
     return Dataset(
         column(time, False),
         y,
         mask=~np.isnan(y),
-        inputs=np.stack([column(c, False) for c in inputs], axis=1) if inputs else None,
-        truth_states=np.stack([column(c, False) for c in states], axis=1) if states else None,
-        input_names=inputs,
-        output_names=outputs,
-        state_names=states or None,
+        inputs=np.stack([column(c, False) for c in inputs[1]], axis=1) if inputs[1] else None,
+        truth_states=np.stack([column(c, False) for c in states[1]], axis=1) if states[1] else None,
+        input_names=inputs[0],
+        output_names=outputs[0],
+        state_names=states[0] or None,
         metadata={"source": str(path), **(metadata or {})},
     )

@@ -285,7 +285,8 @@ def _check_data(where: str, model: AbstractModel, data: Any) -> None:
     if data.output_names != model.output_names:
         raise ValueError(
             f"{where} dataset outputs: expected {model.output_names} (the model's outputs); "
-            f"received {data.output_names}."
+            f"received {data.output_names}. Name a table's columns after them: from_csv(..., "
+            f"outputs={dict(zip(model.output_names, data.output_names, strict=False))})."
         )
     n_u = 0 if data.inputs is None else data.inputs.shape[1]
     if n_u != model.n_input:
