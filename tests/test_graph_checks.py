@@ -157,3 +157,22 @@ def test_a_record_at_another_step_or_non_uniform_is_a_named_error():
     with pytest.raises(ValueError, match=r"must be sampled at that step; Dataset.dt: expected uniform steps"):
         estimate(graph, uneven)
     assert np.isfinite(estimate(graph, data).loglik)
+
+
+def test_a_divergence_in_the_first_steps_blames_a_prior_wider_than_the_motion():
+    """A deck with a cubic bearing at the cut: the default state_sd (1) puts sigma points a metre out,
+    where the bearing's force is enormous; the error says so, and state_sd at the motion's size runs."""
+    from twinfer.infer.filters import DivergenceError
+    from twinfer.sim import bandlimited_noise
+
+    deck = Chain([4000.0, 3500.0, 4200.0, 3800.0], [8e6, 6e6, 2e6, 7e6], 2e3, cubic_stiffness=[0, 0, 1e10, 0],
+                 forced_dofs=[4], outputs=["a1", "a4"])  # fmt: skip
+    dt = 2e-3
+    force = bandlimited_noise(jax.random.key(3), np.arange(301) * dt, 0.2, 15.0, 2e4)[:, None]
+    data = simulate_dataset(deck, force, dt, 0.05, jax.random.key(2))
+    with pytest.raises(
+        DivergenceError, match=r"at step 2 .*first 10 steps, where the prior .* reach 1, .*state_sd"
+    ):
+        estimate(Graph.from_model(deck, [[1, 2], [3, 4]], dt=dt, noise_sd=0.05), data)
+    est = estimate(Graph.from_model(deck, [[1, 2], [3, 4]], dt=dt, noise_sd=0.05, state_sd=1e-3), data)
+    assert np.isfinite(est.loglik)

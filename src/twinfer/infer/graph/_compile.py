@@ -165,6 +165,9 @@ from twinfer.timing import BenchResult
 SCHEDULES = ("jacobi", "gauss_seidel", "ab2")
 _UT = UnscentedWeights.merwe(1.0, 2.0, 0.0)
 
+EARLY_STEPS = 10
+"""A divergence before this step is blamed on the prior first (:func:`_check_divergence`)."""
+
 SHARE = 0.5
 """The weight of the sender's estimate of the cross-covariance in a consider message (module docstring)."""
 
@@ -1570,12 +1573,23 @@ def _check_divergence(graph: Graph, result: dict[str, tuple[Any, Any, Any]], tim
     when = f" (t = {float(times[step + 1]):g})" if times is not None else ""
     others = sorted(n for _, n, _ in first if n != name)
     also = f" Also diverged later: {others}." if others else ""
+    early = ""
+    if step < EARLY_STEPS:  # the prior's spread, before the data could narrow it
+        spread0 = np.asarray(result[name][1])[0]
+        sd0 = np.sqrt(np.diagonal(spread0)) if spread0.ndim == 2 else spread0
+        early = (
+            f" It diverged within the first {EARLY_STEPS} steps, where the prior is the usual cause: its "
+            f"standard deviations reach {float(np.max(sd0)):.3g}, and sigma points that far out can reach "
+            "a nonlinear connection's enormous forces. Give state_sd the size of the motion you expect "
+            "(e.g. 1e-3 for millimetres)."
+        )
     raise DivergenceError(
         _diverged_message(
             f"subsystem {name!r} at step {step}{when}",
             kinds + "; probabilistic messages add their covariance to Q",
             runaway,
         )
+        + early
         + also
     )
 
