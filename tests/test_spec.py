@@ -56,6 +56,7 @@ def test_a_chain_from_a_csv_file_distributed_writes_estimate_nc_and_metrics(tmp_
         assert list(est["state"].values) == [*chain.state_names, "k4"]
         np.testing.assert_allclose(est["time"].values, data.times)
     assert (run / "report.md").exists() and any(run.glob("figures/*"))
+    assert 'its bands under-cover. kind = "banded" keeps it' in (run / "report.md").read_text()
 
 
 def test_a_simulated_chain_central_reports_the_truths_coverage(tmp_path):
@@ -90,7 +91,7 @@ def test_a_banded_spec_keeps_neighbours_correlation_and_agrees_with_the_central_
     assert abs(banded["param.k2"] - central["param.k2"]) < central["param.k2_sd"], (banded, central)
     assert 0.5 < banded["param.k2_sd"] / central["param.k2_sd"] < 2.0, (banded, central)
     report = (_folder(tmp_path / "banded") / "report.md").read_text()
-    assert "correlation with 2 neighbours" in report
+    assert "correlation with 2 neighbours" in report and "under-cover" not in report
 
 
 def test_a_load_cells_noise_in_the_record_and_in_q_calibrates_central_and_banded_but_not_messages(tmp_path):
