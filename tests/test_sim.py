@@ -382,3 +382,16 @@ def test_a_process_noise_in_the_truth_has_the_given_covariance():
     )
     with pytest.raises(ValueError, match=r"process_cov: .* needs a stepped truth"):
         simulate_dataset(duffing, force[:10], dt, 0.01, jax.random.key(3), process_cov=Q)
+
+
+def test_simulate_dataset_input_noise_none_is_no_noise():
+    from twinfer.models import Chain
+    from twinfer.sim import simulate_dataset
+
+    chain = Chain([1.0, 2.0], [10.0, 20.0], 0.1, forced_dofs=[2], outputs=["a1"])
+    force = np.sin(np.arange(11) * 0.1)[:, None]
+    plain = simulate_dataset(chain, force, 0.01, 0.0, jax.random.key(0), input_noise_sd=None)
+    np.testing.assert_array_equal(plain.inputs, force)
+    noisy = simulate_dataset(chain, force, 0.01, 0.0, jax.random.key(0), input_noise_sd=0.5)
+    assert not np.allclose(noisy.inputs, force)
+    np.testing.assert_array_equal(noisy.truth_states, plain.truth_states)  # the truth is the applied force's

@@ -48,7 +48,7 @@ def simulate_dataset(
     n_steps: int | None = None,
     truth: Truth = "exact",
     substeps: int = 1,
-    input_noise_sd: Any = 0.0,
+    input_noise_sd: Any = None,
     process_cov: Any = None,
     metadata: Mapping[str, Any] | None = None,
 ) -> Dataset:
@@ -69,8 +69,8 @@ def simulate_dataset(
             same discretisation then has no model error).
         substeps: steps per interval of a fixed-step ``truth``.
         input_noise_sd: standard deviation of the inputs' measurement noise, a scalar or one value per
-            input, >= 0 (default 0). The truth is driven by ``inputs``; the record holds them as a
-            sensor reads them (a load cell's force), plus N(0, input_noise_sd^2) per sample, drawn from
+            input, >= 0 (default None: none). The truth is driven by ``inputs``; the record holds them as
+            a sensor reads them (a load cell's force), plus N(0, input_noise_sd^2) per sample, drawn from
             ``jax.random.fold_in(key, 1)``. A filter fed the record then meets a process noise that is
             really in the data (the held input's error ``B w``: for a force on a mass m over a step
             dt, ``dt^2 / (2 m) w`` on the position and ``dt / m w`` on the velocity), which is what a
@@ -130,7 +130,7 @@ def simulate_dataset(
         if not np.all(np.isfinite(us)):
             raise ValueError("simulate_dataset inputs: expected finite values; received a non-finite one.")
     n = us.shape[0] - 1
-    in_sd = np.asarray(input_noise_sd, dtype=np.float64)
+    in_sd = np.asarray(0.0 if input_noise_sd is None else input_noise_sd, dtype=np.float64)
     if (
         in_sd.ndim > 1
         or (in_sd.ndim == 1 and in_sd.shape != (model.n_input,))
