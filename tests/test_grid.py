@@ -235,5 +235,5 @@ def test_case1888rtes_partition_cuts_no_edge_too_stiff_for_the_step():
         return int(np.sum(cut & (0.01 * np.sqrt(2.0 * coo.data) > 1.0)))
 
     assert too_stiff(partition_greedy(net.coupling, net.gen_buses, 5)) == 58
-    part = partition_for(net, GridConfig(case="case1888rte"))
+    part = partition_for(net, GridConfig(case="case1888rte").s_max, 0.01)
     assert too_stiff(part) == 0 and part.max_size <= 5 and part.n_clusters == 378

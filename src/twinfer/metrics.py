@@ -299,6 +299,20 @@ def fitness(
 
 
 # -- calibration metrics -------------------------------------------------------------------------
+def band_z(level: float) -> float:
+    """The half-width in standard deviations of a Gaussian's central ``level`` band.
+
+    ``Phi^{-1}((1 + level) / 2)``: 1.959964 at 0.95.
+
+    Raises:
+        ValueError: for a level outside (0, 1).
+
+    """
+    if not 0.0 < level < 1.0:
+        raise ValueError(f"band_z: expected level in (0, 1); received {level}.")
+    return NormalDist().inv_cdf((1.0 + level) / 2.0)
+
+
 def coverage(mean: Any, std: Any, truth: Any, level: float | None = None, *, z: float | None = None) -> float:
     """Fraction of entries with ``|mean - truth| <= z * std``.
 
@@ -326,7 +340,7 @@ def coverage(mean: Any, std: Any, truth: Any, level: float | None = None, *, z: 
         level = 0.95 if level is None else float(level)
         if not 0.0 < level < 1.0:
             raise ValueError(f"{fn}: expected level in (0, 1); received {level}.")
-        z = NormalDist().inv_cdf((1.0 + level) / 2.0)
+        z = band_z(level)
     elif not (math.isfinite(z) and z > 0):
         raise ValueError(f"{fn}: expected z > 0; received {z}.")
     m, s, t = _array(mean, "mean", fn), _array(std, "std", fn), _array(truth, "truth", fn)

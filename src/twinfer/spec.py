@@ -745,8 +745,8 @@ def _run_grid_data(spec: Spec, model: GridModel, base: Path) -> tuple[Any, Any, 
     noise levels other than the measurement's are the grid case's defaults (Table S4).
     """
     from twinfer.data import Dataset, from_table, load_grid, table_columns
-    from twinfer.experiments.grid import GridConfig
-    from twinfer.infer.clusters import Partition, bond_for_step, kuramoto_graph, partition_greedy
+    from twinfer.experiments.grid import GridConfig, partition_for
+    from twinfer.infer.clusters import Partition, kuramoto_graph
     from twinfer.infer.graph import estimate
     from twinfer.models import KuramotoNetwork
     from twinfer.report import RunArtifacts
@@ -786,11 +786,11 @@ def _run_grid_data(spec: Spec, model: GridModel, base: Path) -> tuple[Any, Any, 
     damping = np.broadcast_to(np.asarray(model.damping, dtype=np.float64), (n,))
     index, weight = net.neighbours
     central = e.kind == "central"
+    default = {k: f.default for k, f in GridConfig.model_fields.items()}  # the grid case's settings
     if central:
         partition = Partition(labels=np.zeros(n, int), clusters=(np.arange(n),))
     else:
-        partition = partition_greedy(net.coupling, net.gen_buses, model.s_max, bond=bond_for_step(dt))
-    default = {k: f.default for k, f in GridConfig.model_fields.items()}  # the grid case's noise levels
+        partition = partition_for(net, model.s_max, dt, default["bond"])
     x0 = np.stack([np.nan_to_num(y[0, :n]), np.nan_to_num(y[0, n:]), np.zeros(n)], axis=1)
     cluster_graph = kuramoto_graph(
         KuramotoNetwork(index, weight, damping, np.zeros(n)),

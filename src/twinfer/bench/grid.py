@@ -97,7 +97,7 @@ def bench_grid(quick: bool, progress: Progress) -> dict[str, float]:
         model = KuramotoNetwork(index, weight, d, big_omega)
         sim = simulate(config, model, key_sim)
         n = net.n_bus
-        partition = partition_for(net, config)
+        partition = partition_for(net, config.s_max, config.dt, config.bond)
         whole = Partition(labels=np.zeros(n, int), clusters=(np.arange(n),))
         found: dict[str, tuple[float, float, float]] = {}
         for prefix, (method, central) in ESTIMATORS.items():

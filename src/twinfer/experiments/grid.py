@@ -154,13 +154,14 @@ class GridConfig(CaseConfig):
         return check_grid_case(value)
 
 
-def partition_for(net: Any, config: Any) -> Partition:
-    """The generator-seeded partition (S85-S87) of ``net`` with at most ``config.s_max`` buses a cluster.
+def partition_for(net: Any, s_max: int, dt: float, bond: float = 1.0) -> Partition:
+    """The generator-seeded partition (S85-S87) of ``net`` with at most ``s_max`` buses a cluster.
 
-    Buses joined by edges too stiff for an exchange every ``config.dt`` stay together (``config.bond``).
+    Buses joined by edges too stiff for an exchange every ``dt`` stay together: ``bond`` is the limit
+    on ``dt sqrt(2K)`` of :func:`~twinfer.infer.clusters.bond_for_step` (0: the paper's partition).
     """
-    bond = bond_for_step(config.dt, config.bond) if config.bond > 0 else None
-    return partition_greedy(net.coupling, net.gen_buses, config.s_max, bond=bond)
+    limit = bond_for_step(dt, bond) if bond > 0 else None
+    return partition_greedy(net.coupling, net.gen_buses, s_max, bond=limit)
 
 
 def substeps_for(config: GridConfig, weight: np.ndarray) -> int:
@@ -322,7 +323,7 @@ def run(config: GridConfig, progress: Progress) -> RunArtifacts:
     key_params, key_sim = jax.random.split(jax.random.key(config.seed))
     d, big_omega = draw_parameters(net.n_bus, key_params)
     model = KuramotoNetwork(index, weight, d, big_omega)
-    partition = partition_for(net, config)
+    partition = partition_for(net, config.s_max, config.dt, config.bond)
     progress("simulate", 1, 8)
     sim = simulate(config, model, key_sim)
     metrics: dict[str, float] = {

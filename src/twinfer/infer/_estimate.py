@@ -88,19 +88,27 @@ class Estimate:
             ValueError: for a level outside (0, 1), or a row ``at`` outside the record.
 
         """
+        z, row = self._z(level, "interval"), self._row(at, "interval")
+        mean, sd = (float(np.asarray(v)[row]) for v in self.series(name))
+        return mean - z * sd, mean + z * sd
+
+    def _z(self, level: float, where: str) -> float:
+        """The band half-width in sds of a checked ``level`` (:func:`twinfer.metrics.band_z`)."""
+        from twinfer.metrics import band_z
+
         if not 0.0 < level < 1.0:
-            raise ValueError(f"Estimate.interval level: expected a value in (0, 1); received {level}.")
+            raise ValueError(f"Estimate.{where} level: expected a value in (0, 1); received {level}.")
+        return band_z(level)
+
+    def _row(self, at: int, where: str) -> int:
+        """A checked row index ``at`` (negative from the end)."""
         rows = len(self.times)
         if isinstance(at, bool) or not isinstance(at, int | np.integer) or not -rows <= at < rows:
             raise ValueError(
-                f"Estimate.interval at: expected a row index in [{-rows}, {rows}) (negative from the end); "
+                f"Estimate.{where} at: expected a row index in [{-rows}, {rows}) (negative from the end); "
                 f"received {at!r}."
             )
-        mean, sd = (float(np.asarray(v)[at]) for v in self.series(name))
-        from scipy.stats import norm  # scipy.stats costs 0.5 s to import: only here
-
-        z = float(norm.ppf(0.5 + level / 2.0))
-        return mean - z * sd, mean + z * sd
+        return int(at)
 
     def truth_of(self, truth: Any) -> dict[str, Any]:
         """The true values of this estimate's columns that ``truth`` holds, by name.
@@ -167,20 +175,21 @@ class Estimate:
         from twinfer import metrics
 
         names = list(self.state_names if names is None else names)
+        z, at = self._z(level, "summary"), self._row(at, "summary")
         true = self.truth_of(truth)
         rows = []
         for name in names:
-            low, high = self.interval(name, level, at)
             mean, sd = (np.asarray(v) for v in self.series(name))
-            row: dict[str, Any] = {"mean": float(mean[at]), "sd": float(sd[at]), "low": low, "high": high}
+            m, s = float(mean[at]), float(sd[at])
+            row: dict[str, Any] = {"mean": m, "sd": s, "low": m - z * s, "high": m + z * s}
             if truth is not None:
                 value = true.get(name)
                 row["truth"] = float(
                     np.nan if value is None else np.asarray(value)[at] if np.ndim(value) else value
                 )
-                row["inside"] = bool(low <= row["truth"] <= high)
+                row["inside"] = bool(row["low"] <= row["truth"] <= row["high"])
                 states = value is not None and np.ndim(value) == 1
-                row["coverage"] = metrics.coverage(mean, sd, value, level) if states else np.nan
+                row["coverage"] = metrics.coverage(mean, sd, value, z=z) if states else np.nan
                 row["rmse"] = metrics.rmse(mean, value) if states else np.nan
             rows.append(row)
         frame = pd.DataFrame(rows, index=pd.Index(names, name="column"))
@@ -210,7 +219,7 @@ class Estimate:
 
         for name in names or ():
             self._column(name)
-        return estimate_figures(self, self.truth_of(truth), names, level)
+        return estimate_figures(self, self.truth_of(truth), names, level, z=self._z(level, "plot"))
 
     def __repr__(self) -> str:
         columns = list(self.state_names)

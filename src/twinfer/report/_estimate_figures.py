@@ -24,6 +24,7 @@ def estimate_figures(
     truth: Mapping[str, Any] | None = None,
     names: Sequence[str] | None = None,
     level: float = 0.95,
+    z: float | None = None,
 ) -> dict[str, Any]:
     """Every state and every unknown of ``est`` with its central ``level`` band, as matplotlib figures.
 
@@ -33,17 +34,19 @@ def estimate_figures(
     ...). Beyond :data:`MAX_ROWS` rows of either, evenly spaced rows are drawn and the figure's title
     says how many of how many. With ``names`` exactly those columns are drawn, one per row.
 
-    Where ``truth`` holds a state's true values (``{name: (N+1,) array}``), its error is drawn inside
-    the band, which is what calibration looks like; a parameter's true value (a float) is a line.
+    ``z`` is the band's half-width in standard deviations (default :func:`twinfer.metrics.band_z` of
+    ``level``, which labels it). Where ``truth`` holds a state's true values (``{name: (N+1,) array}``),
+    its error is drawn inside the band, which is what calibration looks like; a parameter's true value
+    (a float) is a line.
 
     Returns:
         ``{figure name: matplotlib Figure}``.
 
     """
-    from scipy.stats import norm
+    from twinfer.metrics import band_z
 
+    z = band_z(level) if z is None else z
     truth = dict(truth or {})
-    z = float(norm.ppf(0.5 + level / 2.0))
     t = np.asarray(est.times)
     means, stds = np.asarray(est.means), np.asarray(est.stds)
     band = f"{100 * level:g} %"
@@ -67,7 +70,8 @@ def estimate_figures(
         columns = [est.state_names.index(n) for n in names]
         return _panel_figures("estimate", [[j] for j in columns], "", draw, legend=True)
     parameters = [est.state_names.index(p) for p in est.parameters]
-    states = [j for j in range(len(est.state_names)) if j not in set(parameters)]
+    held = set(parameters)
+    states = [j for j in range(len(est.state_names)) if j not in held]
     pairs = 2 if len(states) % 2 == 0 and len(states) > 1 else 1
     half = len(states) // pairs
     state_rows = [[states[c * half + r] for c in range(pairs)] for r in range(half)]

@@ -1433,7 +1433,9 @@ def _prepare_record(
         us = np.zeros((n, 0)) if dataset.inputs is None else np.asarray(dataset.inputs)[:-1]
         ys = np.asarray(dataset.observations)[1:]
         times = np.asarray(dataset.times)
-        check_step([g.template.dynamics.dt for g in compiled.groups if g.template.dynamics], dataset)
+        check_step(
+            [g.template.dynamics.dt for g in compiled.groups if g.template.dynamics is not None], dataset
+        )
     if us is None or ys is None:
         raise ValueError("run: expected a dataset or both us and ys; received neither.")
     us, ys = _record("us", us), _record("ys", ys)
