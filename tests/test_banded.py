@@ -112,13 +112,13 @@ def test_one_unscented_window_over_the_whole_chain_is_the_redrawn_ukf(update):
         x = wm @ vals
         P = ((vals - x).T * wc) @ (vals - x) + Q
         pts = points(x, P)
-        yv = np.asarray(h(jnp.asarray(pts), ins(k)))
+        yv = np.asarray(h(jnp.asarray(pts), ins(k + 1)))  # y_k+1 read with its own input (sampled)
         if update == "unscented":
             mu = wm @ yv
             S = ((yv - mu).T * wc) @ (yv - mu) + R
             C = ((pts - x).T * wc) @ (yv - mu)
         else:
-            u_k = ins(k)
+            u_k = ins(k + 1)
             H = np.asarray(jax.jacfwd(lambda z, u=u_k: h(z[None], u)[0])(jnp.asarray(x)))
             mu = yv[0]
             err = yv - mu - (pts - x) @ H.T
@@ -214,7 +214,7 @@ def test_banded_is_the_kalman_filter_whose_prediction_is_projected_on_the_band(b
         P = _markov(F @ P @ F.T + Q, blocks, bandwidth)
         S = H @ P @ H.T + R
         gain = np.linalg.solve(S, H @ P).T
-        x = x + gain @ (ys[k + 1] - np.asarray(h(jnp.asarray(x), jnp.asarray(ins(k)))))
+        x = x + gain @ (ys[k + 1] - np.asarray(h(jnp.asarray(x), jnp.asarray(ins(k + 1)))))  # sampled
         P = P - gain @ S @ gain.T
         means.append(x)
         sds.append(np.sqrt(np.diag(P)))
@@ -251,10 +251,11 @@ def test_global_unknowns_are_held_in_every_clique(bandwidth):
         F = np.asarray(F_of(jnp.asarray(x), u))
         x = np.asarray(f(jnp.asarray(x), u))
         P = _markov(F @ P @ F.T + Q, blocks, bandwidth, glob)
-        H = np.asarray(H_of(jnp.asarray(x), u))
+        u1 = jnp.asarray(ins(k + 1))  # y_k+1 read with its own input (a sampled record)
+        H = np.asarray(H_of(jnp.asarray(x), u1))
         S = H @ P @ H.T + R
         gain = np.linalg.solve(S, H @ P).T
-        x = x + gain @ (ys[k + 1] - np.asarray(h(jnp.asarray(x), u)))
+        x = x + gain @ (ys[k + 1] - np.asarray(h(jnp.asarray(x), u1)))
         P = P - gain @ S @ gain.T
         means.append(x)
         sds.append(np.sqrt(np.diag(P)))

@@ -336,7 +336,7 @@ def test_from_csv(tmp_path):
     np.testing.assert_array_equal(ds.mask, [[True, False], [False, True], [True, True]])
     np.testing.assert_allclose(ds.observations[2], [0.75, 1e-3])
     assert ds.input_names == ("f1",) and ds.output_names == ("a1", "a4") and ds.state_names == ("x1",)
-    assert ds.metadata == {"source": str(path)}
+    assert ds.metadata == {"source": str(path), "input_hold": "linear"}  # a measured signal (#51)
     no_inputs = from_csv(path, time="t", outputs=["a1"])
     assert no_inputs.inputs is None and no_inputs.output_names == ("a1",)
 

@@ -63,7 +63,7 @@ def test_spec_file_examples_validate(tmp_path):
     from twinfer.spec import Spec, load_spec
 
     blocks = _blocks("spec-files.md", "toml")
-    assert len(blocks) == 4
+    assert len(blocks) == 5
     for k, text in enumerate(blocks):
         path = tmp_path / f"spec{k}.toml"
         path.write_text(text)

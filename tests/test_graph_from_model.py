@@ -6,13 +6,15 @@ twinfer.sim.simulate_dataset, the graph from Graph.from_model, run by twinfer.in
 
 from __future__ import annotations
 
+import warnings
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 from scipy.signal import butter, lfilter
 
-from twinfer.infer.filters import run_filter
+from twinfer.infer.filters import FilterConsistencyWarning, run_filter
 from twinfer.infer.graph import (
     Graph,
     Subsystem,
@@ -168,7 +170,9 @@ def test_monolithic_of_a_graph_from_a_model_is_the_whole_models_filter():
     options = dict(noise_sd=sd, state_sd=1e-3, process_sd=1e-5)
     graph = Graph.from_model(chain, PARTITION, dt=dt, integrator="rk4", **options)
     central = run(Graph("central", [graph.monolithic("central")]), data)["central"]
-    whole = run_filter(chain, data, integrator="rk4", **options)
+    with warnings.catch_warnings():  # the two filters' equality is the point; their NIS is 0.71 (Q > truth's)
+        warnings.simplefilter("ignore", FilterConsistencyWarning)
+        whole = run_filter(chain, data, integrator="rk4", **options)
     np.testing.assert_allclose(central.means[:, ORDER], np.asarray(whole.means), rtol=1e-7, atol=1e-10)
 
 
@@ -321,8 +325,9 @@ def test_model_graph_on_a_chain_is_the_chain_graph():
 
 
 def test_model_graph_errors_name_the_undeclared_coupling():
-    """A declaration that leaves a coupling out, a bad partition, an unknown read by two subsystems and a
-    model that declares nothing are named errors."""
+    """A declaration that leaves a coupling out, a bad partition and a model that declares nothing are
+    named errors (an unknown read by two subsystems is estimated at the cut since #51:
+    tests/test_partitions.py)."""
     model = _Rotors()
     part = [("th1", "w1"), ("th2", "w2"), ("th3", "w3")]
     half = [Connection(("th1",), ("th2",))]
@@ -332,10 +337,6 @@ def test_model_graph_errors_name_the_undeclared_coupling():
         model_graph(model, part, dt=1e-3, connections=half)
     with pytest.raises(ValueError, match="partition: expected two or more non-empty groups covering"):
         model_graph(model, [("th1", "w1", "th2", "w2")], dt=1e-3)
-    with pytest.raises(
-        ValueError, match=r"unknown 'K1': expected a parameter that the equations of one group"
-    ):
-        model_graph(model, part, dt=1e-3, unknown={"K1": (300.0, 10.0, 0.0)})
     with pytest.raises(ValueError, match=r"connection \('th1',\) <-> \('w9',\): .*unknown states \['w9'\]"):
         model_graph(model, part, dt=1e-3, connections=[Connection(("th1",), ("w9",))])
     with pytest.raises(TypeError, match="declares its interface coupling"):
@@ -463,7 +464,9 @@ def test_issue_20_acceptance_chain(kind):
         assert 0.90 <= pooled <= 0.99, (label, pooled, score)  # central: the set-up is a calibrated one
     coverage = {}
     for messages in ("probabilistic", "deterministic"):
-        est = estimate(Graph.from_model(chain, parts, dt=1e-3, messages=messages, **options), data)
+        with warnings.catch_warnings():  # deterministic messages' NIS is 1.47 here, rightly flagged
+            warnings.simplefilter("ignore", FilterConsistencyWarning)
+            est = estimate(Graph.from_model(chain, parts, dt=1e-3, messages=messages, **options), data)
         error = np.asarray(est.means)[:, states] - data.truth_states
         assert np.all(np.isfinite(error)), messages
         coverage[messages] = float(np.mean(np.abs(error) <= 1.96 * np.asarray(est.stds)[:, states]))
@@ -512,7 +515,9 @@ def test_a_measured_forces_noise_in_the_data_and_input_sd_in_q_calibrate_the_fil
             hits.append(np.mean(err <= 1.96 * np.asarray(res.stds)[1:]))
         return float(np.mean(hits))
 
-    calibrated, blind = covered(graph), covered(unaware)
+    calibrated = covered(graph)
+    with pytest.warns(FilterConsistencyWarning, match=r"NIS\) averages 1\.\d+"):  # Q missing: NIS 1.6
+        blind = covered(unaware)
     print(f"coverage with input_sd {calibrated:.3f}, without {blind:.3f}")
     assert 0.90 <= calibrated <= 0.99, calibrated
     assert blind < 0.75, blind

@@ -299,10 +299,11 @@ def test_noise_by_snr_and_std():
         add_noise(jax.random.key(3), np.zeros(5), std=1.0)
 
 
-def test_simulate_dataset_aligns_y_k_plus_1_with_u_k_and_a_filter_on_it_is_consistent():
+def test_item1_simulate_dataset_reads_y_k_with_u_k_and_a_filter_on_it_is_consistent():
     """simulate_dataset: the exact truth of a linear chain equals the adaptive solve; without noise,
-    y_{k+1} = h(x_{k+1}, u_k) (accelerations under a held force read the interval's force); the UKF on
-    the record recovers an unknown stiffness inside its 95 % interval with NIS about 1."""
+    y_k = h(x_k, u_k) (sampled, the default: accelerations read with the force of the same instant), and
+    with alignment="held" y_{k+1} = h(x_{k+1}, u_k); the UKF on the record recovers an unknown stiffness
+    inside its 95 % interval with NIS about 1."""
     import warnings
 
     from twinfer.infer.filters import FilterConsistencyWarning, run_filter
@@ -318,9 +319,13 @@ def test_simulate_dataset_aligns_y_k_plus_1_with_u_k_and_a_filter_on_it_is_consi
     clean = simulate_dataset(chain, force, dt, 0.0, jax.random.key(0), truth="exact")
     ref = simulate(chain, clean.times, jnp.zeros(6), force, interpolation="zoh")
     np.testing.assert_allclose(clean.truth_states, np.asarray(ref.states), rtol=1e-7, atol=1e-9)
+    held = simulate_dataset(chain, force, dt, 0.0, jax.random.key(0), truth="exact", alignment="held")
+    assert (clean.alignment, held.alignment) == ("sampled", "held")
     for k in (0, 5, 399):
-        y = chain.output(0.0, jnp.asarray(clean.truth_states[k + 1]), jnp.asarray(force[k]), chain.params)
+        y = chain.output(0.0, jnp.asarray(clean.truth_states[k + 1]), jnp.asarray(force[k + 1]), chain.params)
         np.testing.assert_allclose(clean.observations[k + 1], np.asarray(y), rtol=1e-12, atol=1e-12)
+        y = chain.output(0.0, jnp.asarray(held.truth_states[k + 1]), jnp.asarray(force[k]), chain.params)
+        np.testing.assert_allclose(held.observations[k + 1], np.asarray(y), rtol=1e-12, atol=1e-12)
     assert clean.output_names == ("a1", "a3", "x2") and clean.truth_params["k2"] == 300.0
     sd = np.array([0.5, 0.5, 1e-4])
     data = simulate_dataset(chain, force, dt, sd, jax.random.key(1), truth="rk4", substeps=4)

@@ -355,6 +355,7 @@ def test_filter_and_smooth_entry_points_on_a_dataset(estimator, linearisation):
         inputs=inputs,
         truth_states=np.asarray(traj.states),
         output_names=truth.output_names,
+        metadata={"alignment": "held"},  # y_k+1 = h(x_k+1, u_k), made by hand above
     )
     kwargs = dict(
         state_sd=1e-2,
@@ -443,7 +444,10 @@ def _oscillator_data():
         [np.zeros((1, 1)), np.asarray(acc + 0.05 * jax.random.normal(jax.random.key(1), acc.shape))]
     )
     inputs = np.concatenate([np.asarray(forces), np.zeros((1, 1))])
-    return truth, Dataset(dt * np.arange(steps + 1), obs, inputs=inputs, output_names=truth.output_names)
+    held = {"alignment": "held"}  # y_k+1 = h(x_k+1, u_k), made by hand above
+    return truth, Dataset(
+        dt * np.arange(steps + 1), obs, inputs=inputs, output_names=truth.output_names, metadata=held
+    )
 
 
 def test_deprecated_method_and_discretisation_warn_naming_the_new_keywords_and_give_the_same_numbers():

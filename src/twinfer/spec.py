@@ -16,11 +16,12 @@ either side: :func:`twinfer.infer.graph.banded_estimate`). Example::
     damping = 300.0
     forced_dofs = [4]
     outputs = ["a1", "a3"]
+    # base = "acceleration"       # a moving ground: input ag first, "A3" an absolute acceleration
 
     [data]                        # or [simulate]
     file = "frame.csv"            # relative to the spec
     time = "t"
-    inputs = ["f4"]               # one column per forced DOF, in the model's order
+    inputs = ["f4"]               # one column per input (the ground's, then the forced DOFs')
     outputs = ["acc1", "acc3"]    # one column per model output, in the model's order
 
     [estimator]
@@ -39,8 +40,12 @@ metrics, arrays and figures for :func:`twinfer.report.write_run`.
 
 from __future__ import annotations
 
+import difflib
 import math
+import re
 import tomllib
+import typing
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -68,6 +73,42 @@ class _Problems(ValueError):
         super().__init__("\n".join(lines))
         self.lines = lines
 
+    @staticmethod
+    def of(exc: pydantic.ValidationError) -> list[str]:
+        """One line per problem of a failed :class:`Spec` validation, each naming its key.
+
+        Keys are named as the spec writes them (``model.network``, not pydantic's ``model.grid.network``).
+        An unknown key, an unknown option and an unknown model kind get the closest allowed one
+        (:func:`difflib.get_close_matches`) and the list of those allowed.
+        """
+        lines = []
+        for item in exc.errors():
+            shown, table = _spec_location(item["loc"])
+            key = ".".join(shown) or "(spec)"
+            ctx = item.get("ctx", {})
+            error = ctx.get("error")
+            if isinstance(error, _Problems):  # the validators' own lines, each naming its key
+                lines += error.lines
+            elif item["type"] == "value_error":
+                lines.append(f"{key}: {error}")
+            elif item["type"] == "extra_forbidden":
+                lines.append(_unknown_key(shown, table))
+            elif item["type"] == "union_tag_invalid":  # the model kind
+                tags = re.findall(r"'([^']*)'", str(ctx.get("expected_tags", "")))
+                lines.append(
+                    f"'{key}.kind': expected one of {ctx.get('expected_tags')}; received {ctx.get('tag')!r}"
+                    + _did_you_mean(ctx.get("tag"), tags)
+                )
+            elif item["type"] == "literal_error":  # an option: estimator.kind = "centrl"
+                options = re.findall(r"'([^']*)'", str(ctx.get("expected", "")))
+                lines.append(
+                    f"{key!r}: {item['msg']}; received {item.get('input')!r}"
+                    + _did_you_mean(item.get("input"), options)
+                )
+            else:
+                lines.append(f"{key!r}: {item['msg']}; received {item.get('input')!r}")
+        return lines
+
 
 Real = Annotated[float, pydantic.Strict()]
 """A number as TOML writes one (an integer or a float); a quoted string such as ``"60.0"`` is refused."""
@@ -75,7 +116,13 @@ Values = Real | list[Real]
 
 
 class ChainModel(_Strict):
-    """A :class:`twinfer.models.Chain` (masses [kg], stiffnesses [N/m], dampings [N s/m])."""
+    """A :class:`twinfer.models.Chain` (masses [kg], stiffnesses [N/m], dampings [N s/m]).
+
+    ``base``: a moving ground, ``"acceleration"`` (input ``ag`` [m/s^2], states and ``a``/``v``/``x``
+    outputs relative to the ground, ``A3`` the absolute acceleration an accelerometer on mass 3 reads) or
+    ``"displacement"`` (inputs ``xg`` [m], ``vg`` [m/s], everything absolute); its inputs come before the
+    forces, in ``[data] inputs`` too.
+    """
 
     kind: Literal["chain"]
     mass: Values
@@ -85,14 +132,19 @@ class ChainModel(_Strict):
     vdp_damping: Values | None = None
     forced_dofs: list[int] | None = None
     outputs: list[str] = pydantic.Field(min_length=1)
+    base: Literal["acceleration", "displacement"] | None = None
 
 
 class GridModel(_Strict):
     """A power grid as a Kuramoto network (the ``grid`` case).
 
-    ``network``: a network pandapower ships, by name, or a pandapower JSON / MATPOWER ``.m`` file
-    (relative to the spec); ``s_max`` the largest cluster; ``damping`` the damping d of every bus (one
-    value or one per bus), needed with measured ``[data]`` (a simulation draws it, Table S4).
+    ``network``: a network pandapower ships, by name, or a pandapower JSON / MATPOWER ``.m`` or ``.mat``
+    file (relative to the spec); ``s_max`` the largest cluster; ``damping`` the damping d of every bus
+    (one value or one per bus), needed with measured ``[data]`` (a simulation draws it, Table S4).
+
+    A grid's ``[estimator]`` without ``kind`` is distributed (one UKF per cluster): a central UKF keeps
+    its 3N x 3N covariance and sigma points, and is refused before it starts where they would not fit
+    in memory (an estimate of its bytes, named in the error).
     """
 
     kind: Literal["grid"]
@@ -112,6 +164,9 @@ class CsvData(_Strict):
     inputs: list[str] = []
     outputs: list[str] = []
     states: list[str] | None = None
+    input_hold: Literal["linear", "zoh"] = "linear"
+    """How the inputs behave between samples (:attr:`twinfer.data.Dataset.input_hold`): a measured
+    signal (``"linear"``) or a command held over each interval (``"zoh"``)."""
 
 
 class Simulation(_Strict):
@@ -120,7 +175,9 @@ class Simulation(_Strict):
     A band-limited force on each forced DOF (white noise of ``force_sd`` through a 4th-order Butterworth
     low-pass at ``force_band`` of the Nyquist frequency), measured with noise of ``noise_sd`` per output;
     the record holds the forces as a load cell measures them, with noise of ``input_noise_sd`` per forced
-    DOF (the truth is driven by the applied ones: :func:`twinfer.sim.simulate_dataset`).
+    DOF (the truth is driven by the applied ones: :func:`twinfer.sim.simulate_dataset`). A chain with a
+    ``base`` moves its ground the same way, with ``ground_sd`` (m/s^2 for a ground acceleration, m for a
+    ground displacement, whose velocity is its derivative), recorded without noise.
     """
 
     duration: Real = pydantic.Field(gt=0)
@@ -129,25 +186,39 @@ class Simulation(_Strict):
     force_sd: Real = pydantic.Field(default=1.0, ge=0)
     force_band: Real = pydantic.Field(default=0.05, gt=0, lt=1)
     input_noise_sd: Values = 0.0
+    ground_sd: Real = pydantic.Field(default=1.0, ge=0)
     seed: int = 0
 
 
+_MESSAGE_KEYS = ("messages", "rule", "schedule")
+"""The keys of message passing: each implies ``route = "messages"`` for ``kind = "distributed"``."""
+
+
 class Estimator(_Strict):
-    """The estimator and its noise levels: standard deviations, as in ``run_filter``."""
+    """The estimator and its noise levels: standard deviations, as in ``run_filter``.
+
+    ``kind = "distributed"`` on a chain runs the banded filter with the unknowns global at the bandwidth
+    :func:`twinfer.infer.graph.default_bandwidth` chooses (one wider than the partition needs), unless
+    ``route = "messages"`` (or any of ``messages``, ``rule``, ``schedule``) asks for the compositional-
+    inference paper's message passing, which is then checked against the banded filter on a window of the
+    record (:func:`twinfer.infer.graph.check_messages`).
+    """
 
     kind: Literal["central", "distributed", "banded"] = "central"
+    route: Literal["banded", "messages"] | None = None
     estimator: Literal["ukf", "ekf", "kf"] = "ukf"
     integrator: Literal["rk4", "euler", "exact"] = "rk4"
     smoother: bool = False
     partition: list[list[int]] | Literal["auto"] | None = None
     messages: Literal["probabilistic", "deterministic"] = "probabilistic"
     rule: Literal["split", "shared", "paper"] = "split"
+    schedule: Literal["jacobi", "gauss_seidel", "ab2"] = "jacobi"
     bandwidth: int = pydantic.Field(default=2, ge=1)
     parameters: Literal["local", "global"] = "local"
     input_sd: Values = 0.0
-    noise_sd: Values | None = None
+    noise_sd: Values | Literal["auto"] | None = None
     state_sd: Values = 1e-3
-    process_sd: Values = 1e-6
+    process_sd: Values | Literal["auto"] = 1e-6
     x0: Values = 0.0
 
     @pydantic.model_validator(mode="after")
@@ -164,9 +235,11 @@ class Estimator(_Strict):
                 f"received smoother = true with kind = {self.kind!r}"
             )
         if self.kind != "banded" and "bandwidth" in self.model_fields_set:
+            chosen = " (kind = 'distributed' chooses the smallest its partition allows)"
             problems.append(
                 "estimator.bandwidth: the number of neighbouring subsystems whose correlation each keeps, "
                 f"only for kind = 'banded'; received bandwidth = {self.bandwidth} with kind = {self.kind!r}"
+                + (chosen if self.kind == "distributed" else "")
             )
         if self.kind != "banded" and "parameters" in self.model_fields_set:
             problems.append(
@@ -179,12 +252,40 @@ class Estimator(_Strict):
                 "(Jacobians, with the linearisation's error variance added to R); expected no estimator "
                 f"with kind = 'banded'; received estimator = {self.estimator!r}"
             )
-        for key in ("messages", "rule"):
+        for key in _MESSAGE_KEYS:
             if self.kind != "distributed" and key in self.model_fields_set:
                 problems.append(
                     f"estimator.{key}: how subsystems exchange interface messages, only for kind = "
                     f"'distributed'; received {key} = {getattr(self, key)!r} with kind = {self.kind!r}"
                 )
+            elif self.route == "banded" and key in self.model_fields_set:
+                problems.append(
+                    f"estimator.{key}: how subsystems exchange interface messages, only for route = "
+                    f"'messages'; received {key} = {getattr(self, key)!r} with route = 'banded'"
+                )
+        auto = [k for k in ("process_sd", "noise_sd") if getattr(self, k) == "auto"]
+        input_sd = np.any(np.asarray(self.input_sd) != 0)
+        if auto and (self.kind != "central" or input_sd):
+            problems += [
+                f"estimator.{k}: 'auto' (the level from the data) runs with the central filter without "
+                f"input_sd; received it with kind = {self.kind!r}"
+                + (f", input_sd = {self.input_sd!r}" if input_sd else "")
+                + "; give the level as numbers"
+                for k in auto
+            ]
+        if self.kind != "distributed" and self.route is not None:
+            problems.append(
+                "estimator.route: how a distributed estimator runs, 'banded' (its default: each subsystem "
+                "keeping its neighbours' correlation) or 'messages' (the paper's message passing), only for "
+                f"kind = 'distributed'; received route = {self.route!r} with kind = {self.kind!r}"
+            )
+        if self.kind == "distributed" and not self.message_passing and "estimator" in self.model_fields_set:
+            problems.append(
+                "estimator.estimator: each subsystem's local filter, only for message passing; kind = "
+                "'distributed' runs the banded filter, which linearises the whole chain's model itself; "
+                f"expected route = 'messages' with estimator; received estimator = {self.estimator!r} "
+                f"with route = {self.route or 'banded'!r}"
+            )
         if self.smoother and "input_sd" in self.model_fields_set:
             problems.append(
                 "estimator.input_sd: the load cells' noise enters a filter on the graph of the chain, which "
@@ -195,12 +296,30 @@ class Estimator(_Strict):
         return self
 
     @property
+    def message_passing(self) -> bool:
+        """Whether a distributed estimator runs message passing.
+
+        It does with ``route = "messages"``, or a message key (``messages``, ``rule``, ``schedule``)
+        given without a route.
+        """
+        if self.kind != "distributed":
+            return False
+        if self.route is not None:
+            return self.route == "messages"
+        return any(key in self.model_fields_set for key in _MESSAGE_KEYS)
+
+    @property
     def description(self) -> str:
         """The estimator in a few words, for reports."""
         if self.kind == "banded":
             return (
                 f"banded Gaussian filter (each subsystem's correlation with {self.bandwidth} neighbours kept)"
             )
+        if self.kind == "distributed" and self.message_passing:
+            how = f"{self.messages} messages, {self.schedule}"
+            return f"distributed {self.estimator} (message passing, {how})"
+        if self.kind == "distributed":
+            return "distributed: banded Gaussian filter (one bandwidth wider than the partition needs)"
         return f"{self.kind} {self.estimator}"
 
 
@@ -219,6 +338,23 @@ class Spec(_Strict):
     simulate: Simulation | None = None
     estimator: Estimator = Estimator()
     unknown: dict[str, tuple[float, float, float]] = {}
+
+    @pydantic.model_validator(mode="before")
+    @classmethod
+    def _grid_distributed_by_default(cls, values: Any) -> Any:
+        """A grid's ``[estimator]`` without ``kind``: the distributed one, whatever a chain's default is.
+
+        A grid's distributed estimator is message passing between its clusters' UKFs (``route``).
+        """
+        if not isinstance(values, dict):
+            return values  # pydantic's own error: expected a table
+        model, estimator = values.get("model"), values.get("estimator", {})
+        if not (isinstance(model, dict) and model.get("kind") == "grid" and isinstance(estimator, dict)):
+            return values
+        chosen = {"kind": "distributed"} | estimator
+        if chosen["kind"] == "distributed" and "route" in Estimator.model_fields:
+            chosen = {"route": "messages"} | chosen
+        return {**values, "estimator": chosen}
 
     @pydantic.field_validator("unknown", mode="before")
     @classmethod
@@ -261,9 +397,35 @@ class Spec(_Strict):
         return self
 
 
+_GRID_IGNORES = ("integrator", "state_sd", "process_sd", "x0", "rule", "schedule")
+"""Estimator keys a grid does not read: its prior, process noise and Heun sub-steps are the grid case's
+(Table S4), its messages the cluster field's."""
+
+
 def _grid_problems(spec: Spec, model: GridModel) -> list[str]:
-    """What a grid spec gets wrong: the damping, column lists, unknowns, a partition, the noise levels."""
+    """What a grid spec gets wrong.
+
+    The damping, column lists, unknowns, a partition, the noise levels, estimator keys a grid does not read.
+    """
     problems = []
+    e = spec.estimator
+    given = [k for k in _GRID_IGNORES if k in e.model_fields_set]
+    if given:
+        problems.append(
+            f"estimator.{given[0]}: a grid's prior, process noise, integration and messages are the grid "
+            "case's settings (Table S4); expected none of "
+            f"{', '.join(_GRID_IGNORES)}; received {', '.join(f'{k} = {getattr(e, k)!r}' for k in given)}"
+        )
+    if "estimator" in e.model_fields_set and e.estimator != "ukf":
+        problems.append(
+            "estimator.estimator: a grid's clusters (and its central filter) are UKFs; expected 'ukf'; "
+            f"received {e.estimator!r}"
+        )
+    if getattr(e, "route", None) == "banded":
+        problems.append(
+            "estimator.route: a grid's distributed estimator is one UKF per cluster exchanging messages "
+            "(the banded filter is for a chain); expected 'messages' or none; received 'banded'"
+        )
     if (spec.data is not None) != (model.damping is not None):
         problems.append(
             "model.damping: expected with measured [data] (the buses' damping d) and only then "
@@ -286,7 +448,11 @@ def _grid_problems(spec: Spec, model: GridModel) -> list[str]:
             "unknown / estimator.partition: a grid takes no [unknown] and no partition (its clusters are "
             f"found by s_max); received unknown={dict(spec.unknown)}, partition={spec.estimator.partition!r}"
         )
-    if spec.estimator.noise_sd is not None:
+    if spec.estimator.noise_sd == "auto":
+        problems.append(
+            "estimator.noise_sd: expected one value for a grid ('auto' is for chains); received 'auto'"
+        )
+    elif spec.estimator.noise_sd is not None:
         problems += _values_problem("estimator.noise_sd", spec.estimator.noise_sd, 0, "grid", "> 0")
     loads = {"estimator.input_sd": spec.estimator.input_sd}
     if spec.simulate is not None:
@@ -313,7 +479,14 @@ def _chain_problems(spec: Spec, model: ChainModel) -> list[str]:
     per_output = f"output ({', '.join(outs)})"
     per_state = f"state (x1..x{n}, v1..v{n})"
     problems = []
-    if e.noise_sd is not None:
+    absolute = [o for o in outs if o[:1] == "A"]
+    if absolute and model.base != "acceleration":
+        problems.append(
+            f"model.outputs: {absolute} are absolute accelerations, which differ from the lower-case 'a' "
+            f'outputs only under a ground acceleration; expected base = "acceleration" with them; received '
+            f"base = {model.base!r} (name them {[o.lower() for o in absolute]})"
+        )
+    if e.noise_sd is not None and e.noise_sd != "auto":
         problems += _values_problem("estimator.noise_sd", e.noise_sd, len(outs), per_output, "> 0")
     if spec.simulate is not None:
         bound = ">= 0" if e.noise_sd is not None else "> 0"
@@ -325,7 +498,8 @@ def _chain_problems(spec: Spec, model: ChainModel) -> list[str]:
         )
     states = None if n is None else 2 * n
     problems += _values_problem("estimator.state_sd", e.state_sd, states, per_state, "> 0")
-    problems += _values_problem("estimator.process_sd", e.process_sd, states, per_state, ">= 0")
+    if e.process_sd != "auto":
+        problems += _values_problem("estimator.process_sd", e.process_sd, states, per_state, ">= 0")
     problems += _values_problem("estimator.x0", e.x0, states, per_state, "any")
     forced = (
         model.forced_dofs if model.forced_dofs is not None else (None if n is None else list(range(1, n + 1)))
@@ -356,10 +530,17 @@ def _chain_problems(spec: Spec, model: ChainModel) -> list[str]:
     d = spec.data
     if d is not None and n is not None:
         forced = list(range(1, n + 1)) if model.forced_dofs is None else model.forced_dofs
-        if len(d.inputs) != len(forced):
+        ground = {None: [], "acceleration": ["ag"], "displacement": ["xg", "vg"]}[model.base]
+        if len(d.inputs) != len(ground) + len(forced):
+            first = f"the ground's {', '.join(ground)}, then " if ground else ""
+            hint = (
+                " (forced_dofs = [] for the ground motion alone)"
+                if ground and model.forced_dofs is None
+                else ""
+            )
             problems.append(
-                f"data.inputs: expected {len(forced)} input columns (one per forced DOF {forced}, in "
-                f"order); received {len(d.inputs)} {d.inputs}"
+                f"data.inputs: expected {len(ground) + len(forced)} input columns ({first}one per forced DOF "
+                f"{forced}, in order){hint}; received {len(d.inputs)} {d.inputs}"
             )
         if len(d.outputs) != len(outs):
             problems.append(
@@ -446,6 +627,7 @@ def _unknown_problems(
         if n is not None and name not in names:
             problems.append(
                 f"unknown.{name}: expected a parameter of the chain ({', '.join(names)}); received {name!r}"
+                + _did_you_mean(name, names)
             )
             continue
         if not prior_sd > 0 or not walk_sd >= 0 or not all(math.isfinite(v * v) for v in (prior_sd, walk_sd)):
@@ -487,24 +669,71 @@ def load_spec(path: str | Path) -> tuple[Spec, Path]:
     try:
         return Spec.model_validate(values), path.resolve().parent
     except pydantic.ValidationError as exc:
-        lines = []
-        for item in exc.errors():
-            key = ".".join(str(p) for p in item["loc"]) or "(spec)"
-            error = item.get("ctx", {}).get("error")
-            if isinstance(error, _Problems):  # the validators' own lines, each naming its key
-                lines += error.lines
-            elif item["type"] == "value_error":
-                lines.append(f"{key}: {error}")
-            elif item["type"] == "extra_forbidden":
-                lines.append(f"unknown key {key!r}")
-            elif item["type"] == "union_tag_invalid":  # the model kind
-                ctx = item.get("ctx", {})
-                lines.append(
-                    f"'{key}.kind': expected one of {ctx.get('expected_tags')}; received {ctx.get('tag')!r}"
-                )
-            else:
-                lines.append(f"{key!r}: {item['msg']}; received {item.get('input')!r}")
-        raise SpecError(f"spec {path}:\n  " + "\n  ".join(lines)) from None
+        raise SpecError(f"spec {path}:\n  " + "\n  ".join(_Problems.of(exc))) from None
+
+
+def _tables(cls: Any, key: str) -> list[type[pydantic.BaseModel]]:
+    """The spec classes that field ``key`` of ``cls`` holds (several for a tagged union), or none."""
+    is_table = isinstance(cls, type) and issubclass(cls, pydantic.BaseModel)
+    field = cls.model_fields.get(key) if is_table else None
+
+    def flat(annotation: Any) -> list[Any]:
+        args = typing.get_args(annotation)
+        return [t for a in args for t in flat(a)] if args else [annotation]
+
+    found = [] if field is None else flat(field.annotation)
+    return [t for t in found if isinstance(t, type) and issubclass(t, pydantic.BaseModel)]
+
+
+def _spec_location(loc: tuple[Any, ...]) -> tuple[list[str], type[pydantic.BaseModel] | None]:
+    """A pydantic error location as the spec writes it, and the class of the table holding its last key.
+
+    A tagged union's tag is dropped (``model.network``); the class is None where the key's table is not
+    one of the spec's classes.
+    """
+    table: Any = Spec
+    shown: list[str] = []
+    parts = list(loc)
+    while len(parts) > 1 and table is not None:
+        key = str(parts.pop(0))
+        shown.append(key)
+        options = _tables(table, key)
+        if len(options) > 1:  # a tagged union: pydantic names the tag after the key
+            tag = parts.pop(0)
+            options = [t for t in options if tag in typing.get_args(t.model_fields["kind"].annotation)]
+        table = options[0] if len(options) == 1 else None
+    return shown + [str(p) for p in parts], table
+
+
+def _did_you_mean(received: Any, allowed: list[str]) -> str:
+    """``" (did you mean 'noise_sd'?)"``: the allowed name closest to ``received`` (case aside), or ``""``."""
+    if not isinstance(received, str):
+        return ""
+    lower = {a.lower(): a for a in allowed}
+    close = difflib.get_close_matches(received.lower(), list(lower), n=1, cutoff=0.6)
+    return f" (did you mean {lower[close[0]]!r}?)" if close else ""
+
+
+def _unknown_key(shown: list[str], table: type[pydantic.BaseModel] | None) -> str:
+    """The line for a key its table does not allow.
+
+    It names the closest allowed key, the allowed keys, and the tables that do hold a key of that name
+    (one put in the wrong table).
+    """
+    name, where = shown[-1], ".".join(shown[:-1])
+    line = f"unknown key {'.'.join(shown)!r}"
+    if table is None:
+        return line
+    allowed = list(table.model_fields)
+    line += _did_you_mean(name, allowed)
+    homes = [
+        f"[{key}]"
+        for key in Spec.model_fields
+        if key != where and any(name in t.model_fields for t in _tables(Spec, key))
+    ]
+    if homes and not _did_you_mean(name, allowed):
+        line += f"; {name!r} is a key of {' and '.join(homes)}"
+    return line + f"; allowed keys in {f'[{where}]' if where else 'the top level'}: {', '.join(allowed)}"
 
 
 def _chain(spec: Spec) -> Any:
@@ -521,6 +750,7 @@ def _chain(spec: Spec) -> Any:
             vdp_damping=m.vdp_damping,
             forced_dofs=m.forced_dofs,
             outputs=m.outputs,
+            base=m.base,
         )
     except ValueError as exc:
         raise SpecError(f"spec model: {exc}") from None
@@ -534,7 +764,9 @@ def _dataset(spec: Spec, chain: Any, base: Path) -> Any:
         d = spec.data  # its column counts are checked against the chain by Spec
         file = d.file if d.file.is_absolute() else base / d.file
         try:
-            table = from_table(file, d.time, d.inputs or None, d.outputs, states=d.states)
+            table = from_table(
+                file, d.time, d.inputs or None, d.outputs, states=d.states, input_hold=d.input_hold
+            )
         except (OSError, ValueError) as exc:
             raise SpecError(f"spec data.file {file}: {exc}") from None
         # the file's columns under the model's names (the filters check the names, the graph the order)
@@ -563,8 +795,17 @@ def _dataset(spec: Spec, chain: Any, base: Path) -> Any:
     assert coeffs is not None
     b, a = coeffs[0], coeffs[1]
     forces = lfilter(b, a, rng.normal(size=(n + 1, len(chain.forced_dofs))) * s.force_sd, axis=0)
+    ground = lfilter(b, a, rng.normal(size=(n + 1, min(chain.n_ground, 1))) * s.ground_sd, axis=0)
+    if chain.n_ground == 2:  # a ground displacement and its velocity
+        ground = np.concatenate([ground, np.gradient(ground, s.dt, axis=0)], axis=1)
+    noise_sd = np.broadcast_to(np.asarray(s.input_noise_sd, dtype=np.float64), (len(chain.forced_dofs),))
     return simulate_dataset(
-        chain, forces, s.dt, s.noise_sd, jax.random.key(s.seed), input_noise_sd=np.asarray(s.input_noise_sd)
+        chain,
+        np.concatenate([ground, forces], axis=1),
+        s.dt,
+        s.noise_sd,
+        jax.random.key(s.seed),
+        input_noise_sd=np.concatenate([np.zeros(chain.n_ground), noise_sd]),  # the ground's recorded exactly
     )
 
 
@@ -598,8 +839,8 @@ def run_spec(spec: Spec, base: str | Path = ".") -> tuple[Any, Any, Any, Any]:
 
     """
     from twinfer import metrics
-    from twinfer.infer.filters import run_filter, smooth
-    from twinfer.infer.graph import Graph, banded_estimate, estimate
+    from twinfer.infer.filters import run_filter, smooth, tuning_of
+    from twinfer.infer.graph import Graph, banded_estimate, check_messages, default_bandwidth, estimate
     from twinfer.report import RunArtifacts
 
     if isinstance(spec.model, GridModel):
@@ -615,6 +856,8 @@ def run_spec(spec: Spec, base: str | Path = ".") -> tuple[Any, Any, Any, Any]:
         noise_sd=noise_sd, state_sd=e.state_sd, process_sd=e.process_sd, x0=e.x0, unknown=spec.unknown or None
     )
     input_sd = np.asarray(e.input_sd, dtype=np.float64)
+    route: dict[str, float] = {}  # a distributed route's metrics, and its notes
+    route_notes: list[str] = []
     if e.kind == "central" and not np.any(input_sd):
         fn = smooth if e.smoother else run_filter
         est = fn(chain, data, estimator=e.estimator, integrator=e.integrator, **options)
@@ -643,11 +886,47 @@ def run_spec(spec: Spec, base: str | Path = ".") -> tuple[Any, Any, Any, Any]:
         )
         if e.kind == "banded":
             est = banded_estimate(graph, data, bandwidth=e.bandwidth, parameters=e.parameters)
+        elif not e.message_passing:  # the calibrated default: the banded filter, one wider than the cuts need
+            bandwidth = default_bandwidth(graph, data)
+            est = banded_estimate(graph, data, bandwidth=bandwidth, parameters="global")
+            route = {"distributed.bandwidth": float(bandwidth)}
+            route_notes.append(
+                f'kind = "distributed" ran the banded filter (its default route) at bandwidth {bandwidth} '
+                "with the unknowns global (each subsystem keeps its correlation with the subsystems up to "
+                f"{bandwidth} away, and every unknown with all of them), which message passing drops, so "
+                "its bands cover like the central filter's. route = \"messages\" runs the paper's message "
+                "passing instead (docs/spec-files.md)."
+            )
         else:
-            est = estimate(graph, data)
+            est = estimate(graph, data, e.schedule)
+            check = check_messages(graph, data, e.schedule)
+            route = {
+                "check.gap_per_value": check.gap,
+                "check.loglik_messages": check.loglik_messages,
+                "check.loglik_banded": check.loglik_banded,
+                "check.steps": float(check.steps),
+                "check.bandwidth": float(check.bandwidth),
+                "check.seconds": check.seconds,
+            }
+            route_notes += [
+                "Message passing keeps no correlation between the subsystems' errors: where they co-drift "
+                '(a chain fixed at one end, unmeasured forces) its bands under-cover. kind = "banded" keeps '
+                "it, and a higher log-likelihood on the same data tells which describes the record better "
+                "(docs/getting-started.md).",
+                f"Checked against the banded filter (bandwidth {check.bandwidth}) on the first {check.steps} "
+                f"steps in {check.seconds:.1f} s: log-likelihood {check.loglik_messages:.6g} against "
+                f"{check.loglik_banded:.6g}, {check.gap:.3g} nats per measured value "
+                + (
+                    "worse: its bands are likely too narrow (the warning above)."
+                    if check.fits_worse
+                    else f"apart (warning above {check.threshold:g})."
+                ),
+            ]
     out: dict[str, float] = {"loglik": float(est.loglik)}
     if est.nis is not None:
         out["nis"] = float(est.nis)
+    tuning = tuning_of(est)  # process_sd / noise_sd = "auto"
+    out |= {} if tuning is None else tuning.metrics()
     truth_params = dict(data.truth_params or {}) if spec.simulate is not None else {}
     for name in est.parameters:
         mean, sd = (float(np.asarray(v)[-1]) for v in est.series(name))
@@ -675,33 +954,102 @@ def run_spec(spec: Spec, base: str | Path = ".") -> tuple[Any, Any, Any, Any]:
         out["state.coverage95"] = float(metrics.coverage(mean, sd, truth, 0.95))
         arrays["truth_states"] = truth
     notes = [f"{e.description}, {len(data.times) - 1} steps of {dt:g} s"]
-    if e.kind == "distributed":
-        notes.append(
-            "Message passing keeps no correlation between the subsystems' errors: where they co-drift (a "
-            'chain fixed at one end, unmeasured forces) its bands under-cover. kind = "banded" keeps it, '
-            "and a higher log-likelihood on the same data tells which describes the record better "
-            "(docs/getting-started.md)."
-        )
+    notes += [] if tuning is None else [f"{str(tuning)[0].upper()}{str(tuning)[1:]}."]
+    out |= route
+    notes += route_notes
     artifacts = RunArtifacts(out, arrays, notes=tuple(notes))
     return est, data, artifacts, lambda: est.plot(truth=data)
+
+
+_CENTRAL_UKF_COPIES = 12
+"""Bytes of the central grid UKF's jitted scan over ``8 L^2`` (L = 3N states, float64), rounded up from
+XLA's memory analysis of it (``jax.jit(...).lower(...).compile().memory_analysis()``, temporaries):
+11.1 on ieee30, ieee57 and ieee118, 11.7 on ieee300 and pegase1354 (1.54 GB). They are the covariance and
+its square root, the 2L + 1 sigma points before and after the Heun sub-steps, their weighted deviations
+and the factorisation's work space, each L x L or (2L + 1) x L."""
+
+
+def _central_grid_bytes(n_bus: int, steps: int) -> int:
+    """Peak bytes of a central UKF on ``n_bus`` buses over ``steps`` steps.
+
+    :data:`_CENTRAL_UKF_COPIES` copies of an ``L x L`` float64 matrix (L = 3N), and the record (truth,
+    observations, means and standard deviations of both estimators, 16 values a bus and step).
+    """
+    states = 3 * n_bus
+    return _CENTRAL_UKF_COPIES * 8 * states**2 + 16 * 8 * n_bus * (steps + 1)
+
+
+def _refuse_central_beyond_memory(n_bus: int, steps: int, s_max: int) -> None:
+    """Refuse (:class:`SpecError`) a central UKF on ``n_bus`` buses that would not fit in memory.
+
+    Available: the kernel's ``MemAvailable``, capped by a container's headroom. Called before anything is
+    computed.
+    """
+    from twinfer.experiments._case import available_memory
+
+    need, have = _central_grid_bytes(n_bus, steps), available_memory()
+    if have is None or need <= have:
+        return
+    states = 3 * n_bus
+    raise SpecError(
+        f"spec estimator.kind: expected an estimator that fits in memory; a central UKF on {n_bus} buses "
+        f"({states} states) needs about {need / 2**30:.3g} GiB (estimate: {_CENTRAL_UKF_COPIES} copies of "
+        f"its {states} x {states} covariance in float64, {8 * states**2 / 2**30:.3g} GiB each), and "
+        f"{have / 2**30:.3g} GiB are available; received kind = 'central'. Leave kind out (or "
+        f"kind = 'distributed'): one UKF per cluster of at most s_max = {s_max} buses."
+    )
+
+
+def _network_path(model: GridModel, base: Path) -> str:
+    """The spec's network: a file relative to the spec, or a name pandapower ships."""
+    network = model.network
+    if network.lower().endswith((".json", ".m", ".mat")) and not Path(network).is_absolute():
+        return str(base / network)
+    return network
+
+
+def _state_metrics(prefix: str, mean: np.ndarray, std: np.ndarray, truth: np.ndarray) -> dict[str, float]:
+    """Pooled 95 % coverage of the phases (errors wrapped to [-pi, pi)) and of the frequencies.
+
+    ``mean``, ``std``: (T, N, 3) per bus (theta, omega, Omega) at t_1..t_T; ``truth``: (T + 1, 2N) from t_0.
+    The grid case reports their RMSE (``rmse_theta``, wrapped, and ``rmse_omega``: each bus's, averaged).
+    """
+    from twinfer import metrics
+
+    n = mean.shape[1]
+    theta, omega = truth[1:, :n], truth[1:, n:]
+    period = 2.0 * np.pi
+    # the true phase's representative nearest the estimate: the coverage of the wrapped error
+    near = theta + period * np.round((mean[:, :, 0] - theta) / period)
+    return {
+        f"{prefix}.coverage95_theta": float(metrics.coverage(mean[:, :, 0], std[:, :, 0], near, 0.95)),
+        f"{prefix}.coverage95_omega": float(metrics.coverage(mean[:, :, 1], std[:, :, 1], omega, 0.95)),
+    }
 
 
 def _run_grid(spec: Spec, model: GridModel, base: Path) -> tuple[Any, Any, Any, Any]:
     """A grid spec through the ``grid`` case: its metrics, arrays and figures, and the Estimate.
 
     The Estimate holds ``theta``, ``omega`` and ``Omega`` per bus (``Omega``, the natural frequency, as a
-    parameter).
+    parameter). The metrics add to the case's (the RMSE of theta and omega, Omega's coverage) the pooled
+    95 % coverage of theta and omega of each UKF that ran. A central UKF that would not fit in
+    memory is refused before the record is simulated.
     """
+    from twinfer.data import load_grid
     from twinfer.experiments import ConfigError, get_case, no_progress, resolve_config
     from twinfer.infer import Estimate
 
     sim, e = spec.simulate, spec.estimator
     assert sim is not None
-    network = model.network
-    if network.endswith((".json", ".m")) and not Path(network).is_absolute():
-        network = str(base / network)
+    network = _network_path(model, base)
     if np.ndim(sim.noise_sd) != 0:
         raise SpecError(f"spec simulate.noise_sd: expected one value for a grid; received {sim.noise_sd}.")
+    if e.kind == "central":
+        try:
+            n_bus = load_grid(network).n_bus
+        except (OSError, ValueError) as exc:
+            raise SpecError(f"spec model.network: {exc}") from None
+        _refuse_central_beyond_memory(n_bus, int(round(sim.duration / sim.dt)), model.s_max)
     case = get_case("grid")
     values = {
         "case": network,
@@ -720,6 +1068,13 @@ def _run_grid(spec: Spec, model: GridModel, base: Path) -> tuple[Any, Any, Any, 
     except ConfigError as exc:
         raise SpecError(f"spec model.network / simulate: {exc}") from None
     artifacts = case.run(config, no_progress)
+    truth = np.asarray(artifacts.arrays["truth"])
+    extra: dict[str, float] = {}
+    for prefix in ("central", "distributed"):
+        if f"{prefix}_mean" in artifacts.arrays:
+            means, stds = (np.asarray(artifacts.arrays[f"{prefix}_{k}"]) for k in ("mean", "std"))
+            extra |= _state_metrics(prefix, means, stds, truth)
+    artifacts = replace(artifacts, metrics={**artifacts.metrics, **extra})
     name = "central" if e.kind == "central" else "distributed"
     mean, std = np.asarray(artifacts.arrays[f"{name}_mean"]), np.asarray(artifacts.arrays[f"{name}_std"])
     steps, buses = mean.shape[:2]
@@ -753,14 +1108,13 @@ def _run_grid_data(spec: Spec, model: GridModel, base: Path) -> tuple[Any, Any, 
 
     d, e = spec.data, spec.estimator
     assert d is not None and model.damping is not None and e.noise_sd is not None
-    network = model.network
-    if network.endswith((".json", ".m")) and not Path(network).is_absolute():
-        network = str(base / network)
     try:
-        net = load_grid(network)
+        net = load_grid(_network_path(model, base))
     except (OSError, ValueError) as exc:
         raise SpecError(f"spec model.network: {exc}") from None
     n = net.n_bus
+    if e.kind == "central":  # before the record is read: its length does not change the verdict much
+        _refuse_central_beyond_memory(n, 0, model.s_max)
     file = d.file if d.file.is_absolute() else base / d.file
     try:
         present = set(table_columns(file))

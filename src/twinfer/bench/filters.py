@@ -95,6 +95,7 @@ def _api_overhead(model, step, u, y, weights) -> tuple[float, float]:
         inputs=np.concatenate([np.asarray(u), np.zeros((1, 1))]),
         input_names=model.input_names,
         output_names=model.output_names,
+        metadata={"alignment": "held"},  # run_ukf's arrays: y_k+1 read with u_k
     )
 
     def api() -> None:

@@ -13,6 +13,14 @@ from twinfer.data import _checks as ck
 
 _DT_RTOL = 1e-9
 
+ALIGNMENTS = ("sampled", "held")
+"""How a record's rows pair inputs with outputs (:attr:`Dataset.alignment`)."""
+
+HOLDS = ("zoh", "linear")
+"""How a record's inputs behave between samples (:attr:`Dataset.input_hold`)."""
+
+_LEGACY_HELD = "row k: u_k held"  # the free-text alignment simulate_dataset wrote before "held" was named
+
 
 @final
 class Dataset:
@@ -38,7 +46,17 @@ class Dataset:
         input_names: ``n_u`` unique names; default ``("u1", "u2", ...)``.
         output_names: ``n_y`` unique names; default ``("y1", "y2", ...)``.
         state_names: ``n_x`` unique names; default ``("x1", ...)``. Only with ``truth_states``.
-        metadata: JSON-serialisable dict (source, units, seed, ...).
+        metadata: JSON-serialisable dict (source, units, seed, ...). Its ``"alignment"`` entry, when
+            present, is ``"sampled"`` or ``"held"`` (:attr:`alignment`); its ``"input_hold"``,
+            ``"zoh"`` or ``"linear"`` (:attr:`input_hold`).
+
+    The time convention (one for every estimator): row k holds the time ``t_k``, the input ``u_k`` and
+    the output ``y_k`` sampled at the same instant, as a data acquisition system records them, so
+    ``y_k = h(x_k, u_k) + v_k``; for the dynamics the input is held over ``[t_k, t_{k+1})``. A
+    record made the other way (``y_{k+1} = h(x_{k+1}, u_k)``: the output read with the input held
+    over the interval before it, the compositional-inference paper's code) says
+    ``metadata={"alignment": "held"}``; the two differ wherever an output depends directly on an
+    input (an accelerometer on a forced mass).
 
     Raises:
         ValueError: naming the field, what was expected and what was received.
@@ -118,6 +136,8 @@ class Dataset:
         put(self, "_output_names", ck.names(output_names, "output_names", y.shape[1], "y"))
         put(self, "_state_names", ck.names(state_names, "state_names", 0 if x is None else x.shape[1], "x"))
         put(self, "_metadata", ck.metadata_json(metadata))
+        _metadata_choice(json.loads(self._metadata), "alignment")
+        _metadata_choice(json.loads(self._metadata), "input_hold")
 
     def __setattr__(self, name: str, value: Any) -> None:
         raise AttributeError(f"Dataset is immutable; use a method that returns a new one (set {name!r}).")
@@ -181,6 +201,46 @@ class Dataset:
     def metadata(self) -> dict[str, Any]:
         """The metadata dict (a fresh copy on each access)."""
         return json.loads(self._metadata)
+
+    @property
+    def alignment(self) -> str:
+        """How rows pair inputs with outputs (``metadata["alignment"]``; see the class docstring).
+
+        ``"sampled"`` (default): ``y_k = h(x_k, u_k)``, inputs and outputs read at the same instants;
+        ``"held"``: ``y_{k+1} = h(x_{k+1}, u_k)``, each output read with the input of the interval
+        before it.
+        """
+        return _metadata_choice(self.metadata, "alignment")
+
+    @property
+    def input_hold(self) -> str:
+        """How the inputs behave between samples, for the dynamics (``metadata["input_hold"]``).
+
+        ``"zoh"`` (default): each sample held over its interval (a digital command through a zero-order
+        hold); ``"linear"``: a continuous signal (a shaker's force, a ground acceleration) read at the
+        samples, taken as linear between them.
+        """
+        return _metadata_choice(self.metadata, "input_hold")
+
+    def step_inputs(self) -> np.ndarray:
+        """Per estimator step k, the input held over ``[t_k, t_{k+1})`` and the one ``y_{k+1}`` was read with.
+
+        ``(T - 1, 2 n_u)``: the held inputs in the first ``n_u`` columns, the measurement's in the last.
+        The one reading of the time convention (class docstring): a ``"sampled"`` record pairs
+        ``y_{k+1}`` with its own ``u_{k+1}``, a ``"held"`` one with ``u_k``. The held input is
+        ``u_k`` (``input_hold="zoh"``) or, for a signal linear between the samples
+        (``input_hold="linear"``), the interval's mean ``(u_k + u_{k+1}) / 2``: its response over the
+        step differs from the exact one by O(dt^3) per step, where holding ``u_k`` errs by O(dt^2)
+        (the integral of ``exp(A (dt - s)) B w (s - dt / 2)`` over the step, w the signal's slope).
+        Every estimator takes its inputs from here.
+        """
+        n = self._times.shape[0] - 1
+        if self._inputs is None:
+            return np.zeros((n, 0))
+        u = self._inputs
+        held = 0.5 * (u[:-1] + u[1:]) if self.input_hold == "linear" else u[:-1]
+        meas = u[1:] if self.alignment == "sampled" else u[:-1]
+        return np.concatenate([held, meas], axis=1)
 
     # -- derived ---------------------------------------------------------------------------------
     @property
@@ -330,6 +390,23 @@ class Dataset:
         from twinfer.data._io import load_npz
 
         return load_npz(path)
+
+
+_MEANINGS = {
+    "alignment": (ALIGNMENTS, "sampled: y_k = h(x_k, u_k); held: y_k+1 = h(x_k+1, u_k)"),
+    "input_hold": (HOLDS, "zoh: each input sample held over its interval; linear: a continuous signal"),
+}
+
+
+def _metadata_choice(metadata: Mapping[str, Any], key: str) -> str:
+    """``metadata[key]`` as one of its allowed values (missing: the first); a named error otherwise."""
+    allowed, meaning = _MEANINGS[key]
+    value = metadata.get(key, allowed[0])
+    if key == "alignment" and isinstance(value, str) and value.startswith(_LEGACY_HELD):
+        return "held"
+    if value not in allowed:
+        raise ck.fail(f"metadata[{key!r}]", f"one of {allowed} ({meaning})", repr(value))
+    return str(value)
 
 
 def _bound(name: str, value: Any) -> float:

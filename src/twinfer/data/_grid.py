@@ -154,12 +154,13 @@ def check_grid_case(case: str) -> str:
 
     Accepted: a twinfer name (:data:`GRID_CASES`), the name of a pandapower network function
     (``case1888rte``, ``case_illinois200``, ...) or the path of a pandapower JSON file (``.json``) or a
-    MATPOWER case file (``.m``).
+    MATPOWER case file (``.m`` text or a ``.mat`` file as MATLAB's ``save`` or pandapower's ``to_mpc``
+    writes one).
     """
     if case in GRID_CASES:
         return case
     path = Path(case)
-    if path.suffix.lower() in (".json", ".m"):
+    if path.suffix.lower() in (".json", ".m", ".mat"):
         if not path.is_file():
             raise ValueError(
                 f"grid case: expected an existing pandapower JSON or MATPOWER file; received {case!r} "
@@ -171,7 +172,7 @@ def check_grid_case(case: str) -> str:
         cases = ", ".join(repr(n) for n in known if n.startswith("case"))
         raise ValueError(
             f"grid case: expected a twinfer name ({', '.join(map(repr, GRID_CASES))}), a pandapower "
-            f"network (e.g. {cases}) or a .json / .m file; received {case!r}."
+            f"network (e.g. {cases}) or a .json / .m / .mat file; received {case!r}."
         )
     return case
 
@@ -206,19 +207,28 @@ def pandapower_case(case: str) -> tuple[Any, dict[str, Any]]:
     return net, ppc
 
 
-def read_matpower(path: str | Path) -> dict[str, np.ndarray]:
-    """The ``bus``, ``gen`` and ``branch`` tables of a MATPOWER case file (``mpc.bus = [ ... ];``).
+_MATPOWER_TABLES = ("bus", "gen", "branch")
 
-    Bus numbers are kept as in the file; :func:`load_grid` renumbers them 0..N-1 in bus-table order.
+
+def read_matpower(path: str | Path) -> dict[str, np.ndarray]:
+    """The ``bus``, ``gen`` and ``branch`` tables of a MATPOWER case file.
+
+    A ``.m`` file is MATPOWER's text format (``mpc.bus = [ ... ];``). A ``.mat`` file is read with
+    :func:`scipy.io.loadmat`: a struct ``mpc`` with fields ``bus``, ``gen`` and ``branch`` (what MATLAB's
+    ``save('case.mat', 'mpc')`` and pandapower's ``converter.matpower.to_mpc`` write), or the tables as
+    top-level variables (MATPOWER's version 1 layout). Both pass the same checks. Bus numbers are kept as
+    in the file; :func:`load_grid` renumbers them 0..N-1 in bus-table order.
 
     Raises:
         ValueError: naming the file and the table that is missing or malformed.
 
     """
     where = f"MATPOWER file {str(path)!r}"
+    if Path(path).suffix.lower() == ".mat":
+        return _checked_tables(where, _mat_tables(path, where))
     text = re.sub(r"%[^\n]*", "", Path(path).read_text())  # comments
     out = {}
-    for table in ("bus", "gen", "branch"):
+    for table in _MATPOWER_TABLES:
         found = re.search(rf"mpc\.{table}\s*=\s*\[(.*?)\]\s*;", text, flags=re.S)
         if found is None:
             raise ValueError(f"{where}: expected a table mpc.{table} = [ ... ]; found none.")
@@ -231,10 +241,86 @@ def read_matpower(path: str | Path) -> dict[str, np.ndarray]:
         if len(widths) != 1:
             raise ValueError(f"{where} mpc.{table}: expected rows of one width; received widths {widths}.")
         out[table] = np.asarray(values)
+    return _checked_tables(where, out)
+
+
+def _mat_tables(path: str | Path, where: str) -> dict[str, Any]:
+    """The raw ``bus``, ``gen`` and ``branch`` arrays of a ``.mat`` file (struct ``mpc`` or variables)."""
+    import scipy.io  # MATPOWER .mat files only
+
+    try:
+        contents = scipy.io.loadmat(str(path), squeeze_me=False)
+    except NotImplementedError:  # scipy reads MAT versions 4 to 7.2, not the HDF5-based 7.3
+        raise ValueError(
+            f"{where}: expected a MAT file of version 4 to 7.2 (scipy.io.loadmat); received a version 7.3 "
+            "(HDF5) file. Save it with save(..., '-v7') or as a .m case file."
+        ) from None
+    except (OSError, ValueError) as error:
+        raise ValueError(
+            f"{where}: expected a MAT file (scipy.io.loadmat); could not read it ({error})."
+        ) from None
+    mpc = contents.get("mpc")
+    if mpc is not None:
+        names = getattr(getattr(mpc, "dtype", None), "names", None) or ()
+        if np.size(mpc) != 1 or not names:
+            raise ValueError(
+                f"{where}: expected mpc to be one MATLAB struct with fields bus, gen and branch; received "
+                f"{type(mpc).__name__} of shape {np.shape(mpc)}."
+            )
+        missing = [t for t in _MATPOWER_TABLES if t not in names]
+        if missing:
+            raise ValueError(
+                f"{where}: expected the struct mpc to hold fields {', '.join(_MATPOWER_TABLES)}; it lacks "
+                f"{', '.join(missing)} (fields: {', '.join(names)})."
+            )
+        return {t: mpc[t].flat[0] for t in _MATPOWER_TABLES}
+    if all(t in contents for t in _MATPOWER_TABLES):  # version 1 layout: the tables as variables
+        return {t: contents[t] for t in _MATPOWER_TABLES}
+    variables = sorted(k for k in contents if not k.startswith("__"))
+    raise ValueError(
+        f"{where}: expected a struct mpc (or variables bus, gen, branch); received variables {variables}."
+    )
+
+
+def _checked_tables(where: str, tables: dict[str, Any]) -> dict[str, np.ndarray]:
+    """The tables as 2-D float arrays, refused (naming the table) where MATPOWER's layout does not hold.
+
+    Shared by the ``.m`` and ``.mat`` readers: numeric, two-dimensional, at least one bus, the branch
+    table's 11 columns up to BR_STATUS (MATPOWER manual, Table B-3), and finite numbers in the columns
+    twinfer reads (bus numbers, r, x, tap, shift, status; pandapower writes NaN in columns it leaves
+    unset, such as a generator's MBASE).
+    """
+    out = {}
+    for table in _MATPOWER_TABLES:
+        raw = np.asarray(tables[table])
+        if raw.dtype.kind == "c":  # pandapower's tables are complex with zero imaginary parts
+            if np.any(np.imag(raw) != 0):
+                raise ValueError(f"{where} mpc.{table}: expected real numbers; received complex values.")
+            raw = np.real(raw)
+        if raw.dtype.kind not in "fiub" or raw.ndim != 2:
+            raise ValueError(
+                f"{where} mpc.{table}: expected a two-dimensional numeric table; received dtype {raw.dtype} "
+                f"of shape {raw.shape}."
+            )
+        out[table] = raw.astype(np.float64)
+    if out["bus"].shape[0] == 0 or out["bus"].shape[1] < 1 or out["gen"].shape[1] < 1:
+        raise ValueError(
+            f"{where}: expected at least one bus and a bus number in column 1 of mpc.bus and mpc.gen; "
+            f"received mpc.bus of shape {out['bus'].shape}, mpc.gen of shape {out['gen'].shape}."
+        )
     if out["branch"].shape[1] < 11:
         raise ValueError(
             f"{where} mpc.branch: expected at least 11 columns; received {out['branch'].shape[1]}."
         )
+    read = {"bus": [0], "gen": [0], "branch": [_F_BUS, _T_BUS, _BR_R, _BR_X, _TAP, _SHIFT, _BR_STATUS]}
+    for table, columns in read.items():
+        bad = ~np.isfinite(out[table][:, columns])
+        if bad.any():
+            row, col = (int(i) for i in np.argwhere(bad)[0])
+            raise ValueError(
+                f"{where} mpc.{table}: expected finite numbers in columns {[c + 1 for c in columns]}; "
+                f"received {out[table][row, columns[col]]} in row {row + 1}, column {columns[col] + 1}."
+            )
     return out
 
 
@@ -263,13 +349,14 @@ def load_grid(case: str) -> GridNetwork:
         case: a twinfer name (:data:`GRID_CASES`: ``ieee9`` ... ``ieee300``, ``pegase1354``,
             ``pegase2869``, ``rte6470``, ``pegase9241``), any pandapower network function that takes no
             argument (``case1888rte``, ``case_illinois200``, ...), or the path of a pandapower JSON file
-            or a MATPOWER case file (``.m``). Nothing is downloaded.
+            or a MATPOWER case file (``.m``, or ``.mat`` as MATLAB or pandapower's ``to_mpc`` writes).
+            Nothing is downloaded.
 
     Raises:
         ValueError: for a case that is none of these (listing what is accepted), or a malformed file.
 
     """
-    if case.lower().endswith(".m"):
+    if case.lower().endswith((".m", ".mat")):
         check_grid_case(case)
         ppc, ids = _matpower_tables(case)
     else:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import difflib
 import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -84,6 +85,8 @@ def from_csv(
     states: Columns | None = None,
     delimiter: str = ",",
     metadata: Mapping[str, Any] | None = None,
+    input_hold: str = "linear",
+    model: Any = None,
 ) -> Dataset:
     """A Dataset from a CSV table with a header row.
 
@@ -98,19 +101,27 @@ def from_csv(
         states: optional names of true-state columns (simulated data), or ``{state: column}``.
         delimiter: the field separator.
         metadata: extra metadata; ``source`` (the path) is added.
+        input_hold: how the inputs behave between samples (:attr:`Dataset.input_hold`): ``"linear"``
+            (default: a measured signal, a force or a ground acceleration, read at the samples) or
+            ``"zoh"`` (a digital command held over each interval). A row holds inputs and outputs
+            sampled at the same instant (:attr:`Dataset.alignment` ``"sampled"``).
+        model: a twinfer model to check the channel names against before the file is read (the filters
+            check them too, later): inputs and outputs must be the model's (``model.input_names``,
+            ``model.output_names``), states its ``state_names``; the model's channels in another order are
+            put in the model's order. A name that is not the model's is an error naming the closest
+            model channel and the mapping to pass.
 
     Returns:
         A validated Dataset whose channels are named by the column names, or by the mapping's keys.
 
     Raises:
         ValueError: for an unknown column, a cell that is not a number, or a missing cell in the
-            time, input or state columns (only outputs may be missing), naming the line and column.
+            time, input or state columns (only outputs may be missing), naming the line and column; for
+            a channel name that is not the model's (with ``model``).
 
     """
     path = Path(path)
-    ins = _channels(inputs, "inputs", "from_csv")
-    outs = _channels(outputs, "outputs", "from_csv")
-    sts = _channels(states, "states", "from_csv")
+    ins, outs, sts = _named_channels("from_csv", model, inputs, outputs, states)
     if not outs[1]:
         raise ValueError("from_csv: expected at least one output column; received outputs=[].")
     with path.open(newline="") as handle:
@@ -150,7 +161,7 @@ def from_csv(
                 )
         return values
 
-    return _assemble(column, path, time, ins, outs, sts, metadata)
+    return _assemble(column, path, time, ins, outs, sts, {"input_hold": input_hold, **(metadata or {})})
 
 
 def from_table(
@@ -161,6 +172,8 @@ def from_table(
     *,
     states: Columns | None = None,
     metadata: Mapping[str, Any] | None = None,
+    input_hold: str = "linear",
+    model: Any = None,
 ) -> Dataset:
     """A Dataset from a table file chosen by its suffix: CSV (:func:`from_csv`), Parquet or netCDF.
 
@@ -175,6 +188,8 @@ def from_table(
         outputs: names of observed output columns, or ``{channel: column}`` (as :func:`from_csv`).
         states: optional names of true-state columns (simulated data), or ``{state: column}``.
         metadata: extra metadata; ``source`` (the path) is added.
+        input_hold: as :func:`from_csv` (default ``"linear"``: a measured signal).
+        model: a twinfer model whose channel names the columns' must be (as :func:`from_csv`).
 
     Raises:
         ValueError: for an unknown suffix or column, a column that is not numeric or not 1-D, or a
@@ -184,10 +199,10 @@ def from_table(
     path = Path(path)
     suffix = path.suffix.lower()
     if suffix in (".csv", ".txt"):
-        return from_csv(path, time, inputs, outputs, states=states, metadata=metadata)
-    ins = _channels(inputs, "inputs", "from_table")
-    outs = _channels(outputs, "outputs", "from_table")
-    sts = _channels(states, "states", "from_table")
+        return from_csv(
+            path, time, inputs, outputs, states=states, metadata=metadata, input_hold=input_hold, model=model
+        )
+    ins, outs, sts = _named_channels("from_table", model, inputs, outputs, states)
     if not outs[1]:
         raise ValueError("from_table: expected at least one output column; received outputs=[].")
     wanted = [time, *ins[1], *outs[1], *sts[1]]
@@ -234,7 +249,7 @@ def from_table(
             )
         return values
 
-    return _assemble(column, path, time, ins, outs, sts, metadata)
+    return _assemble(column, path, time, ins, outs, sts, {"input_hold": input_hold, **(metadata or {})})
 
 
 def table_columns(path: str | Path) -> list[str]:
@@ -281,6 +296,78 @@ def _channels(value: Columns | None, key: str, where: str) -> tuple[list[str], l
             )
         return list(value), list(value.values())
     return list(value), list(value)
+
+
+def _named_channels(
+    where: str, model: Any, inputs: Columns | None, outputs: Columns, states: Columns | None
+) -> tuple[tuple[list[str], list[str]], ...]:
+    """``(channel names, column names)`` of the inputs, outputs and states, checked against ``model``.
+
+    Without a model, the arguments' own names. With one, inputs and outputs get the same treatment: each
+    must name the model's channels (:func:`_as_model`); states only where given.
+    """
+    channels = (
+        _channels(inputs, "inputs", where),
+        _channels(outputs, "outputs", where),
+        _channels(states, "states", where),
+    )
+    if model is None:
+        return channels
+    try:
+        expected = (model.input_names, model.output_names, model.state_names)
+    except AttributeError:
+        raise TypeError(
+            f"{where} model: expected a twinfer model (with input_names, output_names and state_names); "
+            f"received {type(model).__name__}."
+        ) from None
+    ins, outs, sts = channels
+    return (
+        _as_model(where, "inputs", ins, tuple(expected[0])),
+        _as_model(where, "outputs", outs, tuple(expected[1])),
+        _as_model(where, "states", sts, tuple(expected[2])) if states is not None else sts,
+    )
+
+
+def _as_model(
+    where: str, key: str, channels: tuple[list[str], list[str]], expected: tuple[str, ...]
+) -> tuple[list[str], list[str]]:
+    """``channels`` in the model's order where they are the model's ``expected`` names, else a ValueError.
+
+    The error names the channels missing and those that are not the model's (each with the closest model
+    name, :func:`difflib.get_close_matches`, case aside), and the ``{model name: column}`` mapping to pass.
+    """
+    names, columns = channels
+    if tuple(names) == expected:
+        return channels
+    if sorted(names) == sorted(expected) and len(set(names)) == len(names):  # another order
+        order = [names.index(name) for name in expected]
+        return [names[i] for i in order], [columns[i] for i in order]
+    missing = [name for name in expected if name not in names]
+    foreign = [name for name in names if name not in expected]
+    lower = {name.lower(): name for name in missing}
+    hints = []
+    for name in foreign:
+        close = difflib.get_close_matches(name.lower(), list(lower), n=1, cutoff=0.6)
+        if close:
+            hints.append(f"{name!r}: did you mean {lower[close[0]]!r}?")
+    if len(names) == len(expected):  # one column per model channel: map them in order
+        mapping = dict(zip(expected, columns, strict=True))
+        suggestion = f" Name the columns after the model's channels: {where}(..., {key}={mapping})."
+    else:
+        suggestion = (
+            f" Give one column per model channel, as {{model name: column}}: {where}(..., {key}="
+            f"{ {name: '<column>' for name in expected} })."
+        )
+    received = f"{len(names)} {tuple(names)}" if names else "none"
+    raise ValueError(
+        f"{where} {key}: expected the model's {key} {expected} (one column each, named after them or "
+        f"mapped to them); received {received}"
+        + (f": {', '.join(map(repr, missing))} missing" if missing and names else "")
+        + (f"; {', '.join(map(repr, foreign))} not the model's" if foreign else "")
+        + (f" ({'; '.join(hints)})" if hints else "")
+        + "."
+        + suggestion
+    )
 
 
 def _assemble(

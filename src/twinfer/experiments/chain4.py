@@ -197,7 +197,8 @@ def simulate(config: Chain4Config) -> Dataset:
 
     Row k of the dataset holds the force u_k applied over [t_k, t_{k+1}) and the measurement
     y_k = a(x_k, u_{k-1}) + noise (the acceleration at the propagated state with the step's force,
-    [REPO]); y_0 uses u_0. The force row at t_N is not applied to anything and is stored as zero.
+    [REPO]: the record's ``alignment`` is ``"held"``); y_0 uses u_0. The force row at t_N is not
+    applied to anything and is stored as zero.
     """
     chain = build_chain(config)
     forces, noise, states, accel = _record(config)
@@ -212,7 +213,7 @@ def simulate(config: Chain4Config) -> Dataset:
         input_names=chain.input_names,
         output_names=chain.output_names,
         state_names=chain.state_names,
-        metadata={"case": "chain4", "truth": config.truth, "rng": config.rng},
+        metadata={"case": "chain4", "truth": config.truth, "rng": config.rng, "alignment": "held"},
     )
 
 
@@ -458,7 +459,7 @@ def graph_estimators(
     """
     if data.inputs is None:
         raise ValueError("chain4 data: expected the applied forces as inputs; received none.")
-    us = np.asarray(data.inputs[:-1], dtype=np.float64)
+    us = np.asarray(data.inputs[:-1], dtype=np.float64)  # y_k+1 read with u_k: a held record
     ys = np.asarray(data.observations[1:], dtype=np.float64)
     masks = np.isfinite(ys)
     det = build_graph(config, "deterministic")

@@ -177,7 +177,8 @@ def simulate(config: Chain6Config, model: SpringNetwork) -> Any:
     """The record: the network simulated exactly under :func:`forcing` for ``t_end``, measured with noise."""
     steps = int(round(config.t_end / config.dt))
     inputs = np.concatenate([forcing(config)[:steps], [0.0]])[:, None]
-    return simulate_dataset(model, inputs, config.dt, config.noise_sd, jax.random.key(config.seed + 123))
+    key = jax.random.key(config.seed + 123)
+    return simulate_dataset(model, inputs, config.dt, config.noise_sd, key, alignment="held")  # the paper's
 
 
 def build_graph(config: Chain6Config, model: SpringNetwork) -> Graph:

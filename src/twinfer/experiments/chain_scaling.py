@@ -195,7 +195,9 @@ def run(config: ChainScalingConfig, progress: Progress) -> RunArtifacts:
         dofs = range(1, 2 * n + 1)
         force_noise = np.asarray([0.0 if d in measured else config.force_noise_sd for d in dofs])
         key = jax.random.key(config.seed + n)
-        data = simulate_dataset(chain, force, config.dt, config.noise_sd, key, input_noise_sd=force_noise)
+        data = simulate_dataset(
+            chain, force, config.dt, config.noise_sd, key, input_noise_sd=force_noise, alignment="held"
+        )  # the compositional paper's alignment
         graph = Graph.from_model(
             chain,
             [(2 * s - 1, 2 * s) for s in range(1, n + 1)],

@@ -34,6 +34,12 @@ class Estimate:
         loglik: log-likelihood of the measurements y_1..y_N under the estimator (NaN when none).
         nis: mean normalised innovation squared per observed measurement (about 1 for a consistent
             filter); None when the estimator does not compute it.
+        log_scale: the columns estimated on a log scale (a positive unknown whose log the filter
+            tracks, :func:`twinfer.infer.filters.run_filter`): their ``means``, ``stds`` and ``covs``
+            are the log-normal's moments in the parameter's own units, and their intervals come from
+            the log space, ``exp(log_mean -+ z log_sd)``.
+        log_means: (N+1, len(log_scale)) means of the logs of the ``log_scale`` columns (None when none).
+        log_stds: (N+1, len(log_scale)) standard deviations of those logs (None when none).
 
     """
 
@@ -45,6 +51,9 @@ class Estimate:
     parameters: tuple[str, ...] = ()
     loglik: float = float("nan")
     nis: float | None = None
+    log_scale: tuple[str, ...] = ()
+    log_means: Any = None
+    log_stds: Any = None
 
     def __post_init__(self) -> None:
         n = len(self.state_names)
@@ -63,6 +72,21 @@ class Estimate:
                 f"Estimate parameters: expected names among state_names {self.state_names}; received "
                 f"{missing}."
             )
+        if [p for p in self.log_scale if p not in self.state_names] or len(set(self.log_scale)) != len(
+            self.log_scale
+        ):
+            raise ValueError(
+                f"Estimate log_scale: expected distinct names among state_names {self.state_names}; received "
+                f"{self.log_scale}."
+            )
+        for field in ("log_means", "log_stds"):
+            value = getattr(self, field)
+            shape = None if value is None else np.shape(value)
+            if shape != ((rows, len(self.log_scale)) if self.log_scale else None):
+                raise ValueError(
+                    f"Estimate {field}: expected shape {(rows, len(self.log_scale))} (times x log_scale) "
+                    f"with log_scale, None without; received {shape} for log_scale {self.log_scale}."
+                )
 
     def _column(self, name: str) -> int:
         try:
@@ -83,13 +107,36 @@ class Estimate:
     def interval(self, name: str, level: float = 0.95, at: int = -1) -> tuple[float, float]:
         """The central ``level`` interval of one column at row ``at`` (default the last): mean -+ z sd.
 
+        A ``log_scale`` column's is ``exp(log_mean -+ z log_sd)``, the log-normal's central interval.
+
         Raises:
             KeyError: for a name that is not a column, naming the columns.
             ValueError: for a level outside (0, 1), or a row ``at`` outside the record.
 
         """
         z, row = self._z(level, "interval"), self._row(at, "interval")
-        mean, sd = (float(np.asarray(v)[row]) for v in self.series(name))
+        low, high = self._limits(name, z)
+        return float(low[row]), float(high[row])
+
+    def band(self, name: str, level: float = 0.95) -> tuple[Any, Any]:
+        """The central ``level`` interval of one column at every time: ``(low (N+1,), high (N+1,))``.
+
+        As :meth:`interval` (from the log space on a ``log_scale`` column).
+
+        Raises:
+            KeyError: for a name that is not a column, naming the columns.
+            ValueError: for a level outside (0, 1).
+
+        """
+        return self._limits(name, self._z(level, "band"))
+
+    def _limits(self, name: str, z: float) -> tuple[Any, Any]:
+        """Lower and upper ends (N+1,) of one column's band ``z`` standard deviations wide."""
+        if name in self.log_scale:
+            j = self.log_scale.index(name)
+            mu, sd = np.asarray(self.log_means)[:, j], np.asarray(self.log_stds)[:, j]
+            return np.exp(mu - z * sd), np.exp(mu + z * sd)
+        mean, sd = (np.asarray(v) for v in self.series(name))
         return mean - z * sd, mean + z * sd
 
     def _z(self, level: float, where: str) -> float:
@@ -180,8 +227,13 @@ class Estimate:
         rows = []
         for name in names:
             mean, sd = (np.asarray(v) for v in self.series(name))
-            m, s = float(mean[at]), float(sd[at])
-            row: dict[str, Any] = {"mean": m, "sd": s, "low": m - z * s, "high": m + z * s}
+            low, high = self._limits(name, z)
+            row: dict[str, Any] = {
+                "mean": float(mean[at]),
+                "sd": float(sd[at]),
+                "low": float(low[at]),
+                "high": float(high[at]),
+            }
             if truth is not None:
                 value = true.get(name)
                 row["truth"] = float(
@@ -239,7 +291,8 @@ class Estimate:
     def to_xarray(self) -> Any:
         """An :class:`xarray.Dataset`: ``mean`` and ``sd`` over ``(time, state)``.
 
-        Also ``cov`` over ``(time, state, state_)`` when kept; attributes ``loglik``, ``nis`` and
+        Also ``cov`` over ``(time, state, state_)`` when kept, ``log_mean`` and ``log_sd`` over
+        ``(time, log_column)`` for the ``log_scale`` columns; attributes ``loglik``, ``nis`` and
         ``parameters`` (comma-separated).
         """
         import xarray as xr
@@ -252,6 +305,10 @@ class Estimate:
         if self.covs is not None:
             data["cov"] = (("time", "state", "state_"), np.asarray(self.covs))
             coords["state_"] = list(self.state_names)
+        if self.log_scale:
+            data["log_mean"] = (("time", "log_column"), np.asarray(self.log_means))
+            data["log_sd"] = (("time", "log_column"), np.asarray(self.log_stds))
+            coords["log_column"] = list(self.log_scale)
         attrs = {"loglik": float(self.loglik), "parameters": ",".join(self.parameters)}
         if self.nis is not None:
             attrs["nis"] = float(self.nis)
@@ -282,8 +339,8 @@ class Estimate:
         return pd.DataFrame(columns, index=pd.Index(np.asarray(self.times), name="time"))
 
 
-_DATA = ("times", "means", "stds", "covs", "loglik", "nis")
-_META = ("state_names", "parameters")
+_DATA = ("times", "means", "stds", "covs", "loglik", "nis", "log_means", "log_stds")
+_META = ("state_names", "parameters", "log_scale")
 
 
 def _flatten(est: Estimate) -> tuple[tuple[Any, ...], tuple[Any, ...]]:

@@ -6,7 +6,7 @@ from twinfer.models._combine_model import CombinedModel
 from twinfer.models._params import get_param, locate, param_names, set_params
 from twinfer.models.boucwen import BoucWen
 from twinfer.models.bouncing_ball import BouncingBall2D
-from twinfer.models.chain import Chain, spring_damper_law
+from twinfer.models.chain import Chain, ShearFrame, spring_damper_law
 from twinfer.models.emps import EMPS
 from twinfer.models.kuramoto import KuramotoNetwork, wrap_angle
 from twinfer.models.network import Link, SpringNetwork
@@ -64,6 +64,7 @@ __all__ = [
     "Params",
     "PeltonParams",
     "PeltonTurbine",
+    "ShearFrame",
     "SpringNetwork",
     "System",
     "TorqueBalance",

@@ -93,6 +93,18 @@ class AbstractModel(eqx.Module):
         return _param_names(self.params)
 
     @property
+    def param_bounds(self) -> dict[str, tuple[float, float]]:
+        """The physical range ``{scalar name: (lower, upper)}`` of each bounded parameter; none by default.
+
+        A model declares here what :meth:`check_params` enforces, as closed intervals: a mass, a stiffness
+        or a damping coefficient is ``(0.0, inf)`` (a mass of exactly 0 is still refused by
+        :meth:`check_params`). The filters estimate an unknown whose range is ``(0, inf)`` on a log scale
+        by default and warn when a posterior crosses a declared bound
+        (:class:`~twinfer.infer.filters.ParameterBoundWarning`).
+        """
+        return {}
+
+    @property
     def n_state(self) -> int:
         return len(self.state_names)
 

@@ -196,6 +196,16 @@ class SpringNetwork(MechanicalModel):
                     )
 
     @property
+    def param_bounds(self) -> dict[str, tuple[float, float]]:
+        """``[0, inf)`` for a mass named alone and every stiffness and damping (:meth:`check_params`).
+
+        A part of a summed mass (``m3 + mstar``) has no bound of its own: only the sum must be > 0.
+        """
+        alone = [names[0] for names in self.masses if len(names) == 1]
+        links = [name for link in self.links for name in (*link.k, *link.c)]
+        return dict.fromkeys((*alone, *links), (0.0, float("inf")))
+
+    @property
     def connections(self) -> tuple[Connection, ...]:
         """Every link between two masses couples their displacements and velocities."""
         return tuple(

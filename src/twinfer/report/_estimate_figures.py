@@ -60,7 +60,8 @@ def estimate_figures(
             ax.plot(t, mean - np.asarray(true), lw=0.6, label="estimate - truth")
             ax.set_ylabel(f"{name} error")
             return
-        ax.fill_between(t, mean - z * sd, mean + z * sd, alpha=0.3, label=band)
+        low, high = est._limits(name, z)  # a log-scale unknown's band from its log space (asymmetric)
+        ax.fill_between(t, low, high, alpha=0.3, label=band)
         ax.plot(t, mean, lw=0.8, label="estimate")
         if true is not None:
             ax.axhline(float(true), color="k", lw=0.8, ls="--", label="truth")

@@ -57,3 +57,6 @@ from twinfer.sim._events import HybridTrajectory, simulate_events  # noqa: E402
 from twinfer.sim._events_rk4 import simulate_rk4_sensitivity  # noqa: E402
 
 __all__ += ["HybridTrajectory", "simulate_events", "simulate_rk4_sensitivity"]
+from twinfer.sim._timescale import STEP_LIMITS, TimeScale, fastest_rate, step_mismatch, unit_hint  # noqa: E402
+
+__all__ += ["STEP_LIMITS", "TimeScale", "fastest_rate", "step_mismatch", "unit_hint"]

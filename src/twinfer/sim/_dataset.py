@@ -1,18 +1,21 @@
-"""Simulated measurements in the estimators' time convention, with their truth.
+"""Simulated records made the way a data acquisition system makes them, with their truth.
 
-The one time convention of twinfer (:func:`twinfer.infer.filters.run_filter`, the graph engine):
+The one time convention of twinfer (:class:`twinfer.data.Dataset`, every estimator):
 
-* row k of a :class:`~twinfer.data.Dataset` holds the time ``t_k``, the input ``u_k`` applied (held)
-  over ``[t_k, t_{k+1})`` and the measurement ``y_k``;
-* step k of a filter predicts ``x_{k+1}`` from ``x_k`` with ``u_k`` and updates with
-  ``y_{k+1} = h(x_{k+1}, u_k) + v_{k+1}``: the output at the end of the interval, with the input that
-  was held over it (an accelerometer under a force input measures the acceleration the held force
-  produces there);
-* ``y_0 = h(x_0, u_0) + v_0`` is recorded but not used (the prior describes ``t_0``).
+* row k of a :class:`~twinfer.data.Dataset` holds the time ``t_k`` and the input ``u_k`` and the
+  output ``y_k`` sampled at that same instant: ``y_k = h(x_k, u_k) + v_k``;
+* for the dynamics the input is held over ``[t_k, t_{k+1})``: step k of a filter predicts ``x_{k+1}``
+  from ``x_k`` with ``u_k`` and updates with ``y_{k+1} = h(x_{k+1}, u_{k+1}) + v_{k+1}``;
+* ``y_0`` is recorded but not used (the prior describes ``t_0``).
 
-A trajectory from :func:`twinfer.sim.simulate_discrete` reads ``outputs[k] = h(x_k, u_k)``, the other
-alignment for models whose output depends on the input: :func:`simulate_dataset` makes the aligned
-record, so nobody has to.
+The compositional-inference paper's code reads ``y_{k+1} = h(x_{k+1}, u_k)`` instead (the output at the
+end of an interval with the input held over it): ``alignment="held"`` makes such a record, and the
+estimators read a record the way its :attr:`~twinfer.data.Dataset.alignment` says. The two differ only
+where an output depends directly on an input (an accelerometer on a forced mass).
+
+A continuous input (a callable ``u(t)``) is simulated as it acts, between the samples too (an adaptive
+solve, or ``oversample`` fine steps per interval), and read at the sample instants, so a filter that
+holds each sample over its interval meets the model error real data carry.
 
 References:
     compositional-inference paper, S1-S4 (the step convention of Alg. 1 and 4-6).
@@ -51,13 +54,17 @@ def simulate_dataset(
     input_noise_sd: Any = None,
     process_cov: Any = None,
     metadata: Mapping[str, Any] | None = None,
+    alignment: Literal["sampled", "held"] = "sampled",
+    oversample: int = 20,
 ) -> Dataset:
-    """Simulate ``model`` and measure it with noise: an aligned :class:`~twinfer.data.Dataset` with its truth.
+    """Simulate ``model`` and measure it with noise: a :class:`~twinfer.data.Dataset` with its truth.
 
     Args:
         model: a continuous-time twinfer model (its own ``params`` are the truth).
         inputs: (T + 1, n_input) samples, row k held over ``[t_k, t_{k+1})`` (the last row is only
-            recorded), or None for an autonomous model (then give ``n_steps``).
+            recorded); or a callable ``u(t) -> (n_input,)`` written in JAX, a continuous input signal
+            (then give ``n_steps``), which drives the truth between the samples too and is recorded at
+            ``t_k``; or None for an autonomous model (then give ``n_steps``).
         dt: sample interval, finite and > 0.
         noise_sd: measurement-noise standard deviation, a scalar or one value per output, >= 0.
         key: a JAX PRNG key (the noise; the same key gives the same record).
@@ -81,12 +88,21 @@ def simulate_dataset(
             covariance then meets exactly the process noise it assumes: the set-up in which its 95 %
             bands can be checked to hold 95 % of the truth. Needs a stepped truth: a fixed-step
             ``truth`` or a linear model's exact one.
-        metadata: extra entries for the record's metadata.
+        metadata: extra entries for the record's metadata. ``input_hold`` is ``"linear"`` for a
+            callable input (a continuous signal), ``"zoh"`` for samples (held, as they drove the truth).
+        alignment: ``"sampled"`` (default): ``y_k = h(x_k, u_k)``, inputs and outputs read at the same
+            instants, as an acquisition system reads them; ``"held"``: ``y_{k+1} = h(x_{k+1}, u_k)``,
+            the compositional-inference paper's alignment (its cases name it to reproduce its tables).
+            Recorded as ``metadata["alignment"]``, which the estimators read.
+        oversample: fine steps per interval for a callable input with a fixed-step or a linear model's
+            exact truth (the input at the middle of each fine step of ``dt / oversample``, held over it:
+            second-order accurate); a nonlinear model's exact truth follows the callable itself (an
+            adaptive solve).
 
     Returns:
         A :class:`~twinfer.data.Dataset` over ``t_0..t_T`` with the model's input, output and state names,
         ``truth_states`` (T + 1, n_state), ``truth_params`` (every scalar parameter) and metadata naming
-        the truth, noise and alignment.
+        the truth, noise and ``alignment``.
 
     Raises:
         ValueError: naming the argument, the expected and the received value.
@@ -97,6 +113,28 @@ def simulate_dataset(
     allowed = ("exact", *(m for m in METHODS if m != "exact"))
     if truth not in allowed:
         raise ValueError(f"simulate_dataset truth: expected one of {allowed}; received {truth!r}.")
+    if alignment not in ("sampled", "held"):
+        raise ValueError(
+            f"simulate_dataset alignment: expected 'sampled' (y_k = h(x_k, u_k)) or 'held' "
+            f"(y_k+1 = h(x_k+1, u_k)); received {alignment!r}."
+        )
+    if isinstance(oversample, bool) or not isinstance(oversample, int | np.integer) or oversample < 1:
+        raise ValueError(f"simulate_dataset oversample: expected an integer >= 1; received {oversample!r}.")
+    signal = inputs if callable(inputs) else None
+    if signal is not None:
+        if n_steps is None or int(n_steps) < 1:
+            raise ValueError(
+                f"simulate_dataset n_steps: expected T >= 1 with a callable input; received {n_steps}."
+            )
+        grid = np.arange(int(n_steps) + 1) * float(dt)
+        try:
+            sampled = np.asarray(jax.vmap(signal)(jnp.asarray(grid)), dtype=np.float64)
+        except Exception as error:  # a user's callable: say which argument failed
+            raise ValueError(
+                f"simulate_dataset inputs: the callable u(t) failed on the sample times ({error}); expected "
+                f"a JAX function of t returning {model.n_input} values ({', '.join(model.input_names)})."
+            ) from None
+        inputs, n_steps = sampled.reshape(grid.size, -1), None
     if inputs is None:
         if model.n_input:
             raise ValueError(
@@ -155,20 +193,25 @@ def simulate_dataset(
         )
     times = np.arange(n + 1) * float(dt)
     u_j = jnp.asarray(us)
+    fine = 1 if signal is None else int(oversample)
+    if signal is None:
+        u_fine = u_j[:-1]
+    else:  # the signal at the middle of each fine step, held over it (second order: no lag of h / 2)
+        t_fine = ((np.arange(n * fine) + 0.5) / fine) * float(dt)
+        u_fine = jnp.reshape(jnp.asarray(jax.vmap(signal)(jnp.asarray(t_fine))), (n * fine, -1))
     if process_cov is not None:
-        states = _with_process_noise(model, dt, truth, substeps, start, u_j[:-1], process_cov, key)
-    elif truth == "exact":
-        if model.is_linear:
-            states = simulate_discrete(discretise(model, dt, "exact"), start, u_j[:-1]).states
-        else:
-            solved = simulate(model, times, start, us, interpolation="zoh")
-            states = (solved if isinstance(solved, Trajectory) else solved[0]).states
+        states = _with_process_noise(model, dt, truth, substeps, start, u_fine, process_cov, key, fine)
+    elif truth == "exact" and not model.is_linear:
+        solved = simulate(model, times, start, us if signal is None else signal, interpolation="zoh")
+        states = (solved if isinstance(solved, Trajectory) else solved[0]).states
     else:
-        step = discretise(model, dt, truth, substeps)
-        states = simulate_discrete(step, start, u_j[:-1]).states
+        step = discretise(model, dt / fine, truth, substeps) if truth != "exact" else None
+        step = discretise(model, dt / fine, "exact") if step is None else step
+        states = simulate_discrete(step, start, u_fine).states[::fine]
     states = jnp.asarray(states)
-    held = jnp.concatenate([u_j[:1], u_j[:-1]])  # y_0 with u_0; y_{k+1} with u_k
-    clean = jax.vmap(lambda t, x, u: model.output(t, x, u, model.params))(jnp.asarray(times), states, held)
+    # the input each output is read with: its own sample (sampled), or the interval's before it (held)
+    read = u_j if alignment == "sampled" else jnp.concatenate([u_j[:1], u_j[:-1]])
+    clean = jax.vmap(lambda t, x, u: model.output(t, x, u, model.params))(jnp.asarray(times), states, read)
     noisy = np.asarray(clean) + sd[None, :] * np.asarray(jax.random.normal(key, clean.shape))
     if not np.all(np.isfinite(np.asarray(states))):
         raise ValueError(
@@ -193,7 +236,9 @@ def simulate_dataset(
             if process_cov is not None
             else {}
         ),
-        "alignment": "row k: u_k held over [t_k, t_k+1); y_k+1 = h(x_k+1, u_k) + noise",
+        **({"input": f"continuous u(t), truth with {fine} steps per interval"} if signal is not None else {}),
+        "alignment": alignment,
+        "input_hold": "linear" if signal is not None else "zoh",
         **dict(metadata or {}),
     }
     return Dataset(
@@ -210,9 +255,20 @@ def simulate_dataset(
 
 
 def _with_process_noise(
-    model: AbstractModel, dt: float, truth: str, substeps: int, x0: Any, us: Any, cov: Any, key: Any
+    model: AbstractModel,
+    dt: float,
+    truth: str,
+    substeps: int,
+    x0: Any,
+    us: Any,
+    cov: Any,
+    key: Any,
+    fine: int = 1,
 ) -> Any:
-    """The truth stepped interval by interval with ``N(0, cov)`` added after each step (T + 1, n)."""
+    """The truth stepped interval by interval with ``N(0, cov)`` added after each step (T + 1, n).
+
+    ``us``: (T fine, n_input) inputs, ``fine`` steps of ``dt / fine`` per interval.
+    """
     from twinfer.infer.gaussian import psd_factor
 
     q = np.asarray(cov, dtype=np.float64)
@@ -228,17 +284,21 @@ def _with_process_noise(
             "truth; expected truth = a fixed-step method (e.g. 'rk4' with substeps) for the nonlinear "
             f"{type(model).__name__}; received truth='exact'."
         )
-    step = discretise(model, dt, "exact" if truth == "exact" else truth, substeps)
+    h = dt / fine
+    step = discretise(model, h, "exact" if truth == "exact" else truth, substeps)
     root = jnp.asarray(psd_factor(q, "simulate_dataset process_cov"))
-    ws = jax.random.normal(jax.random.fold_in(key, 2), (us.shape[0], n)) @ root.T
-    ts = dt * jnp.arange(us.shape[0])
+    n_int = us.shape[0] // fine
+    ws = jax.random.normal(jax.random.fold_in(key, 2), (n_int, n)) @ root.T
+    ts = (dt * jnp.arange(n_int))[:, None] + h * jnp.arange(fine)[None, :]
+    us_int = jnp.reshape(us, (n_int, fine, -1))
 
     def body(x: Any, inp: Any) -> tuple[Any, Any]:
         t, u, w = inp
-        nxt = step.transition(t, x, u, step.params) + w
+        nxt, _ = jax.lax.scan(lambda z, tu: (step.transition(tu[0], z, tu[1], step.params), None), x, (t, u))
+        nxt = nxt + w
         return nxt, nxt
 
-    _, xs = jax.lax.scan(body, jnp.asarray(x0), (ts, us, ws))
+    _, xs = jax.lax.scan(body, jnp.asarray(x0), (ts, us_int, ws))
     return jnp.concatenate([jnp.asarray(x0)[None], xs])
 
 

@@ -16,10 +16,19 @@ from twinfer.infer.filters._api import (
     smooth,
 )
 from twinfer.infer.filters._augment import Augmented, augment
-from twinfer.infer.filters._errors import NIS_LOW, NIS_WARN, DivergenceError, FilterConsistencyWarning
+from twinfer.infer.filters._errors import (
+    NIS_ALPHA,
+    NIS_LOW,
+    NIS_WARN,
+    DivergenceError,
+    FilterConsistencyWarning,
+    ParameterBoundWarning,
+    nis_band,
+)
 from twinfer.infer.filters._gaussian_filter import GaussianFilterOutput, gaussian_filter
 from twinfer.infer.filters._particle import ParticleOutput, particle_filter, systematic_resample
 from twinfer.infer.filters._smoother import SmootherOutput, rts_smooth
+from twinfer.infer.filters._tune import NOISE_BOUNDS, PLATEAU, PROCESS_BOUNDS, NoiseTuning, tuning_of
 from twinfer.infer.filters._ukf import FilterOutput, UkfStep, run_ukf, ukf_scan, ukf_step
 from twinfer.infer.filters._wls import STATIC_STEPS, WlsStep, wls_step, wnls_step
 from twinfer.infer.gaussian import UnscentedWeights, linear, taylor, unscented
@@ -27,8 +36,12 @@ from twinfer.infer.gaussian import UnscentedWeights, linear, taylor, unscented
 __all__ = [
     "ESTIMATORS",
     "LINEARISATIONS",
+    "NIS_ALPHA",
     "NIS_LOW",
     "NIS_WARN",
+    "NOISE_BOUNDS",
+    "PLATEAU",
+    "PROCESS_BOUNDS",
     "STATIC_STEPS",
     "Augmented",
     "DivergenceError",
@@ -37,6 +50,8 @@ __all__ = [
     "FilterConsistencyWarning",
     "FilterOutput",
     "GaussianFilterOutput",
+    "NoiseTuning",
+    "ParameterBoundWarning",
     "ParticleOutput",
     "SmootherOutput",
     "UkfStep",
@@ -46,6 +61,7 @@ __all__ = [
     "filter",
     "gaussian_filter",
     "linear",
+    "nis_band",
     "particle_filter",
     "rts_smooth",
     "run_filter",
@@ -53,6 +69,7 @@ __all__ = [
     "smooth",
     "systematic_resample",
     "taylor",
+    "tuning_of",
     "ukf_scan",
     "ukf_step",
     "unscented",

@@ -26,22 +26,30 @@ from jaxtyping import ArrayLike, Float
 
 from twinfer.data import Dataset
 from twinfer.infer._estimate import Estimate
-from twinfer.infer.filters._augment import augment
+from twinfer.infer.filters._augment import (
+    Scale,
+    augment,
+    natural_estimate,
+    scaled_prior,
+    warn_if_out_of_bounds,
+)
 from twinfer.infer.filters._errors import (
-    NIS_LOW,
-    NIS_WARN,
+    NIS_ALPHA,
+    NIS_FACTOR,
     DivergenceError,
     FilterConsistencyWarning,
     first_not_psd,
     inconsistency,
+    nis_band,
 )
 from twinfer.infer.filters._gaussian_filter import gaussian_filter
 from twinfer.infer.filters._smoother import rts_smooth
+from twinfer.infer.filters._tune import AUTO, attach, filter_loglik, is_auto, noise_floor, tune_noise
 from twinfer.infer.filters._ukf import run_ukf
 from twinfer.infer.gaussian import UnscentedWeights, linear, taylor, unscented
 from twinfer.models import AbstractModel
 from twinfer.sim import METHODS as INTEGRATORS
-from twinfer.sim import discretise
+from twinfer.sim import discretise, unit_hint
 
 Estimator = Literal["ukf", "ekf", "kf"]
 LinearisationName = Literal["propagated", "redrawn", "taylor", "linear"]
@@ -68,9 +76,9 @@ class EstimateOptions(TypedDict, total=False):
 
     x0: Float[ArrayLike, " n"] | Sequence[float]
     state_sd: Float[ArrayLike, " n"] | Sequence[float]
-    process_sd: Float[ArrayLike, " n"] | Sequence[float]
-    noise_sd: Float[ArrayLike, " m"] | Sequence[float]
-    unknown: Mapping[str, tuple[float, float, float]] | None
+    process_sd: Float[ArrayLike, " n"] | Sequence[float] | Literal["auto"]
+    noise_sd: Float[ArrayLike, " m"] | Sequence[float] | Literal["auto"]
+    unknown: Mapping[str, tuple[float, float, float] | tuple[float, float, float, Scale]] | None
     estimator: Estimator
     linearisation: LinearisationName | None
     integrator: Integrator
@@ -150,23 +158,26 @@ _JIT_GAUSSIAN = eqx.filter_jit(gaussian_filter)
 
 
 class _Transition(eqx.Module):
-    """``(x, u) -> x_next`` as a pytree, so repeated calls with the same model structure reuse the jit."""
+    """``(x, u) -> x_next`` as a pytree, so repeated calls with the same model structure reuse the jit.
+
+    ``u`` is a step's input pair ``[u_k, u_meas]`` (:meth:`Dataset.step_inputs`); the dynamics read ``u_k``.
+    """
 
     step: Any
     params: Any
 
     def __call__(self, x: Any, u: Any) -> Any:
-        return self.step.transition(0.0, x, u, self.params)
+        return self.step.transition(0.0, x, u[: u.shape[-1] // 2], self.params)
 
 
 class _Output(eqx.Module):
-    """``(x, u) -> y`` as a pytree (see :class:`_Transition`)."""
+    """``(x, u) -> y`` as a pytree (see :class:`_Transition`); reads the pair's measurement input."""
 
     model: AbstractModel
     params: Any
 
     def __call__(self, x: Any, u: Any) -> Any:
-        return self.model.output(0.0, x, u, self.params)
+        return self.model.output(0.0, x, u[u.shape[-1] // 2 :], self.params)
 
 
 @functools.lru_cache(maxsize=16)
@@ -218,6 +229,16 @@ _ARGS_HINT = (
     "initial covariance from state_sd (and the prior sd in unknown), the initial mean from x0."
 )
 
+
+def _time_hint(model: AbstractModel, data: Dataset, integrator: str, x_init: Any) -> str:
+    """A divergence message's sentence on the record's step against the model's time scales, or ``""``.
+
+    The model's fastest time scale at the prior (:func:`twinfer.sim.unit_hint`): a time column in
+    milliseconds shows there.
+    """
+    return unit_hint(model, data.dt, integrator, x_init, None if data.inputs is None else data.inputs[0])
+
+
 _ZERO_HINT = {
     "noise_sd": " A noise-free measurement makes the innovation covariance singular and the filter "
     "trusts the model over the data without limit; give the sensor's real noise level.",
@@ -226,8 +247,15 @@ _ZERO_HINT = {
 }
 
 
-def _unknown(where: str, model: AbstractModel, unknown: Any) -> dict[str, tuple[float, float, float]]:
-    """Validated ``{parameter name: (initial value, prior sd > 0, random-walk sd >= 0)}``."""
+def _unknown(
+    where: str, model: AbstractModel, unknown: Any, *, log_default: bool = False
+) -> dict[str, tuple[float, float, float, str]]:
+    """Validated ``{parameter name: (prior mean, prior sd > 0, random-walk sd >= 0, scale)}``.
+
+    In the filter's coordinates: of ``log(theta)`` where the scale is ``"log"`` (:func:`scaled_prior`;
+    ``log_default``: a parameter declared positive defaults to it, as in :func:`run_filter`; the graph
+    builders, which check their unknowns here, keep the linear scale).
+    """
     if unknown is None:
         return {}
     if not isinstance(unknown, Mapping):
@@ -235,21 +263,22 @@ def _unknown(where: str, model: AbstractModel, unknown: Any) -> dict[str, tuple[
             f"{where} unknown: expected a mapping {{name: (initial value, prior sd, random-walk sd)}}; "
             f"received {type(unknown).__name__}."
         )
-    out: dict[str, tuple[float, float, float]] = {}
+    out: dict[str, tuple[float, float, float, str]] = {}
     for name, spec in unknown.items():
         if not isinstance(name, str) or name not in model.param_names:
             raise ValueError(
                 f"{where} unknown: expected parameter names of the model ({', '.join(model.param_names)}); "
                 f"received {name!r}."
             )
+        scale = spec[3] if isinstance(spec, tuple | list) and len(spec) == 4 else None
         try:
-            values = np.asarray(spec)
+            values = np.asarray(spec if scale is None else spec[:3])
         except ValueError:
             values = np.asarray([0.0])  # ragged: reported below
         if values.shape != (3,) or values.dtype.kind not in "fiu" or values.dtype in (np.float16, np.float32):
             raise ValueError(
                 f"{where} unknown[{name!r}]: expected 3 float64 numbers (initial value, prior sd, "
-                f"random-walk sd per step); received {spec!r}."
+                f"random-walk sd per step) and optionally the scale 'log' or 'linear'; received {spec!r}."
             )
         init, sd0, sdq = (float(v) for v in values)
         if not all(np.isfinite([init, sd0, sdq])) or sd0 <= 0 or sdq < 0:
@@ -268,7 +297,7 @@ def _unknown(where: str, model: AbstractModel, unknown: Any) -> dict[str, tuple[
             model.with_params(**{name: init})
         except ValueError as error:
             raise ValueError(f"{where} unknown[{name!r}]: initial value {init!r} refused: {error}") from None
-        out[name] = (init, sd0, sdq)
+        out[name] = scaled_prior(where, model, name, (init, sd0, sdq), scale, log_default=log_default)
     return out
 
 
@@ -322,8 +351,9 @@ def _run(model: AbstractModel, data: Dataset, where: str, options: Mapping[str, 
     _choice(where, "linearisation", lin_name, allowed, f" for estimator {estimator!r}")
     integrator = _choice(where, "integrator", opts.integrator, INTEGRATORS)
     _check_data(where, model, data)
-    unknown = _unknown(where, model, opts.unknown)
-    aug = augment(model, list(unknown)) if unknown else model
+    unknown = _unknown(where, model, opts.unknown, log_default=True)
+    scales = {name: v[3] for name, v in unknown.items()}
+    aug = augment(model, list(unknown), [v == "log" for v in scales.values()]) if unknown else model
     if estimator == "kf" and not aug.is_linear:
         reason = " (its unknown parameters, in the state, multiply states)" if unknown else ""
         raise ValueError(
@@ -333,11 +363,13 @@ def _run(model: AbstractModel, data: Dataset, where: str, options: Mapping[str, 
     n_base = model.n_state
     base_names = model.state_names
     # host (numpy) arrays up to the jitted filter: no eager device op per argument on a warm call
-    prior = np.asarray([v for v in unknown.values()], dtype=np.float64).reshape(-1, 3)
+    prior = np.asarray([v[:3] for v in unknown.values()], dtype=np.float64).reshape(-1, 3)
     x_init = np.concatenate([_vector(where, "x0", opts.x0, base_names, lower="any"), prior[:, 0]])
     sd0 = np.concatenate([_vector(where, "state_sd", opts.state_sd, base_names, lower="> 0"), prior[:, 1]])
-    sdq = np.concatenate([_vector(where, "process_sd", opts.process_sd, base_names), prior[:, 2]])
-    sdr = _vector(where, "noise_sd", opts.noise_sd, model.output_names, lower="> 0")
+    auto_q, auto_r = (is_auto(where, k, getattr(opts, k)) for k in ("process_sd", "noise_sd"))
+    q_base = sd0[:n_base] if auto_q else _vector(where, "process_sd", opts.process_sd, base_names)
+    sdq = np.concatenate([q_base, prior[:, 2]])
+    sdr = _vector(where, "noise_sd", 1.0 if auto_r else opts.noise_sd, model.output_names, lower="> 0")
     weights = opts.weights
     if weights is not None and not isinstance(weights, UnscentedWeights):
         raise TypeError(
@@ -354,11 +386,34 @@ def _run(model: AbstractModel, data: Dataset, where: str, options: Mapping[str, 
     except ValueError as error:
         raise ValueError(f"{where} integrator: {error}") from None
     params = aug.params
-    us = data.inputs[:-1] if data.inputs is not None else np.zeros((data.n_steps - 1, 0))
+    us = data.step_inputs()
     f = _Transition(step, params)
     h = _Output(aug, params)
     ys, masks = np.nan_to_num(data.observations[1:]), np.asarray(data.mask[1:])
     if lin_name == "propagated":
+        lin = None
+    elif lin_name == "redrawn":
+        lin = _unscented(weights or UnscentedWeights.merwe())
+    else:
+        lin = taylor if lin_name == "taylor" else linear
+    tuning = None
+    if auto_q or auto_r:  # noise levels from the data (docs/tuning.md)
+        loglik = filter_loglik(
+            f, h, x_init, sd0, prior[:, 2], us, ys, masks, linearisation=lin, weights=weights
+        )
+        tuning = tune_noise(
+            loglik,
+            process_shape=sd0[:n_base] if auto_q else None,
+            noise_shape=noise_floor(ys, masks) if auto_r else None,
+            process_sd=q_base,
+            noise_sd=sdr,
+            state_names=base_names,
+            output_names=model.output_names,
+        )
+        q_base = q_base if tuning.process_sd is None else tuning.process_sd
+        sdq = np.concatenate([q_base, prior[:, 2]])
+        sdr = sdr if tuning.noise_sd is None else tuning.noise_sd
+    if lin is None:
         try:
             out = run_ukf(
                 f,
@@ -374,12 +429,9 @@ def _run(model: AbstractModel, data: Dataset, where: str, options: Mapping[str, 
                 times=data.times[1:],
             )
         except DivergenceError as error:
-            raise DivergenceError(f"{where}: {error} {_ARGS_HINT}") from None
+            hint = _time_hint(aug, data, integrator, x_init)
+            raise DivergenceError(f"{where}: {error}{hint} {_ARGS_HINT}") from None
     else:
-        if lin_name == "redrawn":
-            lin = _unscented(weights or UnscentedWeights.merwe())
-        else:
-            lin = taylor if lin_name == "taylor" else linear
         out = _JIT_GAUSSIAN(
             f,
             h,
@@ -396,7 +448,7 @@ def _run(model: AbstractModel, data: Dataset, where: str, options: Mapping[str, 
             raise DivergenceError(
                 f"{where}: estimator {estimator!r} ({lin_name}) diverged at step {int(out.first_bad_step)} "
                 f"(t = {float(data.times[1 + int(out.first_bad_step)]):g}): non-finite state or covariance. "
-                f"Check the model. {_ARGS_HINT}"
+                f"Check the model.{_time_hint(aug, data, integrator, x_init)} {_ARGS_HINT}"
             )
     cov0 = np.diag(sd0**2)
     if where == "smooth":
@@ -410,33 +462,44 @@ def _run(model: AbstractModel, data: Dataset, where: str, options: Mapping[str, 
             raise DivergenceError(
                 f"smooth: the RTS smoother diverged at row {bad} (t = {float(data.times[bad]):g}): "
                 "non-finite state or a covariance that is not positive semi-definite (a singular "
-                "predicted covariance: try a larger process_sd)."
+                f"predicted covariance: try a larger process_sd).{_time_hint(aug, data, integrator, x_init)}"
             )
         stds = jnp.sqrt(jnp.maximum(jnp.diagonal(covs, axis1=1, axis2=2), 0.0))
     else:
         means, covs, stds = _filtered_summary(x_init, cov0, out.means, out.chols)
     n_obs = int(np.asarray(data.mask[1:]).sum())
     nis = float(out.nis) if n_obs and out.nis is not None else None
-    verdict = inconsistency(nis, n_obs)
+    verdict = inconsistency(nis, n_obs, alpha=NIS_ALPHA)
+    band_low, band_high = nis_band(n_obs)
+    band_low, band_high = min(band_low, 1.0 / NIS_FACTOR), max(band_high, NIS_FACTOR)
+    expected = (
+        f"a consistent filter gives {band_low:.3g}..{band_high:.3g} over {n_obs} values (chi-square, "
+        f"false-alarm rate {NIS_ALPHA:g}, and at most {NIS_FACTOR:g}x from 1)"
+    )
+    auto = ["process_sd", "noise_sd"]
+    auto = [k for k in auto if not (tuning is not None and getattr(tuning, k) is not None)]
+    try_auto = f" Try {' and '.join(f'{k}={AUTO!r}' for k in auto)} (docs/tuning.md)." if auto else ""
     if verdict == "high":
         warnings.warn(
-            f"{where}: the normalised innovation squared (NIS) averages {nis:.3g} per measurement; a "
-            f"consistent filter gives about 1 (warning above {NIS_WARN:g}). The model, its parameters or "
-            "the noise levels (noise_sd, process_sd) do not fit the data, so the estimates and the "
-            f"log-likelihood ({float(out.loglik):.4g}) are not trustworthy.",
+            f"{where}: the normalised innovation squared (NIS) averages {nis:.3g} per measurement; "
+            f"{expected}. The innovations are larger than the filter predicts: the model, its parameters "
+            "or the noise levels (noise_sd, process_sd) do not fit the data, so the estimates and the "
+            f"log-likelihood ({float(out.loglik):.4g}) are not trustworthy.{try_auto}",
             FilterConsistencyWarning,
             stacklevel=3,
         )
     elif verdict == "low":
         warnings.warn(
-            f"{where}: the normalised innovation squared (NIS) averages {nis:.3g} per measurement over "
-            f"{n_obs} values; a consistent filter gives about 1 (warning below {NIS_LOW:g}). The filter's "
-            "variances are far larger than the data justify: an unstable discretisation (try a smaller "
-            "time step or another integrator) or noise levels (noise_sd, process_sd) far too high.",
+            f"{where}: the normalised innovation squared (NIS) averages {nis:.3g} per measurement; "
+            f"{expected}. The innovations are smaller than the filter predicts, so its variances are "
+            "larger than the data justify: noise levels (noise_sd, process_sd) too high, a process noise "
+            "absorbing a model error (an unknown parameter can then be biased with bands that look "
+            "wide), or an unstable discretisation (try a smaller time step or another integrator)."
+            f"{try_auto}",
             FilterConsistencyWarning,
             stacklevel=3,
         )
-    return Estimate(
+    est = Estimate(
         times=data.times,
         means=means,
         stds=stds,
@@ -446,6 +509,9 @@ def _run(model: AbstractModel, data: Dataset, where: str, options: Mapping[str, 
         loglik=float(out.loglik),
         nis=nis,
     )
+    est = natural_estimate(est, aug, where)  # log-scale unknowns in their own units
+    warn_if_out_of_bounds(where, model, est, scales)
+    return est if tuning is None else attach(est, tuning)
 
 
 def run_filter(model: AbstractModel, data: Dataset, **options: Unpack[EstimateOptions]) -> Estimate:
@@ -453,9 +519,11 @@ def run_filter(model: AbstractModel, data: Dataset, **options: Unpack[EstimateOp
 
     Also importable as ``filter`` (the same function; ``run_filter`` does not shadow the builtin).
 
-    Time alignment: row k of the dataset holds the input u_k applied over [t_k, t_{k+1}) and the
-    measurement y_k; step k predicts x_{k+1} with u_k and updates with y_{k+1} = h(x_{k+1}, u_k) (the
-    compositional-inference paper's convention). y_0 is not used (the prior describes t_0).
+    Time alignment (:class:`twinfer.data.Dataset`): row k of the dataset holds the input u_k and the
+    measurement y_k sampled at t_k; the input is held over [t_k, t_{k+1}) for the dynamics. Step k
+    predicts x_{k+1} with u_k and updates with y_{k+1} = h(x_{k+1}, u_{k+1}); a record whose
+    ``alignment`` is ``"held"`` (the compositional-inference paper's code) is read as
+    y_{k+1} = h(x_{k+1}, u_k). y_0 is not used (the prior describes t_0).
 
     Noise levels are standard deviations, as a user states them (not covariances, not factors); the
     filters run on their square-root factors (:mod:`twinfer.infer.gaussian`).
@@ -468,12 +536,23 @@ def run_filter(model: AbstractModel, data: Dataset, **options: Unpack[EstimateOp
 
             - ``x0`` (0.0): prior mean of the state (a scalar, broadcast, or one value per state).
             - ``state_sd`` (1.0): prior standard deviation of each state, > 0 (scalar or one per state).
-            - ``process_sd`` (1e-6): per-step process-noise standard deviation of each state, >= 0.
+            - ``process_sd`` (1e-6): per-step process-noise standard deviation of each state, >= 0;
+              or ``"auto"``: ``state_sd`` times the multiplier in [1e-10, 1] that maximises the
+              record's log-likelihood (:mod:`twinfer.infer.filters._tune`; the unknowns' random walks
+              are not tuned).
             - ``noise_sd`` (1.0): measurement-noise standard deviation of each output, > 0 (a
-              noise-free sensor makes the innovation covariance singular and is refused).
+              noise-free sensor makes the innovation covariance singular and is refused); or
+              ``"auto"``: each output's noise floor (its second differences) times the multiplier in
+              [1e-3, 10] that maximises the log-likelihood. Both may be ``"auto"``; the result's ``tuning``
+              (:class:`~twinfer.infer.filters.NoiseTuning`) holds the chosen values, the
+              log-likelihood around them and the time taken.
             - ``unknown`` (None): ``{name: (initial value, prior sd > 0, random-walk sd per step >= 0)}``
               of scalar parameters of the model to estimate; the initial value must be one the model
-              accepts.
+              accepts. A parameter the model declares in ``[0, inf)`` (``param_bounds``: a mass, a
+              stiffness, a damping) is estimated as ``log(theta)`` (the prior keeps its median and
+              relative sd, the random walk is relative: docs/tuning.md) and reported in its own units
+              (``Estimate.log_scale``); a 4th element ``"linear"`` keeps the linear scale, ``"log"``
+              asks for the log scale on any parameter with a positive initial value.
             - ``estimator`` (``"ukf"``): ``"ukf"`` (unscented), ``"ekf"`` (extended: Taylor
               linearisation) or ``"kf"`` (Kalman, for a linear model and no unknown parameters; exact
               Jacobians). All square-root.
@@ -494,7 +573,8 @@ def run_filter(model: AbstractModel, data: Dataset, **options: Unpack[EstimateOp
 
     Returns:
         :class:`EstimateResult`, with ``nis`` the mean normalised innovation squared (about 1 when the
-        model and noise levels fit the data).
+        model and noise levels fit the data); with an ``"auto"`` level, also the attribute ``tuning``
+        (:class:`~twinfer.infer.filters.NoiseTuning`; :func:`~twinfer.infer.filters.tuning_of`).
 
     Raises:
         ValueError: naming the argument, the expected and the received value, for a model/dataset
@@ -504,11 +584,17 @@ def run_filter(model: AbstractModel, data: Dataset, **options: Unpack[EstimateOp
         TypeError: when ``model``, ``data``, ``unknown`` or ``weights`` has the wrong type, or for a
             keyword that is not an option.
         DivergenceError: (a ``ValueError``) when the filter's state becomes non-finite or its
-            covariance stops being positive semi-definite, naming the step and time.
+            covariance stops being positive semi-definite, naming the step and time, and a likely unit
+            mistake when the record's step is far from the model's fastest time scale (a time column
+            in milliseconds: :func:`twinfer.sim.unit_hint`).
 
     Warns:
-        FilterConsistencyWarning: when ``nis`` exceeds ``NIS_WARN`` (10): the innovations are far wider
-            than the filter predicts, so the model or the noise levels do not fit the data.
+        ParameterBoundWarning: when an unknown's final 95 % interval crosses a bound the model declares
+            (``param_bounds``: a linear-scale stiffness below 0), naming the parameter, bound, interval.
+        FilterConsistencyWarning: when ``nis`` is outside the two-sided chi-square band of a consistent
+            filter over the observed values (false-alarm rate ``NIS_ALPHA``, 1e-4: :func:`nis_band`), or
+            above ``NIS_WARN`` (10): the innovations are wider or narrower than the filter predicts, so
+            the model or the noise levels do not fit the data.
 
     References:
         compositional-inference paper, Alg. 4-6 (KF, EKF, UKF) and S13-S15 (sigma points); Särkkä &

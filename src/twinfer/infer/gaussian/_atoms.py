@@ -113,13 +113,19 @@ def condition(
     entry of their own (:func:`update` and :func:`noise_factor` do this); here their innovation is
     zeroed. ``triangular=False`` returns the square, non-triangular posterior factor the first
     reflections leave (enough when the next step triangularises anyway); it needs ``chol_joint`` with
-    ``m + n`` columns.
+    ``m + n`` columns. With no measurement rows (``m = 0``: a subsystem without sensors) the result is
+    the prediction itself, its factor ``chol_joint``'s, and a log-likelihood increment of 0.
 
     Returns:
         Posterior mean, posterior factor, :class:`UpdateInfo`.
 
     """
     n_y, n_x = innovation.shape[0], mean.shape[0]
+    if n_y == 0:  # nothing measured (a subsystem without sensors): the prediction, log-likelihood 0
+        zero = jnp.zeros((), mean.dtype)
+        square = not triangular and chol_joint.shape[1] == n_x
+        info = UpdateInfo(zero, innovation, jnp.zeros((0, 0), mean.dtype), zero)
+        return mean, chol_joint if square else tria(chol_joint), info
     innovation = innovation * mask.astype(innovation.dtype)
     if chol_joint.shape[0] > HOUSEHOLDER_MAX:
         big = tria(chol_joint)  # lower-triangular (m + n) square: its lower-right block is triangular

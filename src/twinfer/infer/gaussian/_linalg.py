@@ -40,7 +40,7 @@ HOUSEHOLDER_MAX = 32
 def cholesky(a: Float[Array, "n n"]) -> Float[Array, "n n"]:
     """Lower Cholesky factor of a symmetric positive-definite matrix (NaN where it is not)."""
     n = a.shape[-1]
-    if n > UNROLL_MAX:
+    if n == 0 or n > UNROLL_MAX:  # the empty factor of no sensors is the library's too
         return jnp.linalg.cholesky(a)
     low: list[list[Any]] = [[None] * n for _ in range(n)]
     for j in range(n):

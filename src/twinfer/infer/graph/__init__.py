@@ -7,6 +7,15 @@ References:
 """
 
 from twinfer.infer.graph._banded import banded_estimate, clear_compiled, timed_banded_estimate
+from twinfer.infer.graph._check import (
+    CHECK_STEPS,
+    GAP_WARN,
+    MessageCheck,
+    MessageFitWarning,
+    check_messages,
+    default_bandwidth,
+    smallest_bandwidth,
+)
 from twinfer.infer.graph._compile import (
     SCHEDULES,
     Compiled,
@@ -41,6 +50,13 @@ from twinfer.infer.graph._graph import Graph
 from twinfer.infer.graph._parts import Interface, Port, Subsystem, two_way
 
 __all__ = [
+    "CHECK_STEPS",
+    "GAP_WARN",
+    "MessageCheck",
+    "MessageFitWarning",
+    "check_messages",
+    "smallest_bandwidth",
+    "default_bandwidth",
     "FIELD_MESSAGES",
     "FIELD_VARIANCES",
     "SCHEDULES",

@@ -150,7 +150,7 @@ import numpy as np
 
 from twinfer.infer._estimate import Estimate
 from twinfer.infer.filters import DivergenceError
-from twinfer.infer.graph._compile import _merged, check_step
+from twinfer.infer.graph._compile import _merged, _warn_inconsistent, check_step
 from twinfer.infer.graph._field import _columns
 from twinfer.infer.graph._graph import Graph
 from twinfer.infer.graph._parts import structure_cached
@@ -774,11 +774,13 @@ def _scan_of(
         mean, cliques = carry
         u_row, y, mask = inp
         sp = numbers["sparsity"]
-        u = _columns(u_row, numbers["inputs"])
+        half = u_row.shape[0] // 2  # [u_k, u_meas]: Dataset.step_inputs
+        u = _columns(u_row[:half], numbers["inputs"])
+        u_meas = _columns(u_row[half:], numbers["inputs"])
         zero_m = jnp.zeros((0,), mean.dtype)
         params = numbers["params"]
         f = lambda x: transition(x, u, zero_m, params)  # noqa: E731
-        h = lambda x: output(x, u, zero_m, params)  # noqa: E731
+        h = lambda x: output(x, u_meas, zero_m, params)  # noqa: E731
         if prediction == "unscented":
             f_pad = lambda xp: xp.at[pidx].set(f(xp[pidx]))  # noqa: E731 (padding states stay put)
             mean_in = jnp.zeros(n_pad, mean.dtype).at[pidx].set(mean)
@@ -1009,7 +1011,7 @@ def _banded(
             "banded_estimate R: expected uncorrelated measurement noise (a diagonal R in every subsystem); "
             "received correlated outputs."
         )
-    us = jnp.asarray(us_all[:-1])
+    us = jnp.asarray(dataset.step_inputs())  # per step: the input held over it, the one y was read with
     ys_all = np.nan_to_num(np.asarray(dataset.observations))[1:]
     mask_all = np.asarray(dataset.mask)[1:]
     seen = outputs >= 0
@@ -1060,4 +1062,8 @@ def _banded(
         result[s.name] = (means[:, a:c], stds[:, a:c], float(np.sum(logliks)) if i == 0 else 0.0)
     est = _merged(graph, result, dataset, None)
     n_obs = int(np.asarray(masks).sum())
-    return dataclasses.replace(est, nis=float(np.sum(mahas)) / n_obs if n_obs else None), timed
+    nis = float(np.sum(mahas)) / n_obs if n_obs else None
+    _warn_inconsistent(
+        "banded_estimate", nis, {"the banded filter": (float(np.sum(mahas)), n_obs)}, est.loglik
+    )
+    return dataclasses.replace(est, nis=nis), timed

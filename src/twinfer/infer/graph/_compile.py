@@ -147,13 +147,16 @@ from twinfer.data._checks import first_bad
 from twinfer.infer._estimate import Estimate, merge_estimates
 from twinfer.infer.filters import STATIC_STEPS, DivergenceError, gaussian_filter, ukf_step
 from twinfer.infer.filters._errors import (
+    NIS_ALPHA,
     NIS_DIVERGED,
+    NIS_FACTOR,
     NIS_LOW,
     NIS_WARN,
     FilterConsistencyWarning,
     first_not_psd,
     first_runaway,
     inconsistency,
+    nis_band,
 )
 from twinfer.infer.gaussian import UnscentedWeights, cholesky, linear, predict, psd_factor, taylor, tria
 from twinfer.infer.graph._field import FieldEngine, _columns, compile_field, run_field
@@ -666,7 +669,8 @@ def _local_step(
     Returns filtered and predicted means and lower factors, the log-likelihood increment and the
     normalised innovation squared of the update (:func:`_estimator_step`).
     """
-    u = _columns(u_all, arr["inputs"])
+    half = u_all.shape[0] // 2  # the step's input pair: held over the step, read with y (step_inputs)
+    u, u_meas = _columns(u_all[:half], arr["inputs"]), _columns(u_all[half:], arr["inputs"])
     seen = arr["outputs"] >= 0  # -1: an output never measured (not the data's last column)
     safe = jnp.where(seen, arr["outputs"], 0)
     y, mask = y_all[safe], seen & mask_all[safe]
@@ -674,7 +678,7 @@ def _local_step(
 
     fm, hm = _split_model(tmpl, params, m, laws, split, n_z)
     f = lambda xx, uu: fm(xx, uu, m)  # noqa: E731
-    h = lambda xx, uu: hm(xx, uu, m)  # noqa: E731
+    h = lambda xx, uu: hm(xx, u_meas, m)  # noqa: E731  (the measurement's own input)
     chol_q, chol_r = arr["chol_Q"], arr["chol_R"]
     if n_z:  # no process noise on the consider states
         chol_q = jnp.concatenate([chol_q, jnp.zeros((n_z, chol_q.shape[1]), chol_q.dtype)], axis=0)
@@ -1106,8 +1110,12 @@ class _Engine:
         ports = tuple(mu[:, g.port_idx] for mu, g in zip(means, self.groups, strict=True))
         return (means, chols, var0, ports, jnp.ones((), bool))
 
-    def scan(self, num: Numbers, us: Any, ys: Any, masks: Any, check: bool = False):
+    def scan(self, num: Numbers, us: Any, ys: Any, masks: Any, check: bool = False, us_meas: Any = None):
         """Scan :meth:`step` over T steps: step k uses ``us[k]`` and ``ys[k]`` (measured at t_{k+1}).
+
+        ``us[k]`` is held over the step; ``us_meas[k]`` (default ``us[k]``) is the input ``ys[k]`` was
+        read with (:meth:`twinfer.data.Dataset.step_inputs`). :meth:`step` takes them as one row
+        ``[u_k, u_meas]``.
 
         Returns, per group stacked over its members, the filtered means and factors, the predicted ones,
         the log-likelihood terms and the normalised innovation squared per step (``(T, G)``, 0 for a
@@ -1125,7 +1133,8 @@ class _Engine:
             cut_c = lambda xs: tuple(x[..., :k, :k] for x, k in zip(xs, n, strict=True))  # noqa: E731
             return carry, (cut_m(mu), cut_c(ch), cut_m(pm), cut_c(pc), ll, nis)
 
-        _, outs = jax.lax.scan(body, self.init(num), (us, ys_clean, masks))
+        pairs = jnp.concatenate([us, us if us_meas is None else jnp.asarray(us_meas, us.dtype)], axis=-1)
+        _, outs = jax.lax.scan(body, self.init(num), (pairs, ys_clean, masks))
         if check:
             bad = []  # (n_subsystems,) in group order, True where any step diverged
             for mu, chol in zip(outs[0], outs[1], strict=True):
@@ -1190,7 +1199,9 @@ def run(
     """Run the compiled graph over a record and return each subsystem's estimates by name.
 
     The record is a :class:`twinfer.data.Dataset` (step k applies ``inputs[k]`` over [t_k, t_{k+1}) and
-    updates with ``observations[k+1]``) or arrays ``us`` (T, n_u) and ``ys`` (T, n_y) aligned that way.
+    updates with ``observations[k+1]``, read with the input its ``alignment`` says:
+    :meth:`~twinfer.data.Dataset.step_inputs`) or arrays ``us`` (T, n_u) and ``ys`` (T, n_y), row k
+    ``u_k`` and ``y_{k+1} = h(x_{k+1}, u_k)``.
     Missing values: a NaN observation is missing and skipped (the Dataset's masked entries are NaN);
     an infinite one is an error, as is any non-finite input. Without ``compiled``, the program of the
     graph's structure is compiled once and reused (:func:`compiled_for`).
@@ -1226,8 +1237,8 @@ def _scan_record(
             "which keeps the marginal standard deviations only."
         )
     chosen: Numbers = compiled.numbers if numbers is None else numbers
-    us, ys, masks, times = _prepare_record(compiled, chosen, dataset, us, ys)
-    outs = compiled.scan(chosen, jnp.asarray(us), jnp.asarray(ys), jnp.asarray(masks))
+    us, ys, masks, times, us_meas = _prepare_record(compiled, chosen, dataset, us, ys)
+    outs = compiled.scan(chosen, jnp.asarray(us), jnp.asarray(ys), jnp.asarray(masks), us_meas=us_meas)
     return compiled, chosen, outs, times, masks
 
 
@@ -1306,9 +1317,11 @@ def timed_estimate(
             f"timed_estimate: graph {graph.name!r} is coupled by a field; time run_field instead."
         )
     chosen = with_numbers(compiled, graph)
-    us, ys, masks, times = _prepare_record(compiled, chosen, dataset, None, None)
-    args = (jnp.asarray(us), jnp.asarray(ys), jnp.asarray(masks))
-    timed = time_jitted(lambda u, y, k: compiled.scan(chosen, u, y, k), *args, repeats=repeats)
+    us, ys, masks, times, us_meas = _prepare_record(compiled, chosen, dataset, None, None)
+    args = (jnp.asarray(us), jnp.asarray(ys), jnp.asarray(masks), us_meas)
+    timed = time_jitted(
+        lambda u, y, k, um: compiled.scan(chosen, u, y, k, us_meas=um), *args, repeats=repeats
+    )
     result = _checked_moments(graph, compiled, chosen, timed.value, times)
     nis = _total_nis(_subsystem_nis(compiled, chosen, timed.value, masks))
     return dataclasses.replace(_merged(graph, result, dataset, None), nis=nis), timed
@@ -1363,29 +1376,37 @@ def _warn_inconsistent(
     (at least the smallest), smallest first.
     """
     n_obs = sum(c for _, c in per.values())
-    verdict = inconsistency(nis, n_obs)
+    verdict = inconsistency(nis, n_obs, alpha=NIS_ALPHA)
     if verdict is None:
         return
+    low, high_bound = nis_band(n_obs)
+    low, high_bound = min(low, 1.0 / NIS_FACTOR), max(high_bound, NIS_FACTOR)
+    expected = (
+        f"a consistent filter gives {low:.3g}..{high_bound:.3g} over {n_obs} values (chi-square, false-alarm "
+        f"rate {NIS_ALPHA:g}, and at most {NIS_FACTOR:g}x from 1)"
+    )
     means = {k: v / c for k, (v, c) in per.items() if c}
     high = verdict == "high"
     ranked = sorted(means, key=lambda k: -means[k] if high else means[k])
-    named = [k for k in ranked if (means[k] > NIS_WARN if high else means[k] < NIS_LOW)] or ranked[:1]
+    # beyond the fixed limits, the subsystems beyond them; otherwise those outside the chi-square band
+    top = NIS_WARN if nis is not None and nis > NIS_WARN else high_bound
+    bottom = NIS_LOW if nis is not None and nis < NIS_LOW else low
+    named = [k for k in ranked if (means[k] > top if high else means[k] < bottom)] or ranked[:1]
     worst = ", ".join(f"{k!r} {means[k]:.3g} over {per[k][1]} values" for k in named)
     if high:
         text = (
             f"{where}: the normalised innovation squared (NIS) averages {nis:.3g} per measurement over the "
-            f"subsystems' updates; a consistent filter gives about 1 (warning above {NIS_WARN:g}). Worst "
-            f"subsystems: {worst}. Their models, parameters, noise levels (noise_sd, process_sd) or "
-            "incoming messages do not fit the data, so the estimates and the log-likelihood "
-            f"({loglik:.4g}) are not trustworthy."
+            f"subsystems' updates; {expected}. Worst subsystems: {worst}. Their models, parameters, noise "
+            "levels (noise_sd, process_sd), incoming messages or the record's alignment (which instant "
+            "each input column was sampled at: docs/your-data.md) do not fit the data, so the estimates "
+            f"and the log-likelihood ({loglik:.4g}) are not trustworthy."
         )
     else:
         text = (
-            f"{where}: the normalised innovation squared (NIS) averages {nis:.3g} per measurement over "
-            f"{n_obs} values; a consistent filter gives about 1 (warning below {NIS_LOW:g}). Lowest "
-            f"subsystems: {worst}. Their variances are far larger than the data justify: an unstable "
-            "discretisation (try a smaller time step or another integrator) or noise levels (noise_sd, "
-            "process_sd) far too high."
+            f"{where}: the normalised innovation squared (NIS) averages {nis:.3g} per measurement; "
+            f"{expected}. Lowest subsystems: {worst}. Their variances are larger than the data justify: "
+            "noise levels (noise_sd, process_sd) too high, or an unstable discretisation (try a smaller "
+            "time step or another integrator)."
         )
     warnings.warn(text, FilterConsistencyWarning, stacklevel=3)
 
@@ -1420,17 +1441,20 @@ def _merged(graph: Graph, result: dict[str, tuple[Any, Any, float]], dataset: An
 
 def _prepare_record(
     compiled: Compiled, numbers: Any, dataset: Any, us: Any, ys: Any
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, Any]:
-    """Checked host arrays ``(us, ys with missing values zeroed, masks, times)`` of a record.
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, Any, Any]:
+    """Checked host arrays ``(us, ys with missing values zeroed, masks, times, us_meas)`` of a record.
+
+    ``us_meas``: the inputs the measurements were read with (a dataset's
+    :meth:`~twinfer.data.Dataset.step_inputs`), None for arrays (``ys[k]`` read with ``us[k]``).
 
     Raises:
         ValueError: as :func:`run` for the record and the graph's numbers.
 
     """
-    times = None
+    times, us_meas = None, None
     if dataset is not None:
-        n = len(dataset.times) - 1
-        us = np.zeros((n, 0)) if dataset.inputs is None else np.asarray(dataset.inputs)[:-1]
+        pairs = dataset.step_inputs()  # the step's input, and the one y_k+1 was read with
+        us, us_meas = np.split(pairs, 2, axis=1)
         ys = np.asarray(dataset.observations)[1:]
         times = np.asarray(dataset.times)
         check_step(
@@ -1458,7 +1482,7 @@ def _prepare_record(
                     )
     _check_numbers(compiled, numbers)
     masks = ~np.isnan(ys)
-    return us, np.where(masks, ys, 0.0), masks, times
+    return us, np.where(masks, ys, 0.0), masks, times, us_meas
 
 
 def check_step(steps: Any, dataset: Any, where: str = "run") -> None:

@@ -579,8 +579,8 @@ class FieldEngine:
         )
         return carry, ([o[0] for o in outs], [jnp.sqrt(v) for v in variances], [o[3] for o in outs])
 
-    def scan(self, num: FieldNumbers, us: Any, ys: Any, masks: Any) -> Any:
-        """Scan :meth:`step` over T steps.
+    def scan(self, num: FieldNumbers, us: Any, ys: Any, masks: Any, us_meas: Any = None) -> Any:
+        """Scan :meth:`step` over T steps (``us_meas``: as :meth:`twinfer.infer.graph.Compiled.scan`).
 
         Returns:
             ``(means, stds, ok)``: per group, (T, C, n) over t_1..t_T and (T, C) True where the member's
@@ -590,8 +590,9 @@ class FieldEngine:
         """
         ys = jnp.where(masks, ys, 0.0)
         arrs = self._padded(num)
+        pairs = jnp.concatenate([us, us if us_meas is None else jnp.asarray(us_meas, us.dtype)], axis=-1)
         _, (means, stds, oks) = jax.lax.scan(
-            lambda c, i: self._step(arrs, num, c, i), self._init(arrs), (us, ys, masks)
+            lambda c, i: self._step(arrs, num, c, i), self._init(arrs), (pairs, ys, masks)
         )
         keep = [len(g.members) for g in self.groups]
         trim = lambda xs: [x[:, :k] for x, k in zip(xs, keep, strict=True)]  # noqa: E731
@@ -652,10 +653,11 @@ def _field_local_step(tmpl: _FieldTemplate, u_all, params, inputs, chol_r, mean,
 
     ``q`` is the process noise's variances (n,) when the group's Q is diagonal, else a factor (n, k).
     """
-    u = _columns(u_all, inputs)
+    half = u_all.shape[0] // 2  # the step's input pair: held over the step, read with y (step_inputs)
+    u, u_meas = _columns(u_all[:half], inputs), _columns(u_all[half:], inputs)
     f = lambda xx, uu: tmpl.transition(xx, uu, m, params)  # noqa: E731
     if callable(tmpl.output):
-        h: Any = lambda xx, uu: tmpl.output(xx, uu, m, params)  # noqa: E731
+        h: Any = lambda xx, uu: tmpl.output(xx, u_meas, m, params)  # noqa: E731
     else:
         h = jnp.asarray(tmpl.output)
     if tmpl.estimator in STATIC_STEPS:
@@ -697,8 +699,10 @@ def run_field(
     from twinfer.infer.graph._compile import _prepare_record, compile
 
     compiled = compile(graph, mesh=mesh) if compiled is None else compiled
-    us, ys, masks, times = _prepare_record(compiled, compiled.numbers, dataset, us, ys)
-    means, stds, ok = compiled.scan(compiled.numbers, jnp.asarray(us), jnp.asarray(ys), jnp.asarray(masks))
+    us, ys, masks, times, us_meas = _prepare_record(compiled, compiled.numbers, dataset, us, ys)
+    means, stds, ok = compiled.scan(
+        compiled.numbers, jnp.asarray(us), jnp.asarray(ys), jnp.asarray(masks), us_meas=us_meas
+    )
     check_field_run(compiled, jax.tree_util.tree_map(np.asarray, ok), times)
     return field_estimates(compiled, means, stds)
 

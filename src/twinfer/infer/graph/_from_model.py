@@ -14,17 +14,27 @@ References:
 
 from __future__ import annotations
 
+import collections
 import functools
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import equinox as eqx
+import jax
 import jax.numpy as jnp
 import numpy as np
 
 from twinfer.infer.filters import UnscentedWeights, augment
 from twinfer.infer.filters._api import _unknown as _checked_unknown
-from twinfer.infer.graph._parts import MESSAGE_KINDS, MESSAGE_RULES, Interface, Port, Subsystem, two_way
+from twinfer.infer.graph._parts import (
+    MESSAGE_KINDS,
+    MESSAGE_RULES,
+    Interface,
+    Port,
+    Subsystem,
+    structure_cached,
+    two_way,
+)
 from twinfer.models import AbstractModel, Chain, Connection
 from twinfer.models._params import locate
 from twinfer.models.chain import EstimatedConnectionLaw, connection_law
@@ -202,18 +212,19 @@ def chain_graph(
         held_left = [g for _, g in at_cut.get(s, [])] if holder.get(s) == s else []
         held_right = [g for _, g in at_cut.get(s + 1, [])] if holder.get(s + 1) == s else []
         held = held_left + held_right
-        node = _segment_node(
-            m, part.outputs, "kappa" in params, "mu" in params, names, integrator, dt, substeps, len(held)
-        )
+        flags = ("kappa" in params, "mu" in params)
+        node = _segment_node(m, part.outputs, *flags, names, integrator, dt, substeps, len(held), part.base)
+        n_g = part.n_ground  # the ground's inputs (ag; xg, vg) come first, then one force slot per DOF
+        in_cols = tuple(range(n_g)) + tuple(chain.n_ground + forced[d] if d in forced else -1 for d in seg)
         states = [d - 1 for d in seg] + [n + d - 1 for d in seg]
         values = [unknown[g] for g in (*local[s].values(), *held)]
         ports = {}
         base = 2 * m + len(names)
         if first > 1:
-            ports["left"] = Port(state=(0, m, *range(base, base + len(held_left))), slots=(0,))
+            ports["left"] = Port(state=(0, m, *range(base, base + len(held_left))), slots=(n_g,))
         if last < n:
             extra = range(base + len(held_left), base + len(held))
-            ports["right"] = Port(state=(m - 1, 2 * m - 1, *extra), slots=(m - 1,))
+            ports["right"] = Port(state=(m - 1, 2 * m - 1, *extra), slots=(n_g + m - 1,))
         subs.append(
             Subsystem(
                 name=f"S{s + 1}",
@@ -227,10 +238,10 @@ def chain_graph(
                 R=np.diag(np.asarray([sdr[out_col[_global_output(o, first)]] for o in part.outputs]) ** 2)
                 if part.outputs
                 else np.zeros((0, 0)),
-                inputs=tuple(forced.get(d, -1) for d in seg),
+                inputs=in_cols,
                 outputs=tuple(out_col[_global_output(o, first)] for o in part.outputs),
                 ports=ports,
-                n_msg=m,
+                n_msg=n_g + m,
                 estimator=estimators[s],
                 weights=weights,
                 dynamics=node.dynamics,
@@ -297,6 +308,7 @@ def _segment_node(
     dt: float,
     substeps: int,
     n_held: int = 0,
+    base: str | None = None,
 ) -> GraphNode:
     """The transition and output of a segment's structure, every DOF forced (messages add to inputs).
 
@@ -312,6 +324,7 @@ def _segment_node(
         vdp_damping=0.0 if van_der_pol else None,
         outputs=outputs,
         n_dof=n_dof,
+        base=base,
     )
     node = graph_node(augment(template, list(unknown)) if unknown else template, dt, integrator, substeps)
     if not n_held:
@@ -438,9 +451,17 @@ def model_graph(
     :mod:`twinfer.infer.graph._compile`). On a :class:`~twinfer.models.Chain` this is the same estimator as
     :func:`chain_graph` with rule ``"split"``.
 
-    Each output goes to the first subsystem whose own states it reads. The declaration is checked: at
-    three draws from the prior (``x0``, ``state_sd``), the Jacobians of the vector field and the outputs
-    must vanish on every state of another group that a subsystem does not read.
+    Each output goes to a subsystem whose own states it reads (:func:`_placed`: the one holding the state
+    it is the rate of, else the first). The declaration is checked: at three draws from the prior
+    (``x0``, ``state_sd``), the Jacobians of the vector field and the outputs must vanish on every state
+    of another group that a subsystem does not read. A subsystem may measure nothing: it then predicts
+    from its messages (no update, a log-likelihood increment of 0).
+
+    Graphs of one model structure (the model's class, static fields and parameter shapes, the partition,
+    the outputs' placement, ``integrator``, ``dt``, ``substeps``) share their subsystems' functions, so
+    :func:`~twinfer.infer.graph.run` compiles their program once; each graph runs on its own numbers
+    (its ``params``, noise levels and priors). The model's functions must read its numbers from their
+    ``params`` argument (the :class:`~twinfer.models.AbstractModel` contract), not from ``self``.
 
     Args:
         model: the continuous-time model; its inputs are given to every subsystem.
@@ -458,8 +479,12 @@ def model_graph(
         weights: UKF sigma-point weights (default Merwe alpha=1, beta=2, kappa=0).
         name: the graph's name.
         unknown: ``{parameter name: (initial value, prior sd > 0, random-walk sd per step >= 0)}``; each
-            joins the subsystem whose equations read it (one only). Each initial value must be one the
-            model takes (``model.with_params``), as :func:`~twinfer.infer.filters.run_filter` checks.
+            joins the state of the subsystem whose equations read it. One read by several (a storey
+            stiffness at a cut) is estimated as :func:`chain_graph` estimates a cut connection's: one
+            reader holds it (the one whose outputs measure it best, :func:`_holder`) and sends it with
+            its port to the others, which read it as a message (with its uncertainty, for probabilistic
+            messages). Each initial value must be one the model takes (``model.with_params``), as
+            :func:`~twinfer.infer.filters.run_filter` checks.
         x0: prior mean per model state (scalar or ``n_state`` values).
         state_sd: prior standard deviation per model state, > 0.
         process_sd: process-noise standard deviation per step per model state, >= 0.
@@ -473,15 +498,13 @@ def model_graph(
     Raises:
         ValueError: for a partition that does not cover the states once, a connection naming unknown
             states or two groups' worth of states on one side, coupling the declaration leaves out, an
-            output no subsystem can evaluate, an unknown read by two subsystems or whose initial value
+            output no subsystem can evaluate, an unknown that no equation reads or whose initial value
             the model refuses, naming them.
 
     References:
         Ghorbani & Hackl, section 1, SI (S1)-(S4) (subsystems, messages as interface variables).
 
     """
-    import jax
-
     from twinfer.infer.graph._graph import Graph
 
     names = tuple(model.state_names)
@@ -538,12 +561,13 @@ def model_graph(
 
     # the dependence structure at three draws from the prior: which states each equation and output reads
     draws = mean0 + sd0 * np.random.default_rng(0).normal(size=(3, n_full))
-    jac_f = jax.jit(jax.jacfwd(lambda x: full.vector_field(0.0, x, jnp.asarray(u0), full.params)))
-    jac_h = jax.jit(jax.jacfwd(lambda x: full.output(0.0, x, jnp.asarray(u0), full.params)))
+    structure = lambda: _model_structure(full)  # noqa: E731  (the cache key: graphs of one structure share)
+    jac_f, jac_h = structure_cached(_JACOBIANS, _CACHE_SIZE, structure, lambda: _jacobians(full))
     dep_f = np.zeros((n_full, n_full), bool)
     dep_h = np.zeros((full.n_output, n_full), bool)
     for x in draws:
-        jf, jh = np.asarray(jac_f(jnp.asarray(x))), np.asarray(jac_h(jnp.asarray(x)))
+        jf = np.asarray(jac_f(jnp.asarray(x), jnp.asarray(u0), full.params))
+        jh = np.asarray(jac_h(jnp.asarray(x), jnp.asarray(u0), full.params))
         if not (np.isfinite(jf).all() and np.isfinite(jh).all()):
             raise ValueError(
                 "model_graph: the model's vector field or outputs gave non-finite derivatives at a draw from "
@@ -551,15 +575,30 @@ def model_graph(
             )
         dep_f |= jf != 0
         dep_h |= jh != 0
+    group_of = np.asarray([owner[s] for s in names])
+    placed = _placed(
+        dep_h[:, :n],
+        dep_f[:n, :n],
+        group_of,
+        [{names.index(s) for q in reads[i].values() for s in q} for i in range(p)],
+    )
     held_by = dict(owner)
     for k, key in enumerate(unknown):
-        readers = sorted({owner[names[r]] for r in np.flatnonzero(dep_f[:n, n + k])})
-        if len(readers) != 1:
+        readers = sorted(
+            {int(group_of[r]) for r in np.flatnonzero(dep_f[:n, n + k])}
+            | {int(placed[o]) for o in np.flatnonzero(dep_h[:, n + k]) if placed[o] >= 0}
+        )
+        if not readers:
             raise ValueError(
-                f"model_graph unknown {key!r}: expected a parameter that the equations of one group read; "
-                f"read by groups {[f'S{r + 1}' for r in readers]}."
+                f"model_graph unknown {key!r}: expected a parameter that the model's equations or outputs "
+                "read; read by none at three draws from the prior (x0, state_sd)."
             )
-        held_by[key] = readers[0]
+        held_by[key] = holder = _holder(
+            readers, placed, group_of, dep_f[:n, n + k], dep_h[:, :n], dep_h[:, n + k]
+        )
+        for i in readers:  # the others read it from the holder, as a message (a cut connection's unknown)
+            if i != holder:
+                reads[i].setdefault(holder, []).append(key)
     full_names = names + tuple(unknown)
     own = [[full_names.index(s) for s in full_names if held_by[s] == i] for i in range(p)]
     read_idx = [[full_names.index(s) for j in sorted(reads[i]) for s in reads[i][j]] for i in range(p)]
@@ -581,8 +620,8 @@ def model_graph(
                 f"{sorted(full_names[c] for c in cols)}, which no group holds with the states it reads by "
                 "declared connections."
             )
-        out_of[fits[0]].append(k)
-    pairs = [(i, j) for i in range(p) for j in range(i + 1, p) if j in reads[i]]
+        out_of[int(placed[k]) if placed[k] in fits else fits[0]].append(k)
+    pairs = [(i, j) for i in range(p) for j in range(i + 1, p) if j in reads[i] or i in reads[j]]
     kinds = _per("messages", messages, 2 * len(pairs), "directed interface", "model_graph")
     for kind in kinds:
         if kind not in MESSAGE_KINDS:
@@ -591,14 +630,20 @@ def model_graph(
     weights = UnscentedWeights.merwe() if weights is None else weights
     subs = []
     for i in range(p):
-        node = _group_node(
-            full, tuple(own[i]), tuple(read_idx[i]), tuple(out_of[i]), integrator, dt, substeps
+        shape = (tuple(own[i]), tuple(read_idx[i]), tuple(out_of[i]), integrator, float(dt), int(substeps))
+        node = structure_cached(
+            _NODES,
+            4 * _CACHE_SIZE,
+            lambda shape=shape: (structure(), shape),
+            lambda shape=shape: _group_node(full, *shape),
         )
         ports = {}
-        for j in sorted(reads[i]):
+        for j in sorted({*reads[i], *(q for q in range(p) if i in reads[q])}):
             base = sum(len(reads[i][q]) for q in sorted(reads[i]) if q < j)
-            mine = [own[i].index(full_names.index(s)) for s in reads[j][i]]
-            ports[f"S{j + 1}"] = Port(state=tuple(mine), slots=tuple(range(base, base + len(reads[i][j]))))
+            mine = [own[i].index(full_names.index(s)) for s in reads[j].get(i, [])]
+            ports[f"S{j + 1}"] = Port(
+                state=tuple(mine), slots=tuple(range(base, base + len(reads[i].get(j, []))))
+            )
         idx = own[i]
         local_names = tuple(full_names[r] for r in idx)
         subs.append(
@@ -626,11 +671,96 @@ def model_graph(
     for e, (i, j) in enumerate(pairs):
         gamma = np.zeros(1)
         a, b = f"S{i + 1}", f"S{j + 1}"
-        edges += [
-            Interface(a, b, b, a, _read_sender, gamma, kinds[2 * e], rule),
-            Interface(b, a, a, b, _read_sender, gamma, kinds[2 * e + 1], rule),
-        ]
+        if reads[j].get(i):  # a direction carries what its receiver reads (an unknown's may go one way)
+            edges.append(Interface(a, b, b, a, _read_sender, gamma, kinds[2 * e], rule))
+        if reads[i].get(j):
+            edges.append(Interface(b, a, a, b, _read_sender, gamma, kinds[2 * e + 1], rule))
     return Graph(name, subs, edges, state_order=full_names)
+
+
+_CACHE_SIZE = 16
+_JACOBIANS: collections.OrderedDict[Any, Any] = collections.OrderedDict()
+_NODES: collections.OrderedDict[Any, GraphNode] = collections.OrderedDict()
+
+
+def _model_structure(model: AbstractModel) -> Any:
+    """What a model's functions compute, apart from the numbers they read from ``params``.
+
+    The model's pytree structure (its class and static fields), the shape and dtype of each leaf of
+    ``params`` (passed to every function, so never part of the program), and the value of every other
+    leaf (a fixed array a model holds outside ``params`` is compiled in, so a different one is another
+    structure). Models of one structure share :func:`_group_node`'s functions, so their graphs share one
+    compiled program (:func:`~twinfer.infer.graph.compiled_for`). Raises ``TypeError`` for a leaf that
+    cannot be keyed (then the graph is built anew, its program compiled for it alone).
+    """
+    in_params = {id(leaf) for leaf in jax.tree.leaves(model.params)}
+    leaves, treedef = jax.tree.flatten(model)
+    key: list[Any] = []
+    for leaf in leaves:
+        if id(leaf) in in_params:
+            key.append(("param", np.shape(leaf), np.dtype(getattr(leaf, "dtype", type(leaf))).str))
+        elif isinstance(leaf, jax.Array | np.ndarray | np.generic | int | float | complex | bool):
+            arr = np.asarray(leaf)
+            key.append(("fixed", arr.shape, arr.dtype.str, arr.tobytes()))
+        else:
+            hash(leaf)
+            key.append(("object", leaf))
+    return (treedef, tuple(key))
+
+
+def _jacobians(model: AbstractModel) -> tuple[Any, Any]:
+    """Jitted ``(x, u, params) ->`` Jacobians of the vector field and the outputs in the state at t = 0."""
+    return (
+        jax.jit(jax.jacfwd(lambda x, u, p: model.vector_field(0.0, x, u, p))),
+        jax.jit(jax.jacfwd(lambda x, u, p: model.output(0.0, x, u, p))),
+    )
+
+
+def _placed(dep_h: np.ndarray, dep_f: np.ndarray, group_of: np.ndarray, reads: list[set[int]]) -> np.ndarray:
+    """The group each output goes to, by the states it reads (-1: none, an error :func:`model_graph` names).
+
+    Among the groups whose own states it reads and that hold or read every state it reads, the one with
+    a state whose equation reads exactly those states (an output that is a state's rate, an
+    accelerometer, goes with its mass, as in :func:`chain_graph`), else the first. ``dep_h``
+    (n_output, n): which states each output reads; ``dep_f`` (n, n): which states each state's equation
+    reads; ``group_of`` (n,): each state's group; ``reads``: the states each group reads through its
+    connections.
+    """
+    out = np.full(dep_h.shape[0], -1)
+    for k, row in enumerate(dep_h):
+        cols = set(np.flatnonzero(row).tolist())
+        mine = [set(np.flatnonzero(group_of == i).tolist()) for i in range(len(reads))]
+        fits = [i for i in range(len(reads)) if cols & mine[i] and cols <= mine[i] | reads[i]]
+        rates = [i for i in fits if row.any() and any((dep_f[r] == row).all() for r in mine[i])]
+        out[k] = (rates or fits or [-1])[0]
+    return out
+
+
+def _holder(
+    readers: list[int],
+    placed: np.ndarray,
+    group_of: np.ndarray,
+    dep_f: np.ndarray,
+    dep_h: np.ndarray,
+    dep_y: np.ndarray,
+) -> int:
+    """The group that holds an unknown that ``readers`` read (as :func:`chain_graph` holds a cut's).
+
+    ``placed`` (n_output,): each output's group (:func:`_placed`); ``group_of`` (n,): each state's;
+    ``dep_f`` (n,): whether each state's equation reads the unknown; ``dep_h`` (n_output, n): which
+    states each output reads; ``dep_y`` (n_output,): which outputs read the unknown. The holder is the
+    reader that measures it best: first one with an output that reads the unknown (an accelerometer on
+    a mass its spring acts on), then one with an output on a state whose equation reads it, then one
+    with any output; on a tie the last (a chain's right side, as :func:`chain_graph`). The other readers
+    read it through their messages from the holder, with its uncertainty (probabilistic messages).
+    """
+
+    def score(i: int) -> tuple[bool, bool, bool]:
+        seen = placed == i
+        acting = dep_h[:, (group_of == i) & dep_f].any(axis=1)
+        return bool((seen & dep_y).any()), bool((seen & acting).any()), bool(seen.any())
+
+    return max(readers, key=lambda i: (score(i), i))
 
 
 def _group_node(
