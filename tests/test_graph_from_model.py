@@ -401,8 +401,9 @@ def test_issue_20_acceptance_chain(kind):
       noise seeds 2, 5, 7, 11, 13 the central UKF on the same discretisation covers 0.912 / 0.923 /
       0.969 / 0.956 / 0.968 with Duffing cuts and 0.970 / 0.909 / 0.990 / 0.850 / 0.979 with Van der Pol
       cuts, so the exact filter itself leaves [0.90, 0.99] on one record in ten. Coverage is therefore
-      judged pooled over the five records (central 0.946 and 0.940: the set-up is one a calibrated
-      filter passes), and each record against the central filter.
+      judged pooled over records (central 0.946 and 0.940 over the five; the test runs seeds 2, 5 and
+      13, which hold the two lowest central coverages of each kind), and each record against the central
+      filter. #51 made this banded set-up (bandwidth 2, unknowns global) the default distributed route.
     * banded_estimate (each subsystem keeping its correlation with two neighbours on either side, the
       unknowns with the whole chain: ``parameters="global"``; kept local, k2's interval in the first
       subsystem came out 8 N/m wide against the central's 19 and missed the truth) covers as it does
@@ -431,7 +432,7 @@ def test_issue_20_acceptance_chain(kind):
     parts, truths, states = [(1, 2), (3, 4), (5, 6), (7, 8)], {"k2": 1.8e4, "k6": 1.7e4}, slice(0, 16)
     graph = Graph.from_model(chain, parts, dt=1e-3, **options)
     central_graph = Graph("central", [graph.monolithic("central")], state_order=graph.state_order)
-    score, seeds = {}, (2, 5, 7, 11, 13)
+    score, seeds = {}, (2, 5, 13)  # three of the five records measured below (make test's budget, #51)
     for seed in seeds:
         data = simulate_dataset(chain, force, 1e-3, sd, jax.random.key(seed), input_noise_sd=load_cell)
         for label, est in (
@@ -455,11 +456,11 @@ def test_issue_20_acceptance_chain(kind):
             (cm, cs), (bm, bs) = c_k[name], b_k[name]
             assert abs(bm - cm) <= cs and 0.7 <= bs / cs <= 1.3, (seed, name, c_k, b_k)
     for label in ("central", "banded"):
-        # calibrated 95 % intervals hold at least eight of ten truths 98.8 % of the time
+        # calibrated 95 % intervals hold at least five of six truths 96.7 % of the time
         held = [
             abs(m - truths[k]) <= 1.96 * sd for seed in seeds for k, (m, sd) in score[label, seed][2].items()
         ]
-        assert sum(held) >= 8, (label, score)
+        assert sum(held) >= 5, (label, score)
         pooled = np.mean([score[label, seed][0] for seed in seeds])
         assert 0.90 <= pooled <= 0.99, (label, pooled, score)  # central: the set-up is a calibrated one
     coverage = {}
