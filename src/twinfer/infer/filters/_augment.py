@@ -15,6 +15,7 @@ those units (log-normal moments, intervals from the log space, :class:`~twinfer.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import warnings
 from collections.abc import Mapping, Sequence
@@ -264,18 +265,8 @@ def natural_estimate(est: Estimate, aug: AbstractModel, where: str) -> Estimate:
             covs[:, np.ix_(cols, cols)[0], np.ix_(cols, cols)[1]] = (
                 a[:, :, None] * a[:, None, :] * np.expm1(block)
             )
-    return Estimate(
-        times=est.times,
-        means=means,
-        stds=stds,
-        covs=covs,
-        state_names=est.state_names,
-        parameters=est.parameters,
-        loglik=est.loglik,
-        nis=est.nis,
-        log_scale=names,
-        log_means=mu,
-        log_stds=sd_z,
+    return dataclasses.replace(
+        est, means=means, stds=stds, covs=covs, log_scale=names, log_means=mu, log_stds=sd_z
     )
 
 
