@@ -20,7 +20,6 @@ from twinfer.data import Dataset
 from twinfer.infer import Estimate
 from twinfer.infer.filters import (
     Augmented,
-    DivergenceError,
     FilterConsistencyWarning,
     ParameterBoundWarning,
     run_filter,
@@ -28,7 +27,7 @@ from twinfer.infer.filters import (
 from twinfer.infer.filters._augment import log_prior, natural_estimate
 from twinfer.metrics import band_z
 from twinfer.models import Chain
-from twinfer.sim import STEP_LIMITS, fastest_rate, simulate_dataset, step_mismatch
+from twinfer.sim import STEP_LIMITS, StepSizeError, fastest_rate, simulate_dataset, step_mismatch
 
 TRUE_K2 = 1500.0
 DT = 0.002
@@ -200,9 +199,9 @@ def test_item6_fastest_rate_is_the_natural_frequency_of_an_oscillator():
 
 def test_item6_a_time_column_in_milliseconds_diverges_with_a_message_naming_the_unit():
     """A ten times stiffer chain (fastest time scale 4.8 ms) sampled at 2 ms, its times written in
-    milliseconds: the UKF diverges (measured: at step 80), and the message says the step is 2 (s?), the
-    model's fastest time scale is 4.82 ms, and asks whether the time column is in milliseconds. (The
-    chain above, 15 ms, does not diverge so: it ends with a NIS warning of 3e4.)"""
+    milliseconds: RK4 cannot take that step (issue #52: refused before the run, where #51's UKF diverged at
+    step 80), and the message says the step is 2 (s?), the model's fastest time scale is 4.82 ms, and asks
+    whether the time column is in milliseconds."""
     stiff = _chain().with_params(k1=2e4, k2=1.5e4)
     force = 20.0 * np.random.default_rng(0).normal(size=(STEPS + 1, 1))
     data = simulate_dataset(stiff, force, DT, 0.05, jax.random.key(1))
@@ -214,7 +213,7 @@ def test_item6_a_time_column_in_milliseconds_diverges_with_a_message_naming_the_
         input_names=data.input_names,
         metadata=data.metadata,
     )
-    with pytest.raises(DivergenceError) as info:
+    with pytest.raises(StepSizeError) as info:
         run_filter(stiff, ms, **FILTER)
     message = str(info.value)
     assert "The record's step is 2 (s?); the model's fastest time scale is 4.82 ms" in message, message

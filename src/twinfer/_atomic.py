@@ -1,20 +1,30 @@
-"""Atomic file writes shared by every layer: a crash never leaves a half-written file.
+"""File handling shared by every layer: atomic writes, bounded reads, owner markers of temporary folders.
 
-The payload goes to a temporary file in the target folder, is flushed to disk, and is renamed over the
-target (``os.replace`` is atomic on one filesystem). The file gets the mode a plain ``open(path, "w")``
-would give it: the old file's mode when it replaces one, else ``0o666`` less the process umask (the
-temporary file's private ``0o600`` would hide results from colleagues).
+Writes: the payload goes to a temporary file in the target folder, is flushed to disk, and is renamed
+over the target (``os.replace`` is atomic on one filesystem), so a crash never leaves a half-written
+file. The file gets the mode a plain ``open(path, "w")`` would give it: the old file's mode when it
+replaces one, else ``0o666`` less the process umask (the temporary file's private ``0o600`` would hide
+results from colleagues).
+
+Reads of small text files (a spec, a ``--config``): :func:`read_regular` takes only a regular file, of
+at most a given size, so ``/dev/zero``, a link to it or a FIFO is refused at once instead of filling
+the memory or blocking.
+
+A temporary folder that a killed process leaves behind is recognised by its owner marker
+(:func:`mark_owner`, :func:`owner_gone`): process id, host name and the process's start time.
 """
 
 from __future__ import annotations
 
 import io
+import json
 import os
+import socket
 import stat
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 
@@ -67,3 +77,123 @@ def write_npz(path: str | Path, arrays: Mapping[str, Any]) -> Path:
     payload: dict[str, Any] = {k: np.asarray(v) for k, v in arrays.items()}
     np.savez_compressed(buffer, allow_pickle=False, **payload)
     return write_bytes(path, buffer.getvalue())
+
+
+TEXT_LIMIT = 2**20
+"""Largest spec or config file read (1 MiB): either is a page of text; more is the wrong file."""
+
+_KINDS = {
+    stat.S_ISCHR: "character device",
+    stat.S_ISBLK: "block device",
+    stat.S_ISFIFO: "FIFO (named pipe)",
+    stat.S_ISSOCK: "socket",
+    stat.S_ISDIR: "folder",
+}
+
+
+def not_regular(path: str | Path, info: os.stat_result) -> str:
+    """``""`` for a regular file, else what ``path`` is: ``"a FIFO (named pipe)"`` and the like.
+
+    A link's target is shown; the one wording of every reader's refusal.
+    """
+    if stat.S_ISREG(info.st_mode):
+        return ""
+    kind = next((name for test, name in _KINDS.items() if test(info.st_mode)), "special file")
+    real = os.path.realpath(path)
+    return f"a {kind}" if real == os.path.abspath(path) else f"a link to {real!r}, a {kind}"
+
+
+def open_regular(path: str | Path) -> BinaryIO:
+    """``path`` opened for binary reading; a ValueError unless it is a regular file (links followed).
+
+    Opened without blocking and checked on the open descriptor: a FIFO is never waited on, a device
+    (``/dev/zero`` would never end) never read.
+
+    Raises:
+        OSError: the file cannot be opened.
+        ValueError: ``"expected a regular file; received a FIFO (named pipe)"`` and the like.
+
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    try:
+        what = not_regular(path, os.fstat(fd))
+        if what:
+            raise ValueError(f"expected a regular file; received {what}")
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def read_regular(path: str | Path, limit: int = TEXT_LIMIT) -> bytes:
+    """The bytes of ``path``, which must be a regular file (links followed) of at most ``limit`` bytes.
+
+    A FIFO is opened without blocking and refused, as is a device (``/dev/zero`` would never end).
+
+    Raises:
+        OSError: the file cannot be opened or read.
+        ValueError: it is not a regular file, or it is larger than ``limit``; the message says what it is.
+
+    """
+    with open_regular(path) as handle:
+        data = handle.read(limit + 1)
+        if len(data) > limit:
+            size = os.fstat(handle.fileno()).st_size
+            raise ValueError(
+                f"expected at most {limit / 2**20:g} MiB ({limit} bytes); received "
+                f"{'more' if size <= limit else size} bytes (is it the right file?)"
+            )
+        return data
+
+
+OWNER = ".owner"
+"""File name of the owner marker in a temporary folder."""
+
+
+def _start_time(pid: int) -> str | None:
+    """The kernel's start time of process ``pid`` (clock ticks since boot), None where unknown."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return fields[19]  # field 22 of proc(5), counted after the command name's ")"
+    except (OSError, IndexError):
+        return None
+
+
+def owner_record() -> dict[str, object]:
+    """The running process as the owner of a temporary folder: pid, host name and start time."""
+    return {"pid": os.getpid(), "host": socket.gethostname(), "start": _start_time(os.getpid())}
+
+
+def mark_owner(folder: Path) -> None:
+    """Write the owner marker :data:`OWNER` (:func:`owner_record`) into ``folder``."""
+    (Path(folder) / OWNER).write_text(json.dumps(owner_record()))
+
+
+def owner_gone(owner: object) -> bool:
+    """Whether the process an owner record names has provably ended.
+
+    Only on this host: its pid runs no process, or runs one started at another time (a reused pid).
+    A record of another host, or one that cannot be read, is never gone: a live run's files are kept.
+    """
+    if not isinstance(owner, dict) or owner.get("host") != socket.gethostname():
+        return False
+    pid = owner.get("pid")
+    if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:  # another user's live process
+        return False
+    start = owner.get("start")
+    return start is not None and _start_time(pid) not in (None, start)
+
+
+def marked_gone(folder: Path) -> bool:
+    """Whether ``folder`` holds an owner marker whose owner has provably ended (:func:`owner_gone`)."""
+    try:
+        return owner_gone(json.loads((Path(folder) / OWNER).read_text()))
+    except (OSError, ValueError):
+        return False

@@ -22,18 +22,31 @@ A file that cannot be read or loaded is compiled anew and replaced; nothing is e
 folder is given. Only programs whose custom calls are all jaxlib's LAPACK kernels are kept (those are
 bound to their routines before a load, :func:`_prepare_lapack`); one with a host callback
 (``eqx.error_if``, ``jax.debug``) is compiled each time, as a callback lives in its process. The
-folder holds at most :data:`KEEP` programs (the least recently used go). Loading a file unpickles it,
-which can run code: keep the folder private to its user, as JAX's own cache.
+folder holds at most :data:`KEEP` programs (the least recently used go).
+
+Loading a file unpickles it, and runs the program it holds, so nobody else may write one:
+
+* the folder is created private (``0o700``); one that another user owns, or that group or others can
+  write to, is neither read nor written (:class:`ProgramCacheWarning` names it and the fix), and every
+  program is compiled anew;
+* every file carries an HMAC-SHA256 of its name and contents under a per-user key, :data:`KEY_FILE` in
+  the folder (32 random bytes, mode ``0o600``, created once with ``O_EXCL``); a file whose MAC does not
+  match is never unpickled: it is removed and the program compiled anew.
 """
 
 from __future__ import annotations
 
 import functools
 import hashlib
+import hmac
 import os
 import pickle
 import re
+import secrets
+import stat
 import sys
+import tempfile
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -43,10 +56,132 @@ import jax.numpy as jnp
 from twinfer._atomic import write_bytes
 from twinfer.checkpoint import digest
 
-__all__ = ["KEEP", "keep", "load", "load_or_compile", "program_folder", "program_key"]
+__all__ = [
+    "KEEP",
+    "KEY_FILE",
+    "ProgramCacheWarning",
+    "folder_problem",
+    "keep",
+    "load",
+    "load_or_compile",
+    "program_folder",
+    "program_key",
+    "twinfer_command",
+]
 
 KEEP = 32
 """Most programs kept in one folder."""
+
+KEY_FILE = ".hmac-key"
+"""The per-user key of the folder's MACs (32 random bytes, mode ``0o600``)."""
+
+_MAC = 32
+"""Bytes of an HMAC-SHA256, the head of every kept file."""
+
+
+class ProgramCacheWarning(UserWarning):
+    """A folder of compiled programs that others could write to: it is not used (programs are compiled)."""
+
+
+def twinfer_command(*args: str) -> list[str]:
+    """The argv that runs ``twinfer ARGS`` in a child process of this Python.
+
+    ``-P`` keeps the working folder off the child's module path, so a ``twinfer.py`` (or ``jax.py``, ...)
+    lying there is never imported in place of the library; the environment (``PYTHONPATH``, ``XLA_FLAGS``,
+    ...) is the caller's, as given.
+    """
+    return [sys.executable, "-P", "-c", "from twinfer.cli import main; main()", *args]
+
+
+def folder_problem(folder: Path | str) -> str | None:
+    """Why ``folder`` may not hold compiled programs, or None: it must be this user's, writable by no other.
+
+    A folder that does not exist has no problem (it will be created private).
+    """
+    try:
+        info = os.stat(folder)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        return f"it cannot be inspected ({exc.strerror or exc})"
+    if not stat.S_ISDIR(info.st_mode):
+        return "it is not a folder"
+    if info.st_uid != os.getuid():
+        return f"another user (uid {info.st_uid}) owns it"
+    if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        return f"others can write to it (mode {stat.S_IMODE(info.st_mode):o})"
+    return None
+
+
+def _refuse(folder: Path, problem: str) -> None:
+    warnings.warn(
+        f"compiled programs folder {folder}: {problem}, so a program planted there could run; it is not "
+        f"used (every program is compiled anew). Make it private (chmod go-w {folder}, owned by you) or "
+        "set TWINFER_CACHE_DIR to a folder of your own.",
+        ProgramCacheWarning,
+        stacklevel=3,
+    )
+
+
+def _read_key(path: Path) -> bytes:
+    """The key file's 32 bytes; ValueError if it is not this user's private regular file of 32 bytes."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode) or info.st_uid != os.getuid() or info.st_mode & 0o077:
+            raise ValueError(f"{path}: expected this user's private file (mode 600)")
+        key = os.read(fd, _MAC + 1)
+    finally:
+        os.close(fd)
+    if len(key) != _MAC:
+        raise ValueError(f"{path}: expected {_MAC} bytes; received {len(key)}")
+    return key
+
+
+def _folder_key(folder: Path, create: bool) -> bytes | None:
+    """The folder's MAC key (made with the folder where ``create``), None where the folder is not to be used.
+
+    A folder others can write to, or a key file that is not private, gives a :class:`ProgramCacheWarning`.
+    """
+    problem = folder_problem(folder)
+    if problem is None and create:
+        try:
+            folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+        except OSError:
+            return None
+        problem = folder_problem(folder)
+    if problem is not None:
+        _refuse(folder, problem)
+        return None
+    path = folder / KEY_FILE
+    try:
+        return _read_key(path)
+    except FileNotFoundError:
+        if not create:
+            return None
+    except (OSError, ValueError) as exc:
+        _refuse(folder, f"its key file is not private or damaged ({exc})")
+        return None
+    try:  # first use: written whole under a private temporary name, then linked (O_EXCL) into place
+        fd, tmp = tempfile.mkstemp(dir=folder, prefix=f"{KEY_FILE}.", suffix=".tmp")
+        try:
+            with os.fdopen(fd, "wb") as handle:
+                handle.write(secrets.token_bytes(_MAC))
+                handle.flush()
+                os.fsync(handle.fileno())
+            try:
+                os.link(tmp, path)
+            except FileExistsError:  # another process made it first: its key is the folder's
+                pass
+        finally:
+            os.unlink(tmp)
+        return _read_key(path)
+    except (OSError, ValueError):
+        return None
+
+
+def _mac(key: bytes, name: str, payload: bytes) -> bytes:
+    return hmac.new(key, name.encode() + b"\0" + payload, hashlib.sha256).digest()
 
 
 def program_folder() -> Path | None:
@@ -122,17 +257,29 @@ def load(*args: Any, key: Any, folder: Path | str | None = None) -> Any | None:
     """The program kept under ``key`` for arguments like ``args``, loaded; None where there is none.
 
     A missing, damaged or unloadable file is None (compile anew and :func:`keep` it); so is every
-    call without a folder (see :func:`load_or_compile`).
+    call without a folder (see :func:`load_or_compile`), and a folder others can write to (a
+    :class:`ProgramCacheWarning`). A file whose MAC does not match is removed unread.
     """
     from jax.experimental.serialize_executable import deserialize_and_load
 
     path = _path(key, args, folder)
-    if path is None or not path.is_file():
+    if path is None or not path.parent.is_dir():
+        return None
+    secret = _folder_key(path.parent, create=False)
+    if secret is None or not path.is_file():
+        return None
+    try:
+        blob = path.read_bytes()
+    except OSError:
+        return None
+    mac, payload = blob[:_MAC], blob[_MAC:]
+    if not hmac.compare_digest(mac, _mac(secret, path.name, payload)):
+        path.unlink(missing_ok=True)  # not written by this user's twinfer: never unpickled
         return None
     in_tree = jax.tree_util.tree_structure((args, {}))  # rebuilt here: an eqx.Module's does not pickle
     try:
         _prepare_lapack()
-        payload, out_tree = pickle.loads(path.read_bytes())
+        payload, out_tree = pickle.loads(payload)
         compiled = deserialize_and_load(payload, in_tree, out_tree)
         os.utime(path)  # recently used
     except Exception:  # noqa: BLE001 - a file from a broken write or another build: compile anew
@@ -144,17 +291,21 @@ def keep(compiled: Any, *args: Any, key: Any, folder: Path | str | None = None) 
     """Keep ``compiled`` (compiled for ``args``) under ``key``; whether it was kept.
 
     Not kept: no folder; a program with host callbacks or closed-over constants; a folder that cannot
-    be written. The folder then holds the :data:`KEEP` most recently used programs.
+    be written, or that others can write to (a :class:`ProgramCacheWarning`). The folder is created
+    private (``0o700``) and then holds the :data:`KEEP` most recently used programs, each with its MAC.
     """
     from jax.experimental.serialize_executable import serialize
 
     path = _path(key, args, folder)
     if path is None or not _keepable(compiled):
         return False
+    secret = _folder_key(path.parent, create=True)
+    if secret is None:
+        return False
     try:
         payload, _, out_tree = serialize(compiled)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        write_bytes(path, pickle.dumps((payload, out_tree)))
+        blob = pickle.dumps((payload, out_tree))
+        write_bytes(path, _mac(secret, path.name, blob) + blob)
         kept = sorted(path.parent.glob("*.jaxexe"), key=lambda p: p.stat().st_mtime, reverse=True)
         for old in kept[KEEP:]:
             old.unlink(missing_ok=True)

@@ -40,7 +40,6 @@ metrics, arrays and figures for :func:`twinfer.report.write_run`.
 
 from __future__ import annotations
 
-import difflib
 import math
 import re
 import tomllib
@@ -51,6 +50,10 @@ from typing import Annotated, Any, Literal
 
 import numpy as np
 import pydantic
+
+from twinfer._atomic import read_regular
+from twinfer.data._checks import did_you_mean as _did_you_mean
+from twinfer.report._run import RUN_NAME_MAX
 
 __all__ = ["Spec", "SpecError", "load_spec", "run_spec"]
 
@@ -189,6 +192,16 @@ class Simulation(_Strict):
     ground_sd: Real = pydantic.Field(default=1.0, ge=0)
     seed: int = 0
 
+    @pydantic.field_validator("seed")
+    @classmethod
+    def _seed(cls, value: int) -> int:
+        if not 0 <= value <= 2**63 - 1:
+            raise ValueError(
+                f"expected a non-negative integer, at most 2**63 - 1 (numpy's and JAX's random seeds); "
+                f"received {value}"
+            )
+        return value
+
 
 _MESSAGE_KEYS = ("messages", "rule", "schedule")
 """The keys of message passing: each implies ``route = "messages"`` for ``kind = "distributed"``."""
@@ -208,6 +221,7 @@ class Estimator(_Strict):
     route: Literal["banded", "messages"] | None = None
     estimator: Literal["ukf", "ekf", "kf"] = "ukf"
     integrator: Literal["rk4", "euler", "exact"] = "rk4"
+    substeps: int = pydantic.Field(default=1, ge=1, le=100_000)
     smoother: bool = False
     partition: list[list[int]] | Literal["auto"] | None = None
     messages: Literal["probabilistic", "deterministic"] = "probabilistic"
@@ -228,6 +242,11 @@ class Estimator(_Strict):
             problems.append(
                 "estimator.partition: a partition is only for kind = 'distributed'; received "
                 f"{self.partition!r} with kind = 'central'"
+            )
+        if self.integrator == "exact" and self.substeps != 1:
+            problems.append(
+                "estimator.substeps: expected 1 with integrator = 'exact' (the matrix exponential is exact "
+                f"for any step); received {self.substeps}"
             )
         if self.kind != "central" and self.smoother:
             problems.append(
@@ -333,6 +352,8 @@ class Spec(_Strict):
     """
 
     name: str = pydantic.Field(default="estimate", pattern=r"^[A-Za-z0-9_.-]+$")
+    """The run folder's name before its time stamp: letters, digits, ``_``, ``.`` and ``-``, at most
+    ``RUN_NAME_MAX`` (217) of them (a file name holds 255 bytes)."""
     model: ChainModel | GridModel = pydantic.Field(discriminator="kind")
     data: CsvData | None = None
     simulate: Simulation | None = None
@@ -355,6 +376,16 @@ class Spec(_Strict):
         if chosen["kind"] == "distributed" and "route" in Estimator.model_fields:
             chosen = {"route": "messages"} | chosen
         return {**values, "estimator": chosen}
+
+    @pydantic.field_validator("name")
+    @classmethod
+    def _fits_a_file_name(cls, value: str) -> str:
+        if len(value.encode()) > RUN_NAME_MAX:
+            raise ValueError(
+                f"expected at most {RUN_NAME_MAX} characters (the run folder's name adds a time stamp, and a "
+                f"file name holds 255 bytes); received {len(value.encode())}"
+            )
+        return value
 
     @pydantic.field_validator("unknown", mode="before")
     @classmethod
@@ -430,6 +461,14 @@ def _grid_problems(spec: Spec, model: GridModel) -> list[str]:
         problems.append(
             "model.damping: expected with measured [data] (the buses' damping d) and only then "
             f"(a [simulate] section draws it); received damping={model.damping}"
+        )
+    dampings = (
+        [] if model.damping is None else model.damping if isinstance(model.damping, list) else [model.damping]
+    )
+    if not all(math.isfinite(v) and v >= 0 for v in dampings):
+        problems.append(
+            "model.damping: expected a damping d >= 0 for every bus (as a chain's damping), finite; received "
+            f"{model.damping}. Check the sign and units"
         )
     d = spec.data
     if d is not None and (d.inputs or d.outputs or d.states):
@@ -655,13 +694,15 @@ def load_spec(path: str | Path) -> tuple[Spec, Path]:
     """
     path = Path(path)
     try:
-        text = path.read_bytes().decode("utf-8")
+        text = read_regular(path).decode("utf-8").removeprefix("\ufeff")  # a BOM, as Windows editors write
     except OSError as exc:
         raise SpecError(f"spec {path}: could not read the file ({exc}).") from None
     except UnicodeDecodeError as exc:
         raise SpecError(
             f"spec {path}: expected TOML text (UTF-8); received bytes that are not ({exc.reason})."
         ) from None
+    except ValueError as exc:  # not a regular file (/dev/zero, a FIFO), or too large for a spec
+        raise SpecError(f"spec {path}: {exc}.") from None
     try:
         values = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
@@ -703,15 +744,6 @@ def _spec_location(loc: tuple[Any, ...]) -> tuple[list[str], type[pydantic.BaseM
             options = [t for t in options if tag in typing.get_args(t.model_fields["kind"].annotation)]
         table = options[0] if len(options) == 1 else None
     return shown + [str(p) for p in parts], table
-
-
-def _did_you_mean(received: Any, allowed: list[str]) -> str:
-    """``" (did you mean 'noise_sd'?)"``: the allowed name closest to ``received`` (case aside), or ``""``."""
-    if not isinstance(received, str):
-        return ""
-    lower = {a.lower(): a for a in allowed}
-    close = difflib.get_close_matches(received.lower(), list(lower), n=1, cutoff=0.6)
-    return f" (did you mean {lower[close[0]]!r}?)" if close else ""
 
 
 def _unknown_key(shown: list[str], table: type[pydantic.BaseModel] | None) -> str:
@@ -848,7 +880,11 @@ def run_spec(spec: Spec, base: str | Path = ".") -> tuple[Any, Any, Any, Any]:
             return _run_grid_data(spec, spec.model, Path(base))
         return _run_grid(spec, spec.model, Path(base))
     chain = _chain(spec)
+    if spec.simulate is not None:  # the record's length is known before it is simulated
+        rows = int(round(spec.simulate.duration / spec.simulate.dt)) + 1
+        _refuse_run_beyond_memory(spec, chain.n_state, rows)
     data = _dataset(spec, chain, Path(base))
+    _refuse_run_beyond_memory(spec, chain.n_state, len(data.times))
     dt = _step(data)
     e = spec.estimator
     noise_sd = e.noise_sd if e.noise_sd is not None else spec.simulate.noise_sd  # type: ignore[union-attr]
@@ -860,13 +896,14 @@ def run_spec(spec: Spec, base: str | Path = ".") -> tuple[Any, Any, Any, Any]:
     route_notes: list[str] = []
     if e.kind == "central" and not np.any(input_sd):
         fn = smooth if e.smoother else run_filter
-        est = fn(chain, data, estimator=e.estimator, integrator=e.integrator, **options)
+        est = fn(chain, data, estimator=e.estimator, integrator=e.integrator, substeps=e.substeps, **options)
     elif e.kind == "central":  # the load cells' noise in Q: one subsystem holding the whole chain
         whole = Graph.from_model(
             chain,
             [list(range(1, chain.n_dof + 1))],
             dt=dt,
             integrator=e.integrator,
+            substeps=e.substeps,
             estimator=e.estimator,
             input_sd=input_sd,
             **options,
@@ -878,6 +915,7 @@ def run_spec(spec: Spec, base: str | Path = ".") -> tuple[Any, Any, Any, Any]:
             e.partition,
             dt=dt,
             integrator=e.integrator,
+            substeps=e.substeps,
             estimator=e.estimator,
             messages=e.messages,
             rule=e.rule,
@@ -1000,6 +1038,60 @@ def _refuse_central_beyond_memory(n_bus: int, steps: int, s_max: int) -> None:
     )
 
 
+_RUN_COPIES = {"filter": 4, "smoother": 8, "distributed": 32}
+"""Float64 arrays of a row's size a chain's run holds per row at its peak, rounded up from peak RSS
+measured on `twinfer estimate` (4 masses and one unknown, 2,000 against 40,000 rows): a central filter
+keeps about 3 copies of its n x n covariances per row (the filter's square roots, the Estimate's
+covariances, the netCDF file's copy), with the RTS smoother about 6 (filtered, predicted, smoothed); a
+distributed estimator (banded by default) keeps no covariance across subsystems, about 26 vectors of n
+per row (its windows, means and standard deviations)."""
+
+
+def _run_bytes(spec: Spec, n_state: int, rows: int) -> tuple[int, str]:
+    """Peak bytes of a run of a chain over ``rows`` rows, and a few words on what they hold."""
+    n = n_state + len(spec.unknown)
+    e = spec.estimator
+    if e.kind != "central":
+        copies = _RUN_COPIES["distributed"]
+        return copies * 8 * rows * n, f"{copies} vectors of {n} values per row in float64"
+    copies = _RUN_COPIES["smoother" if e.smoother else "filter"]
+    what = f"{copies} copies of the {n} x {n} covariance per row in float64" + (
+        " (the smoother keeps filtered, predicted and smoothed ones)" if e.smoother else ""
+    )
+    return copies * 8 * rows * n * n, what
+
+
+def _refuse_run_beyond_memory(spec: Spec, n_state: int, rows: int) -> None:
+    """Refuse (:class:`SpecError`) a chain's run over ``rows`` rows that would not fit in memory.
+
+    Available: the kernel's ``MemAvailable``, capped by a container's headroom. Called before the
+    estimator runs (before the simulation, for ``[simulate]``).
+    """
+    from twinfer.experiments._case import available_memory
+
+    (need, what), have = _run_bytes(spec, n_state, rows), available_memory()
+    if have is None or need <= have:
+        return
+    n = n_state + len(spec.unknown)
+    source = (
+        f"[simulate] duration = {spec.simulate.duration:g}, dt = {spec.simulate.dt:g}"
+        if spec.simulate is not None
+        else f"data.file with {rows} rows"
+    )
+    change = ["fewer rows (a shorter [simulate] duration, a larger dt, or a part of the data file)"]
+    if spec.estimator.smoother:
+        change.append("smoother = false (about half the memory)")
+    if spec.estimator.kind == "central":
+        change.append('kind = "distributed" (no covariance across subsystems is kept)')
+    raise SpecError(
+        f"spec estimator: expected a run that fits in memory; {rows} rows of {n} estimated values "
+        f"({n_state} states and {len(spec.unknown)} unknown parameter(s)) need about {need / 2**30:.3g} "
+        f"GiB (estimate: {what}), and {have / 2**30:.3g} GiB are available; received {source}. Use "
+        + ", or ".join(change)
+        + "."
+    )
+
+
 def _network_path(model: GridModel, base: Path) -> str:
     """The spec's network: a file relative to the spec, or a name pandapower ships."""
     network = model.network
@@ -1100,6 +1192,7 @@ def _run_grid_data(spec: Spec, model: GridModel, base: Path) -> tuple[Any, Any, 
     noise levels other than the measurement's are the grid case's defaults (Table S4).
     """
     from twinfer.data import Dataset, from_table, load_grid, table_columns
+    from twinfer.data._grid import grid_columns
     from twinfer.experiments.grid import GridConfig, partition_for
     from twinfer.infer.clusters import Partition, kuramoto_graph
     from twinfer.infer.graph import estimate
@@ -1121,11 +1214,14 @@ def _run_grid_data(spec: Spec, model: GridModel, base: Path) -> tuple[Any, Any, 
     except (OSError, ValueError) as exc:
         raise SpecError(f"spec data.file {file}: {exc}") from None
     names = [f"{q}{b + 1}" for q in ("theta", "omega") for b in range(n)]
-    measured = [c for c in names if c in present]
-    if not measured:
+    try:
+        measured = grid_columns(net, sorted(present), f"spec data.file {file}")
+    except ValueError as exc:
+        raise SpecError(str(exc)) from None
+    if isinstance(model.damping, list) and len(model.damping) not in (1, n):
         raise SpecError(
-            f"spec data.file {file}: expected columns theta<bus> / omega<bus> for buses 1..{n}; received "
-            f"{sorted(present)[:10]}."
+            f"spec model.damping: expected one value or {n}, one per bus of {net.name!r}; received "
+            f"{len(model.damping)} values {model.damping}."
         )
     try:
         table = from_table(file, d.time, None, measured)

@@ -33,7 +33,7 @@ from twinfer.infer.filters import (
 )
 from twinfer.infer.graph import Graph, Subsystem, compile, run, with_numbers
 from twinfer.models import Chain
-from twinfer.sim import discretise, simulate_discrete
+from twinfer.sim import StepSizeError, discretise, simulate_discrete
 
 TRUE_K = 40.0
 NOISE = 0.05
@@ -132,17 +132,15 @@ def test_run_ukf_names_a_covariance_that_loses_positive_definiteness():
     assert np.all(np.linalg.eigvalsh(np.asarray(out.covs)) > 0)  # up to step 27 it is fine
 
 
-def test_an_unstable_discretisation_is_flagged_not_returned_silently():
+def test_an_unstable_discretisation_is_refused_not_returned_silently():
     """RK4 at omega dt = 100 blows up. The covariance-form UKF lost positive-definiteness at step 4 (a
-    DivergenceError); the square-root UKF stays finite with variances of 1e16 that the data pin: its mean
-    NIS of ~1e-6 is flagged as far below 1, naming the discretisation; the ekf's NIS of ~1e4 as far above."""
+    DivergenceError); the square-root UKF stayed finite with variances of 1e16 that the data pinned (a
+    NIS of ~1e-6). Since #52 both filters are refused before they run, naming the step and the substeps
+    that fix it (:func:`twinfer.sim.check_step`)."""
     kw = {**KW, "unknown": None}
-    with pytest.warns(
-        FilterConsistencyWarning, match=r"NIS\) averages .*smaller than the filter predicts.*discretisation"
-    ):
-        run_filter(_model(1e8), _data(), **kw)
-    with pytest.warns(FilterConsistencyWarning, match="NIS"):
-        run_filter(_model(1e8), _data(), **{**kw, "estimator": "ekf"})
+    for estimator in ("ukf", "ekf"):
+        with pytest.raises(StepSizeError, match=r"dt/substeps \|lambda\| = 100;.*use substeps=36 or more"):
+            run_filter(_model(1e8), _data(), **{**kw, "estimator": estimator})
 
 
 def test_filter_checks_input_count_and_names():

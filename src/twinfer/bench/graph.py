@@ -67,17 +67,19 @@ def bench_chain4_process(quick: bool, progress: Progress) -> dict[str, float]:
 
     Each repeat gets a fresh, empty compilation cache (``TWINFER_CACHE_DIR``): its first run is cold
     (imports, tracing, every compilation), the second warm (the compiled programs read from that
-    cache), as a user's first and later runs. The processes inherit this one's cores (``--cores``).
+    cache), as a user's first and later runs. The processes inherit this one's cores (``--cores``); they
+    never import modules from the working folder (:func:`twinfer.programs.twinfer_command`).
     """
     import os
     import statistics
     import subprocess
-    import sys
     import tempfile
     import time
 
+    from twinfer.programs import twinfer_command
+
     repeats = 1 if quick else 3
-    cmd = [sys.executable, "-c", "from twinfer.cli import main; main()", "run", "chain4"]
+    cmd = twinfer_command("run", "chain4")
     times: dict[str, list[float]] = {"cold": [], "warm": []}
     for i in range(repeats):
         with tempfile.TemporaryDirectory() as tmp:

@@ -25,8 +25,10 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-console = Console(stderr=True)
-out = Console()
+# Emoji codes off: a path such as runs/:x: must print as written (a user's text never becomes an emoji);
+# markup stays on for our own styling, and every user string in it goes through escape().
+console = Console(stderr=True, emoji=False)
+out = Console(emoji=False)
 
 
 def _fail(message: str, code: int = 2) -> None:
@@ -41,16 +43,26 @@ class _Interrupts:
     garbage-collection or finaliser callback (JAX registers one) it is printed as "Exception ignored"
     and swallowed, and the run would go on as if nothing had been pressed. The remembered flag is
     checked again at every progress report and after the computation, so the run still stops there.
+    Used as ``with _INTERRUPTS:`` around a long command's work; the previous handler is put back after.
     """
 
     def __init__(self) -> None:
         self.seen = False
+        self._previous: Any = None
 
-    def install(self) -> None:
+    def __enter__(self) -> _Interrupts:
         import signal
 
         self.seen = False
-        signal.signal(signal.SIGINT, self._handler)
+        self._previous = signal.signal(signal.SIGINT, self._handler)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        import signal
+
+        if self._previous is not None:
+            signal.signal(signal.SIGINT, self._previous)
+            self._previous = None
 
     def _handler(self, signum: int, frame: object) -> None:
         self.seen = True
@@ -158,10 +170,23 @@ def _use_compilation_cache() -> None:
 
     import jax
 
+    from twinfer.programs import folder_problem
+
     if os.environ.get("JAX_COMPILATION_CACHE_DIR"):
         return
     folder = os.environ.get("TWINFER_CACHE_DIR", str(Path.home() / ".cache" / "twinfer" / "xla"))
     if folder.strip().lower() in ("", "off", "0", "none"):
+        return
+    problem = folder_problem(folder)  # a compiled program planted in the cache would run
+    if problem is not None:
+        _warn(
+            f"compilation cache {folder}: {problem}, so a program planted there could run; compiling "
+            f"without the cache (chmod go-w {folder}, or set TWINFER_CACHE_DIR to a folder of your own)."
+        )
+        return
+    try:
+        Path(folder).mkdir(mode=0o700, parents=True, exist_ok=True)
+    except OSError:
         return
     jax.config.update("jax_compilation_cache_dir", folder)
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
@@ -263,10 +288,9 @@ def run(
     )
     start = time.perf_counter()
     try:
-        _INTERRUPTS.install()
-        with _progress() as progress:
+        with _INTERRUPTS, _progress() as progress:
             artifacts = the_case.run(run_cfg, _Bar(progress))
-        _INTERRUPTS.check()
+            _INTERRUPTS.check()
         artifacts = dataclasses.replace(artifacts, quick=quick)  # meta.json and report.md say so
         paper = the_case.paper_values(cfg)
         if not writer:
@@ -305,7 +329,15 @@ def run(
     if managed and folder is not None:
         _remove_checkpoints(folder)  # the run folder is complete: nothing left to resume
     _print_metrics(the_case.name, dict(artifacts.metrics), paper)
-    out.print(f"run folder: [bold]{run_dir}[/] ({time.perf_counter() - start:.1f} s)", soft_wrap=True)
+    _print_run_folder(run_dir, start)
+
+
+def _print_run_folder(run_dir: Path, start: float) -> None:
+    out.print(
+        f"run folder: [bold]{escape(str(run_dir))}[/] ({time.perf_counter() - start:.1f} s)",
+        highlight=False,
+        soft_wrap=True,
+    )
 
 
 @app.command()
@@ -337,7 +369,32 @@ def estimate(
         _fail(f"--out: {exc}")
     start = time.perf_counter()
     try:
-        est, _, artifacts, figures = run_spec(parsed, base)
+        with _INTERRUPTS:
+            est, _, artifacts, figures = run_spec(parsed, base)
+            _INTERRUPTS.check()  # a Ctrl-C swallowed inside a callback stops the estimate here
+
+        def netcdf(folder: Path) -> object:
+            return est.to_netcdf(folder / "estimate.nc")
+
+        run_dir = write_run(
+            new_run_dir(out_dir, parsed.name),
+            parsed.name,
+            f"twinfer estimate {spec.name}: {parsed.estimator.description} on a {parsed.model.kind}",
+            parsed.model_dump(mode="json"),
+            artifacts,
+            figures,
+            {},
+            extras=(netcdf,),
+            on_warning=_warn,
+        )
+    except KeyboardInterrupt:
+        console.print(
+            "[bold yellow]interrupted.[/] The estimate stopped; nothing was written (the run folder is "
+            "written whole or not at all). Run the same command to start again.",
+            highlight=False,
+            soft_wrap=True,
+        )
+        raise typer.Exit(130) from None
     except SpecError as exc:
         _fail(str(exc))
         return
@@ -349,23 +406,8 @@ def estimate(
             f"[bold red]error:[/] {line} (--debug shows the traceback)", highlight=False, soft_wrap=True
         )
         raise typer.Exit(1) from None
-
-    def netcdf(folder: Path) -> object:
-        return est.to_netcdf(folder / "estimate.nc")
-
-    run_dir = write_run(
-        new_run_dir(out_dir, parsed.name),
-        parsed.name,
-        f"twinfer estimate {spec.name}: {parsed.estimator.description} on a {parsed.model.kind}",
-        parsed.model_dump(mode="json"),
-        artifacts,
-        figures,
-        {},
-        extras=(netcdf,),
-        on_warning=_warn,
-    )
     _print_metrics(parsed.name, dict(artifacts.metrics), {})
-    out.print(f"run folder: [bold]{run_dir}[/] ({time.perf_counter() - start:.1f} s)", soft_wrap=True)
+    _print_run_folder(run_dir, start)
 
 
 def _distributed_options(
@@ -453,8 +495,12 @@ def _progress_of(header: dict[str, Any]) -> str:
 
 
 def _remove_checkpoints(folder: Path, only_empty: bool = False) -> None:
-    """Remove a managed checkpoint folder: its checkpoint files and run.json (nothing else)."""
-    files = [] if only_empty else list(folder.glob("*.ckpt"))
+    """Remove a managed checkpoint folder: its checkpoint files, their partial writes and run.json.
+
+    A partial write (``.NAME.ckpt.*.tmp``) is what a run killed while saving a checkpoint leaves; once the
+    run folder is complete nothing reads it. Nothing else in the folder is removed.
+    """
+    files = [] if only_empty else [*folder.glob("*.ckpt"), *folder.glob(".*.ckpt.*.tmp")]
     if only_empty and any(folder.glob("*.ckpt")):
         return
     for file in [*files, folder / "run.json"]:
@@ -479,6 +525,7 @@ def _with_checkpoint(
     folder (None: the case keeps no checkpoints) and whether the folder is managed (removed here once
     the run folder is complete).
     """
+    from twinfer._atomic import owner_record
     from twinfer.experiments._checkpointing import config_digest
     from twinfer.report import check_output_folder, new_run_dir
 
@@ -515,12 +562,15 @@ def _with_checkpoint(
             )
         folder = waiting[0]
     else:
+        _remove_abandoned_checkpoint_folders(root)
         folder = new_run_dir(root, case)  # OUT/.checkpoints/<case>-<time>[-n], like a run folder
-        (folder / "run.json").write_text(json.dumps(wanted, indent=2) + "\n")
+        info = {**wanted, "owner": owner_record()}  # a folder whose owner died before a checkpoint goes
+        (folder / "run.json").write_text(json.dumps(info, indent=2) + "\n")
         if waiting:
             console.print(
-                f"[dim]note: an interrupted {case} run with this config is kept in {waiting[0]}; this fresh "
-                "run leaves it alone (pass --resume to continue it instead).[/]",
+                f"[dim]note: an interrupted {case} run with this config is kept in "
+                f"{escape(str(waiting[0]))}; this fresh run leaves it alone (pass --resume to continue it "
+                "instead).[/]",
                 highlight=False,
                 soft_wrap=True,
             )
@@ -533,7 +583,34 @@ def _belongs(folder: Path, wanted: dict[str, str]) -> bool:
         info = json.loads((folder / "run.json").read_text())
     except (OSError, ValueError):
         return False
-    return info == wanted and any(folder.glob("*.ckpt"))
+    same = isinstance(info, dict) and all(info.get(k) == v for k, v in wanted.items())
+    return same and any(folder.glob("*.ckpt"))
+
+
+def _remove_abandoned_checkpoint_folders(root: Path) -> None:
+    """Remove the checkpoint folders under ``root`` that a run killed before its first checkpoint left.
+
+    Only a folder holding no checkpoint (``*.ckpt``) whose ``run.json`` names an owner that has provably
+    ended (:func:`twinfer._atomic.owner_gone`): its ``run.json`` and the hidden partial writes of the dead
+    process go, then the empty folder. A checkpoint is never removed.
+    """
+    from twinfer._atomic import owner_gone
+
+    for folder in root.glob("*-*"):
+        if not folder.is_dir() or folder.is_symlink() or any(folder.glob("*.ckpt")):
+            continue
+        try:
+            info = json.loads((folder / "run.json").read_text())
+        except (OSError, ValueError):
+            continue
+        if not (isinstance(info, dict) and owner_gone(info.get("owner"))):
+            continue
+        for file in [folder / "run.json", *folder.glob(".*.tmp")]:
+            file.unlink(missing_ok=True)
+        try:
+            folder.rmdir()
+        except OSError:  # something else is in it: left as it is
+            pass
 
 
 def _print_metrics(case: str, metrics: dict[str, float], paper: dict | object) -> None:
@@ -589,7 +666,7 @@ def report(run_dir: Annotated[Path, typer.Argument(help="A run folder written by
                 f"{case_name!r} ({type(exc).__name__}: {exc})."
             ) from None
     except RunFolderError as exc:
-        _fail(escape(str(exc)))
+        _fail(str(exc))
         return
     names = []
     artifacts = RunArtifacts(metrics=metrics, arrays=arrays, notes=meta.get("notes", []))
@@ -609,9 +686,13 @@ def report(run_dir: Annotated[Path, typer.Argument(help="A run folder written by
         )
         write_text(run_dir / "report.md", text)
     except OSError as exc:
-        _fail(escape(f"{run_dir}: could not write the re-rendered report ({exc})."), code=1)
+        _fail(f"{run_dir}: could not write the re-rendered report ({exc}).", code=1)
         return
-    out.print(f"re-rendered {escape(str(run_dir / 'report.md'))} and {len(names)} figure(s)")
+    out.print(
+        f"re-rendered {escape(str(run_dir / 'report.md'))} and {len(names)} figure(s)",
+        highlight=False,
+        soft_wrap=True,
+    )
 
 
 @app.command()
@@ -641,7 +722,7 @@ def reproduce(
     import twinfer
     from twinfer.experiments import all_cases, get_case, resolve_config
     from twinfer.experiments._checkpointing import config_digest
-    from twinfer.programs import _source_digest
+    from twinfer.programs import _source_digest, twinfer_command
     from twinfer.report import check_output_folder
 
     try:
@@ -675,14 +756,18 @@ def reproduce(
         done = runs.get(the_case.name, {})
         if done.get("status") == "done" and all(done.get(k) == v for k, v in wanted.items()):
             if (Path(done["run_dir"]) / "metrics.json").is_file():
-                out.print(f"[{i + 1}/{len(chosen)}] {the_case.name}: finished earlier ({done['run_dir']})")
+                out.print(
+                    f"[{i + 1}/{len(chosen)}] {the_case.name}: finished earlier ({escape(done['run_dir'])})",
+                    highlight=False,
+                    soft_wrap=True,
+                )
                 continue
         ckpt = {"case": the_case.name, "config": wanted["config"]}
         waiting = "checkpoint_dir" in type(cfg).model_fields and any(
             _belongs(d, ckpt) for d in (runs_dir / ".checkpoints").glob(f"{the_case.name}-*")
         )
-        cmd = [sys.executable, "-c", "from twinfer.cli import main; main()", "run", the_case.name]
-        cmd += [*(["--quick"] if quick else []), "--out", str(runs_dir), *(["--resume"] if waiting else [])]
+        cmd = twinfer_command("run", the_case.name, *(["--quick"] if quick else []), "--out", str(runs_dir))
+        cmd += ["--resume"] if waiting else []
         out.print(
             f"[{i + 1}/{len(chosen)}] {the_case.name}: {'resuming' if waiting else 'running'} "
             f"({'quick' if quick else 'full size'})",
@@ -707,8 +792,9 @@ def reproduce(
     out.print(
         f"{sum(c.status == 'pass' for c in checks)} pass, {len(bad)} fail, "
         f"{sum(c.status == 'reported' for c in checks)} reported, "
-        f"{sum(c.status == 'missing' for c in checks)} missing: {out_dir / 'REPRODUCTION.md'}",
+        f"{sum(c.status == 'missing' for c in checks)} missing: {escape(str(out_dir / 'REPRODUCTION.md'))}",
         highlight=False,
+        soft_wrap=True,
     )
     if quick:
         out.print(
@@ -784,10 +870,12 @@ def bench(
     if name not in REGISTRY:
         _fail(f"Unknown benchmark {name!r}; expected one of: {', '.join(sorted(REGISTRY))}.")
     _, fn = REGISTRY[name]
-    figures = fn(quick, lambda msg: console.print(f"[dim]{msg}[/]"))
+    with _INTERRUPTS:  # a Ctrl-C swallowed inside a callback still stops the benchmark
+        figures = fn(quick, lambda msg: console.print(f"[dim]{escape(msg)}[/]", highlight=False))
+        _INTERRUPTS.check()
     write_bench_json(output, name, figures)
     out.print(json.dumps(figures, indent=2, sort_keys=True))
-    out.print(f"wrote {output}")
+    out.print(f"wrote {escape(str(output))}", highlight=False, soft_wrap=True)
 
 
 _ROLE = re.compile(r":[a-z]+:`(~?)([^`]+)`")

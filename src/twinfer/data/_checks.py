@@ -2,12 +2,32 @@
 
 from __future__ import annotations
 
+import difflib
 import json
 import math
+import os
 from collections.abc import Iterable, Mapping
-from typing import Any
+from pathlib import Path
+from typing import Any, BinaryIO
 
 import numpy as np
+
+from twinfer._atomic import not_regular
+from twinfer._atomic import open_regular as atomic_open_regular
+
+MAX_WHOLE_FILE_BYTES = 4 * 2**30
+"""Largest data file (4 GiB) that twinfer reads whole into memory: ``.npz`` (its entries uncompressed),
+Parquet, netCDF, pandapower JSON and MATPOWER files. A CSV file is read in a stream, holding only the
+columns asked for, so it has no such limit. A larger table: write it as CSV, or split the record."""
+
+
+def did_you_mean(received: Any, allowed: Iterable[str]) -> str:
+    """``" (did you mean 'noise_sd'?)"``: the allowed name closest to ``received`` (case aside), or ``""``."""
+    if not isinstance(received, str):
+        return ""
+    lower = {a.lower(): a for a in allowed}
+    close = difflib.get_close_matches(received.lower(), list(lower), n=1, cutoff=0.6)
+    return f" (did you mean {lower[close[0]]!r}?)" if close else ""
 
 
 def fail(field: str, expected: str, received: Any) -> ValueError:
@@ -145,3 +165,62 @@ def metadata_json(value: Mapping[str, Any] | None) -> str:
             repr(dict(value)),
         )
     return text
+
+
+def open_regular(path: str | Path, where: str, *, whole: bool = True) -> BinaryIO:
+    """``path`` opened for binary reading, refused (a ValueError) unless it is a regular file.
+
+    :func:`twinfer._atomic.open_regular` (opened without blocking, checked on the open descriptor after
+    links are followed: a FIFO is never waited on, ``/dev/zero`` never read). With ``whole`` (the file
+    is read whole into memory), a file larger than :data:`MAX_WHOLE_FILE_BYTES` is refused too.
+
+    Raises:
+        OSError: for a file that does not exist or cannot be opened (as :func:`open`).
+        ValueError: naming ``where``, the path and what it is.
+
+    """
+    try:
+        handle = atomic_open_regular(path)
+    except ValueError as error:
+        raise ValueError(f"{where}: {_refusal(path, str(error))}") from None
+    try:
+        _check_size(os.fstat(handle.fileno()), Path(path), where, whole)
+    except BaseException:
+        handle.close()
+        raise
+    return handle
+
+
+def regular_file(path: str | Path, where: str, *, whole: bool = True) -> Path:
+    """``path`` if it names a regular file (after links), else a ValueError; for readers that open it.
+
+    As :func:`open_regular`, from the file's status alone (a FIFO is not opened).
+    """
+    info = os.stat(path)
+    what = not_regular(path, info)
+    if what:
+        raise ValueError(f"{where}: {_refusal(path, f'expected a regular file; received {what}')}")
+    _check_size(info, Path(path), where, whole)
+    return Path(path)
+
+
+def _refusal(path: str | Path, reason: str) -> str:
+    """``reason`` (:func:`twinfer._atomic.open_regular`'s) for a data file, with the path and the remedy."""
+    reason = reason.replace(
+        "expected a regular file; received ", f"expected a regular data file; received {str(path)!r}, "
+    )
+    return f"{reason}. Copy the data into a file first."
+
+
+def _check_size(info: os.stat_result, path: Path, where: str, whole: bool) -> None:
+    if whole and info.st_size > MAX_WHOLE_FILE_BYTES:
+        raise ValueError(f"{where}: {too_large(path, info.st_size)}")
+
+
+def too_large(path: Path, size: int) -> str:
+    """The refusal of a file of ``size`` bytes above :data:`MAX_WHOLE_FILE_BYTES`, with what to do."""
+    return (
+        f"expected a file of at most {MAX_WHOLE_FILE_BYTES:,} bytes (MAX_WHOLE_FILE_BYTES: the most twinfer "
+        f"reads whole into memory); received {str(path)!r} of {size:,} bytes. Write the table as CSV (read "
+        "in a stream, only the columns asked for) or split the record"
+    )

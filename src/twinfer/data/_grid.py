@@ -16,15 +16,19 @@ References:
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+from twinfer.data._checks import open_regular, regular_file
 
 if TYPE_CHECKING:
     import scipy.sparse as sp
@@ -161,11 +165,12 @@ def check_grid_case(case: str) -> str:
         return case
     path = Path(case)
     if path.suffix.lower() in (".json", ".m", ".mat"):
-        if not path.is_file():
+        if not path.exists():
             raise ValueError(
                 f"grid case: expected an existing pandapower JSON or MATPOWER file; received {case!r} "
                 "(no such file)."
             )
+        regular_file(path, "grid case")
         return case
     known = pandapower_networks()
     if case not in known:
@@ -188,7 +193,6 @@ def pandapower_case(case: str) -> tuple[Any, dict[str, Any]]:
 
     """
     check_grid_case(case)
-    import pandapower
     from pandapower.converter.pypower.to_ppc import to_ppc
 
     logger = logging.getLogger("pandapower")
@@ -198,13 +202,134 @@ def pandapower_case(case: str) -> tuple[Any, dict[str, Any]]:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # deprecation notes from pandapower's own dependencies
             if case.lower().endswith(".json"):
-                net = pandapower.from_json(case)
+                net = _network_json(case)
             else:
                 net = getattr(_networks(), GRID_CASES.get(case, case))()
             ppc: dict[str, Any] = to_ppc(net, init="flat", calculate_voltage_angles=True, trafo_model="pi")
     finally:
         logger.setLevel(level)
     return net, ppc
+
+
+_NET = ("pandapower.auxiliary", "pandapowerNet")
+_FRAME_KEYS = frozenset(
+    {"orient", "dtype", "typ", "is_multiindex", "is_multicolumn", "index_name", "index_names", "column_name",
+     "column_names"}
+)  # fmt: skip
+_JSON_TYPES: dict[tuple[str, str], frozenset[str]] = {
+    _NET: frozenset(),
+    ("pandas.core.frame", "DataFrame"): _FRAME_KEYS,
+    ("pandas", "DataFrame"): _FRAME_KEYS,
+    ("pandas.core.series", "Series"): _FRAME_KEYS,
+    ("pandas", "Series"): _FRAME_KEYS,
+    **{("pandas", name): frozenset({"dtype", "name"}) for name in ("Index", "RangeIndex", "MultiIndex")},
+    **{("builtins", name): frozenset() for name in ("complex", "tuple", "set", "frozenset")},
+    **{("shapely", name): frozenset() for name in ("Point", "LineString", "LinearRing", "Polygon",
+                                                  "MultiPoint", "MultiLineString", "MultiPolygon")},
+}  # fmt: skip
+"""The ``(_module, _class)`` pairs a pandapower network file may hold, with the keys each may carry
+besides ``_module``, ``_class`` and ``_object``: the network, its tables (pandas frames as
+``pandapower.to_json`` writes them, their ``_object`` a JSON string), pandas indexes, the builtin and
+numpy values pandapower's encoder writes (numpy: ``array`` and the scalar types) and shapely geometries.
+pandapower imports the module any object names before its own check refuses the class (#52), so
+:func:`check_network_json` walks the file first and refuses everything else."""
+_JSON_TEXT = {_NET, *((m, c) for m, c in _JSON_TYPES if c in ("DataFrame", "Series"))}
+"""Objects whose ``_object`` pandapower parses as JSON again (walked too)."""
+
+
+def _numpy_scalar(module: str, name: str) -> bool:
+    """``numpy.<name>`` is ``array`` or a numpy scalar type (what pandapower writes for numpy values)."""
+    if module != "numpy":
+        return False
+    kind = getattr(np, name, None) if name.isidentifier() else None
+    return name == "array" or (isinstance(kind, type) and issubclass(kind, np.generic))
+
+
+def check_network_json(text: str, where: str) -> Any:
+    """The parsed pandapower network JSON ``text``, every object in it checked against :data:`_JSON_TYPES`.
+
+    Walks the document, and the JSON strings pandapower parses again (a table's ``_object``), before
+    pandapower sees it: an object naming another module or class (``"_module": "os"``) is refused, so no
+    module named by a data file is imported.
+
+    Raises:
+        ValueError: naming ``where``, the JSON location and the module and class, for a foreign object; for
+            text that is not JSON, or JSON that is not a network ``pandapower.to_json`` wrote.
+
+    """
+    try:
+        document = json.loads(text)
+    except (ValueError, RecursionError) as error:
+        raise ValueError(
+            f"{where}: expected a pandapower network in JSON; the file is not JSON ({error})."
+        ) from None
+    if not isinstance(document, dict) or (document.get("_module"), document.get("_class")) != _NET:
+        keys = sorted(document)[:8] if isinstance(document, dict) else type(document).__name__
+        raise ValueError(
+            f"{where}: expected a pandapower network as pandapower.to_json writes it (an object with "
+            f"_module {_NET[0]!r}, _class {_NET[1]!r}); received {keys}."
+        )
+    stack: list[tuple[str, Any]] = [("$", document)]
+    while stack:
+        at, value = stack.pop()
+        if isinstance(value, list):
+            stack.extend((f"{at}[{i}]", v) for i, v in enumerate(value))
+            continue
+        if not isinstance(value, dict):
+            continue
+        if "_module" in value or "_class" in value:
+            kind = (value.get("_module"), value.get("_class"))
+            extra = set(value) - {"_module", "_class", "_object"}
+            allowed = _JSON_TYPES.get(kind) if all(isinstance(k, str) for k in kind) else None  # type: ignore[arg-type]
+            if allowed is None and _numpy_scalar(*kind):  # type: ignore[arg-type]
+                allowed = frozenset()
+            if allowed is None or extra - allowed:
+                what = f"_module {kind[0]!r}, _class {kind[1]!r}"
+                if allowed is not None:
+                    what += f" with keys {sorted(extra - allowed)}"
+                raise ValueError(
+                    f"{where}: expected only the objects a pandapower network holds (pandapower's network, "
+                    f"pandas tables, numpy and builtin values, shapely geometries); received {what} at "
+                    f"{at}. Nothing was imported; re-save the network with pandapower.to_json."
+                )
+            inner = value.get("_object")
+            if kind in _JSON_TEXT and isinstance(inner, str):
+                try:
+                    value = {**value, "_object": json.loads(inner)}
+                except (ValueError, RecursionError):
+                    raise ValueError(
+                        f"{where}: expected JSON text in {at}._object ({kind[1]}); received {inner[:40]!r}."
+                    ) from None
+        stack.extend((f"{at}.{k}", v) for k, v in value.items())
+    return document
+
+
+def _network_json(case: str) -> Any:
+    """A pandapower network read from the JSON file ``case``, checked (:func:`check_network_json`) first."""
+    import pandapower
+
+    where = f"grid network {case!r}"
+    with open_regular(case, where) as handle:
+        raw = handle.read()
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise ValueError(
+            f"{where}: expected UTF-8 JSON; byte {error.start} is {raw[error.start]:#04x}."
+        ) from None
+    check_network_json(text, where)
+    try:
+        net = pandapower.from_json_string(text, convert=True)
+    except (ValueError, TypeError, KeyError, AttributeError, IndexError, UserWarning) as error:
+        raise ValueError(
+            f"{where}: expected a pandapower network pandapower can read; it failed: {type(error).__name__}: "
+            f"{error}."
+        ) from None
+    if not isinstance(net, pandapower.pandapowerNet) or "bus" not in net:
+        raise ValueError(
+            f"{where}: expected a pandapower network with a bus table; received {type(net).__name__}."
+        )
+    return net
 
 
 _MATPOWER_TABLES = ("bus", "gen", "branch")
@@ -225,8 +350,16 @@ def read_matpower(path: str | Path) -> dict[str, np.ndarray]:
     """
     where = f"MATPOWER file {str(path)!r}"
     if Path(path).suffix.lower() == ".mat":
-        return _checked_tables(where, _mat_tables(path, where))
-    text = re.sub(r"%[^\n]*", "", Path(path).read_text())  # comments
+        return _checked_tables(where, _mat_tables(regular_file(path, where), where))
+    with open_regular(path, where) as handle:
+        raw = handle.read()
+    try:
+        text = re.sub(r"%[^\n]*", "", raw.decode("utf-8"))  # comments
+    except UnicodeDecodeError as error:
+        line = raw.count(b"\n", 0, error.start) + 1
+        raise ValueError(
+            f"{where}: expected UTF-8 text; line {line} holds the byte {raw[error.start]:#04x}."
+        ) from None
     out = {}
     for table in _MATPOWER_TABLES:
         found = re.search(rf"mpc\.{table}\s*=\s*\[(.*?)\]\s*;", text, flags=re.S)
@@ -327,6 +460,15 @@ def _checked_tables(where: str, tables: dict[str, Any]) -> dict[str, np.ndarray]
 def _matpower_tables(case: str) -> tuple[dict[str, np.ndarray], np.ndarray]:
     """A MATPOWER file's tables with buses renumbered 0..N-1, and the file's bus numbers."""
     tables = read_matpower(case)
+    for table, columns in (("bus", (0,)), ("gen", (0,)), ("branch", (_F_BUS, _T_BUS))):
+        values = tables[table][:, columns]
+        bad = values != np.round(values)
+        if bad.any():
+            row, col = (int(i) for i in np.argwhere(bad)[0])
+            raise ValueError(
+                f"MATPOWER file {case!r} mpc.{table}: expected whole bus numbers in column "
+                f"{columns[col] + 1}; received {float(values[row, col])!r} in row {row + 1}."
+            )
     numbers = tables["bus"][:, 0].astype(int)
     index = {int(b): i for i, b in enumerate(numbers)}
     branch = tables["branch"].copy()
@@ -384,3 +526,47 @@ def load_grid(case: str) -> GridNetwork:
         gen_buses=gens,
         bus_ids=ids,
     )
+
+
+_BUS_COLUMN = re.compile(r"^(?P<quantity>theta|omega)[ _]?(?P<bus>[0-9]+)$", re.IGNORECASE)
+
+
+def grid_columns(net: GridNetwork, present: Sequence[str], where: str) -> list[str]:
+    """The measurement columns among ``present``: ``theta<b>`` / ``omega<b>``, buses ``b`` = 1..N.
+
+    Buses are counted from 1 in the network's bus order (:attr:`GridNetwork.bus_ids` gives the case's own
+    numbers). A column that names a phase or frequency of a bus outside 1..N (``theta0``: numbered from
+    0?), or spelt otherwise (``Theta_3``), is refused rather than left out, so no channel is shifted onto
+    another bus or dropped without notice.
+
+    Returns:
+        The measured columns in the order ``theta1..thetaN, omega1..omegaN``.
+
+    Raises:
+        ValueError: naming ``where``, the columns expected and those received; for no measured column.
+
+    """
+    n = net.n_bus
+    names = [f"{q}{b + 1}" for q in ("theta", "omega") for b in range(n)]
+    known = set(names)
+    foreign = [c for c in present if _BUS_COLUMN.match(c) and c not in known]
+    measured = [c for c in names if c in set(present)]
+    if foreign or not measured:
+        buses = sorted({int(m["bus"]) for c in foreign if (m := _BUS_COLUMN.match(c))})
+        hint = ""
+        if 0 in buses:
+            hint = " Buses are numbered from 1 (theta1 is the first bus): renumber the columns by one."
+        elif buses and set(buses) <= {int(i) for i in net.bus_ids if float(i).is_integer()}:
+            hint = (
+                f" Columns count the buses 1..{n} in the network's order, not by the case's own numbers "
+                f"({', '.join(map(str, net.bus_ids[:8]))}{', ...' if n > 8 else ''})."
+            )
+        elif any(not c.islower() or "_" in c or " " in c for c in foreign):
+            hint = " Write them in lower case, without a separator: theta3, omega3."
+        raise ValueError(
+            f"{where}: expected measurement columns theta<bus> / omega<bus> for the buses 1..{n} of "
+            f"{net.name!r} (theta1 .. theta{n}, omega1 .. omega{n}); received "
+            + (f"{foreign} (no such bus)." if foreign else f"none among {sorted(present)[:10]}.")
+            + hint
+        )
+    return measured

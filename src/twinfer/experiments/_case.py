@@ -18,6 +18,7 @@ from typing import Any, Literal, get_args, get_origin
 
 import pydantic
 
+from twinfer._atomic import read_regular
 from twinfer.report import PaperValue, RunArtifacts
 
 Progress = Callable[[str, float, float], None]
@@ -269,11 +270,13 @@ def _check_memory(case: Case, config: CaseConfig) -> None:
 
 def _read_toml(config_file: Path) -> dict[str, Any]:
     try:
-        payload = Path(config_file).read_bytes()
+        payload = read_regular(config_file)
     except OSError as exc:
         raise ConfigError(f"--config {config_file}: could not read the file ({exc}).") from None
+    except ValueError as exc:  # not a regular file (/dev/zero, a FIFO), or too large for a config
+        raise ConfigError(f"--config {config_file}: {exc}.") from None
     try:
-        text = payload.decode("utf-8")
+        text = payload.decode("utf-8").removeprefix("\ufeff")  # a BOM, as Windows editors write
     except UnicodeDecodeError as exc:
         raise ConfigError(
             f"--config {config_file}: expected a TOML file (UTF-8 text); received bytes that are not "

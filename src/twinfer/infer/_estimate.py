@@ -11,12 +11,14 @@ read by name with :meth:`Estimate.interval`; :meth:`Estimate.to_xarray`, :meth:`
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import jax
 import numpy as np
+
+from twinfer.data._checks import did_you_mean
 
 
 @dataclasses.dataclass(frozen=True, eq=False, repr=False)
@@ -26,7 +28,8 @@ class Estimate:
     Attributes:
         times: (N+1,) times.
         means: (N+1, n) means of every column (states, then unknown parameters).
-        stds: (N+1, n) marginal standard deviations.
+        stds: (N+1, n) marginal standard deviations, >= 0 (NaN down a whole column: a point estimate
+            without uncertainty, such as a PINN's states).
         covs: (N+1, n, n) covariances, or None where the estimator does not keep the cross-covariances
             (a distributed graph keeps each subsystem's own block only).
         state_names: names of the n columns.
@@ -87,6 +90,8 @@ class Estimate:
                     f"Estimate {field}: expected shape {(rows, len(self.log_scale))} (times x log_scale) "
                     f"with log_scale, None without; received {shape} for log_scale {self.log_scale}."
                 )
+        for field, names in (("stds", self.state_names), ("log_stds", self.log_scale)):
+            _check_sds(field, getattr(self, field), names)
 
     def _column(self, name: str) -> int:
         try:
@@ -166,8 +171,9 @@ class Estimate:
         ``truth`` does not hold are left out.
 
         Raises:
-            ValueError: for truth rows that do not match the estimate's times, or an array with more
-                columns than the estimate.
+            ValueError: for truth rows that do not match the estimate's times, an array with more
+                columns than the estimate, or a mapping key that is not a column (naming the closest
+                column: a misspelt ``"K4"`` would otherwise leave ``k4`` without a truth).
 
         """
         rows = len(self.times)
@@ -179,7 +185,14 @@ class Estimate:
                 found |= dict(zip(truth.state_names, np.asarray(truth.truth_states).T, strict=True))
             found |= {k: float(v) for k, v in (truth.truth_params or {}).items()}
             where = "the dataset's truth_states"
-        elif isinstance(truth, dict):
+        elif isinstance(truth, Mapping):
+            foreign = [k for k in truth if k not in self.state_names]
+            if foreign:
+                raise ValueError(
+                    f"Estimate truth: expected keys among the columns {self.state_names}; received "
+                    + ", ".join(f"{k!r}{did_you_mean(k, self.state_names)}" for k in foreign)
+                    + "."
+                )
             found = {k: (np.asarray(v) if np.ndim(v) else float(v)) for k, v in truth.items()}
             where = "truth"
         else:
@@ -209,8 +222,10 @@ class Estimate:
         (default the last). With ``truth`` (a :class:`twinfer.data.Dataset` of a simulated record, or
         what :meth:`truth_of` takes), also ``truth`` at that row, ``inside`` (the interval holds it), and
         over the whole record for each state ``coverage`` (the fraction of times its band holds the
-        truth: near ``level`` for a calibrated estimator) and ``rmse``. ``attrs`` holds ``loglik``,
-        ``nis``, ``level`` and the row's ``time``.
+        truth: near ``level`` for a calibrated estimator) and ``rmse``. A column whose truth is not
+        given (or not finite at that row) is unknown, not outside: ``truth`` NaN and ``inside``
+        ``<NA>`` (a nullable boolean column). ``attrs`` holds ``loglik``, ``nis``, ``level`` and the
+        row's ``time``.
 
         Raises:
             KeyError: for a name that is not a column, naming the columns.
@@ -239,12 +254,15 @@ class Estimate:
                 row["truth"] = float(
                     np.nan if value is None else np.asarray(value)[at] if np.ndim(value) else value
                 )
-                row["inside"] = bool(row["low"] <= row["truth"] <= row["high"])
+                known = bool(np.isfinite(row["truth"]))
+                row["inside"] = bool(row["low"] <= row["truth"] <= row["high"]) if known else pd.NA
                 states = value is not None and np.ndim(value) == 1
                 row["coverage"] = metrics.coverage(mean, sd, value, z=z) if states else np.nan
                 row["rmse"] = metrics.rmse(mean, value) if states else np.nan
             rows.append(row)
         frame = pd.DataFrame(rows, index=pd.Index(names, name="column"))
+        if truth is not None:
+            frame["inside"] = frame["inside"].astype("boolean")
         frame.attrs = {
             "loglik": float(self.loglik),
             "nis": self.nis,
@@ -337,6 +355,30 @@ class Estimate:
             columns[name] = means[:, j]
             columns[f"{name}_sd"] = stds[:, j]
         return pd.DataFrame(columns, index=pd.Index(np.asarray(self.times), name="time"))
+
+
+def _check_sds(field: str, value: Any, names: Sequence[str]) -> None:
+    """Raise unless every standard deviation in ``value`` is >= 0 (NaN refused, +inf kept).
+
+    A negative or NaN sd would give intervals with ``low > high`` or none at all. A column NaN at every
+    row is a point estimate that carries no uncertainty (a PINN's states, a parameter fitted once): kept,
+    its intervals NaN. Built inside a JAX transformation (tracers), the values are not known and not
+    checked.
+    """
+    if value is None:
+        return
+    try:
+        array = np.asarray(value)
+    except jax.errors.TracerArrayConversionError:
+        return
+    bad = np.argwhere(~(array >= 0.0) & ~np.all(np.isnan(array), axis=0, keepdims=True))
+    if bad.size:
+        row, col = (int(i) for i in bad[0])
+        raise ValueError(
+            f"Estimate {field}: expected standard deviations >= 0 (NaN only down a whole column: a point "
+            f"estimate); received {array[row, col]} "
+            f"for {names[col]!r} at row {row} ({len(bad)} such value{'s' if len(bad) > 1 else ''})."
+        )
 
 
 _DATA = ("times", "means", "stds", "covs", "loglik", "nis", "log_means", "log_stds")

@@ -11,6 +11,7 @@ import secrets
 import shutil
 import tomllib
 import zipfile
+import zlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from twinfer._atomic import write_bytes
+from twinfer._atomic import OWNER, mark_owner, marked_gone, write_bytes
 from twinfer.report._files import to_toml, write_figure, write_json, write_npz, write_text
 from twinfer.report._report import PaperValue, render_report
 
@@ -62,10 +63,21 @@ def check_output_folder(root: Path, option: str = "--out") -> Path:
     return root
 
 
+_STAMP = "-YYYYmmdd-HHMMSS-999-999"
+"""What :func:`new_run_dir` and then :func:`write_run` (a name taken meanwhile) append, at the longest."""
+
+_TMP = ".{name}.{token}.tmp"
+"""The temporary folder :func:`write_run` writes into, beside the run folder."""
+
+RUN_NAME_MAX = 255 - len(_STAMP) - len(_TMP.format(name="", token="01234567"))
+"""Longest run name (bytes): the run folder and its temporary folder then fit a 255-byte file name."""
+
+
 def new_run_dir(root: Path, case: str) -> Path:
     """Reserve and return a fresh ``root/<case>-<YYYYmmdd-HHMMSS>[-n]`` folder (created empty).
 
-    :func:`write_run` fills it atomically; it removes the empty folder again if writing fails.
+    :func:`write_run` releases the reservation while it writes (a run killed then leaves no empty
+    folder) and claims the name again at the end; it takes the next free name if another run took it.
     """
     stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
     root = Path(root)
@@ -140,8 +152,12 @@ def write_run(
 
     Everything is written into a temporary folder beside ``run_dir`` (same parent, so the same
     filesystem), which is then renamed onto ``run_dir`` (an empty folder reserved by
-    :func:`new_run_dir`, or absent): a crash, a full disk or an interrupt leaves either the complete
-    folder or nothing (DESIGN.md, Conventions: "Written atomically"). ``config.toml``, ``metrics.json``
+    :func:`new_run_dir`, released while writing, or absent; ``run_dir-<n>`` if another run took the
+    name meanwhile): a crash, a full disk or an interrupt leaves either the complete folder or nothing
+    (DESIGN.md, Conventions: "Written atomically"). A kill (which no handler sees) leaves only the
+    temporary folder, marked with its owner (:func:`twinfer._atomic.mark_owner`): the next
+    :func:`write_run` into the same parent removes such folders whose owner has provably ended, never a
+    live run's. ``config.toml``, ``metrics.json``
     and ``arrays.npz`` come first; making or writing a figure, or an ``extras`` writer, that fails is not
     fatal: it is skipped, reported through ``on_warning`` and listed in ``meta.json`` and the report.
 
@@ -158,7 +174,8 @@ def write_run(
         on_warning: called with each warning line.
 
     Returns:
-        ``run_dir``.
+        The run folder: ``run_dir``, or ``run_dir-<n>`` when another run took that name while this one
+        was written.
 
     """
     run_dir = Path(run_dir)
@@ -172,9 +189,12 @@ def write_run(
             on_warning(message)
 
     run_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = run_dir.parent / f".{run_dir.name}.{secrets.token_hex(4)}.tmp"
+    tmp = run_dir.parent / _TMP.format(name=run_dir.name, token=secrets.token_hex(4))
     tmp.mkdir()
     try:
+        mark_owner(tmp)
+        _release(run_dir)
+        remove_stale_tmp(run_dir.parent)
         write_text(tmp / "config.toml", config_toml)
         write_json(tmp / "metrics.json", metrics)
         write_npz(tmp / "arrays.npz", artifacts.arrays)
@@ -199,13 +219,48 @@ def write_run(
             case, description, metrics, paper, config_toml, notes, names, quick=bool(artifacts.quick)
         )
         write_text(tmp / "report.md", report)
-        os.rename(tmp, run_dir)  # atomic; replaces the empty folder reserved by new_run_dir
+        (tmp / OWNER).unlink()
+        return _claim(tmp, run_dir)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
-        if run_dir.is_dir() and not any(run_dir.iterdir()):
-            run_dir.rmdir()
+        _release(run_dir)
         raise
-    return run_dir
+
+
+def _release(run_dir: Path) -> None:
+    """Remove ``run_dir`` if it is an empty folder (a reservation of :func:`new_run_dir`)."""
+    try:
+        run_dir.rmdir()
+    except OSError:  # absent, or not empty (another run's folder): left as it is
+        pass
+
+
+def _claim(tmp: Path, run_dir: Path) -> Path:
+    """Rename the written folder ``tmp`` onto ``run_dir`` (absent or empty), else the next free ``-<n>``."""
+    for n in range(1000):
+        target = run_dir if n == 0 else run_dir.with_name(f"{run_dir.name}-{n}")
+        try:
+            os.rename(tmp, target)  # atomic; fails where another run's complete folder is
+        except OSError:
+            if target.exists():
+                continue
+            raise
+        return target
+    raise RuntimeError(f"Could not name the run folder {run_dir}: 1000 names are taken.")
+
+
+def remove_stale_tmp(root: Path) -> list[Path]:
+    """Remove the temporary folders of :func:`write_run` under ``root`` whose owner has provably ended.
+
+    A folder without an owner marker, of another host, or of a live process is kept. Returns the
+    removed folders.
+    """
+    removed = []
+    for folder in Path(root).glob(".*.tmp"):
+        if folder.is_dir() and not folder.is_symlink() and marked_gone(folder):
+            shutil.rmtree(folder, ignore_errors=True)
+            removed.append(folder)
+    return removed
 
 
 class RunFolderError(ValueError):
@@ -300,7 +355,7 @@ def read_arrays(run_dir: Path) -> dict[str, np.ndarray]:
     try:
         with path.open("rb") as handle, np.load(handle, allow_pickle=False) as npz:
             return {k: npz[k] for k in npz.files}  # np.load(path) leaks its handle when the zip is bad
-    except (OSError, ValueError, EOFError, zipfile.BadZipFile, KeyError) as exc:
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile, KeyError, zlib.error) as exc:
         raise RunFolderError(
             f"{path}: expected an .npz archive of arrays; could not load it ({exc})."
         ) from None

@@ -18,7 +18,7 @@ from twinfer.sim._signals import (
     white_noise,
 )
 from twinfer.sim._simulate import simulate, simulate_discrete
-from twinfer.sim._steps import euler_step, heun_step, rk4_step, semi_implicit_euler_step
+from twinfer.sim._steps import euler_step, heun_step, rk4_step, semi_implicit_euler_step, substep_loop
 from twinfer.sim._trajectory import Trajectory
 
 __all__ = [
@@ -43,6 +43,7 @@ __all__ = [
     "noise_std_for_snr",
     "rk4_step",
     "semi_implicit_euler_step",
+    "substep_loop",
     "simulate",
     "simulate_dataset",
     "simulate_discrete",
@@ -57,6 +58,32 @@ from twinfer.sim._events import HybridTrajectory, simulate_events  # noqa: E402
 from twinfer.sim._events_rk4 import simulate_rk4_sensitivity  # noqa: E402
 
 __all__ += ["HybridTrajectory", "simulate_events", "simulate_rk4_sensitivity"]
-from twinfer.sim._timescale import STEP_LIMITS, TimeScale, fastest_rate, step_mismatch, unit_hint  # noqa: E402
+from twinfer.sim._timescale import (  # noqa: E402
+    STEP_LIMITS,
+    Stability,
+    StepProblem,
+    StepSizeError,
+    StepSizeWarning,
+    TimeScale,
+    check_step,
+    fastest_rate,
+    stability,
+    step_mismatch,
+    step_problem,
+    unit_hint,
+)
 
-__all__ += ["STEP_LIMITS", "TimeScale", "fastest_rate", "step_mismatch", "unit_hint"]
+__all__ += [
+    "STEP_LIMITS",
+    "Stability",
+    "StepProblem",
+    "StepSizeError",
+    "StepSizeWarning",
+    "TimeScale",
+    "check_step",
+    "fastest_rate",
+    "stability",
+    "step_mismatch",
+    "step_problem",
+    "unit_hint",
+]

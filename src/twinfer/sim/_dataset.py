@@ -35,7 +35,8 @@ from twinfer.data import Dataset
 from twinfer.models import AbstractModel
 from twinfer.sim._discretise import METHODS, discretise
 from twinfer.sim._simulate import simulate, simulate_discrete
-from twinfer.sim._trajectory import Trajectory
+from twinfer.sim._timescale import check_step
+from twinfer.sim._trajectory import Trajectory, check_key
 
 Truth = Literal["exact", "euler", "semi-implicit-euler", "heun", "rk4"]
 
@@ -110,6 +111,7 @@ def simulate_dataset(
     """
     if not (np.isfinite(dt) and dt > 0):
         raise ValueError(f"simulate_dataset dt: expected a finite step > 0; received {dt}.")
+    check_key("simulate_dataset key", key)
     allowed = ("exact", *(m for m in METHODS if m != "exact"))
     if truth not in allowed:
         raise ValueError(f"simulate_dataset truth: expected one of {allowed}; received {truth!r}.")
@@ -200,6 +202,11 @@ def simulate_dataset(
         t_fine = ((np.arange(n * fine) + 0.5) / fine) * float(dt)
         u_fine = jnp.reshape(jnp.asarray(jax.vmap(signal)(jnp.asarray(t_fine))), (n * fine, -1))
     if process_cov is not None:
+        if truth != "exact":  # the stepped path below checks its own step (simulate_discrete)
+            u0 = None if not model.n_input else us[0]
+            check_step(
+                "simulate_dataset", model, dt / fine, truth, start, u0, substeps=substeps, n_steps=n * fine
+            )
         states = _with_process_noise(model, dt, truth, substeps, start, u_fine, process_cov, key, fine)
     elif truth == "exact" and not model.is_linear:
         solved = simulate(model, times, start, us if signal is None else signal, interpolation="zoh")
@@ -207,7 +214,7 @@ def simulate_dataset(
     else:
         step = discretise(model, dt / fine, truth, substeps) if truth != "exact" else None
         step = discretise(model, dt / fine, "exact") if step is None else step
-        states = simulate_discrete(step, start, u_fine).states[::fine]
+        states = simulate_discrete(step, start, u_fine, where="simulate_dataset").states[::fine]
     states = jnp.asarray(states)
     # the input each output is read with: its own sample (sampled), or the interval's before it (held)
     read = u_j if alignment == "sampled" else jnp.concatenate([u_j[:1], u_j[:-1]])

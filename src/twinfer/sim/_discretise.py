@@ -16,7 +16,7 @@ import jax.numpy as jnp
 import jax.scipy.linalg as jsl
 
 from twinfer.models import AbstractModel
-from twinfer.sim._steps import euler_step, heun_step, rk4_step, semi_implicit_euler_step
+from twinfer.sim._steps import euler_step, heun_step, rk4_step, semi_implicit_euler_step, substep_loop
 
 METHODS = ("euler", "semi-implicit-euler", "heun", "rk4", "exact")
 _STEPS = {
@@ -58,9 +58,7 @@ class DiscreteModel(eqx.Module):
         step = _STEPS[self.method]
         f = lambda tt, xx: self.model.vector_field(tt, xx, u, params)
         h = self.dt / self.substeps
-        for j in range(self.substeps):
-            x = step(f, t if j == 0 else t + j * h, x, h)
-        return x
+        return substep_loop(lambda j, xx: step(f, t + j * h, xx, h), x, self.substeps)
 
     def output(self, t: Any, x: Any, u: Any, params: Any) -> Any:
         """The model's output at ``(t, x, u)``."""
@@ -99,8 +97,17 @@ class DiscreteModel(eqx.Module):
         return self.model.n_output
 
 
+MAX_SQUARINGS = 64
+"""Squarings allowed in :func:`exact_matrices`' matrix exponential: enough for ``||A dt||`` up to 1e19."""
+
+
 def exact_matrices(model: AbstractModel, params: Any, dt: float) -> tuple[Any, Any]:
-    """Zero-order-hold exact ``(A_d, B_d)`` from expm([[A, B], [0, 0]] dt) (Van Loan)."""
+    """Zero-order-hold exact ``(A_d, B_d)`` from expm([[A, B], [0, 0]] dt) (Van Loan).
+
+    Up to :data:`MAX_SQUARINGS` squarings of the scaled Pade approximant (Higham 2005, "The scaling and
+    squaring method for the matrix exponential revisited"): JAX's default of 16 returns NaN once
+    ``||A dt||`` passes about 3e5, which a 500 Hz mode sampled at 10 Hz reaches (issue #52).
+    """
     mats = model.linear_matrices(params)
     if mats is None:
         raise ValueError(f"discretise method 'exact': {type(model).__name__} is nonlinear.")
@@ -108,7 +115,7 @@ def exact_matrices(model: AbstractModel, params: Any, dt: float) -> tuple[Any, A
     n, m = a_mat.shape[0], b_mat.shape[1]
     block = jnp.zeros((n + m, n + m), dtype=a_mat.dtype)
     block = block.at[:n, :n].set(a_mat).at[:n, n:].set(b_mat)
-    phi = jsl.expm(block * dt)
+    phi = jsl.expm(block * dt, max_squarings=MAX_SQUARINGS)
     return phi[:n, :n], phi[:n, n:]
 
 

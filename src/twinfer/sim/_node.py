@@ -25,7 +25,7 @@ import numpy as np
 
 from twinfer.models import AbstractModel
 from twinfer.sim._discretise import discretise
-from twinfer.sim._steps import heun_step
+from twinfer.sim._steps import heun_step, substep_loop
 
 
 class Dynamics(NamedTuple):
@@ -149,8 +149,9 @@ def heun_node(vector_field: Callable[[Any, Any, Any, Any], Any], dt: float, subs
         def stage(mk: Any) -> Callable[[Any, Any], Any]:
             return lambda t, xx: vector_field(xx, u, mk, params)
 
-        for k in range(substeps):
-            x = heun_step((stage(m[k, 0]), stage(m[k, 1])), 0.0, x, h)
-        return x
+        def one(k: Any, xx: Any) -> Any:
+            return heun_step((stage(m[k, 0]), stage(m[k, 1])), 0.0, xx, h)
+
+        return substep_loop(one, x, substeps)
 
     return StagedNode(transition, Dynamics(vector_field, float(dt), substeps))

@@ -12,7 +12,8 @@ import numpy as np
 
 from twinfer.models import AbstractModel
 from twinfer.sim._discretise import DiscreteModel
-from twinfer.sim._trajectory import Trajectory, check_array
+from twinfer.sim._timescale import check_step, unit_hint
+from twinfer.sim._trajectory import Trajectory, any_traced, check_array
 
 if TYPE_CHECKING:
     import diffrax
@@ -25,8 +26,15 @@ def simulate_discrete(
     t0: float = 0.0,
     params: Any = None,
     n_steps: int | None = None,
+    *,
+    where: str = "simulate_discrete",
 ) -> Trajectory:
     """Step a discrete model over ``T`` inputs with ``jax.lax.scan``.
+
+    The step is checked against the model before and after (:func:`twinfer.sim.check_step`, at the
+    initial state and at the largest state reached): a step the integrator cannot take on this model is a
+    :class:`~twinfer.sim.StepSizeError` (a :class:`StepSizeWarning` when it adds 10- to 1000-fold growth
+    over the record), a non-finite state a ``ValueError`` naming the step.
 
     Args:
         dmodel: from :func:`twinfer.sim.discretise`.
@@ -35,6 +43,7 @@ def simulate_discrete(
         t0: time of ``x0``.
         params: parameters (default: the model's own).
         n_steps: number of steps when ``inputs`` is None.
+        where: the caller's name in error messages.
 
     Returns:
         Trajectory with ``ts`` (T+1,), ``states`` (T+1, n_state) including ``x0``, and ``outputs``
@@ -53,8 +62,52 @@ def simulate_discrete(
         us = jnp.asarray(
             check_array("simulate_discrete inputs", inputs, (steps, dmodel.n_input), " (T, n_input)")
         )
-    ts = t0 + dmodel.dt * jnp.arange(us.shape[0] + 1)
+    n = int(us.shape[0])
+    u_first = None if not n else us[0]
+    method, model, sub = dmodel.method, dmodel.model, dmodel.substeps
+    if any_traced(x0, us, params, t0):  # inside a transformation: nothing concrete to check
+        ts = t0 + dmodel.dt * jnp.arange(n + 1)
+        states, ys = _scan_discrete(dmodel, x0, ts, us, params)
+        return Trajectory(ts=ts, states=states, outputs=ys)
+    check_step(
+        where,
+        model,
+        dmodel.dt,
+        method,
+        x0,
+        u_first,
+        substeps=sub,
+        n_steps=n,
+        params=params,
+        t=t0,
+    )
+    ts = t0 + dmodel.dt * jnp.arange(n + 1)
     states, ys = _scan_discrete(dmodel, x0, ts, us, params)
+    host = np.asarray(states)
+    finite = np.isfinite(host).reshape(n + 1, -1).all(axis=1)
+    if not finite.all():
+        k = int(np.argmax(~finite))
+        raise ValueError(
+            f"{where}: the {method!r} simulation of {type(model).__name__} became non-finite at step {k}"
+            f" (t = {float(ts[k]):g}); check the parameters, the inputs and the step dt / substeps "
+            f"({dmodel.dt:g} / {sub}).{unit_hint(model, dmodel.dt / sub, method, host[0], u_first)}"
+        )
+    if n and method != "exact" and host.ndim == 2:  # the runaway check: the step at the largest state
+        k = int(np.argmax(np.linalg.norm(host, axis=1)))
+        at = f"the simulated state at t = {float(ts[k]):g}"
+        u_k = us[min(k, n - 1)]
+        check_step(
+            where,
+            model,
+            dmodel.dt,
+            method,
+            host[k],
+            u_k,
+            substeps=sub,
+            n_steps=n,
+            params=params,
+            at=at,
+        )
     return Trajectory(ts=ts, states=states, outputs=ys)
 
 

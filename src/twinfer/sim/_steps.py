@@ -139,3 +139,25 @@ def rk4_step(rhs: Rhs, t: Any, x: Any, h: Any) -> Any:
     k_3 = rhs(t + half, _tree(lambda xi, ki: xi + half * ki, x, k_2))
     k_4 = rhs(t + h, _tree(lambda xi, ki: xi + h * ki, x, k_3))
     return _tree(lambda xi, a, b, c, d: xi + h / 6.0 * (a + 2.0 * b + 2.0 * c + d), x, k_1, k_2, k_3, k_4)
+
+
+UNROLL_SUBSTEPS = 4
+"""Up to this many substeps :func:`substep_loop` writes the steps out (the compiler fuses them); above,
+one ``jax.lax.fori_loop`` (a program whose size does not grow with the count: 60 unrolled RK4 steps
+under an EKF's Jacobian compiled for minutes, issue #52)."""
+
+
+def substep_loop(body: Callable[[Any, Any], Any], x: Any, substeps: int) -> Any:
+    """``x = body(j, x)`` for ``j = 0 .. substeps - 1``: unrolled up to :data:`UNROLL_SUBSTEPS`, else a loop.
+
+    Args:
+        body: ``(j, x) -> x``, one substep (``j`` a Python int when unrolled, a traced int in the loop).
+        x: the state (any pytree of arrays).
+        substeps: a static count >= 1.
+
+    """
+    if substeps <= UNROLL_SUBSTEPS:
+        for j in range(substeps):
+            x = body(j, x)
+        return x
+    return jax.lax.fori_loop(0, substeps, body, x)

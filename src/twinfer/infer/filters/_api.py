@@ -49,7 +49,7 @@ from twinfer.infer.filters._ukf import run_ukf
 from twinfer.infer.gaussian import UnscentedWeights, linear, taylor, unscented
 from twinfer.models import AbstractModel
 from twinfer.sim import METHODS as INTEGRATORS
-from twinfer.sim import discretise, unit_hint
+from twinfer.sim import StepProblem, StepSizeError, StepSizeWarning, discretise, step_problem, unit_hint
 
 Estimator = Literal["ukf", "ekf", "kf"]
 LinearisationName = Literal["propagated", "redrawn", "taylor", "linear"]
@@ -82,6 +82,7 @@ class EstimateOptions(TypedDict, total=False):
     estimator: Estimator
     linearisation: LinearisationName | None
     integrator: Integrator
+    substeps: int
     weights: UnscentedWeights | None
     method: str
     discretisation: str
@@ -98,6 +99,7 @@ class _Settings(NamedTuple):
     estimator: str = "ukf"
     linearisation: str | None = None
     integrator: str = "rk4"
+    substeps: int = 1
     weights: Any = None
 
 
@@ -237,6 +239,40 @@ def _time_hint(model: AbstractModel, data: Dataset, integrator: str, x_init: Any
     milliseconds shows there.
     """
     return unit_hint(model, data.dt, integrator, x_init, None if data.inputs is None else data.inputs[0])
+
+
+def _step_verdict(problem: Any, deferred: StepProblem | None = None) -> None:
+    """Raise a :class:`StepProblem` that is an error; warn one that is not (or a deferred one)."""
+    if isinstance(problem, StepProblem) and problem.error:
+        raise StepSizeError(problem.text)
+    if isinstance(problem, StepProblem):
+        warnings.warn(problem.text, StepSizeWarning, stacklevel=4)
+    elif deferred is not None:
+        warnings.warn(
+            f"{deferred.text} The estimate then left that region (the step is stable at its end), so the run "
+            "stands; a prior nearer the truth, or more substeps, avoids the unstable start.",
+            StepSizeWarning,
+            stacklevel=4,
+        )
+
+
+def _check_along(check: Any, data: Dataset, n_base: int, means: Any) -> StepProblem | None:
+    """:func:`~twinfer.sim.step_problem` again after the run: the runaway check.
+
+    The prior's linearisation misses a nonlinear model that stiffens along the run (a hardening spring
+    at large motion) or an unknown stiffness that the data drive up. Judged at the estimate's end, and
+    at its largest state (by norm) with the unknowns' final values.
+    """
+    if means.ndim != 2 or not means.shape[0]:
+        return None
+    norms = np.linalg.norm(np.nan_to_num(means[:, :n_base], nan=np.inf), axis=1)
+    k, last = int(np.argmax(norms)), means.shape[0] - 1
+    for row, x in ((last, means[last]), (k, np.concatenate([means[k, :n_base], means[last, n_base:]]))):
+        u_k = None if data.inputs is None else data.inputs[min(row, data.n_steps - 1)]
+        found = check(x, u_k, at=f"the estimate at t = {float(data.times[row]):g}")
+        if isinstance(found, StepProblem):
+            return found
+    return None
 
 
 _ZERO_HINT = {
@@ -381,11 +417,34 @@ def _run(model: AbstractModel, data: Dataset, where: str, options: Mapping[str, 
             f"{estimator!r}. Drop weights or use estimator 'ukf'."
         )
     dt = data.dt
+    substeps = opts.substeps
+    if isinstance(substeps, bool) or not isinstance(substeps, int | np.integer) or substeps < 1:
+        raise ValueError(f"{where} substeps: expected an integer >= 1; received {substeps!r}.")
+    if integrator == "exact" and substeps != 1:
+        raise ValueError(
+            f"{where} substeps: expected 1 with integrator 'exact' (exact for any step); received {substeps}."
+        )
     try:
-        step = discretise(aug, dt, integrator)
+        step = discretise(aug, dt, integrator, int(substeps))
     except ValueError as error:
         raise ValueError(f"{where} integrator: {error}") from None
     params = aug.params
+    u_first = None if data.inputs is None else data.inputs[0]
+    n_steps = data.n_steps - 1
+    check = functools.partial(
+        step_problem,
+        where,
+        aug,
+        dt,
+        integrator,
+        substeps=int(substeps),
+        n_steps=n_steps,
+        name=type(model).__name__,
+    )
+    at_prior = check(x_init, u_first, at="the prior")
+    deferred = at_prior if isinstance(at_prior, StepProblem) and unknown else None
+    if deferred is None:  # with unknowns, the data may move them to where the step is fine: judged after
+        _step_verdict(at_prior)
     us = data.step_inputs()
     f = _Transition(step, params)
     h = _Output(aug, params)
@@ -429,6 +488,8 @@ def _run(model: AbstractModel, data: Dataset, where: str, options: Mapping[str, 
                 times=data.times[1:],
             )
         except DivergenceError as error:
+            if deferred is not None:
+                raise StepSizeError(f"{deferred.text} The filter then diverged: {error}") from None
             hint = _time_hint(aug, data, integrator, x_init)
             raise DivergenceError(f"{where}: {error}{hint} {_ARGS_HINT}") from None
     else:
@@ -444,6 +505,11 @@ def _run(model: AbstractModel, data: Dataset, where: str, options: Mapping[str, 
             jnp.asarray(masks),
             linearisation=lin,
         )
+        if int(out.first_bad_step) >= 0 and deferred is not None:
+            raise StepSizeError(
+                f"{deferred.text} The filter then diverged at step {int(out.first_bad_step)}: non-finite "
+                "state or covariance."
+            )
         if int(out.first_bad_step) >= 0:
             raise DivergenceError(
                 f"{where}: estimator {estimator!r} ({lin_name}) diverged at step {int(out.first_bad_step)} "
@@ -467,6 +533,8 @@ def _run(model: AbstractModel, data: Dataset, where: str, options: Mapping[str, 
         stds = jnp.sqrt(jnp.maximum(jnp.diagonal(covs, axis1=1, axis2=2), 0.0))
     else:
         means, covs, stds = _filtered_summary(x_init, cov0, out.means, out.chols)
+    if integrator != "exact":
+        _step_verdict(_check_along(check, data, n_base, np.asarray(means)), deferred)
     n_obs = int(np.asarray(data.mask[1:]).sum())
     nis = float(out.nis) if n_obs and out.nis is not None else None
     verdict = inconsistency(nis, n_obs, alpha=NIS_ALPHA)
@@ -565,6 +633,10 @@ def run_filter(model: AbstractModel, data: Dataset, **options: Unpack[EstimateOp
             - ``integrator`` (``"rk4"``): ``"euler"``, ``"heun"``, ``"rk4"`` or ``"exact"`` (a linear
               model's matrix exponential): how the continuous-time model becomes a transition
               (:func:`twinfer.sim.discretise`).
+            - ``substeps`` (1): integrator steps per record step (1 with ``"exact"``). Before the run the
+              step is checked against the model linearised at the prior, and after it at the estimate's
+              largest state (:func:`twinfer.sim.check_step`): a step the integrator cannot take is a
+              :class:`~twinfer.sim.StepSizeError` naming the fastest mode and the ``substeps`` that fix it.
             - ``weights`` (None: Merwe alpha=1, beta=2, kappa=0): sigma-point weights of the UKF.
             - ``method``, ``discretisation``: deprecated names (a ``DeprecationWarning``): ``method``
               ``"ukf"``, ``"ukf-sqrt"``, ``"ekf"`` is ``estimator="ukf"`` (``"propagated"``),
@@ -583,6 +655,10 @@ def run_filter(model: AbstractModel, data: Dataset, **options: Unpack[EstimateOp
             linearisation or ``weights`` that is not the estimator's, ``"kf"`` on a nonlinear model.
         TypeError: when ``model``, ``data``, ``unknown`` or ``weights`` has the wrong type, or for a
             keyword that is not an option.
+        StepSizeError: (a ``ValueError``) when the integrator at this step (and ``substeps``) would grow
+            the state more than 1000-fold over the record where the model does not (an explicit method
+            beyond its stability region: a stiff model, or a time column in milliseconds); a 10- to
+            1000-fold growth warns :class:`~twinfer.sim.StepSizeWarning`.
         DivergenceError: (a ``ValueError``) when the filter's state becomes non-finite or its
             covariance stops being positive semi-definite, naming the step and time, and a likely unit
             mistake when the record's step is far from the model's fastest time scale (a time column

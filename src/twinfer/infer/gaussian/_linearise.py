@@ -87,11 +87,18 @@ class UnscentedWeights(eqx.Module):
         return pts, wm, wc
 
 
+ROUNDING_FLOOR = 16.0
+"""How many ``p * eps`` of the spread a negative eigenvalue of a residual covariance may reach and still
+count as rounding (:func:`deviation_factor`'s ``spread``; ``p`` the number of sigma points)."""
+
+
 def deviation_factor(
     dev: Float[Array, "p k"],
     wc: Float[Array, " p"],
     centre_weight: float,
     chol_noise: Float[Array, "k r"] | None = None,
+    *,
+    spread: Float[Array, ""] | None = None,
 ) -> Float[Array, "k c"]:
     """A factor ``F`` with ``F F^T = sum_i wc_i dev_i dev_i^T + N N^T`` (points' covariance plus noise).
 
@@ -101,6 +108,20 @@ def deviation_factor(
     weight (Merwe's alpha < 1) makes the points' sum a difference: the matrix is then formed and
     factorised, NaN (a named divergence downstream) where it is not positive-definite, as the
     covariance-form UKF's posterior would be.
+
+    ``spread`` is for deviations that are themselves differences, such as the residuals of a
+    statistical linear regression (:func:`unscented`), whose exact covariance may be singular (zero
+    for an affine function): the size of the terms they were computed from (``sum_i |wc_i| |dy_i|^2``
+    of the regressed values). With a negative central weight the formed matrix is then symmetrised and
+    eigen-decomposed, and eigenvalues down to ``-ROUNDING_FLOOR * p * eps * spread`` are rounding
+    (each entry is a difference of terms of size ``spread``, weights near ``-1e6`` at alpha = 1e-3)
+    and taken as zero; a more negative one is a real loss of positive semi-definiteness and gives NaN
+    as above. The factor is then ``V sqrt(max(w, 0))`` (square, not triangular).
+
+    References:
+        Higham, "Computing a nearest symmetric positive semidefinite matrix", Linear Algebra Appl. 103
+        (1988), Thm. 2.1 (the clipped eigen-decomposition is the nearest PSD matrix in Frobenius norm).
+
     """
     if centre_weight >= 0:
         cols = dev.T * jnp.sqrt(wc)[None, :]
@@ -108,7 +129,13 @@ def deviation_factor(
     cov = (dev.T * wc) @ dev
     if chol_noise is not None:
         cov = cov + chol_noise @ chol_noise.T
-    return cholesky(0.5 * (cov + cov.T))
+    cov = 0.5 * (cov + cov.T)
+    if spread is None:
+        return cholesky(cov)
+    w, v = jnp.linalg.eigh(cov)
+    floor = ROUNDING_FLOOR * dev.shape[0] * jnp.finfo(cov.dtype).eps * spread
+    root = v * jnp.sqrt(jnp.maximum(w, 0.0))[None, :]
+    return jnp.where(jnp.all(w >= -floor), root, jnp.nan)
 
 
 def linear(
@@ -128,7 +155,13 @@ def taylor(
 
 
 def unscented(weights: UnscentedWeights) -> Linearisation:
-    """Statistical linear regression through the unscented transform with the given weights."""
+    """Statistical linear regression through the unscented transform with the given weights.
+
+    The regression's residual covariance ``Omega`` is factored by :func:`deviation_factor` with the
+    spread of the regressed values, so that at Merwe's textbook alpha = 1e-3 (central weight about
+    -1e6) a residual that is zero in exact arithmetic (an affine function) and indefinite by rounding
+    alone (eigenvalues ~ -1e-25) is taken as zero rather than turned into a NaN factor (issue #52).
+    """
 
     def linearise(
         fn: Callable[[Any], Any], mean: Float[Array, " n"], chol_P: Float[Array, "n n"]
@@ -140,7 +173,8 @@ def unscented(weights: UnscentedWeights) -> Linearisation:
         cross = (dx.T * wc) @ dy  # cov(x, fn(x))
         A = jax.scipy.linalg.cho_solve((chol_P, True), cross).T
         resid = dy - dx @ A.T  # residual of the regression at each sigma point
-        chol_omega = tria(deviation_factor(resid, wc, weights.centre_weight(mean.shape[0])))
+        spread = jnp.abs(wc) @ jnp.sum(dy**2, axis=1)  # the size its covariance cancels down from
+        chol_omega = tria(deviation_factor(resid, wc, weights.centre_weight(mean.shape[0]), spread=spread))
         return A, mu - A @ mean, chol_omega
 
     return linearise

@@ -881,9 +881,10 @@ def banded_estimate(
         parameters, log-likelihood and NIS; no full covariance).
 
     Raises:
-        ValueError: for a bandwidth below 1, an unknown prediction or update, a graph coupled by a
-            field, a subsystem with memory, or an output that reads subsystems more than ``bandwidth``
-            apart (naming it).
+        ValueError: for a bandwidth below 1, a dataset whose output or input names are not the graph's
+            (:meth:`~twinfer.infer.graph.Graph.check_dataset`), an unknown prediction or update, a graph
+            coupled by a field, a subsystem with memory, or an output that reads subsystems more than
+            ``bandwidth`` apart (naming it).
         DivergenceError: at the first step with a non-finite mean or a non-positive variance, naming it.
 
     """
@@ -921,6 +922,7 @@ def _banded(
 ) -> tuple[Estimate, Any]:
     if int(bandwidth) != bandwidth or bandwidth < 1:
         raise ValueError(f"banded_estimate bandwidth: expected an integer >= 1; received {bandwidth!r}.")
+    graph.check_dataset(dataset, "banded_estimate")
     subs, mono, slices = _structure(graph)
     check_step([s.dynamics.dt for s in subs if s.dynamics is not None], dataset, "banded_estimate")
     if prediction not in ("taylor", "unscented"):

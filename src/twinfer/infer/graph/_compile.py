@@ -162,7 +162,7 @@ from twinfer.infer.gaussian import UnscentedWeights, cholesky, linear, predict, 
 from twinfer.infer.graph._field import FieldEngine, _columns, compile_field, run_field
 from twinfer.infer.graph._graph import Graph
 from twinfer.infer.graph._parts import Interface, LinearOutput, Subsystem, structure_cached
-from twinfer.sim import Dynamics, integrator_step
+from twinfer.sim import Dynamics, integrator_step, substep_loop
 from twinfer.timing import BenchResult
 
 SCHEDULES = ("jacobi", "gauss_seidel", "ab2")
@@ -802,8 +802,7 @@ def _split_model(
             d = dyn
             rhs = lambda t, w: d.vector_field(w, uu, mm + own(w, zz, t / d.dt), params)  # noqa: E731
             step, h = integrator_step(d.method), d.dt / d.substeps
-            for j in range(d.substeps):
-                x = step(rhs, j * h, x, h)
+            x = substep_loop(lambda j, w, step=step, rhs=rhs, h=h: step(rhs, j * h, w, h), x, d.substeps)
         return jnp.concatenate([x, zz]) if n_z else x
 
     def hm(xx: Any, uu: Any, mm: Any) -> Any:
@@ -1207,7 +1206,9 @@ def run(
     graph's structure is compiled once and reused (:func:`compiled_for`).
 
     Raises:
-        ValueError: when the graph references data columns the record does not have, when ``us``/``ys``
+        ValueError: for a dataset whose output or input names are not the graph's
+            (:meth:`~twinfer.infer.graph.Graph.check_dataset`, before anything is compiled), when the
+            graph references data columns the record does not have, when ``us``/``ys``
             have the wrong shape or dtype (float64 required) or hold an infinite observation or a
             non-finite input, and when a subsystem's x0, P0, Q or R is non-finite or not positive
             semi-definite, naming the field, the expected and the received value.
@@ -1217,6 +1218,7 @@ def run(
             such step (and its time with a dataset) and the likely causes.
 
     """
+    graph.check_dataset(dataset, "run")
     compiled, chosen, outs, times, _ = _scan_record(graph, dataset, schedule, us, ys, compiled, numbers)
     result = unpack(compiled, chosen, outs)
     _check_divergence(graph, {k: (r.means, r.covs, r.step_logliks) for k, r in result.items()}, times)
@@ -1280,6 +1282,7 @@ def estimate(
             is below ``NIS_LOW`` (0.1), naming the subsystems whose own average is furthest off.
 
     """
+    graph.check_dataset(dataset, "estimate")
     nis = None
     if graph.fields:
         fields = run_field(graph, dataset, us=us, ys=ys)
@@ -1311,6 +1314,7 @@ def timed_estimate(
     """
     from twinfer.timing import time_jitted
 
+    graph.check_dataset(dataset, "timed_estimate")
     compiled = compiled_for(graph, schedule)
     if isinstance(compiled.engine, FieldEngine):
         raise ValueError(

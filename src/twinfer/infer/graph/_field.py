@@ -45,6 +45,16 @@ from twinfer.infer.filters import STATIC_STEPS, DivergenceError, UnscentedWeight
 from twinfer.infer.graph._parts import LinearOutput
 from twinfer.sim import Dynamics, heun_step
 
+MAX_SUBSTEPS = 64
+"""Most Heun sub-steps per step a field graph's subsystem may need; above, :func:`compile` refuses it.
+
+Sub-steps come from the data (a network's coupling strengths, :func:`twinfer.infer.clusters.stable_substeps`),
+and each one costs a neighbour exchange per stage and a pass of every sigma point through the vector
+field: 64 is 16 times PEGASE 9241's 4 at dt = 0.01. A count in the thousands (a MATPOWER branch with
+r = x = 1e-12 asks for 16,818) means two buses joined by a near-zero impedance, electrically one bus:
+merged, or given a smaller step, they need none of it.
+"""
+
 FieldMessage = Literal["held", "predicted"]
 FieldVariance = Literal["none", "first-order"]
 FIELD_MESSAGES = ("held", "predicted")
@@ -214,7 +224,13 @@ def _field_of(graph: Any) -> Field:
 
 
 def compile_field(graph: Any, schedule: Any, mesh: jax.sharding.Mesh | None) -> Any:
-    """The :func:`twinfer.infer.graph.compile` of a graph coupled by one :class:`Field`."""
+    """The :func:`twinfer.infer.graph.compile` of a graph coupled by one :class:`Field`.
+
+    Raises:
+        ValueError: for a subsystem that needs more than :data:`MAX_SUBSTEPS` Heun sub-steps per step,
+            before anything is traced, naming its stiffest coupling, the stiffness and the step.
+
+    """
     from twinfer.infer.graph._compile import Compiled
 
     if schedule.kind != "jacobi" or schedule.inner != 1:
@@ -284,6 +300,8 @@ def compile_field(graph: Any, schedule: Any, mesh: jax.sharding.Mesh | None) -> 
             f"Graph {graph.name!r}: expected one step dt for all members; received {sorted(dts)}."
         )
     finest = max(g.substeps for g in groups)
+    if finest > MAX_SUBSTEPS:
+        _refuse_stiff(subs, field, next(g for g in groups if g.substeps == finest))
     if field.message == "predicted" and any(finest % g.substeps for g in groups):
         raise ValueError(
             f"Field {field.name!r}: predicted messages need every group's substeps to divide the largest; "
@@ -300,6 +318,57 @@ def compile_field(graph: Any, schedule: Any, mesh: jax.sharding.Mesh | None) -> 
     replicated = None if mesh is None else jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
     scan = jax.jit(engine.scan, out_shardings=replicated)
     return Compiled(names, engine, numbers, jax.jit(engine.step), scan)
+
+
+def _refuse_stiff(subs: list[Any], field: Field, group: _FieldGroup) -> None:
+    """Raise for a group needing more than :data:`MAX_SUBSTEPS`, naming its stiffest coupling.
+
+    A coupling's stiffness is the largest entry of a member's vector-field Jacobian at its initial mean
+    (messages zero) coupling one field variable into another's rate (the ``drives`` or ``rate`` port;
+    without one, into any other state): the couplings inside the subsystem, a grid's branches between
+    buses of one cluster. Those from other subsystems are the weights of the field's edges into it. Heun
+    needs ``dt / substeps * sqrt(stiffness) <= 0.5``.
+    """
+    index = {s.name: i for i, s in enumerate(subs)}
+    best = (-1.0, "", "")  # (stiffness, from, to)
+    for i in group.members:
+        s = subs[i]
+        assert s.dynamics is not None  # substeps > 1 come with a Dynamics
+        n_u, names = len(s.inputs), s.names
+        jac = np.abs(
+            np.asarray(
+                jax.jacfwd(lambda x, s=s, n_u=n_u: s.dynamics.vector_field(
+                    x, jnp.zeros(n_u), jnp.zeros(s.n_msg), s.params))(jnp.asarray(s.x0, jnp.float64))
+            )
+        )  # fmt: skip
+        cols = np.asarray(s.ports[field.port].state, dtype=int)
+        rated = field.drives or field.rate
+        rows = np.asarray(s.ports[rated].state if rated else range(s.n_state), dtype=int)
+        block = jac[np.ix_(rows, cols)]
+        block[np.arange(cols.size) if rated else cols, np.arange(cols.size)] = 0.0  # a variable on itself
+        r, c = np.unravel_index(int(np.argmax(block)), block.shape)
+        if block[r, c] > best[0]:
+            best = (float(block[r, c]), f"{names[cols[c]]!r} ({s.name})", f"{names[rows[r]]!r} ({s.name})")
+    port = {m: subs[index[m]].ports[field.port].state for m in field.members}
+    into = [e for e in range(field.n_edges) if index[field.members[field.receiver[e]]] in group.members]
+    for e in into:
+        if abs(field.weight[e]) > best[0]:
+            a, b = field.members[field.sender[e]], field.members[field.receiver[e]]
+            na = subs[index[a]].names[port[a][field.sender_var[e]]]
+            nb = subs[index[b]].names[port[b][field.receiver_var[e]]]
+            best = (float(abs(field.weight[e])), f"{na!r} ({a})", f"{nb!r} ({b})")
+    s = subs[group.members[0]]
+    dt = s.dynamics.dt if s.dynamics is not None else float("nan")
+    stiffness, source, target = best
+    shorter = dt * MAX_SUBSTEPS / group.substeps
+    raise ValueError(
+        f"compile: field {field.name!r}: subsystems {[subs[i].name for i in group.members][:5]} need "
+        f"{group.substeps} Heun sub-steps per step of dt = {dt:g} s; expected at most MAX_SUBSTEPS = "
+        f"{MAX_SUBSTEPS}. Their stiffest coupling is {source} -> {target}, of stiffness {stiffness:.3g} (a "
+        f"frequency of {np.sqrt(stiffness):.3g} rad/s; Heun needs dt / substeps x frequency <= 0.5). A "
+        "branch of near-zero impedance (r = x near 0) couples its two buses this stiffly: they are "
+        f"electrically one bus, so merge them; or use a step dt <= {shorter:.3g} s."
+    )
 
 
 def _field_key(s: Any, field: Field) -> tuple[Any, ...]:
@@ -478,25 +547,22 @@ class FieldEngine:
             ]
             return d, ms
 
-        y = list(means)
-        first, second = [], []
-        for _ in range(self.finest):
-            y, (e1, e2) = heun_step(stage, 0.0, y, h, has_aux=True)
-            first.append(e1)
-            second.append(e2)
+        def substep(y: list[Any], _: Any) -> tuple[list[Any], tuple[Any, Any]]:
+            return heun_step(stage, 0.0, y, h, has_aux=True)
+
+        # a scan, not a Python loop: the count comes from the data (the network's stiffness)
+        y, (first, second) = jax.lax.scan(substep, list(means), None, length=self.finest)
         end = exchange(y) if min(g.substeps for g in self.groups) < self.finest else None
         out = []
-        for gi, g in enumerate(self.groups):
+        for gi, g in enumerate(self.groups):  # first[gi], second[gi]: (finest, C, n_msg)
             ratio = self.finest // g.substeps
-            stages = []
-            for j in range(g.substeps):
-                start = first[j * ratio][gi]
-                if ratio == 1:
-                    corrector = second[j][gi]
-                else:
-                    corrector = first[(j + 1) * ratio][gi] if j + 1 < g.substeps else end[gi]  # type: ignore[index]
-                stages.append(jnp.stack([start, corrector], axis=1))
-            out.append(jnp.stack(stages, axis=1))
+            start = first[gi][::ratio]
+            if ratio == 1:
+                corrector = second[gi]
+            else:  # the fine prediction at the end of each of its sub-steps
+                assert end is not None
+                corrector = jnp.concatenate([first[gi][ratio::ratio], end[gi][None]])
+            out.append(jnp.stack([start, corrector], axis=2).transpose(1, 0, 2, 3))
         return out
 
     def _force_variance(self, register: Any, variance: Any, own: Any, edges: dict[str, Any]) -> Any:
@@ -691,13 +757,15 @@ def run_field(
     deviations are kept: a network of thousands of subsystems would not hold every covariance over time.
 
     Raises:
-        ValueError: as :func:`twinfer.infer.graph.run` for the record and the numbers.
+        ValueError: as :func:`twinfer.infer.graph.run` for the record and the numbers, and for a
+            coupling too stiff for :data:`MAX_SUBSTEPS` sub-steps (:func:`compile_field`).
         DivergenceError: (a ``ValueError``) when a subsystem diverges, naming it, the step and time
             (:func:`check_field_run`).
 
     """
     from twinfer.infer.graph._compile import _prepare_record, compile
 
+    graph.check_dataset(dataset, "run_field")
     compiled = compile(graph, mesh=mesh) if compiled is None else compiled
     us, ys, masks, times, us_meas = _prepare_record(compiled, compiled.numbers, dataset, us, ys)
     means, stds, ok = compiled.scan(

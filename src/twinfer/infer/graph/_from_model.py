@@ -270,7 +270,10 @@ def chain_graph(
             ]
         else:
             edges += two_way(a, "right", b, "left", connection_law, gamma, (kinds[s],) * 2, rule)
-    return Graph(name, subs, edges, state_order=tuple(chain.state_names) + tuple(unknown))
+    order = tuple(chain.state_names) + tuple(unknown)  # the dataset's names: Graph.check_dataset
+    return Graph(
+        name, subs, edges, state_order=order, output_names=chain.output_names, input_names=chain.input_names
+    )
 
 
 def _input_noise(
@@ -675,7 +678,14 @@ def model_graph(
             edges.append(Interface(a, b, b, a, _read_sender, gamma, kinds[2 * e], rule))
         if reads[i].get(j):
             edges.append(Interface(b, a, a, b, _read_sender, gamma, kinds[2 * e + 1], rule))
-    return Graph(name, subs, edges, state_order=full_names)
+    return Graph(  # with the dataset's names: Graph.check_dataset
+        name,
+        subs,
+        edges,
+        state_order=full_names,
+        output_names=model.output_names,
+        input_names=model.input_names,
+    )
 
 
 _CACHE_SIZE = 16

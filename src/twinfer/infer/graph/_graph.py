@@ -19,9 +19,10 @@ import jax.numpy as jnp
 import jax.scipy.linalg as jsl
 import numpy as np
 
+from twinfer.data import Dataset
 from twinfer.infer.graph._field import Field
 from twinfer.infer.graph._parts import Interface, LinearOutput, Port, Subsystem, structure_cached
-from twinfer.sim import integrator_step
+from twinfer.sim import integrator_step, substep_loop
 
 
 class Graph(eqx.Module):
@@ -39,6 +40,11 @@ class Graph(eqx.Module):
         fields: sparse field couplings (:class:`Field`) of the leaf members (top level only).
         state_order: column names that :func:`~twinfer.infer.graph.estimate` puts first, in this order
             (a graph from a model: the model's states, then the unknown parameters).
+        output_names: the names of the dataset's output columns the subsystems' ``outputs`` index (a
+            graph from a model: the model's ``output_names``); None where unknown (only the column
+            count is then checked: :meth:`check_dataset`).
+        input_names: the names of the dataset's input columns the subsystems' ``inputs`` index (a graph
+            from a model: the model's ``input_names``); None where unknown.
 
     """
 
@@ -48,6 +54,8 @@ class Graph(eqx.Module):
     exports: dict[str, tuple[str, str]] = eqx.field(static=True, default_factory=dict)
     fields: tuple[Field, ...] = ()
     state_order: tuple[str, ...] = eqx.field(static=True, default=())
+    output_names: tuple[str, ...] | None = eqx.field(static=True, default=None)
+    input_names: tuple[str, ...] | None = eqx.field(static=True, default=None)
 
     def __init__(
         self,
@@ -57,6 +65,8 @@ class Graph(eqx.Module):
         exports: dict[str, tuple[str, str]] | None = None,
         fields: Sequence[Field] = (),
         state_order: Sequence[str] = (),
+        output_names: Sequence[str] | None = None,
+        input_names: Sequence[str] | None = None,
     ):
         self.name = name
         self.nodes = tuple(nodes)
@@ -64,6 +74,8 @@ class Graph(eqx.Module):
         self.exports = dict(exports or {})
         self.fields = tuple(fields)
         self.state_order = tuple(state_order)
+        self.output_names = _channel_names(name, "output_names", output_names)
+        self.input_names = _channel_names(name, "input_names", input_names)
         subs, _ = self.flatten()  # validates
         if any(isinstance(n, Graph) and n.fields for n in self.nodes):
             raise ValueError(
@@ -119,7 +131,8 @@ class Graph(eqx.Module):
         if isinstance(model, KuramotoNetwork):
             from twinfer.infer.clusters import kuramoto_graph
 
-            return kuramoto_graph(model, partition, **options).graph
+            graph = kuramoto_graph(model, partition, **options).graph  # columns read by position: named
+            return dataclasses.replace(graph, output_names=model.output_names, input_names=model.input_names)
         if isinstance(model, AbstractModel) and (model.connections or options.get("connections")):
             from twinfer.infer.graph._from_model import model_graph
 
@@ -130,6 +143,57 @@ class Graph(eqx.Module):
             f"{type(model).__name__} with none. Or build the graph from Subsystem (twinfer.sim.graph_node) "
             "and Interface."
         )
+
+    def check_dataset(self, dataset: Any, where: str) -> None:
+        """Check a record's columns against the ones the subsystems read, before anything is compiled.
+
+        The subsystems read the dataset's outputs and inputs by position, so a record whose columns are
+        named otherwise (``a1, a2, a4`` for a graph of ``a1, a3, a4``) would be read as the wrong sensors
+        without a sound. With :attr:`output_names` / :attr:`input_names` (a graph from
+        :meth:`from_model`) the names must be those (the inputs may keep the default unnamed ``u1..``, as
+        :func:`twinfer.infer.filters.run_filter` accepts); without, the record must hold every column a
+        subsystem reads. ``dataset`` None (records given as arrays) is checked by the engines.
+
+        Raises:
+            ValueError: ``"<where> dataset outputs"`` / ``"inputs"``, naming the expected and the received
+                names (or column counts) and the subsystem that reads a missing column.
+
+        """
+        if dataset is None:
+            return
+        if not isinstance(dataset, Dataset):
+            raise TypeError(
+                f"{where} dataset: expected a twinfer.data.Dataset; received {type(dataset).__name__}."
+            )
+        n_u = 0 if dataset.inputs is None else int(dataset.inputs.shape[1])
+        expected = self.output_names
+        if expected is not None and dataset.output_names != expected:
+            rename = dict(zip(expected, dataset.output_names, strict=False))
+            raise ValueError(
+                f"{where} dataset outputs: expected {expected} (the outputs of the model graph "
+                f"{self.name!r} was built from, read by position); received {dataset.output_names}. Name "
+                f"a table's columns after them: from_csv(..., outputs={rename})."
+            )
+        expected = self.input_names
+        if expected is not None:
+            default = tuple(f"u{i + 1}" for i in range(n_u))
+            if n_u != len(expected) or dataset.input_names not in (default, expected):
+                raise ValueError(
+                    f"{where} dataset inputs: expected {len(expected)} columns {expected} (the inputs of "
+                    f"the model graph {self.name!r} was built from, or the default unnamed "
+                    f"{tuple(f'u{i + 1}' for i in range(len(expected)))}); received {n_u} columns "
+                    f"{dataset.input_names}."
+                )
+        for s in self.flatten()[0]:
+            for field, cols, names in (
+                ("outputs", s.outputs, dataset.output_names),
+                ("inputs", s.inputs, dataset.input_names),
+            ):
+                if cols and max(cols) >= len(names):
+                    raise ValueError(
+                        f"{where} dataset {field}: expected at least {max(cols) + 1} columns (subsystem "
+                        f"{s.name!r} reads columns {list(cols)}); received {len(names)}: {names}."
+                    )
 
     def flatten(self) -> tuple[list[Subsystem], list[Interface]]:
         """Leaf subsystems (nested ones renamed ``graph/member``) and all interfaces, validated."""
@@ -237,6 +301,15 @@ class Graph(eqx.Module):
 
 _MONOLITHIC: collections.OrderedDict[Any, tuple[Any, Any]] = collections.OrderedDict()
 _MONOLITHIC_SIZE = 16
+
+
+def _channel_names(graph: str, field: str, value: Sequence[str] | None) -> tuple[str, ...] | None:
+    """``value`` as a tuple of names (None stays None), refusing a bare string or non-string names."""
+    if value is None:
+        return None
+    if isinstance(value, str) or not all(isinstance(v, str) for v in value):
+        raise ValueError(f"Graph {graph!r} {field}: expected a sequence of column names; received {value!r}.")
+    return tuple(value)
 
 
 def _shapes(tree: Any) -> tuple[Any, ...]:
@@ -386,9 +459,7 @@ def _build_monolithic(subs: list[Subsystem], edges: list[Interface]) -> tuple[An
 
         def transition(x: Any, u: Any, m: Any, params: Any) -> Any:  # noqa: F811
             rhs = lambda t, xx: vector_field(xx, u, params)  # noqa: E731
-            for _ in range(substeps):
-                x = step(rhs, 0.0, x, dt / substeps)
-            return x
+            return substep_loop(lambda _, xx: step(rhs, 0.0, xx, dt / substeps), x, substeps)
 
     def output_fn(s: Subsystem) -> Any:
         if isinstance(s.output, LinearOutput):
