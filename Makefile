@@ -7,7 +7,7 @@ STAMP   := $(VENV)/.installed
 export JAX_ENABLE_X64 := 1
 export MPLBACKEND := Agg
 
-.PHONY: run test bench reproduce setup lint typecheck docs pytest clean
+.PHONY: run test accept bench reproduce setup lint typecheck docs pytest clean
 
 setup: $(STAMP)
 
@@ -36,6 +36,10 @@ docs: $(STAMP)
 
 pytest: $(STAMP)
 	$(BIN)/pytest -n 2 --dist loadfile --durations=20
+
+# Issues' acceptance checks at full size (minutes each; marked `acceptance`, left out of `make test`).
+accept: $(STAMP)
+	$(BIN)/pytest -n 2 --dist loadfile -m acceptance --durations=20
 
 bench: $(STAMP)
 	$(BIN)/twinfer bench filters
