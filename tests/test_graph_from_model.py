@@ -388,7 +388,7 @@ def _acceptance_system(kind):
     return chain, simulate_dataset(chain, u, dt, sd, jax.random.key(2)), sd
 
 
-@pytest.mark.acceptance  # 2 min each: `make accept`; test_distributed_default covers the default at quick size
+@pytest.mark.acceptance  # 2 min each: make accept; test_distributed_default covers the default, quick
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize("kind", ["duffing", "vdp"])
 def test_issue_20_acceptance_chain(kind):
