@@ -126,6 +126,28 @@ def _jacobian_at(model: AbstractModel, x: Any, u: Any, params: Params | None, t:
     return jac if np.all(np.isfinite(jac)) else None
 
 
+def _linearised(
+    model: AbstractModel, x: Any, u: Any, params: Params | None, t: float
+) -> tuple[np.ndarray, np.ndarray] | None:
+    """The Jacobian at ``(t, x, u)`` (``u`` None: zeros) and its eigenvalues; None as :func:`_jacobian_at`."""
+    jac = _jacobian_at(model, x, np.zeros(model.n_input) if u is None else u, params, t)
+    return None if jac is None else (jac, np.linalg.eigvals(jac))
+
+
+def _scale(eig: np.ndarray) -> TimeScale | None:
+    """The fastest time scale of eigenvalues ``eig``; None without a finite non-zero one."""
+    rate = float(np.max(np.abs(eig))) if eig.size else 0.0
+    return TimeScale(rate) if rate > 0 and math.isfinite(rate) else None
+
+
+def _over_record(per_step: float, n_steps: int) -> float:
+    """``per_step ** n_steps`` (``n_steps`` at least 1), inf past float64."""
+    if not math.isfinite(per_step):
+        return math.inf
+    log_g = max(n_steps, 1) * math.log(max(per_step, 1e-300))
+    return math.inf if log_g > 700.0 else math.exp(log_g)
+
+
 def _growth(jac: np.ndarray, eig: np.ndarray, dt: float, integrator: str, substeps: int) -> float:
     """Spectral radius of ``substeps`` steps of ``dt / substeps`` over the exact flow's (inf past float64)."""
     if integrator == "exact" or integrator not in (*_POLYNOMIALS, "semi-implicit-euler") or not eig.size:
@@ -169,17 +191,15 @@ def stability(
         functions and regions of explicit Runge-Kutta methods).
 
     """
-    u = np.zeros(model.n_input) if u is None else u
-    jac = _jacobian_at(model, x, u, params, t)
-    if jac is None:
-        return None
-    eig = np.linalg.eigvals(jac)
-    rate = float(np.max(np.abs(eig))) if eig.size else 0.0
-    scale = TimeScale(rate) if rate > 0 and math.isfinite(rate) else None
+    lin = _linearised(model, x, u, params, t)
+    return None if lin is None else _stability_of(*lin, dt, integrator, substeps, n_steps)
+
+
+def _stability_of(
+    jac: np.ndarray, eig: np.ndarray, dt: float, integrator: str, substeps: int, n_steps: int
+) -> Stability:
     g = _growth(jac, eig, dt, integrator, substeps)
-    with np.errstate(over="ignore"):
-        over = math.inf if not math.isfinite(g) else float(np.exp(max(n_steps, 1) * math.log(max(g, 1e-300))))
-    return Stability(g, over, scale)
+    return Stability(g, _over_record(g, n_steps), _scale(eig))
 
 
 def _step_error(eig: np.ndarray, dt: float, integrator: str, substeps: int) -> float:
@@ -211,8 +231,7 @@ def _enough_substeps(
     """
 
     def fine(s: int) -> bool:
-        g = _growth(jac, eig, dt, integrator, s)
-        stable = math.isfinite(g) and max(n_steps, 1) * math.log(max(g, 1e-300)) <= math.log(GROWTH_WARN)
+        stable = _over_record(_growth(jac, eig, dt, integrator, s), n_steps) <= GROWTH_WARN
         return stable and (not accurate or _step_error(eig, dt, integrator, s) <= ACCURACY)
 
     high = substeps
@@ -282,16 +301,17 @@ def step_problem(
     """
     if integrator == "exact":
         return None
-    found = stability(model, dt, integrator, x, u, substeps=substeps, n_steps=n_steps, params=params, t=t)
-    if found is None or found.over_record <= GROWTH_WARN:
+    lin = _linearised(model, x, u, params, t)
+    if lin is None:
+        return None
+    jac, eig = lin
+    found = _stability_of(jac, eig, dt, integrator, substeps, n_steps)
+    if found.over_record <= GROWTH_WARN:
         return found
-    jac = _jacobian_at(model, x, np.zeros(model.n_input) if u is None else u, params, t)
-    more = accurate = None
-    if jac is not None:
-        eig = np.linalg.eigvals(jac)
-        more = _enough_substeps(jac, eig, dt, integrator, substeps, n_steps, False)
-        if more is not None and integrator in _POLYNOMIALS:
-            accurate = _enough_substeps(jac, eig, dt, integrator, more, n_steps, True)
+    accurate = None
+    more = _enough_substeps(jac, eig, dt, integrator, substeps, n_steps, False)
+    if more is not None and integrator in _POLYNOMIALS:
+        accurate = _enough_substeps(jac, eig, dt, integrator, more, n_steps, True)
     scale = found.scale
     mode = (
         f"its fastest mode at {at} has |lambda| = {scale.rate:.3g} 1/s (time constant "
@@ -380,11 +400,8 @@ def fastest_rate(
         Hairer & Wanner, Solving Ordinary Differential Equations II, 2nd ed., sec. IV.2.
 
     """
-    jac = _jacobian_at(model, x, u, params, t)
-    if jac is None:
-        return None
-    rate = float(np.max(np.abs(np.linalg.eigvals(jac))))
-    return TimeScale(rate) if rate > 0 and math.isfinite(rate) else None
+    lin = _linearised(model, x, u, params, t)
+    return None if lin is None else _scale(lin[1])
 
 
 def _duration(seconds: float) -> str:
