@@ -7,7 +7,7 @@ STAMP   := $(VENV)/.installed
 export JAX_ENABLE_X64 := 1
 export MPLBACKEND := Agg
 
-.PHONY: run test accept bench reproduce setup lint typecheck docs pytest clean
+.PHONY: run test accept bench reproduce setup lint imports typecheck docs pytest clean
 
 setup: $(STAMP)
 
@@ -20,11 +20,15 @@ $(STAMP): pyproject.toml constraints.txt
 run: $(STAMP)
 	$(BIN)/twinfer run chain4
 
-test: $(STAMP) lint typecheck docs pytest
+test: $(STAMP) lint imports typecheck docs pytest
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests
 	$(BIN)/ruff format --check src tests
+
+# The layer and independence contracts of DESIGN.md ([tool.importlinter] in pyproject.toml).
+imports: $(STAMP)
+	$(BIN)/lint-imports
 
 typecheck: $(STAMP)
 	$(BIN)/pyright

@@ -27,7 +27,9 @@ if os.environ.get("TWINFER_TEST_XLA_DEFAULTS") != "1":
 
 import jax  # noqa: E402
 
-jax.config.update("jax_enable_x64", True)
+import twinfer  # noqa: E402
+
+twinfer.configure()  # float64 and the batch-safe CPU lowerings: importing twinfer sets neither
 
 from hypothesis import settings  # noqa: E402
 

@@ -14,8 +14,10 @@ import numpy as np
 import pytest
 from scipy.signal import butter, lfilter
 
-from twinfer.infer.filters import UnscentedWeights
-from twinfer.infer.graph import Graph, banded_estimate, estimate, timed_banded_estimate
+from twinfer.infer.gaussian import UnscentedWeights
+from twinfer.infer.graph import Graph
+from twinfer.infer.graph._banded import banded_estimate, timed_banded_estimate
+from twinfer.infer.graph._run import estimate
 from twinfer.models import Chain
 from twinfer.sim import simulate_dataset
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from scipy.linalg import expm
 
-from twinfer.infer.graph import diffuse, subsystem_laplacian
+from twinfer.infer.graph._diffusion import diffuse, subsystem_laplacian
 
 NAMES = ["V1", "V3", "V2"]
 WEIGHTS = {("V1", "V3"): 0.4718, ("V3", "V2"): 0.5282}  # the paper's affinities eta13, eta23 (SI 3.4)

@@ -13,13 +13,8 @@ import pytest
 
 from twinfer.data import Dataset
 from twinfer.experiments.chain4 import Chain4Config, build_graph, simulate
-from twinfer.infer.graph import (
-    GAP_WARN,
-    Graph,
-    MessageFitWarning,
-    check_messages,
-    smallest_bandwidth,
-)
+from twinfer.infer.graph import Graph, MessageFitWarning, check_messages
+from twinfer.infer.graph._check import GAP_WARN, smallest_bandwidth
 from twinfer.models import Chain
 from twinfer.sim import simulate_dataset
 from twinfer.spec import SpecError, load_spec, run_spec

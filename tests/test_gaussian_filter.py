@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 
 from oracle_ukf import ukf_cov_scan
-from twinfer.infer.filters import UnscentedWeights, gaussian_filter
-from twinfer.infer.gaussian import linear, taylor, tria, unscented
+from twinfer.infer.filters import gaussian_filter
+from twinfer.infer.gaussian import UnscentedWeights, linear, taylor, tria, unscented
 
 
 def _random_system(seed, n=3, m=2, steps=15):

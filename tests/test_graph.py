@@ -7,8 +7,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from twinfer.infer.filters import UnscentedWeights, gaussian_filter, linear, run_ukf
-from twinfer.infer.graph import Graph, Port, Schedule, Subsystem, compile, run, two_way
+from twinfer.infer.filters import gaussian_filter, run_ukf
+from twinfer.infer.gaussian import UnscentedWeights, linear
+from twinfer.infer.graph import Graph, Port, Schedule, Subsystem
+from twinfer.infer.graph._parts import two_way
+from twinfer.infer.graph._run import compile, run
 from twinfer.models import Chain, spring_damper_law
 from twinfer.sim import discretise, graph_node
 
@@ -326,7 +329,7 @@ def test_errors_name_subsystem_port_and_option():
 def test_law_moments_of_a_linear_law_are_the_closed_form_with_cross_covariance():
     """law_moments: for F = k (x_s - x_r) + c (v_s - v_r), mean a^T m and variance a^T P a (S33), the
     ports' cross-covariance included; a quadratic law gets the exact Gaussian mean (unscented)."""
-    from twinfer.infer.graph import law_moments
+    from twinfer.infer.graph._local import law_moments
 
     rng = np.random.default_rng(0)
     root = rng.normal(size=(4, 4))

@@ -16,7 +16,8 @@ from scipy.signal import butter, lfilter
 from scipy.stats import chi2
 
 from twinfer.infer.filters import FilterConsistencyWarning, run_filter
-from twinfer.infer.graph import Graph, Subsystem, estimate, model_graph, run, timed_estimate
+from twinfer.infer.graph import Graph, Subsystem, model_graph
+from twinfer.infer.graph._run import estimate, run, timed_estimate
 from twinfer.models import Chain
 from twinfer.sim import simulate_dataset
 
@@ -140,7 +141,7 @@ def test_a_record_at_another_step_or_non_uniform_is_a_named_error():
     """The graph integrates over its dt: a record sampled at another step (or unevenly) would be read at
     the wrong times without a word (NIS 336 for a graph at 2 ms on a 1 ms record): a named error."""
     from twinfer.data import Dataset
-    from twinfer.infer.graph import banded_estimate
+    from twinfer.infer.graph._banded import banded_estimate
 
     chain = Chain([100.0, 80.0, 120.0, 90.0], 2e4, 30.0, forced_dofs=[4], outputs=["a1", "a4"])
     force = np.sin(np.arange(51) * 0.01)[:, None]

@@ -1,7 +1,7 @@
 """Graph.from_model on a user's chain: segments wired to the data, interfaces carrying the cut connections.
 
 Public API only: a chain of three two-mass subsystems (not a paper case), data from
-twinfer.sim.simulate_dataset, the graph from Graph.from_model, run by twinfer.infer.graph.run.
+twinfer.sim.simulate_dataset, the graph from Graph.from_model, run by twinfer.infer.graph._run.run.
 """
 
 from __future__ import annotations
@@ -15,17 +15,10 @@ import pytest
 from scipy.signal import butter, lfilter
 
 from twinfer.infer.filters import FilterConsistencyWarning, run_filter
-from twinfer.infer.graph import (
-    Graph,
-    Subsystem,
-    auto_partition,
-    banded_estimate,
-    chain_graph,
-    estimate,
-    model_graph,
-    run,
-    timed_estimate,
-)
+from twinfer.infer.graph import Graph, Subsystem, chain_graph, model_graph
+from twinfer.infer.graph._banded import banded_estimate
+from twinfer.infer.graph._chain import auto_partition
+from twinfer.infer.graph._run import estimate, run, timed_estimate
 from twinfer.models import AbstractModel, Chain, Connection
 from twinfer.sim import rk4_step, simulate_dataset
 
@@ -206,7 +199,8 @@ def test_run_compiles_a_graph_structure_once_and_runs_each_graphs_own_numbers():
     """Two graphs of one structure with other numbers share one compiled program (compiled_for), and
     run gives each its own estimates, equal to a fresh compile of that graph; another structure (a
     different partition) gets its own program; timed_estimate is estimate with the scan timed."""
-    from twinfer.infer.graph import compile_graph, compiled_for
+    from twinfer.infer.graph._run import compile as compile_engine
+    from twinfer.infer.graph._run import compiled_for
 
     dt, n = 1e-3, 300
     stiff, soft = (
@@ -225,7 +219,7 @@ def test_run_compiles_a_graph_structure_once_and_runs_each_graphs_own_numbers():
     assert compiled_for(Graph.from_model(stiff, [(1, 2, 3), (4, 5, 6)], dt=dt)) is not compiled_for(graphs[0])
     first = run(graphs[0], data)  # compiles the shared program with graphs[0]'s numbers
     shared = run(graphs[1], data)  # the same program on graphs[1]'s numbers
-    fresh = run(graphs[1], data, compiled=compile_graph(graphs[1]))
+    fresh = run(graphs[1], data, compiled=compile_engine(graphs[1]))
     for name in ("S1", "S2", "S3"):
         np.testing.assert_array_equal(shared[name].means, fresh[name].means)
     assert not np.allclose(first["S2"].means, shared["S2"].means)

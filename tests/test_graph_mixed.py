@@ -6,8 +6,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from twinfer.infer.filters import FilterConsistencyWarning, UnscentedWeights
-from twinfer.infer.graph import Graph, Interface, Port, Subsystem, estimate, run
+from twinfer.infer.filters import FilterConsistencyWarning
+from twinfer.infer.gaussian import UnscentedWeights
+from twinfer.infer.graph import Graph, Interface, Port, Subsystem
+from twinfer.infer.graph._run import estimate, run
 
 
 def _identity(s_send, s_recv, gamma):

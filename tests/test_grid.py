@@ -4,7 +4,7 @@ import scipy.sparse as sp
 
 from twinfer.data._grid import GRID_CASES, branch_coupling, load_grid, pandapower_case
 from twinfer.experiments.grid import GridConfig, partition_for
-from twinfer.infer.clusters import bond_for_step, partition_greedy
+from twinfer.infer.graph._partition import bond_for_step, partition_greedy
 from twinfer.models.kuramoto import KuramotoNetwork, coupling_sum, wrap_angle
 
 # MATPOWER/PYPOWER case9 branch table (1-based from, to, r, x, b), the data the paper used.

@@ -8,15 +8,11 @@ import scipy.sparse as sp
 from twinfer.data import GRID_CASES
 from twinfer.experiments import get_case, no_progress, resolve_config
 from twinfer.experiments.grid import GridName
-from twinfer.infer.clusters import (
-    Partition,
-    bus_values,
-    kuramoto_graph,
-    partition_greedy,
-    stable_substeps,
-    substep_groups,
-)
-from twinfer.infer.graph import Field, Graph, Port, Subsystem, compile_graph, run_field
+from twinfer.infer.graph import Field, Graph, Partition, Port, Subsystem, kuramoto_graph
+from twinfer.infer.graph._kuramoto import bus_values, stable_substeps, substep_groups
+from twinfer.infer.graph._partition import partition_greedy
+from twinfer.infer.graph._run import compile as compile_engine
+from twinfer.infer.graph._run import run_field
 from twinfer.models import KuramotoNetwork
 from twinfer.models.kuramoto import sincos
 from twinfer.sim import discretise, heun_node
@@ -132,7 +128,7 @@ def test_grid_quick_run_distributed_matches_central():
 
 def test_wls_step_equals_the_normal_equations_of_the_two_term_objective():
     """x minimises ||y - H x||_R^-1 + ||x - F m||_Q^-1 for a linear model; cov is the inverse precision."""
-    from twinfer.infer.filters import wls_step
+    from twinfer.infer.filters._wls import wls_step
 
     rng = np.random.default_rng(3)
     n, m = 4, 3
@@ -171,7 +167,7 @@ def test_wnls_on_a_linear_measurement_equals_the_wls_step():
     Diagonal covariances given as variances, and a linear h given as its matrix, give the same steps."""
     import jax
 
-    from twinfer.infer.filters import wls_step, wnls_step
+    from twinfer.infer.filters._wls import wls_step, wnls_step
 
     f_mat, h_mat, q, r, mean, rng = _two_term_problem(5)
     y, mask = jnp.asarray(rng.normal(size=6)), jnp.ones(6, bool).at[2].set(False)
@@ -202,7 +198,7 @@ def test_wnls_minimises_the_two_term_objective_where_one_wls_step_does_not():
     the solution."""
     import jax
 
-    from twinfer.infer.filters import wls_step, wnls_step
+    from twinfer.infer.filters._wls import wls_step, wnls_step
 
     f_mat, h_mat, q, r, mean, rng = _two_term_problem(11)
     q_np, r_np = np.asarray(q), np.asarray(r)
@@ -247,7 +243,7 @@ def test_central_wls_equals_the_distributed_wls_of_a_one_cluster_partition():
             model, part, dt=0.01, x0=x0, var0=(0.25, 0.25, 1.0), q=(1e-4, 1e-4, 1e-4), r=4e-4,
             estimator="wls", messages="held",
         )  # fmt: skip
-        compiled = compile_graph(cg.graph)
+        compiled = compile_engine(cg.graph)
         means, sds, _ = compiled.scan(compiled.numbers, jnp.zeros((4, 0)), ys, jnp.ones(ys.shape, bool))
         out.append((bus_values(cg, compiled, means, n), bus_values(cg, compiled, sds, n)))
     np.testing.assert_allclose(out[1][0], out[0][0], rtol=1e-10, atol=1e-12)
@@ -271,8 +267,7 @@ def _ieee14_problem(steps=40):
 
 
 _SHARDED = """
-import jax, numpy as np
-jax.config.update("jax_enable_x64", True)
+import jax, numpy as np, twinfer; twinfer.configure()
 assert len(jax.devices()) == 4, jax.devices()
 import sys; sys.path.insert(0, {tests!r})
 from test_grid_estimators import _ieee14_problem
@@ -323,7 +318,7 @@ def test_sincos_equals_the_library_sine_and_cosine_to_an_ulp():
 
 def test_substep_groups_meet_each_clusters_own_stability_bound_with_divisors_of_the_finest():
     """Each cluster gets the fewest stable sub-steps for its own buses, rounded up to a divisor."""
-    from twinfer.infer.clusters import substep_groups
+    from twinfer.infer.graph._kuramoto import substep_groups
 
     k, model, _ = _ring_network()
     weight = np.asarray(model.weight)
@@ -354,7 +349,7 @@ def _tiny_step(model, part, x, dt, substeps=None, messages: Messages = "probabil
         model, part, dt=dt, x0=x0, var0=(1e-24, 1e-24, 1e-24), q=(1e-24, 1e-24, 1e-24), r=1.0,
         substeps=substeps, messages=messages,
     )  # fmt: skip
-    compiled = compile_graph(cg.graph)
+    compiled = compile_engine(cg.graph)
     means, sds, _ = compiled.scan(
         compiled.numbers, jnp.zeros((1, 0)), jnp.zeros((1, 2 * n)), jnp.zeros((1, 2 * n), bool)
     )
@@ -487,7 +482,7 @@ def test_field_graph_errors_name_the_field_and_the_problem():
     with pytest.raises(ValueError, match=r"Field 'x' message: expected one of"):
         Field("x", "theta", field.features, field.law, (), [], [], [], [], [], message="exact")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match=r"run_field"):
-        from twinfer.infer.graph import run
+        from twinfer.infer.graph._run import run
 
         run(cg.graph, us=np.zeros((2, 0)), ys=np.zeros((2, 2 * n)))
 
@@ -513,7 +508,7 @@ def test_a_diverging_cluster_is_named_with_its_step_and_time():
 def test_estimate_of_a_cluster_graph_is_one_estimate_in_bus_order():
     """graph.estimate on a field-coupled cluster graph: theta, omega, Omega per bus in bus order (padding
     slots left out), Omega as the parameters, the values those of run_field mapped by bus_values."""
-    from twinfer.infer.graph import estimate
+    from twinfer.infer.graph._run import estimate
 
     _, model, rng = _ring_network()
     n = model.n_bus
@@ -527,7 +522,7 @@ def test_estimate_of_a_cluster_graph_is_one_estimate_in_bus_order():
     assert est.state_names == tuple(names) and est.parameters == tuple(names[2 * n :])
     assert est.means.shape == (21, 3 * n) and np.isnan(est.loglik)
     fields = run_field(cg.graph, us=np.zeros((20, 0)), ys=ys)
-    compiled = compile_graph(cg.graph)
+    compiled = compile_engine(cg.graph)
     per = [
         np.stack([np.asarray(fields[compiled.names[i]].means) for i in g.members], 1)
         for g in compiled.engine.groups

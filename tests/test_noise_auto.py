@@ -14,18 +14,9 @@ import jax
 import numpy as np
 import pytest
 
-from twinfer.infer.filters import (
-    NIS_ALPHA,
-    NOISE_BOUNDS,
-    PLATEAU,
-    PROCESS_BOUNDS,
-    FilterConsistencyWarning,
-    nis_band,
-    run_filter,
-    smooth,
-    tuning_of,
-)
-from twinfer.infer.filters._errors import inconsistency
+from twinfer.infer.filters import FilterConsistencyWarning, run_filter, smooth, tuning_of
+from twinfer.infer.filters._errors import NIS_ALPHA, inconsistency, nis_band
+from twinfer.infer.filters._tune import NOISE_BOUNDS, PLATEAU, PROCESS_BOUNDS
 from twinfer.models import Chain
 from twinfer.sim import bandlimited_noise, simulate_dataset
 from twinfer.spec import SpecError, load_spec, run_spec

@@ -16,7 +16,10 @@ from typer.testing import CliRunner
 
 from twinfer.cli import app
 from twinfer.infer.filters import augment, run_filter
-from twinfer.infer.graph import Graph, banded_estimate, compile_graph, compiled_for, estimate, run
+from twinfer.infer.graph import Graph
+from twinfer.infer.graph._banded import banded_estimate
+from twinfer.infer.graph._run import compile as compile_engine
+from twinfer.infer.graph._run import compiled_for, estimate, run
 from twinfer.models import AbstractModel, Chain, Connection
 from twinfer.sim import rk4_step, simulate_dataset
 
@@ -171,7 +174,7 @@ def test_item4_graphs_of_one_model_structure_share_their_compiled_program():
     other = Graph.from_model(_building(forced=3), FLOORS, **options)
     assert compiled_for(other) is not compiled_for(graphs[0])
     first, shared = run(graphs[0], data), run(graphs[2], data)
-    fresh = run(graphs[2], data, compiled=compile_graph(graphs[2]))
+    fresh = run(graphs[2], data, compiled=compile_engine(graphs[2]))
     for name in ("S1", "S2", "S3"):
         np.testing.assert_array_equal(shared[name].means, fresh[name].means)
     assert not np.allclose(first["S2"].means, shared["S2"].means)

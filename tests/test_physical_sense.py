@@ -18,13 +18,8 @@ import pytest
 
 from twinfer.data import Dataset
 from twinfer.infer import Estimate
-from twinfer.infer.filters import (
-    Augmented,
-    FilterConsistencyWarning,
-    ParameterBoundWarning,
-    run_filter,
-)
-from twinfer.infer.filters._augment import log_prior, natural_estimate
+from twinfer.infer.filters import FilterConsistencyWarning, ParameterBoundWarning, run_filter
+from twinfer.infer.filters._augment import Augmented, log_prior, natural_estimate
 from twinfer.metrics import band_z
 from twinfer.models import Chain
 from twinfer.sim import STEP_LIMITS, StepSizeError, fastest_rate, simulate_dataset, step_mismatch

@@ -100,7 +100,7 @@ def test_pinn_bayes_quick_writes_posterior(tmp_path):
 
 def test_repeat_noise_sd_estimates_the_noise_scale_from_the_repeats():
     """The stage-1 noise scales come from the scatter between repeats of one clean signal."""
-    from twinfer.experiments.pinn_bayes import repeat_noise_sd
+    from twinfer.infer.pinn import repeat_noise_sd
 
     rng = np.random.default_rng(0)
     clean = np.sin(np.linspace(0, 20, 4000))[None, :, None] * np.array([1.0, 5.0])

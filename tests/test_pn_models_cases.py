@@ -188,7 +188,7 @@ def test_emps_controller_law_reproduces_measured_voltage():
     """Janot et al. Eq. (6) with the [0.5, 0.5]-filtered velocity, applied to the measured position of a
     slice of DATA_EMPS, gives the recorded voltage vir up to encoder quantisation (< 0.5 % of its rms)."""
     from twinfer.data import load_emps
-    from twinfer.experiments.emps import pd_voltage
+    from twinfer.models.emps import pd_voltage
 
     data = load_emps()
     k = slice(3000, 9000)
@@ -208,7 +208,7 @@ def test_emps_closed_loop_simulation_matches_exact_zoh_discretisation():
     loop closed around the exact zero-order-hold discretisation (matrix exponential) of the plant."""
     from scipy.linalg import expm
 
-    from twinfer.experiments.emps import pd_law
+    from twinfer.models.emps import pd_law
     from twinfer.sim import simulate_particles_feedback
 
     M, Fv, off, kp, kv, gtau, dt = 95.0, 200.0, -3.0, 160.18, 243.45, 35.15, 1e-3

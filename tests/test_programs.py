@@ -64,3 +64,23 @@ def test_a_fresh_process_runs_a_loaded_lapack_program_like_the_one_that_compiled
     (saved, first), (loaded, second) = (r.stdout.split(maxsplit=1) for r in runs)
     assert (saved, loaded) == ("0", "1")
     assert first == second
+
+
+def test_a_kept_program_that_cannot_run_is_dropped_and_compiled_anew(tmp_path, monkeypatch):
+    """A kept program that loads but fails when called (seen: "NOT_FOUND: Function compare_bitcast_fusion
+    not found" from a program kept by another process) is removed, compiled again and run: the run's
+    numbers, not an error."""
+    from twinfer import programs
+
+    jitted = jax.jit(lambda x: jnp.cumsum(x) * 2.0)
+    x = jnp.arange(4.0)
+
+    def broken(*args):
+        raise jax.errors.JaxRuntimeError("NOT_FOUND: Function compare_bitcast_fusion not found")
+
+    monkeypatch.setattr(programs, "load", lambda *a, **k: broken)
+    job = programs.Job(jitted, (x,), key="broken", runs=[(x,)])
+    with programs.compiling([job], folder=tmp_path) as (future,):
+        exe, (out,), _ = future.result()
+    np.testing.assert_array_equal(np.asarray(out), np.asarray(jnp.cumsum(x) * 2.0))
+    assert exe is not broken

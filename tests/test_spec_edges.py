@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 from twinfer.cli import app
 from twinfer.data import GridNetwork, branch_coupling, from_csv, from_table, load_grid
 from twinfer.experiments.grid import GridConfig, grid_estimator
-from twinfer.infer.clusters import Partition
+from twinfer.infer.graph import Partition
 from twinfer.models import Chain, KuramotoNetwork
 from twinfer.spec import Estimator, SpecError, _central_grid_bytes, load_spec, run_spec
 

@@ -1,21 +1,36 @@
 """twinfer: uncertainty-aware inverse inference on engineered dynamical systems.
 
-Float64 is switched on when twinfer is imported: every estimator works in double precision
-(DESIGN.md, Conventions). Entry points that receive float32 arrays raise instead of losing digits.
-Batched factorisations on the CPU are lowered so that they cannot deadlock XLA's thread pool
-(:mod:`twinfer.linalg`).
+Importing twinfer changes no global JAX setting. :func:`configure` switches on float64 (every estimator
+works in double precision: DESIGN.md, Conventions) and, on the CPU, lowerings of batched factorisations
+that cannot deadlock XLA's thread pool (:mod:`twinfer.linalg`); the ``twinfer`` command calls it, and the
+entry points that run an estimator or a simulator apply it on first use when nobody has. Entry points
+that receive float32 arrays raise instead of losing digits.
 """
 
-import jax
+from twinfer import data, metrics, models, sim
+from twinfer._config import configure
+from twinfer._version import __version__
+from twinfer.data import Dataset
+from twinfer.errors import TwinferError
+from twinfer.infer import PN, Banded, Central, Distributed, Estimate, Program, compile, estimate
+from twinfer.infer.graph import Graph
 
-jax.config.update("jax_enable_x64", True)
-
-from twinfer.linalg import use_batch_safe_lowerings  # noqa: E402
-
-use_batch_safe_lowerings()  # batched LAPACK calls can deadlock XLA on 2 cores: see twinfer.linalg
-
-from twinfer import data, metrics, models, sim  # noqa: E402
-
-__version__ = "0.1.0"
-
-__all__ = ["data", "metrics", "models", "sim", "__version__"]
+__all__ = [
+    "PN",
+    "Banded",
+    "Central",
+    "Dataset",
+    "Distributed",
+    "Estimate",
+    "Graph",
+    "Program",
+    "TwinferError",
+    "__version__",
+    "compile",
+    "configure",
+    "data",
+    "estimate",
+    "metrics",
+    "models",
+    "sim",
+]

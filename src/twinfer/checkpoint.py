@@ -38,6 +38,8 @@ import jax
 import numpy as np
 
 from twinfer._atomic import write_bytes
+from twinfer._version import __version__
+from twinfer.errors import TwinferRuntimeError
 
 __all__ = [
     "Checkpoint",
@@ -58,7 +60,7 @@ FRESH_HINT = (
 )
 
 
-class CheckpointError(RuntimeError):
+class CheckpointError(TwinferRuntimeError):
     """A checkpoint that cannot be used: foreign, corrupt, of another shape or dtype, or in the way.
 
     The message names the file (:attr:`path`), what is wrong, and how to start fresh.
@@ -101,9 +103,7 @@ def array_digest(*trees: Any) -> str:
 
 def package_version() -> str:
     """The installed twinfer version (recorded in every fingerprint)."""
-    import twinfer
-
-    return str(twinfer.__version__)
+    return str(__version__)
 
 
 def run_fingerprint(case: str, config: Mapping[str, Any], data: Any = None) -> dict[str, str]:

@@ -18,7 +18,7 @@ inline, which is how the hang hid behind pinned benchmarks. gdb on the hung ``tw
 
 Unbatched calls run inline and never hung (three concurrent 300 x 300 solves, 300 calls).
 
-The workaround (:func:`use_batch_safe_lowerings`, applied when twinfer is imported): on the CPU, the
+The workaround (:func:`use_batch_safe_lowerings`, applied by :func:`twinfer.configure`): on the CPU, the
 batched forms of Cholesky and triangular solve on matrices up to :data:`UNROLL_MAX` are lowered to
 the kernels here, one column (row) per step of a loop over the whole batch (element-wise code and one
 batched matrix-vector product per step, which XLA fuses: as fast as LAPACK for the grid's 15 x 15
@@ -29,8 +29,9 @@ and QR to XLA's own HLO operations, which its compiler expands into loops (``Cho
 LAPACK on that case, so kept for the rare large batched factorisation); unbatched calls and batches
 of one keep LAPACK.
 Results agree with LAPACK's to rounding. ``TWINFER_LAPACK_BATCHED=1`` keeps jaxlib's lowerings (for a jaxlib
-that fixes the bug). ``tests/reliability/test_no_lu_deadlock.py`` checks the compiled estimators and runs
-the multi-group grid case unpinned on every core under a hard timeout.
+that fixes the bug), and so does ``twinfer.configure(safe_cpu_linalg=False)`` (:func:`use_lapack_lowerings`).
+``tests/reliability/test_no_lu_deadlock.py`` checks the compiled estimators and runs the multi-group grid
+case unpinned on every core under a hard timeout.
 
 Besides, symmetric positive-definite systems are solved by Cholesky (:func:`spd_solve`,
 :func:`spd_inverse`), not by LU.
@@ -50,7 +51,8 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-_APPLIED = False
+_SAVED: dict[Any, Any] = {}
+"""jaxlib's CPU lowering entries of the primitives replaced, while the batch-safe ones are registered."""
 
 UNROLL_MAX = 32
 """Largest batched matrix factorised or solved by the loop kernels below; larger batched ones go to
@@ -130,19 +132,32 @@ def _unbatched(prim: Any) -> Any:
     return mlir.lower_fun(fun, multiple_results=prim.multiple_results)
 
 
-def use_batch_safe_lowerings() -> bool:
+def batch_safe_lowerings_applied() -> bool:
+    """Whether the batch-safe CPU lowerings of :func:`use_batch_safe_lowerings` are registered now."""
+    return bool(_SAVED)
+
+
+def use_batch_safe_lowerings(force: bool = False) -> bool:
     """Lower batched Cholesky, triangular solve, LU and QR on the CPU without LAPACK's batch fan-out.
 
     Batched real matrices up to :data:`UNROLL_MAX` go to the loop kernels above (Cholesky and
     triangular solve), larger or complex ones, and LU and QR, to XLA's HLO expansions; unbatched calls
-    and batches of one (a centralised filter vmapped over one cluster) keep LAPACK. Idempotent; returns
-    whether the lowerings are now the batch-safe ones (False when
-    ``TWINFER_LAPACK_BATCHED=1`` keeps jaxlib's). See the module docstring for the hang this avoids.
+    and batches of one (a centralised filter vmapped over one cluster) keep LAPACK. The rules are
+    registered for the CPU platform only: programs compiled for a GPU never see them. Idempotent;
+    programs compiled before keep the lowering they were compiled with. See the module docstring for
+    the hang this avoids.
+
+    Args:
+        force: apply even where ``TWINFER_LAPACK_BATCHED=1`` asks to keep jaxlib's lowerings.
+
+    Returns:
+        Whether the lowerings are now the batch-safe ones (False when ``TWINFER_LAPACK_BATCHED=1`` keeps
+        jaxlib's and ``force`` is False).
+
     """
-    global _APPLIED
-    if _APPLIED:
+    if _SAVED:
         return True
-    if os.environ.get("TWINFER_LAPACK_BATCHED", "").strip() in ("1", "true", "yes"):
+    if not force and os.environ.get("TWINFER_LAPACK_BATCHED", "").strip() in ("1", "true", "yes"):
         return False
     from jax._src.interpreters import mlir
     from jax._src.lax import linalg as lax_linalg
@@ -159,8 +174,9 @@ def use_batch_safe_lowerings() -> bool:
         lax_linalg.geqrf_p: lax_linalg._geqrf_lowering_rule,
         lax_linalg.householder_product_p: lax_linalg._householder_product_lowering,
     }
+    saved = {prim: cpu_rules[prim] for prim in generic}
     for prim, expanded in generic.items():
-        lapack_rule = cpu_rules[prim].rule
+        lapack_rule = saved[prim].rule
         small = unrolled.get(prim)
 
         def rule(ctx, *args, _prim=prim, _lapack=lapack_rule, _expanded=expanded, _small=small, **params):
@@ -175,8 +191,22 @@ def use_batch_safe_lowerings() -> bool:
             return _expanded(ctx, *args, **params)
 
         mlir.register_lowering(prim, rule, platform="cpu")
-    _APPLIED = True
+    _SAVED.update(saved)
     return True
+
+
+def use_lapack_lowerings() -> None:
+    """Put jaxlib's own CPU lowerings back where :func:`use_batch_safe_lowerings` replaced them.
+
+    Idempotent (nothing to do when the batch-safe ones are not registered). Programs compiled before
+    keep the lowering they were compiled with.
+    """
+    from jax._src.interpreters import mlir
+
+    cpu_rules = mlir._platform_specific_lowerings["cpu"]
+    for prim, entry in _SAVED.items():
+        cpu_rules[prim] = entry
+    _SAVED.clear()
 
 
 def spd_solve(a: Any, b: Any) -> Any:

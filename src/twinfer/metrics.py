@@ -177,7 +177,7 @@ def nrmse_pooled(estimate: Any, truth: Any, *, period: float | None = None) -> f
 
     The root-mean-square error pools every time step and variable, and the range is the true signal's
     over all of them, as Table S3 of the compositional-inference paper scores a network's phases and
-    frequencies (fitted to the table in :mod:`twinfer.experiments.grid`). With ``period`` the errors are
+    frequencies (fitted to the table of the ``grid`` case). With ``period`` the errors are
     wrapped differences and the range is that of the truth wrapped to ``[-period/2, period/2)``, the
     phase the authors' code stores. A constant truth gets the denominator 1.0 (the [REPO] rule).
 

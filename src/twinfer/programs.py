@@ -12,7 +12,8 @@ The key (SHA-256) is made of:
 * the twinfer source: every ``.py`` file of the installed package, path and bytes, so any change to the
   library is a new key;
 * the versions of Python, jax, jaxlib, equinox and numpy; the backend, its devices' kind and count;
-  float64 on or off; ``XLA_FLAGS`` and ``TWINFER_LAPACK_BATCHED``;
+  float64 on or off; ``XLA_FLAGS``; whether the batch-safe CPU lowerings are registered
+  (:func:`twinfer.configure`, :mod:`twinfer.linalg`);
 * the caller's ``key``: whatever else determines the program (for a case: its name, the resolved
   config and which program of the case), which the caller must make complete. The program must be a
   function of the source and this key alone, never of data values: pass data as arguments;
@@ -46,7 +47,12 @@ import secrets
 import stat
 import sys
 import tempfile
+import time
 import warnings
+from collections.abc import Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +61,8 @@ import jax.numpy as jnp
 
 from twinfer._atomic import write_bytes
 from twinfer.checkpoint import digest
+from twinfer.errors import TwinferWarning
+from twinfer.linalg import batch_safe_lowerings_applied
 
 __all__ = [
     "KEEP",
@@ -79,7 +87,7 @@ _MAC = 32
 """Bytes of an HMAC-SHA256, the head of every kept file."""
 
 
-class ProgramCacheWarning(UserWarning):
+class ProgramCacheWarning(TwinferWarning):
     """A folder of compiled programs that others could write to: it is not used (programs are compiled)."""
 
 
@@ -215,7 +223,7 @@ def _environment() -> dict[str, Any]:
         "backend": jax.default_backend(),
         "devices": [devices[0].device_kind, len(devices)],
         "x64": str(jnp.zeros(()).dtype),  # float64 or float32
-        "env": [os.environ.get("XLA_FLAGS", ""), os.environ.get("TWINFER_LAPACK_BATCHED", "")],
+        "env": [os.environ.get("XLA_FLAGS", ""), batch_safe_lowerings_applied()],
     }
 
 
@@ -337,3 +345,71 @@ def load_or_compile(jitted: Any, *args: Any, key: Any, folder: Path | str | None
     compiled = jitted.lower(*args).compile()
     keep(compiled, *args, key=key, folder=folder)
     return compiled, False
+
+
+@dataclass(frozen=True)
+class Job:
+    """A program to have ready, and the calls to start as soon as it is.
+
+    ``jitted`` (a ``jax.jit`` function) for arguments like ``args``, kept under ``key`` (see
+    :func:`load_or_compile`); ``runs`` are the argument tuples it is called with once compiled.
+    """
+
+    jitted: Any
+    args: tuple[Any, ...]
+    key: Any
+    runs: Sequence[tuple[Any, ...]]
+
+
+@contextmanager
+def compiling(
+    jobs: Sequence[Job], *, folder: Path | str | None = None, thread_name: str = "twinfer-compile"
+) -> Iterator[list[Future[tuple[Any, list[Any], float]]]]:
+    """Programs loaded where kept, else compiled in a background thread, each started once ready.
+
+    Every program is :func:`load`-ed where an earlier run kept it; the others are traced and lowered
+    here, in the caller's thread, then compiled one after the other in one background thread (XLA
+    compiles without holding Python's lock and already spreads one compilation over the cores: two at
+    once were no faster on 2 cores for chain4's two scans) and :func:`keep`-ed. Each job's ``runs`` start
+    as soon as its program is ready (they go on in XLA's threads), so the caller's own work inside the
+    ``with`` block overlaps compilation and runs. The numbers are those of running everything one after
+    another: the same programs on the same inputs.
+
+    Yields:
+        One future per job: ``(program, outputs of its runs, time.perf_counter() when it was ready)``.
+        An exception inside the block (an interrupt included) cancels what has not started and does
+        not wait for XLA.
+
+    """
+    kept = [load(*job.args, key=job.key, folder=folder) for job in jobs]
+    lowered = [
+        exe if exe is not None else job.jitted.lower(*job.args) for job, exe in zip(jobs, kept, strict=True)
+    ]
+
+    def ready(i: int) -> tuple[Any, list[Any], float]:
+        exe, job = kept[i], jobs[i]
+        if exe is None:
+            exe = lowered[i].compile()
+            keep(exe, *job.args, key=job.key, folder=folder)
+        done = time.perf_counter()
+        try:
+            return exe, [exe(*call) for call in job.runs], done
+        except jax.errors.JaxRuntimeError:
+            if kept[i] is None:
+                raise
+        # a kept program that loaded but cannot run (seen: "NOT_FOUND: Function ..._fusion not found" from
+        # a program kept by another process): dropped, compiled anew, kept again
+        path = _path(job.key, job.args, folder)
+        if path is not None:
+            path.unlink(missing_ok=True)
+        exe = job.jitted.lower(*job.args).compile()
+        keep(exe, *job.args, key=job.key, folder=folder)
+        return exe, [exe(*call) for call in job.runs], time.perf_counter()
+
+    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix=thread_name)
+    try:
+        yield [pool.submit(ready, i) for i in range(len(jobs))]
+    except BaseException:
+        pool.shutdown(wait=False, cancel_futures=True)  # an interrupt does not wait for XLA
+        raise
+    pool.shutdown()

@@ -5,7 +5,7 @@ column mapping, or a simulation of the model itself, which also gives the truth)
 parameters with their priors, and the estimator: central (one filter or smoother on the whole model),
 distributed (the model cut into subsystems by :meth:`twinfer.infer.graph.Graph.from_model`, exchanging
 messages) or banded (the same subsystems, each keeping its correlation with ``bandwidth`` neighbours on
-either side: :func:`twinfer.infer.graph.banded_estimate`). Example::
+either side: :class:`twinfer.infer.Banded`), all run by :func:`twinfer.infer.estimate`. Example::
 
     name = "frame"
 
@@ -44,7 +44,6 @@ import math
 import re
 import tomllib
 import typing
-from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -53,12 +52,13 @@ import pydantic
 
 from twinfer._atomic import read_regular
 from twinfer.data._checks import did_you_mean as _did_you_mean
+from twinfer.errors import TwinferRuntimeError, TwinferValueError
 from twinfer.report._run import RUN_NAME_MAX
 
 __all__ = ["Spec", "SpecError", "load_spec", "run_spec"]
 
 
-class SpecError(ValueError):
+class SpecError(TwinferValueError):
     """A spec that cannot be read or does not validate; the message names each offending key."""
 
 
@@ -66,7 +66,7 @@ class _Strict(pydantic.BaseModel):
     model_config = pydantic.ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
-class _Problems(ValueError):
+class _Problems(TwinferValueError):
     """Several spec problems found together, one line each naming its key (``estimator.noise_sd: ...``).
 
     Raised inside the validators; :func:`load_spec` prints its lines as they are.
@@ -772,7 +772,8 @@ def _chain(spec: Spec) -> Any:
     from twinfer.models import Chain
 
     m = spec.model
-    assert isinstance(m, ChainModel)
+    if not isinstance(m, ChainModel):
+        raise TwinferRuntimeError(f"internal: _chain expects a chain model; received {type(m).__name__}.")
     try:
         return Chain(
             m.mass,
@@ -820,11 +821,13 @@ def _dataset(spec: Spec, chain: Any, base: Path) -> Any:
     from twinfer.sim import simulate_dataset
 
     s = spec.simulate
-    assert s is not None
+    if s is None:  # Spec holds [data] or [simulate]
+        raise TwinferRuntimeError("internal: a spec without [data] reached the simulation of its record.")
     n = int(round(s.duration / s.dt))
     rng = np.random.default_rng(s.seed)
     coeffs = butter(4, s.force_band)
-    assert coeffs is not None
+    if coeffs is None:  # butter returns (b, a) by default; its annotation allows None
+        raise TwinferRuntimeError("internal: scipy.signal.butter returned no coefficients.")
     b, a = coeffs[0], coeffs[1]
     forces = lfilter(b, a, rng.normal(size=(n + 1, len(chain.forced_dofs))) * s.force_sd, axis=0)
     ground = lfilter(b, a, rng.normal(size=(n + 1, min(chain.n_ground, 1))) * s.ground_sd, axis=0)
@@ -871,8 +874,9 @@ def run_spec(spec: Spec, base: str | Path = ".") -> tuple[Any, Any, Any, Any]:
 
     """
     from twinfer import metrics
-    from twinfer.infer.filters import run_filter, smooth, tuning_of
-    from twinfer.infer.graph import Graph, banded_estimate, check_messages, default_bandwidth, estimate
+    from twinfer.infer import Banded, Central, Distributed, estimate
+    from twinfer.infer.filters import tuning_of
+    from twinfer.infer.graph import check_messages, default_bandwidth
     from twinfer.report import RunArtifacts
 
     if isinstance(spec.model, GridModel):
@@ -894,39 +898,26 @@ def run_spec(spec: Spec, base: str | Path = ".") -> tuple[Any, Any, Any, Any]:
     input_sd = np.asarray(e.input_sd, dtype=np.float64)
     route: dict[str, float] = {}  # a distributed route's metrics, and its notes
     route_notes: list[str] = []
-    if e.kind == "central" and not np.any(input_sd):
-        fn = smooth if e.smoother else run_filter
-        est = fn(chain, data, estimator=e.estimator, integrator=e.integrator, substeps=e.substeps, **options)
-    elif e.kind == "central":  # the load cells' noise in Q: one subsystem holding the whole chain
-        whole = Graph.from_model(
-            chain,
-            [list(range(1, chain.n_dof + 1))],
-            dt=dt,
-            integrator=e.integrator,
-            substeps=e.substeps,
-            estimator=e.estimator,
-            input_sd=input_sd,
-            **options,
+    split: dict[str, Any] = dict(
+        partition=e.partition,
+        filter=e.estimator,
+        integrator=e.integrator,
+        substeps=e.substeps,
+        messages=e.messages,
+        rule=e.rule,
+    )
+    if e.kind == "central":  # load cells' noise: twinfer.estimate runs one subsystem holding the chain
+        central = Central(
+            filter=e.estimator, smoother=e.smoother, integrator=e.integrator, substeps=e.substeps
         )
-        est = estimate(whole, data)
+        est = estimate(chain, data, central, input_sd=input_sd if np.any(input_sd) else None, **options)
     else:
-        graph = Graph.from_model(
-            chain,
-            e.partition,
-            dt=dt,
-            integrator=e.integrator,
-            substeps=e.substeps,
-            estimator=e.estimator,
-            messages=e.messages,
-            rule=e.rule,
-            input_sd=input_sd,
-            **options,
-        )
+        graph = Banded(**split).graph(chain, data, dt, {**options, "input_sd": input_sd})
         if e.kind == "banded":
-            est = banded_estimate(graph, data, bandwidth=e.bandwidth, parameters=e.parameters)
+            est = estimate(graph, data, Banded(bandwidth=e.bandwidth, parameters=e.parameters))
         elif not e.message_passing:  # the calibrated default: the banded filter, one wider than the cuts need
             bandwidth = default_bandwidth(graph, data)
-            est = banded_estimate(graph, data, bandwidth=bandwidth, parameters="global")
+            est = estimate(graph, data, Banded(bandwidth=bandwidth, parameters="global"))
             route = {"distributed.bandwidth": float(bandwidth)}
             route_notes.append(
                 f'kind = "distributed" ran the banded filter (its default route) at bandwidth {bandwidth} '
@@ -936,7 +927,7 @@ def run_spec(spec: Spec, base: str | Path = ".") -> tuple[Any, Any, Any, Any]:
                 "passing instead (docs/spec-files.md)."
             )
         else:
-            est = estimate(graph, data, e.schedule)
+            est = estimate(graph, data, Distributed(schedule=e.schedule))
             check = check_messages(graph, data, e.schedule)
             route = {
                 "check.gap_per_value": check.gap,
@@ -1023,7 +1014,7 @@ def _refuse_central_beyond_memory(n_bus: int, steps: int, s_max: int) -> None:
     Available: the kernel's ``MemAvailable``, capped by a container's headroom. Called before anything is
     computed.
     """
-    from twinfer.experiments._case import available_memory
+    from twinfer._resources import available_memory
 
     need, have = _central_grid_bytes(n_bus, steps), available_memory()
     if have is None or need <= have:
@@ -1080,7 +1071,7 @@ def _refuse_run_beyond_memory(spec: Spec, n_state: int, rows: int) -> None:
     Available: the kernel's ``MemAvailable``, capped by a container's headroom. Called before the
     estimator runs (before the simulation, for ``[simulate]``).
     """
-    from twinfer.experiments._case import available_memory
+    from twinfer._resources import available_memory
 
     (need, what), have = _run_bytes(spec, n_state, rows), available_memory()
     if have is None or need <= _RUN_SHARE * have:
@@ -1132,56 +1123,60 @@ def _state_metrics(prefix: str, mean: np.ndarray, std: np.ndarray, truth: np.nda
 
 
 def _run_grid(spec: Spec, model: GridModel, base: Path) -> tuple[Any, Any, Any, Any]:
-    """A grid spec through the ``grid`` case: its metrics, arrays and figures, and the Estimate.
+    """A grid spec as the ``grid`` case runs it: the draws, the record, the UKFs, their scores, figures.
 
-    The Estimate holds ``theta``, ``omega`` and ``Omega`` per bus (``Omega``, the natural frequency, as a
-    parameter). The metrics add to the case's (the RMSE of theta and omega, Omega's coverage) the pooled
-    95 % coverage of theta and omega of each UKF that ran. A central UKF that would not fit in
-    memory is refused before the record is simulated.
+    :func:`twinfer.bench._grid_study.grid_study` with Table S4's settings
+    (:data:`~twinfer.infer.graph._grid.GRID_DEFAULTS`) at the spec's step, noise and ``s_max``: the
+    damping and natural frequencies drawn and the record simulated from the spec's seed as the case draws
+    them, the distributed UKF on the generator-seeded clusters of at most ``s_max`` buses and the central
+    one (``kind = "central"``) on the whole network. The Estimate holds ``theta``, ``omega`` and ``Omega``
+    per bus (``Omega``, the natural frequency, as a parameter). The metrics are the case's (Table S3's
+    errors and the run times) with the pooled 95 % coverage of theta and omega of each UKF that ran. A
+    central UKF that would not fit in memory is refused before the record is simulated.
     """
-    from twinfer.data import load_grid
-    from twinfer.experiments import ConfigError, get_case, no_progress, resolve_config
-    from twinfer.infer import Estimate
+    import dataclasses
+    import time
 
+    from twinfer.bench._grid_study import grid_study
+    from twinfer.data import check_grid_case, load_grid
+    from twinfer.infer import Estimate
+    from twinfer.infer.graph._grid import GRID_DEFAULTS
+    from twinfer.report import RunArtifacts
+    from twinfer.report._grid_figures import grid_figures
+
+    start = time.perf_counter()
     sim, e = spec.simulate, spec.estimator
-    assert sim is not None
+    if sim is None:  # Spec requires [simulate] for a grid without [data]
+        raise TwinferRuntimeError("internal: a grid spec without [simulate] reached its simulation.")
     network = _network_path(model, base)
     if np.ndim(sim.noise_sd) != 0:
         raise SpecError(f"spec simulate.noise_sd: expected one value for a grid; received {sim.noise_sd}.")
-    if e.kind == "central":
-        try:
-            n_bus = load_grid(network).n_bus
-        except (OSError, ValueError) as exc:
-            raise SpecError(f"spec model.network: {exc}") from None
-        _refuse_central_beyond_memory(n_bus, int(round(sim.duration / sim.dt)), model.s_max)
-    case = get_case("grid")
-    values = {
-        "case": network,
-        "s_max": model.s_max,
-        "steps": int(round(sim.duration / sim.dt)),
-        "dt": sim.dt,
-        "sigma": float(sim.noise_sd),  # type: ignore[arg-type]
-        "seed": sim.seed,
-        "central": "yes" if e.kind == "central" else "no",
-        "messages": "probabilistic" if e.messages == "probabilistic" else "held",
-        "wls": False,
-        "wnls": False,
-    }
+    sigma, steps = float(sim.noise_sd), int(round(sim.duration / sim.dt))  # type: ignore[arg-type]
+    if not (math.isfinite(sigma) and sigma > 0):
+        raise SpecError(f"spec simulate.noise_sd: expected a number > 0 for a grid; received {sim.noise_sd}.")
+    if steps < 2:
+        raise SpecError(
+            f"spec simulate.duration: expected at least 2 steps of dt = {sim.dt:g}; received duration = "
+            f"{sim.duration:g} ({steps} steps)."
+        )
     try:
-        config = resolve_config(case, sets=values)
-    except ConfigError as exc:
-        raise SpecError(f"spec model.network / simulate: {exc}") from None
-    artifacts = case.run(config, no_progress)
-    truth = np.asarray(artifacts.arrays["truth"])
-    extra: dict[str, float] = {}
-    for prefix in ("central", "distributed"):
-        if f"{prefix}_mean" in artifacts.arrays:
-            means, stds = (np.asarray(artifacts.arrays[f"{prefix}_{k}"]) for k in ("mean", "std"))
-            extra |= _state_metrics(prefix, means, stds, truth)
-    artifacts = replace(artifacts, metrics={**artifacts.metrics, **extra})
-    name = "central" if e.kind == "central" else "distributed"
-    mean, std = np.asarray(artifacts.arrays[f"{name}_mean"]), np.asarray(artifacts.arrays[f"{name}_std"])
-    steps, buses = mean.shape[:2]
+        net = load_grid(check_grid_case(network))
+    except (OSError, ValueError) as exc:
+        raise SpecError(f"spec model.network: {exc}") from None
+    if e.kind == "central":
+        _refuse_central_beyond_memory(net.n_bus, steps, model.s_max)
+    default = GRID_DEFAULTS  # the grid case's settings (Table S4)
+    settings = dataclasses.replace(default, dt=sim.dt, sigma=sigma, s_max=model.s_max)
+    messages = "probabilistic" if e.messages == "probabilistic" else "held"
+    ran = ("distributed", "central") if e.kind == "central" else ("distributed",)
+    study = grid_study(net, ran, settings, seed=sim.seed, steps=steps, messages=messages)
+    metrics, arrays, partition = study.metrics, study.arrays, study.partition
+    truth = np.asarray(arrays["truth"])
+    for prefix in ran:
+        metrics |= _state_metrics(prefix, arrays[f"{prefix}_mean"], arrays[f"{prefix}_std"], truth)
+    metrics["timing.run_s"] = time.perf_counter() - start
+    mean, std = arrays[f"{ran[-1]}_mean"], arrays[f"{ran[-1]}_std"]
+    buses = mean.shape[1]
     columns = [f"{q}{b + 1}" for q in ("theta", "omega", "Omega") for b in range(buses)]
     est = Estimate(
         times=sim.dt * np.arange(1, steps + 1),
@@ -1191,7 +1186,16 @@ def _run_grid(spec: Spec, model: GridModel, base: Path) -> tuple[Any, Any, Any, 
         state_names=tuple(columns),
         parameters=tuple(columns[2 * buses :]),
     )
-    return est, None, artifacts, lambda: case.figures(artifacts.arrays, config)
+    notes = (
+        f"{e.kind} UKF on {network}: {net.n_bus} buses, {len(net.gen_buses)} generator buses, "
+        f"{partition.n_clusters} clusters (S_max = {model.s_max}, mean size {partition.mean_size:.2f}); "
+        f"{steps} steps of {sim.dt:g} s, the truth by the paper's Heun scheme ({study.substeps} sub-step(s) "
+        "a step) with the grid case's draws of the damping and natural frequencies (Table S4).",
+        f"Messages between clusters: {messages} (docs/design-messages.md); the noise levels of Table S4 "
+        f"(distributed Q_Omega = {default.q_Omega_distributed:g}, the authors' code).",
+    )
+    artifacts = RunArtifacts(metrics, arrays, notes=notes)
+    return est, None, artifacts, lambda: grid_figures(arrays, case=network, dt=sim.dt, s_max=model.s_max)
 
 
 def _run_grid_data(spec: Spec, model: GridModel, base: Path) -> tuple[Any, Any, Any, Any]:
@@ -1205,14 +1209,15 @@ def _run_grid_data(spec: Spec, model: GridModel, base: Path) -> tuple[Any, Any, 
     """
     from twinfer.data import Dataset, from_table, load_grid, table_columns
     from twinfer.data._grid import grid_columns
-    from twinfer.experiments.grid import GridConfig, partition_for
-    from twinfer.infer.clusters import Partition, kuramoto_graph
-    from twinfer.infer.graph import estimate
+    from twinfer.infer import Distributed, estimate
+    from twinfer.infer.graph import Partition, kuramoto_graph
+    from twinfer.infer.graph._grid import GRID_DEFAULTS, partition_for
     from twinfer.models import KuramotoNetwork
     from twinfer.report import RunArtifacts
 
     d, e = spec.data, spec.estimator
-    assert d is not None and model.damping is not None and e.noise_sd is not None
+    if d is None or model.damping is None or e.noise_sd is None:  # Spec requires all three here
+        raise TwinferRuntimeError("internal: a grid spec's data, model.damping or noise_sd is None.")
     try:
         net = load_grid(_network_path(model, base))
     except (OSError, ValueError) as exc:
@@ -1248,11 +1253,11 @@ def _run_grid_data(spec: Spec, model: GridModel, base: Path) -> tuple[Any, Any, 
     damping = np.broadcast_to(np.asarray(model.damping, dtype=np.float64), (n,))
     index, weight = net.neighbours
     central = e.kind == "central"
-    default = {k: f.default for k, f in GridConfig.model_fields.items()}  # the grid case's settings
+    default = GRID_DEFAULTS  # the grid case's settings (Table S4)
     if central:
         partition = Partition(labels=np.zeros(n, int), clusters=(np.arange(n),))
     else:
-        partition = partition_for(net, model.s_max, dt, default["bond"])
+        partition = partition_for(net, model.s_max, dt, default.bond)
     x0 = np.stack([np.nan_to_num(y[0, :n]), np.nan_to_num(y[0, n:]), np.zeros(n)], axis=1)
     cluster_graph = kuramoto_graph(
         KuramotoNetwork(index, weight, damping, np.zeros(n)),
@@ -1261,15 +1266,15 @@ def _run_grid_data(spec: Spec, model: GridModel, base: Path) -> tuple[Any, Any, 
         x0=x0,
         var0=(0.25, 0.25, 1.0),
         q=(
-            default["q_theta"],
-            default["q_omega"],
-            default["q_Omega_central" if central else "q_Omega_distributed"],
+            default.q_theta,
+            default.q_omega,
+            default.q_Omega_central if central else default.q_Omega_distributed,
         ),
         r=float(e.noise_sd) ** 2,  # type: ignore[arg-type]
-        gamma=default["ukf_gamma"],
+        gamma=default.ukf_gamma,
         messages="probabilistic" if e.messages == "probabilistic" else "held",
     )
-    est = estimate(cluster_graph.graph, data)
+    est = estimate(cluster_graph.graph, data, Distributed())  # the field engine, Jacobi
     omega_sd = np.asarray(est.stds)[-1, 2 * n :]
     out = {
         "network.buses": float(n),

@@ -23,15 +23,10 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from twinfer.data import Dataset
-from twinfer.infer.filters import (
-    DivergenceError,
-    FilterConsistencyWarning,
-    UnscentedWeights,
-    run_filter,
-    run_ukf,
-    smooth,
-)
-from twinfer.infer.graph import Graph, Subsystem, compile, run, with_numbers
+from twinfer.infer.filters import DivergenceError, FilterConsistencyWarning, run_filter, run_ukf, smooth
+from twinfer.infer.gaussian import UnscentedWeights
+from twinfer.infer.graph import Graph, Subsystem
+from twinfer.infer.graph._run import compile, run, with_numbers
 from twinfer.models import Chain
 from twinfer.sim import StepSizeError, discretise, simulate_discrete
 

@@ -201,7 +201,7 @@ def test_estimate_beyond_the_available_memory_is_refused_before_the_run(tmp_path
     data = '\n[data]\nfile = "big.csv"\ntime = "t"\ninputs = ["f2"]\noutputs = ["y1", "y2"]\n'
     spec = _spec(tmp_path, SPEC.replace('"kf"', '"kf"\nnoise_sd = 0.05\nsmoother = true') + data)
     code = (
-        "import twinfer.experiments._case as case; case.available_memory = lambda: 8 * 2**20\n"
+        "import twinfer._resources as r; r.available_memory = lambda: 8 * 2**20\n"
         "from twinfer.cli import main; main()"
     )
     done = _child(code, "estimate", str(spec), "--out", str(tmp_path / "runs"), cwd=tmp_path)

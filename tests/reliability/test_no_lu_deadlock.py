@@ -20,9 +20,10 @@ import numpy as np
 import pytest
 
 from twinfer.data import load_grid
-from twinfer.infer.clusters import kuramoto_graph, partition_greedy
-from twinfer.infer.filters import wls_step
-from twinfer.infer.graph import compile_graph
+from twinfer.infer.filters._wls import wls_step
+from twinfer.infer.graph import kuramoto_graph
+from twinfer.infer.graph._partition import partition_greedy
+from twinfer.infer.graph._run import compile as compile_engine
 from twinfer.linalg import spd_inverse, spd_solve
 from twinfer.models import KuramotoNetwork
 
@@ -91,7 +92,7 @@ def test_multi_group_grid_filters_compile_without_lapack_calls(method):
         model, part, dt=0.01, x0=np.zeros((n, 3)), var0=(0.25, 0.25, 1.0), q=(1e-4, 1e-4, 1e-6), r=4e-4,
         estimator=method,
     )  # fmt: skip
-    compiled = compile_graph(cg.graph)
+    compiled = compile_engine(cg.graph)
     assert len(compiled.engine.groups) == 2
     text = (
         compiled.scan.lower(

@@ -18,10 +18,12 @@ from filterpy.kalman import MerweScaledSigmaPoints, UnscentedKalmanFilter
 
 from twinfer.data import Dataset, load_grid
 from twinfer.infer import Estimate
-from twinfer.infer.clusters import Partition, kuramoto_graph, substep_groups
-from twinfer.infer.filters import FilterConsistencyWarning, UnscentedWeights, gaussian_filter, run_filter
-from twinfer.infer.gaussian import condition, linear, unscented
-from twinfer.infer.graph import Graph, banded_estimate, chain_graph, estimate, run_field
+from twinfer.infer.filters import FilterConsistencyWarning, gaussian_filter, run_filter
+from twinfer.infer.gaussian import UnscentedWeights, condition, linear, unscented
+from twinfer.infer.graph import Graph, Partition, chain_graph, kuramoto_graph
+from twinfer.infer.graph._banded import banded_estimate
+from twinfer.infer.graph._kuramoto import substep_groups
+from twinfer.infer.graph._run import estimate, run_field
 from twinfer.models import Chain, KuramotoNetwork
 
 DT = 1e-2

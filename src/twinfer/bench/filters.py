@@ -20,7 +20,8 @@ import numpy as np
 
 from twinfer.bench._harness import Progress, register, time_python
 from twinfer.data import Dataset
-from twinfer.infer.filters import UnscentedWeights, run_filter, run_ukf, ukf_scan
+from twinfer.infer.filters import run_filter, run_ukf, ukf_scan
+from twinfer.infer.gaussian import UnscentedWeights
 from twinfer.models import Chain
 from twinfer.sharding import map_cores, usable_cores
 from twinfer.sim import discretise, simulate_discrete

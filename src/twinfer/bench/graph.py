@@ -1,59 +1,95 @@
-"""Benchmark ``graph``: compile and run time of the four chain4 estimators on the graph engine.
+"""Benchmark ``graph``: compile and run time of a 4-DOF chain's four estimators on the graph engine.
 
-The estimators of case ``chain4`` (specs/compositional-inference.md section 3.1) on its default data:
-``central`` (the UKF on the monolithic model, its own compiled scan) and the distributed
-``deterministic``, ``probabilistic`` and ``sindy`` Jacobi filters, which share one compiled scan and
-differ only in numbers. Each is timed with :func:`time_jitted`: the first call (trace + compile + run)
-apart from the median of repeated runs; a variant that reuses the shared compilation shows a compile
-time close to its run time.
+The setting of case ``chain4`` (specs/compositional-inference.md section 3.1; its masses, springs,
+dampers, forcing and sensors, written here), built from the library alone: ``central`` (the UKF on the
+monolithic model, its own compiled scan) and the distributed ``deterministic``, ``probabilistic`` and
+``learned`` Jacobi filters on :meth:`Graph.from_model <twinfer.infer.graph.Graph.from_model>`'s two
+segments, which share one compiled scan and differ only in numbers. Each is timed with
+:func:`time_jitted`: the first call (trace + compile + run) apart from the median of repeated runs; a
+variant that reuses the shared compilation shows a compile time close to its run time.
 
 Benchmark ``chain4-process``: wall time of whole ``twinfer run chain4`` processes, cold and warm.
 
-Benchmark ``chain6``: the 6-DOF case's T9, a distributed UKF pass against graph-diffusion propagation.
+Benchmark ``chain6``: the paper's T9 on a 6-DOF chain, a distributed UKF pass against graph-diffusion
+propagation of its interface defects.
+
+Benchmark ``turbine``: the Pelton unit's five heterogeneous modules against the central UKF
+(:func:`~twinfer.infer.graph._turbine.turbine_graph`).
 """
 
 from __future__ import annotations
 
+import dataclasses
+
+import jax
+import jax.numpy as jnp
 import numpy as np
 
-from twinfer.bench._harness import Progress, register
+from twinfer.bench._harness import Progress, register, time_python
+from twinfer.data import Dataset, load_elcentro
+from twinfer.infer.gaussian import UnscentedWeights
+from twinfer.infer.graph._diffusion import diffuse
+from twinfer.infer.graph._graph import Graph
+from twinfer.infer.graph._run import compile as compile_engine
+from twinfer.infer.graph._run import timed_estimate, with_numbers
+from twinfer.infer.graph._turbine import TURBINE_DEFAULTS, TURBINE_OUTPUTS, turbine_central, turbine_graph
+from twinfer.learn import NARX
+from twinfer.models import Chain, PeltonParams, PeltonTurbine
+from twinfer.models.chain import spring_damper_force
+from twinfer.sim import simulate_dataset
 from twinfer.timing import time_jitted
 
+_CHAIN4 = {"mass": 500.0, "stiffness": 5e4, "damping": 300.0, "force_sd": 400.0, "noise_sd": 1e-3, "dt": 1e-3}
+"""Case ``chain4``'s chain (eq. S20-S21, [REPO] settings): every DOF forced and measured."""
 
-@register("graph", "chain4's four estimators on the graph engine: compile and run time of each")
-def bench_graph(quick: bool, progress: Progress) -> dict[str, float]:
-    """Compile and median run time of central, deterministic, probabilistic and SINDy estimators."""
-    from twinfer.experiments.chain4 import (
-        CASE,
-        Chain4Config,
-        build_central,
-        build_graph,
-        learn_interface_law,
-        simulate,
+
+def _chain4_graph(kind: str, dt: float) -> Graph:
+    """The chain4 setting's two segments (masses 1-2 and 3-4, k4 unknown) with ``kind`` messages."""
+    c = _CHAIN4
+    chain = Chain([c["mass"]] * 4, [c["stiffness"]] * 4, [c["damping"]] * 4, outputs=("a1", "a2", "a3", "a4"))
+    return Graph.from_model(
+        chain,
+        [(1, 2), (3, 4)],
+        dt=dt,
+        messages=kind,
+        rule="paper",
+        unknown={"k4": (3e4, 5e4, 1e-9)},
+        state_sd=1e-2,
+        process_sd=1e-9,
+        noise_sd=0.1,
+        weights=UnscentedWeights.paper_code(0.0),
+        name="chain4",
     )
-    from twinfer.infer.graph import compile_graph, with_numbers
 
-    config = Chain4Config.model_validate(dict(CASE.quick) if quick else {})  # the case's --quick size
+
+@register("graph", "a 4-DOF chain's four estimators on the graph engine: compile and run time of each")
+def bench_graph(quick: bool, progress: Progress) -> dict[str, float]:
+    """Compile and median run time of central, deterministic, probabilistic and learned estimators."""
+    c = _CHAIN4
+    steps = int(round((2.0 if quick else 10.0) / c["dt"]))  # case chain4's --quick and full horizons
     repeats = 3 if quick else 5
-    progress(f"simulate chain4 ({config.n_steps} steps) and fit the SINDy law")
-    data = simulate(config)
-    assert data.inputs is not None
-    us = np.asarray(data.inputs[:-1])
+    progress(f"simulate the 4-DOF chain ({steps} steps)")
+    key_force, key_noise = jax.random.split(jax.random.key(123))
+    forces = c["force_sd"] * np.asarray(jax.random.normal(key_force, (steps + 1, 4)))
+    chain = Chain([c["mass"]] * 4, [c["stiffness"]] * 4, [c["damping"]] * 4, outputs=("a1", "a2", "a3", "a4"))
+    data = simulate_dataset(chain, forces, c["dt"], c["noise_sd"], key_noise, alignment="held")
+    us = np.asarray(forces[:-1])
     ys = np.asarray(data.observations[1:])
     masks = np.isfinite(ys)
-    xi = learn_interface_law(config).xi
-    comp_c = compile_graph(build_central(config), "jacobi")
-    comp = compile_graph(build_graph(config, "deterministic"), "jacobi")
+    deterministic = _chain4_graph("deterministic", c["dt"])
+    central = Graph("central", [deterministic.monolithic("central")], state_order=deterministic.state_order)
+    comp_c = compile_engine(central)
+    comp = compile_engine(deterministic)
     runs = {
         "central": (comp_c, comp_c.numbers),
         "deterministic": (comp, comp.numbers),
-        "probabilistic": (comp, with_numbers(comp, build_graph(config, "probabilistic"))),
-        "sindy": (comp, with_numbers(comp, build_graph(config, "learned", xi))),
+        "probabilistic": (comp, with_numbers(comp, _chain4_graph("probabilistic", c["dt"]))),
+        "learned": (comp, with_numbers(comp, _chain4_graph("learned", c["dt"]))),
     }
-    out: dict[str, float] = {"graph.steps": float(config.n_steps)}
-    for name, (c, numbers) in runs.items():
+    out: dict[str, float] = {"graph.steps": float(steps)}
+    for name, (compiled, numbers) in runs.items():
         progress(f"{name}: compile + {repeats} runs")
-        res = time_jitted(c.scan, numbers, us, ys, masks, repeats=repeats)
+        res = time_jitted(compiled.scan, numbers, us, ys, masks, repeats=repeats)
         out[f"graph.{name}.compile_s"] = res.compile_s
         out[f"graph.{name}.run_s"] = res.median_s
     out["graph.all.run_s"] = sum(out[f"graph.{n}.run_s"] for n in runs)
@@ -98,37 +134,84 @@ def bench_chain4_process(quick: bool, progress: Progress) -> dict[str, float]:
     return out | {"chain4_process.repeats": float(repeats)}
 
 
-@register("chain6", "T9: the 6-DOF chain's distributed UKF pass against 1-hop and heat-kernel propagation")
+_CHAIN6 = {"mass": 100.0, "stiffness": 5e4, "damping": 300.0, "dt": 2e-3, "noise_sd": 1e-3}
+"""A 6-DOF chain (case ``chain6``'s step and sensors), forced at mass 4 by the El Centro record."""
+_LABELS = ("V1", "V3", "V2")  # subsystems: masses 1-2, 3-4 (the forced one), 5-6
+
+
+def _propagation(means: np.ndarray, method: str) -> dict[str, np.ndarray]:
+    """Interface weights (RMS cut forces) and each subsystem's share of V3's defects (S60-S70, S17-S19).
+
+    The two cut forces (masses 2-3 and 4-5) at the estimated states give the weights; V3's own springs
+    at the estimates (the stiffness term of mass 3 and of mass 4) are the defects it spreads.
+    """
+    c = _CHAIN6
+    x, v = means[:, :6], means[:, 6:12]
+    cuts = np.stack(
+        [
+            spring_damper_force(c["stiffness"], c["damping"], x[:, i + 1] - x[:, i], v[:, i + 1] - v[:, i])
+            for i in (1, 3)
+        ],
+        axis=1,
+    )
+    weights = {("V1", "V3"): float(np.sqrt(np.mean(cuts[:, 0] ** 2)))}
+    weights[("V3", "V2")] = float(np.sqrt(np.mean(cuts[:, 1] ** 2)))
+    defects = c["stiffness"] * (x[:, 2:4] - x[:, 1:3])
+    out: dict[str, np.ndarray] = {}
+    for i in range(2):
+        out |= {f"{n}.{i}": s for n, s in diffuse(_LABELS, weights, "V3", defects[:, i], method).items()}  # type: ignore[arg-type]
+    return out
+
+
+@register("chain6", "T9: a 6-DOF chain's distributed UKF pass against 1-hop and heat-kernel propagation")
 def bench_chain6(quick: bool, progress: Progress) -> dict[str, float]:
     """The paper's T9 (SI section 3.4): a distributed UKF pass against the two propagations, medians.
 
-    One pass over the El Centro record against the 1-hop and heat-kernel envelopes (weights and defects
-    included). The UKF pass is the compiled scan without its compilation
-    (:func:`twinfer.infer.graph.timed_estimate`); each propagation is
-    :func:`twinfer.experiments.chain6.propagation` at the pass's estimate, timed as a plain call after a
-    first, compiling one.
+    One pass over the El Centro record (mass 4 forced, accelerations of masses 2-5 measured, k3, c3, k5,
+    c5 unknown) on :meth:`Graph.from_model <twinfer.infer.graph.Graph.from_model>`'s three segments,
+    against the 1-hop and heat-kernel envelopes of the interface defects (weights and defects included,
+    :func:`_propagation`). The UKF pass is the compiled scan without its compilation
+    (:func:`~twinfer.infer.graph._run.timed_estimate`); each propagation is timed as a plain call after
+    a first one.
     """
-    from twinfer.bench._harness import time_python
-    from twinfer.experiments.chain6 import (
-        CASE,
-        UNKNOWN,
-        Chain6Config,
-        build_graph,
-        build_network,
-        propagation,
-        simulate,
-    )
-    from twinfer.infer.graph import timed_estimate
+    from scipy.signal import resample
 
-    config = Chain6Config.model_validate(dict(CASE.quick) if quick else {})
-    model = build_network()
-    progress(f"simulate the 6-DOF chain ({int(round(config.t_end / config.dt))} steps)")
-    data = simulate(config, model)
-    steps = data.n_steps - 1  # intervals
+    c = _CHAIN6
+    chain = Chain(
+        [c["mass"]] * 6,
+        [c["stiffness"]] * 6,
+        [c["damping"]] * 6,
+        forced_dofs=(4,),
+        outputs=("a2", "a3", "a4", "a5"),
+    )
+    steps = int(round((4.0 if quick else 50.0) / c["dt"]))  # case chain6's --quick and full records
+    progress(f"simulate the 6-DOF chain ({steps} steps)")
+    accel = np.asarray(resample(load_elcentro()["a"], int(round(50.0 / c["dt"]))))
+    inputs = np.concatenate([500.0 * accel[:steps], [0.0]])[:, None]
+    data = simulate_dataset(chain, inputs, c["dt"], c["noise_sd"], jax.random.key(123), alignment="held")
+    unknown = {
+        p: (0.8 * v, 0.5 * v, 0.0)
+        for p, v in (
+            ("k3", c["stiffness"]),
+            ("c3", c["damping"]),
+            ("k5", c["stiffness"]),
+            ("c5", c["damping"]),
+        )
+    }
+    graph = Graph.from_model(
+        chain,
+        [(1, 2), (3, 4), (5, 6)],
+        dt=c["dt"],
+        unknown=unknown,
+        state_sd=1e-2,
+        process_sd=1e-6,
+        noise_sd=0.03,
+        weights=UnscentedWeights.paper_code(0.0),
+        name="chain6",
+    )
     progress("distributed UKF: compile + 3 runs")
-    est, ukf = timed_estimate(build_graph(config, model), data, repeats=3)
+    est, ukf = timed_estimate(graph, data, repeats=3)
     means = np.asarray(est.means)
-    final = {p: float(means[-1, est.state_names.index(p)]) for p in UNKNOWN}
     out = {
         "chain6.steps": float(steps),
         "chain6.ukf.run_s": ukf.median_s,
@@ -136,10 +219,8 @@ def bench_chain6(quick: bool, progress: Progress) -> dict[str, float]:
     }
     for method in ("one_hop", "heat"):
         progress(f"{method} propagation: 51 runs")
-        propagation(model, means[:, :12], np.asarray(data.inputs), final, method, config)
-        res = time_python(
-            lambda m=method: propagation(model, means[:, :12], np.asarray(data.inputs), final, m, config), 51
-        )
+        _propagation(means, method)
+        res = time_python(lambda m=method: _propagation(means, m), 51)
         out[f"chain6.{method}.run_s"] = res.median_s
         out[f"chain6.{method}.speedup"] = ukf.median_s / res.median_s
     return out
@@ -151,32 +232,48 @@ def bench_chain6(quick: bool, progress: Progress) -> dict[str, float]:
 def bench_turbine(quick: bool, progress: Progress) -> dict[str, float]:
     """Run times of the distributed estimators (none, learned, EKF, KF, UKF) and the central UKF, medians.
 
-    The NARX is trained once at the case's size (not timed here; ``twinfer run turbine`` reports it);
-    each pass is the compiled scan without its compilation (:func:`twinfer.infer.graph.timed_estimate`).
+    The settings are case ``turbine``'s (:data:`~twinfer.infer.graph._turbine.TURBINE_DEFAULTS`; its
+    --quick NARX window and record length when ``quick``). The NARX is untrained (initialised from a key,
+    its output scaled to the head's nominal value and a spread of 1e-3): its weights do not change what
+    a pass computes, only what it predicts. Each pass is the compiled scan without its compilation
+    (:func:`~twinfer.infer.graph._run.timed_estimate`).
     """
-    from twinfer.experiments._case import no_progress
-    from twinfer.experiments.turbine import (
-        CASE,
-        PeltonParams,
-        TurbineConfig,
-        build_graph,
-        central,
-        simulate,
-        train_narx,
-    )
-    from twinfer.infer.graph import timed_estimate
-
-    config = TurbineConfig.model_validate(dict(CASE.quick) if quick else {})
     params = PeltonParams()
-    progress("NARX training")
-    fit = train_narx(config, no_progress)
-    progress(f"simulate the turbine ({int(round(config.t_end / config.dt))} steps)")
-    data = simulate(config, params)
-    out = {"turbine.steps": float(data.n_steps - 1)}
+    settings = dataclasses.replace(TURBINE_DEFAULTS, narx_lags=20) if quick else TURBINE_DEFAULTS
+    dt = settings.dt
+    steps = int(round((3.0 if quick else 130.0) / dt))
+    model = PeltonTurbine(params)
+    x0 = np.asarray(model.initial_state(), dtype=np.float64)
+    progress(f"simulate the turbine ({steps} steps)")
+    sd = np.asarray([settings.sigma_omega, settings.sigma_q] + [settings.sigma_lateral] * 4)
+    sim = simulate_dataset(
+        model, None, dt, sd, jax.random.key(7), x0=x0, n_steps=steps, truth="rk4", substeps=4
+    )
+    times = np.asarray(sim.times)
+    observations = np.asarray(sim.observations)
+    q_measured = observations[:, TURBINE_OUTPUTS.index("q")]
+    data = Dataset(
+        times,
+        observations,
+        inputs=np.stack([times, q_measured], axis=1),
+        input_names=("t", "q_measured"),
+        output_names=TURBINE_OUTPUTS,
+    )
+    narx = NARX(
+        settings.narx_lags,
+        2,
+        4,
+        hidden=16 if quick else 128,
+        dropout=0.0,
+        key=jax.random.key(11),
+        target_mean=jnp.asarray(params.h0),
+        target_std=jnp.asarray(1e-3),
+    )
     graphs = {
-        "distributed": build_graph(config, params, fit.model, data, float(fit.test["rmse"])),
-        "central": central(config, params),
+        "distributed": turbine_graph(params, narx, x0, float(q_measured[0]), 1e-3, settings),
+        "central": turbine_central(params, x0, settings),
     }
+    out = {"turbine.steps": float(steps)}
     for label, graph in graphs.items():
         progress(f"{label}: compile + 3 runs")
         _, timed = timed_estimate(graph, data, repeats=3)

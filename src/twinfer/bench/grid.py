@@ -1,8 +1,8 @@
 """Benchmark ``grid``: run time and accuracy of the six estimators of Fig. S9 against the number of buses.
 
 Each network is partitioned (S_max = 5; 3 for IEEE 300 as Table S2 used), simulated for 300 Heun steps,
-and estimated by the UKF and the static WLS / WNLS baselines, each centralised and distributed (the
-case's :data:`~twinfer.experiments.grid.ESTIMATORS`); compile time is kept apart and the run time is the
+and estimated by the UKF and the static WLS / WNLS baselines, each centralised and distributed
+(:data:`~twinfer.infer.graph._grid.GRID_ESTIMATORS`); compile time is kept apart and the run time is the
 median of three calls (one for the centralised UKF from 118 buses, whose run takes seconds to minutes).
 The centralised estimators run up to 300 buses (their cost grows as N^3), the distributed ones on every
 network up to PEGASE 9241. Per network: run times, Table S2's speed-ups and parallel projection, and the
@@ -25,24 +25,26 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from twinfer.bench._grid_scores import grid_metrics, table_s2_timings
 from twinfer.bench._harness import Progress, register
 from twinfer.data import load_grid
-from twinfer.experiments.grid import (
-    ESTIMATORS,
-    LABELS,
-    GridConfig,
-    Method,
-    draw_parameters,
+from twinfer.infer.graph import Partition
+from twinfer.infer.graph._grid import (
+    GRID_DEFAULTS,
+    GRID_ESTIMATORS,
+    GRID_LABELS,
+    GridMethod,
     grid_estimator,
-    grid_metrics,
     partition_for,
-    simulate,
-    table_s2_timings,
+    whole_network,
 )
-from twinfer.infer.clusters import Partition
-from twinfer.models import KuramotoNetwork
+from twinfer.infer.graph._kuramoto import stable_substeps
+from twinfer.models import KuramotoNetwork, draw_grid_parameters
+from twinfer.sim import simulate_grid
 from twinfer.timing import time_jitted
 
+SEED = 42
+"""The grid case's seed of the parameter and record draws."""
 IEEE = ("ieee9", "ieee14", "ieee30", "ieee39", "ieee57", "ieee118", "ieee300")
 LARGE = ("pegase1354", "pegase2869", "rte6470", "pegase9241")
 PAPER_S2 = {  # Table S2 (UKF central, UKF distributed) seconds, sequential Python, one core
@@ -57,15 +59,26 @@ PAPER_S2 = {  # Table S2 (UKF central, UKF distributed) seconds, sequential Pyth
 
 
 def _timed(
-    config: GridConfig,
     model: KuramotoNetwork,
     partition: Partition,
     sim,
     q_big: float,
     repeats: int = 3,
-    method: Method = "ukf",
+    method: GridMethod = "ukf",
+    devices: int = 1,
 ):
-    fn = grid_estimator(config, partition, model, sim["init"], q_big, method)
+    g = GRID_DEFAULTS
+    fn = grid_estimator(
+        model,
+        partition,
+        sim["init"],
+        dt=g.dt,
+        q=(g.q_theta, g.q_omega, q_big),
+        r=g.sigma**2,
+        gamma=g.ukf_gamma,
+        method=method,
+        devices=devices,
+    )
     timed = time_jitted(fn.scan, jnp.asarray(sim["observations"]), repeats=repeats)
     return timed, fn.to_buses(timed.value)
 
@@ -87,30 +100,27 @@ def bench_grid(quick: bool, progress: Progress) -> dict[str, float]:
     sharded_rows: list[tuple[float, float]] = []  # (buses, run time) over every device
     n_dev = len(jax.devices())
     for case in cases:
-        config = GridConfig.model_validate(
-            {"case": case, "s_max": 3 if case == "ieee300" else 5, "steps": 60 if quick else 300}
-        )
+        g, steps = GRID_DEFAULTS, 60 if quick else 300
+        s_max = 3 if case == "ieee300" else g.s_max
         net = load_grid(case)
         index, weight = net.neighbours
-        key_params, key_sim = jax.random.split(jax.random.key(config.seed))
-        d, big_omega = draw_parameters(net.n_bus, key_params)
+        key_params, key_sim = jax.random.split(jax.random.key(SEED))
+        d, big_omega = draw_grid_parameters(net.n_bus, key_params)
         model = KuramotoNetwork(index, weight, d, big_omega)
-        sim = simulate(config, model, key_sim)
+        sim = simulate_grid(model, g.dt, steps, stable_substeps(weight, g.dt), g.sigma, key_sim)
         n = net.n_bus
-        partition = partition_for(net, config.s_max, config.dt, config.bond)
-        whole = Partition(labels=np.zeros(n, int), clusters=(np.arange(n),))
+        partition = partition_for(net, s_max, g.dt, g.bond)
+        whole = whole_network(n)
         found: dict[str, tuple[float, float, float]] = {}
-        for prefix, (method, central) in ESTIMATORS.items():
+        for prefix, (method, central) in GRID_ESTIMATORS.items():
             if (central and n > central_max) or (method != "ukf" and n > baseline_max):
                 continue
             what = f"{3 * n} states" if central else f"{partition.n_clusters} clusters"
-            progress(f"{case}: {LABELS[prefix]} ({what})")
+            progress(f"{case}: {GRID_LABELS[prefix]} ({what})")
             # From 118 buses one central UKF run takes seconds to minutes, far above the machine's noise.
             repeats = 1 if central and method == "ukf" and n >= 118 else 3
-            q_big = config.q_Omega_central if central else config.q_Omega_distributed
-            timed, (means, stds) = _timed(
-                config, model, whole if central else partition, sim, q_big, repeats, method
-            )
+            q_big = g.q_Omega_central if central else g.q_Omega_distributed
+            timed, (means, stds) = _timed(model, whole if central else partition, sim, q_big, repeats, method)
             scores = grid_metrics(prefix, means, stds, sim["states"], big_omega)
             out[f"{case}.{prefix}.run_s"] = timed.median_s
             out[f"{case}.{prefix}.compile_s"] = timed.compile_s
@@ -121,14 +131,13 @@ def bench_grid(quick: bool, progress: Progress) -> dict[str, float]:
         out.update({f"{case}.{k}": v for k, v in table_s2_timings(times, partition.n_clusters).items()})
         if n_dev > 1 and n >= 300:
             progress(f"{case}: distributed over {n_dev} devices")
-            spread = config.model_copy(update={"devices": n_dev})
-            sharded, _ = _timed(spread, model, partition, sim, config.q_Omega_distributed)
+            sharded, _ = _timed(model, partition, sim, g.q_Omega_distributed, devices=n_dev)
             out[f"{case}.distributed_sharded.run_s"] = sharded.median_s
             out[f"{case}.distributed_sharded.compile_s"] = sharded.compile_s
             out["distributed_sharded.devices"] = float(n_dev)
             sharded_rows.append((float(n), sharded.median_s))
         rows.append((case, n, found))
-    for prefix in ESTIMATORS:
+    for prefix in GRID_ESTIMATORS:
         points = [(float(n), found[prefix][0]) for _, n, found in rows if prefix in found]
         if len(points) >= 2:
             out[f"{prefix}.loglog_slope"] = _slope([b for b, _ in points], [t for _, t in points])
@@ -168,11 +177,13 @@ def _figure(rows, sharded: list[tuple[float, float]]) -> None:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(7, 5))
-    for prefix in ESTIMATORS:
+    for prefix in GRID_ESTIMATORS:
         buses, times = _series(rows, prefix, 0)
         if buses:
             color, marker, line = _STYLE[prefix]
-            ax.loglog(buses, times, marker=marker, ls=line, color=color, label=f"twinfer {LABELS[prefix]}")
+            ax.loglog(
+                buses, times, marker=marker, ls=line, color=color, label=f"twinfer {GRID_LABELS[prefix]}"
+            )
     if sharded:
         ax.loglog(*zip(*sharded, strict=True), "^-", color="C1", label="twinfer distributed UKF, all devices")
     paper = [(v[2], v[0], v[1]) for v in PAPER_S2.values()]
@@ -198,11 +209,11 @@ def _accuracy_figure(rows) -> None:
 
     fig, axes = plt.subplots(1, 2, figsize=(10, 4))
     for k, (ax, name) in enumerate(zip(axes, ("theta [rad]", "omega [rad/s]"), strict=True), start=1):
-        for prefix in ESTIMATORS:
+        for prefix in GRID_ESTIMATORS:
             buses, values = _series(rows, prefix, k)
             if buses:
                 color, marker, line = _STYLE[prefix]
-                ax.loglog(buses, values, marker=marker, ls=line, color=color, label=LABELS[prefix])
+                ax.loglog(buses, values, marker=marker, ls=line, color=color, label=GRID_LABELS[prefix])
         ax.set_xlabel("buses")
         ax.set_title(f"mean RMSE of {name}", fontsize=9)
         ax.grid(alpha=0.3, which="both")

@@ -10,7 +10,7 @@ import shlex
 import sys
 import time
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, NoReturn
 
 import typer
 from rich.console import Console
@@ -31,7 +31,7 @@ console = Console(stderr=True, emoji=False)
 out = Console(emoji=False)
 
 
-def _fail(message: str, code: int = 2) -> None:
+def _fail(message: str, code: int = 2) -> NoReturn:
     console.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
     raise typer.Exit(code)
 
@@ -420,12 +420,11 @@ def _distributed_options(
     if all(v is None for v in given.values()):
         return None
     missing = [name for name, v in given.items() if v is None]
-    if missing:
+    if coordinator is None or num_processes is None or process_id is None:
         _fail(
             f"{', '.join(missing)}: several processes need all of --coordinator HOST:PORT, --num-processes N "
             "and --process-id I; give all three or none."
         )
-    assert coordinator is not None and num_processes is not None and process_id is not None
     try:
         check_distributed(
             coordinator, num_processes, process_id, ("--coordinator", "--num-processes", "--process-id")
@@ -907,9 +906,9 @@ for _command in app.registered_commands:  # help from the docstrings, as plain t
 
 def main() -> None:
     """Console-script entry point."""
-    import jax
+    from twinfer import configure
 
-    jax.config.update("jax_enable_x64", True)
+    configure()  # float64 and the CPU lowerings that cannot deadlock (twinfer.configure)
     try:
         app()
     except KeyboardInterrupt:  # outside a command (e.g. while importing)

@@ -8,7 +8,6 @@ saved arrays alone, so ``twinfer report RUN_DIR`` can re-render them.
 from __future__ import annotations
 
 import importlib
-import os
 import tomllib
 import unicodedata
 from collections.abc import Callable, Iterable, Mapping
@@ -19,6 +18,8 @@ from typing import Any, Literal, get_args, get_origin
 import pydantic
 
 from twinfer._atomic import read_regular
+from twinfer._resources import available_memory
+from twinfer.errors import TwinferValueError
 from twinfer.report import PaperValue, RunArtifacts
 
 Progress = Callable[[str, float, float], None]
@@ -103,7 +104,7 @@ class CaseConfig(pydantic.BaseModel):
         return value
 
 
-class ConfigError(ValueError):
+class ConfigError(TwinferValueError):
     """A configuration that does not validate; the message names each offending key."""
 
 
@@ -223,33 +224,6 @@ def _format_errors(case: Case, error: pydantic.ValidationError) -> str:
         else:
             lines.append(f"{key!r}: {item['msg']}; received {item.get('input')!r}")
     return f"Invalid configuration for case {case.name!r}:\n  " + "\n  ".join(lines)
-
-
-def available_memory() -> int | None:
-    """Bytes of memory this process can still take, None where it is not known.
-
-    The kernel's ``MemAvailable``, capped by the cgroup's headroom when the process runs in a container.
-    """
-    candidates: list[int] = []
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemAvailable:"):
-                candidates.append(int(line.split()[1]) * 1024)
-    except (OSError, ValueError, IndexError):
-        pass
-    try:
-        limit = Path("/sys/fs/cgroup/memory.max").read_text().strip()
-        current = Path("/sys/fs/cgroup/memory.current").read_text().strip()
-        if limit != "max":
-            candidates.append(max(int(limit) - int(current), 0))
-    except (OSError, ValueError):
-        pass
-    if not candidates:
-        try:
-            candidates.append(os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
-        except (OSError, ValueError, AttributeError):
-            return None
-    return min(candidates)
 
 
 def _check_memory(case: Case, config: CaseConfig) -> None:

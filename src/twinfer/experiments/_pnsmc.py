@@ -20,7 +20,15 @@ import pydantic
 from twinfer.experiments._case import Progress
 from twinfer.experiments._checkpointing import CheckpointSettings, case_checkpoint
 from twinfer.infer.pn import PNFilter
-from twinfer.infer.smc import IBISResult, IncrementalLikelihood, TransformedNormalPrior, ibis, tempering
+from twinfer.infer.smc import (
+    IBISResult,
+    IncrementalLikelihood,
+    TransformedNormalPrior,
+    equal_weight_draw,
+    ibis,
+    tempering,
+    weighted_moments,
+)
 from twinfer.models import AbstractModel
 
 
@@ -103,13 +111,11 @@ def rmse_per_particle(sims: np.ndarray, truth: np.ndarray) -> np.ndarray:
 
 def posterior_metrics(res: IBISResult, names: tuple[str, ...]) -> dict[str, float]:
     """Posterior mean and sd of each parameter (final weights), resampling count, mean acceptance."""
-    w = np.exp(res.log_w - res.log_w.max())
-    w /= w.sum()
+    mean, sd = weighted_moments(np.asarray(res.theta)[:, : len(names)], res.log_w)
     out: dict[str, float] = {}
     for i, name in enumerate(names):
-        mean = float(np.sum(w * res.theta[:, i]))
-        out[f"posterior.{name}.mean"] = mean
-        out[f"posterior.{name}.sd"] = float(np.sqrt(np.sum(w * (res.theta[:, i] - mean) ** 2)))
+        out[f"posterior.{name}.mean"] = float(mean[i])
+        out[f"posterior.{name}.sd"] = float(sd[i])
     out["smc.resample_count"] = float(len(res.resample_times))
     out["smc.mean_acceptance"] = float(np.mean(res.acceptance)) if len(res.acceptance) else 0.0
     out["smc.final_ess"] = float(res.ess[-1])
@@ -179,10 +185,7 @@ def make_pn(
 
 def equal_weight_particles(res: IBISResult, n: int, seed: int) -> np.ndarray:
     """``n`` particles (0: all) drawn by the final weights, so each scored particle has equal weight."""
-    w = np.exp(res.log_w - res.log_w.max())
-    rng = np.random.default_rng(seed + 3)
-    idx = rng.choice(len(w), size=n or len(w), p=w / w.sum())
-    return res.theta[idx]
+    return equal_weight_draw(res.theta, res.log_w, n, seed + 3)
 
 
 def band_arrays(name: str, truth: np.ndarray, sims: np.ndarray) -> dict[str, np.ndarray]:

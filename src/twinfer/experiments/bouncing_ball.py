@@ -27,20 +27,21 @@ import pydantic
 from twinfer.experiments._case import Case, Progress, register
 from twinfer.experiments._checkpointing import CheckpointSettings, case_checkpoint
 from twinfer.learn import MLP, TrainSettings, train, trajectory_loss
-from twinfer.models import BLOCKS, TOPOLOGIES, BouncingBall2D, CombinedModel, System, psd
+from twinfer.models import (
+    BALL_LOSS_WEIGHTS,
+    BALL_MLM_LAYOUT,
+    BALL_SCENARIOS,
+    BLOCKS,
+    TOPOLOGIES,
+    BouncingBall2D,
+    CombinedModel,
+    ball_combination,
+)
 from twinfer.report import PaperValue, RunArtifacts, matrix_figure, weight_summary, within
 from twinfer.sim import simulate_events
 
-SCENARIOS = (
-    (-0.25, -6.0, 0.5, 8.0),
-    (0.5, 8.0, -0.25, -6.0),
-    (0.0, 0.0, 0.0, 4.0),
-    (-0.75, 4.0, -0.5, 6.0),
-    (-0.5, 2.0, 0.5, 2.0),
-)
-WEIGHTS = (0.5, 0.1, 0.5, 0.1)
-LAYOUT = (("in", 0), ("net", 0), ("in", 2), ("net", 1))
-STATE = ("x1", "x2", "x3", "x4")
+SCENARIOS = BALL_SCENARIOS
+WEIGHTS = BALL_LOSS_WEIGHTS
 
 
 class BouncingBallConfig(CheckpointSettings):
@@ -118,18 +119,10 @@ class BouncingBallConfig(CheckpointSettings):
 
 
 def build(config: BouncingBallConfig, topology: str) -> tuple[CombinedModel, BouncingBall2D]:
-    """The combined model of one topology (FPM = s_a, MLM = s_b) and the FPM."""
-    fpm = BouncingBall2D(mu=0.0)
+    """The combined model of one topology (FPM = s_a, MLM = s_b: a 4-8-2 tanh FFNN) and the FPM."""
     key_mlm, key_w = jax.random.split(jax.random.key(config.seed))
-    mlm = MLP((4, 8, 2), ("tanh", "tanh"), key=key_mlm, layout=LAYOUT)
-    combo = psd(
-        System(fpm, "vector_field", trainable=False),
-        System(mlm),
-        topology,
-        key=key_w,
-        noise=config.noise,
-    )
-    return CombinedModel(combo, STATE, events="global", event_model=fpm), fpm
+    mlm = MLP((4, 8, 2), ("tanh", "tanh"), key=key_mlm, layout=BALL_MLM_LAYOUT)
+    return ball_combination(mlm, topology, key_w, config.noise)
 
 
 def block_labels() -> dict[str, tuple[tuple[str, ...], tuple[str, ...]]]:

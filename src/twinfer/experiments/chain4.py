@@ -24,7 +24,6 @@ import dataclasses
 import functools
 import time
 from collections.abc import Callable, Mapping
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Literal, NamedTuple
 
 import jax
@@ -36,9 +35,13 @@ from jaxtyping import Float
 from twinfer import metrics
 from twinfer.data import Dataset
 from twinfer.experiments._case import Case, CaseConfig, Progress, register
-from twinfer.infer.filters import UnscentedWeights, augment
-from twinfer.infer.graph import Graph, Interface, Port, Subsystem, law_moments_series, unpack, with_numbers
-from twinfer.infer.graph import compile as compile_graph
+from twinfer.infer.filters import augment
+from twinfer.infer.gaussian import UnscentedWeights
+from twinfer.infer.graph import Graph, Interface, Port, Subsystem
+from twinfer.infer.graph._local import law_moments_series
+from twinfer.infer.graph._results import unpack
+from twinfer.infer.graph._run import compile as compile_engine
+from twinfer.infer.graph._run import with_numbers
 from twinfer.learn import (
     TERMS,
     SindyFit,
@@ -52,7 +55,7 @@ from twinfer.learn import (
 )
 from twinfer.models import Chain
 from twinfer.models.chain import spring_damper_force
-from twinfer.programs import keep, load
+from twinfer.programs import Job, compiling
 from twinfer.report import PaperValue, RunArtifacts, at_most, near, within
 from twinfer.sim import GraphNode, discretise, graph_node, simulate_discrete
 
@@ -465,41 +468,26 @@ def graph_estimators(
     det = build_graph(config, "deterministic")
     central_graph = build_central(config)
     t0 = time.perf_counter()
-    comp = compile_graph(det, "jacobi")
-    comp_c = compile_graph(central_graph, "jacobi")
+    comp = compile_engine(det, "jacobi")
+    comp_c = compile_engine(central_graph, "jacobi")
     variants = {
         "deterministic": comp.numbers,
         "probabilistic": with_numbers(comp, build_graph(config, "probabilistic")),
     }
     setting = config.model_dump(mode="json")
     keys = [{"case": "chain4", "program": p, "config": setting} for p in ("distributed", "central")]
-    kept = [load(c.numbers, us, ys, masks, key=k) for c, k in zip((comp, comp_c), keys, strict=True)]
-    programs = [  # kept ones loaded, the others traced and lowered here, while the pool compiles
-        exe if exe is not None else c.scan.lower(c.numbers, us, ys, masks)
-        for c, exe in zip((comp, comp_c), kept, strict=True)
+    jobs = [
+        Job(
+            comp.scan, (comp.numbers, us, ys, masks), keys[0], [(n, us, ys, masks) for n in variants.values()]
+        ),
+        Job(comp_c.scan, (comp_c.numbers, us, ys, masks), keys[1], [(comp_c.numbers, us, ys, masks)]),
     ]
-
-    def compile_and_start(i: int, numbers: list[Any]) -> tuple[Any, list[Any], float]:
-        exe = kept[i]
-        if exe is None:
-            exe = programs[i].compile()
-            keep(exe, (comp, comp_c)[i].numbers, us, ys, masks, key=keys[i])
-        done = time.perf_counter()
-        return exe, [exe(num, us, ys, masks) for num in numbers], done  # runs go on in XLA's threads
-
-    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="chain4-compile")
-    try:
-        job = pool.submit(compile_and_start, 0, list(variants.values()))
-        job_c = pool.submit(compile_and_start, 1, [comp_c.numbers])
+    with compiling(jobs, thread_name="chain4-compile") as (job, job_c):
         xi = xi() if callable(xi) else xi  # the SINDy fit, while the scans compile or run
         kind = "probabilistic" if config.sindy_messages == "probabilistic" else "learned"
         variants["sindy"] = with_numbers(comp, build_graph(config, kind, xi))
         _, outs_c, compiled_c = job_c.result()
         exe, outs, compiled = job.result()
-    except BaseException:
-        pool.shutdown(wait=False, cancel_futures=True)  # an interrupt does not wait for XLA
-        raise
-    pool.shutdown()
     outs.append(exe(variants["sindy"], us, ys, masks))
     timings = {"timing.compile_s": max(compiled, compiled_c) - t0}
     raw = {"central": (comp_c, comp_c.numbers, outs_c[0])}
@@ -532,7 +520,7 @@ def _interface_force(name: str, res: Mapping[str, Any], xi: Any) -> tuple[np.nda
 
     The ports ``[x2, v2]`` (sender S1) and ``[x3, v3]`` (receiver S2) with the estimator's joint covariance:
     the central filter's cross-covariances, the distributed filters' block-diagonal (S33); the estimator's
-    own law (the SINDy fit for ``sindy``) through :func:`twinfer.infer.graph.law_moments_series`.
+    own law (the SINDy fit for ``sindy``) through :func:`twinfer.infer.graph._local.law_moments_series`.
     """
     if name == "central":  # the monolithic state is S1's [x1, x2, v1, v2] then S2's [x3, x4, v3, v4, k4]
         whole = res["central"]
@@ -720,6 +708,7 @@ def _comparison_figures(arrays: Mapping[str, Any], config: Chain4Config) -> dict
     import matplotlib.pyplot as plt
 
     t = np.asarray(arrays["times"])
+    z = metrics.band_z(0.95)  # the 95 % band's half-width in sds
     truth = np.asarray(arrays["truth_states"])
     names = [n for n in _STYLE if f"{n}_mean" in arrays]
     fig_xv, axes = plt.subplots(2, 1, figsize=(9, 6), sharex=True)
@@ -731,7 +720,7 @@ def _comparison_figures(arrays: Mapping[str, Any], config: Chain4Config) -> dict
                 np.sqrt(np.asarray(arrays[f"{n}_var"])[:, idx]),
             )
             ax.plot(t, mean, color=_STYLE[n], lw=0.8, ls="--", label=n)
-            ax.fill_between(t, mean - 1.96 * sd, mean + 1.96 * sd, color=_STYLE[n], alpha=0.15)
+            ax.fill_between(t, mean - z * sd, mean + z * sd, color=_STYLE[n], alpha=0.15)
         ax.set_ylabel(label)
         ax.grid(alpha=0.3)
         ax.legend(loc="upper left", fontsize=7, frameon=False, ncol=4)
@@ -741,7 +730,7 @@ def _comparison_figures(arrays: Mapping[str, Any], config: Chain4Config) -> dict
     for n in names:
         mean, sd = np.asarray(arrays[f"{n}_mean"])[:, 8], np.sqrt(np.asarray(arrays[f"{n}_var"])[:, 8])
         ax.plot(t, mean, color=_STYLE[n], lw=0.9, label=n)
-        ax.fill_between(t, mean - 1.96 * sd, mean + 1.96 * sd, color=_STYLE[n], alpha=0.12)
+        ax.fill_between(t, mean - z * sd, mean + z * sd, color=_STYLE[n], alpha=0.12)
     ax.axhline(config.stiffness, color="k", ls="--", lw=0.8, label="true k4")
     ax.set_ylim(0.0, 2.0 * config.stiffness)
     ax.set(
@@ -759,7 +748,7 @@ def _comparison_figures(arrays: Mapping[str, Any], config: Chain4Config) -> dict
         for n in group:
             mean, sd = np.asarray(arrays[f"{n}_fmsg_mean"]), np.asarray(arrays[f"{n}_fmsg_sd"])
             ax.plot(t, mean, color=_STYLE[n], lw=0.8, ls="--", label=f"{n} F_msg")
-            ax.fill_between(t, mean - 1.96 * sd, mean + 1.96 * sd, color=_STYLE[n], alpha=0.2)
+            ax.fill_between(t, mean - z * sd, mean + z * sd, color=_STYLE[n], alpha=0.2)
         ax.set_ylabel(f"F_msg [N] ({how})")
         ax.grid(alpha=0.3)
         ax.legend(frameon=False, fontsize=8, ncol=3, loc="upper left")

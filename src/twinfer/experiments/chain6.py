@@ -11,27 +11,12 @@ same graph is the central reference.
 
 Graph diffusion (S60-S70): the defects of removing k* (``-k* (x3 - x4)`` on mass 3) or m* (``-m* a3``),
 computed by :meth:`~twinfer.models.SpringNetwork.parameter_forces` at the distributed estimate with the
-terminal parameters, spread over the subsystem graph (weights: the RMS interface forces) by the 1-hop
-rule and the heat kernel (:func:`twinfer.infer.graph.diffuse`), give envelopes ``x1 +- s_V1 sigma_x1``
-and ``x6 +- s_V2 sigma_x6`` around the distributed estimate, without a filter run. Their cost against
-the UKF pass is the paper's T9.
+terminal parameters, spread over the subsystem graph (weights: the RMS interface forces) by the 1-hop rule and
+the heat kernel (:func:`twinfer.infer.graph._diffusion.diffuse`), give envelopes ``x1 +- s_V1 sigma_x1`` and
+``x6 +- s_V2 sigma_x6`` around the distributed estimate, without a filter run. Their cost against the UKF pass
+is the paper's T9.
 
-Decisions: the truth is the network simulated exactly (the authors' code used semi-implicit Euler at the
-filters' step, which a filter with RK4 would see as model error); the filters step RK4 (the authors':
-Heun); parameters are not clamped inside the dynamics. Two of the authors' filter settings are changed,
-because with them no estimator is calibrated (measured on 50 s, distributed and central alike):
-
-* Q on the kinematic states 3e-9 instead of 1e-11 (V1, V2) and 1e-12 (V3). With the authors' Q the
-  UKFs, the central one included, end with 2 or 3 of the eight truths inside their 95 % intervals (z up
-  to 44) and state coverage 0.22-0.45; the estimates sit in the bilinear k x regime for most of the
-  record with R 1000x the sensor's noise variance, and a joint UKF there collapses its covariance
-  faster than the data justify. The deterministic messages' own error (the receiver takes the
-  sender's mean as exact: about 1 N of interface force) needs process noise too. With 3e-9 every truth
-  lies inside its interval (|z| <= 1.6) and the states are covered (0.999, conservatively).
-* P0 of c6 1e5, as the authors' c3 and c9, instead of 1e3: started at 0.7 x 700 = 490 with sd 31.6, the
-  truth lay 6.6 prior sd away, and the prior alone held the estimate at 655 (z = -3).
-
-``--set q_var=1e-11 --set q_var_v3=1e-12 --set damping_prior_var=...`` restores the authors' values.
+The measurements and decisions behind the defaults are in ``docs/design-cases.md``, section ``chain6``.
 
 References:
     Ghorbani & Hackl, SI section 3.4, eq. (S51)-(S70), Figs S5-S7 and the S7 text (T9);
@@ -52,9 +37,11 @@ import numpy as np
 import pydantic
 
 from twinfer.experiments._case import Case, CaseConfig, Progress, register
-from twinfer.infer.filters import UnscentedWeights
-from twinfer.infer.graph import Graph, diffuse, timed_estimate
-from twinfer.metrics import coverage, nrmse_constant, rmse
+from twinfer.infer.gaussian import UnscentedWeights
+from twinfer.infer.graph import Graph
+from twinfer.infer.graph._diffusion import diffuse
+from twinfer.infer.graph._run import timed_estimate
+from twinfer.metrics import band_z, coverage, nrmse_constant, rmse
 from twinfer.models import SpringNetwork, set_params
 from twinfer.report import PaperValue, RunArtifacts, at_least, at_most, near, within
 from twinfer.sim import simulate_dataset
@@ -365,6 +352,7 @@ def figures(arrays: Mapping[str, Any], config: Chain6Config) -> dict[str, Any]:
     import matplotlib.pyplot as plt
 
     t = np.asarray(arrays["t"])
+    z = band_z(0.95)  # the 95 % band's half-width in sds
     out: dict[str, Any] = {}
     fig, axes = plt.subplots(2, 4, figsize=(14, 6), sharex=True)
     labels = [lab for lab in ("distributed", "central") if f"{lab}.means" in arrays]
@@ -374,7 +362,7 @@ def figures(arrays: Mapping[str, Any], config: Chain6Config) -> dict[str, Any]:
             j = names.index(p)
             m, sd = np.asarray(arrays[f"{lab}.means"])[:, j], np.asarray(arrays[f"{lab}.stds"])[:, j]
             ax.plot(t, m, color=color, lw=1, label=lab)
-            ax.fill_between(t, m - 1.96 * sd, m + 1.96 * sd, color=color, alpha=0.2)
+            ax.fill_between(t, m - z * sd, m + z * sd, color=color, alpha=0.2)
         ax.axhline(VALUES[p], color="k", ls="--", lw=1, label="truth")
         ax.set_title(p)
         ax.set_ylim(0.3 * VALUES[p], 1.7 * VALUES[p])
@@ -392,7 +380,7 @@ def figures(arrays: Mapping[str, Any], config: Chain6Config) -> dict[str, Any]:
         sd = np.asarray(arrays["distributed.stds"])[:, j]
         ax.plot(t, truth[:, j], "k", lw=1, label="truth")
         ax.plot(t, m, "C0", lw=0.8, label="distributed UKF")
-        ax.fill_between(t, m - 1.96 * sd, m + 1.96 * sd, color="C0", alpha=0.3, label="UKF 95 % band")
+        ax.fill_between(t, m - z * sd, m + z * sd, color="C0", alpha=0.3, label="UKF 95 % band")
         for method, color in (("one_hop", "C2"), ("heat", "C3")):
             half = np.asarray(arrays[f"envelope.{method}.kstar.{s}"])
             ax.fill_between(t, m - half, m + half, color=color, alpha=0.25, label=f"{method} envelope (k*)")

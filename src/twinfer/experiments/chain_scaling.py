@@ -7,75 +7,12 @@ stiffness (the spring between its two masses) unknown: the chains of the authors
 (specs 3.3). For each size the same graph (:meth:`twinfer.infer.graph.Graph.from_model`) runs
 distributed (one UKF per subsystem, Jacobi, probabilistic messages by default), as its monolithic whole
 (one UKF on all 2n + (n - 1) states, the same RK4) and through the banded estimator
-(:func:`twinfer.infer.graph.banded_estimate`, below), each timed without its compilation
-(:func:`twinfer.infer.graph.timed_estimate`). The paper reports the figure only: the monolithic time
+(:func:`twinfer.infer.graph._banded.banded_estimate`, below), each timed without its compilation
+(:func:`twinfer.infer.graph._run.timed_estimate`). The paper reports the figure only: the monolithic time
 grows like n^3, the distributed one about linearly; the slopes of the log-log fits are this case's
 numbers, beside the state RMSE, coverage and stiffness NRMSE of every estimator.
 
-The noise settings default to a calibrated set-up (described next), not the script's: its filters take
-R = 1e-3, a thousand times the sensors' variance, and Q = 1e-8 per step on a truth without process
-noise, so their bands are wide whatever the estimator: with them (``--set filter_noise_sd=0.0316
-state_sd=1e-2 process_sd=1e-4 force_noise_sd=0 messages=deterministic rule=paper``) the distributed
-coverage is 1.00 at n = 4 and 8 (0.87-0.99 beyond) and the central UKF's, thrown off by its stiffness
-prior at n = 4 and 8, 0.86-0.89 (1.00 beyond; 2026-11-28), and no estimator can show calibration. The
-run times, the figure's content, do not depend on these settings. A calibrated reference needs noise
-that is really in the data: ``force_noise_sd`` records the forces on the masses without an accelerometer
-with a load cell's noise (:func:`twinfer.sim.simulate_dataset` ``input_noise_sd``) and gives the filters
-that noise as Q (``input_sd``). With 1 N of it, ``filter_noise_sd=1e-3`` (the sensors' own),
-``state_sd=1e-4`` (the structure starts at rest) and ``process_sd=0``, the central UKF at n = 4 covers
-0.98 with every stiffness inside its interval, and 0.94 over six records with the stiffnesses known
-(0.86-0.99). The distributed filters do not (three records each, probabilistic messages): the rule
-``"split"`` covers 0.45-0.73 at n = 4 and 0.28-0.40 at n = 8, ``"shared"`` 0.22-0.56 and 0.12-0.48, with
-state RMSE 3-5x the central filter's at n = 4; the case's ``"paper"`` rule and deterministic messages
-diverge (a named DivergenceError) at n = 8. With the stiffnesses known the gap stays (n = 4, six
-records): central 0.94 at RMSE 1.9e-5, ``"shared"`` 0.79 at 2.1e-5, ``"split"`` 0.57 at 3.1e-5,
-``"paper"`` 0.81 at 7e-5, deterministic messages 0.13. So the neighbours' co-drifting errors
-(:mod:`twinfer.infer.graph`), not the parameters, are what the distributed bands miss.
-
-Where they miss it (that set-up, stiffnesses known, seed 0; 2026-11-29). At n = 16 the ``"split"``
-filters' position errors grow along the chain from the wall, 3.9 to 26.7 um rms (the central UKF's: 3.3
-to 37.2 um), but their standard deviations stay at 4-6 um on every mass, while the central filter's
-grow with its errors, 3.9 to 41 um. The errors are no worse than the central filter's; the variance
-does not accumulate. Two remedies were tried and dropped. Overlapping subsystems (each also integrates
-one mass of each neighbour and reads the neighbour's next mass as a consider state) covered 0.70 at
-n = 4 (``"split"`` 0.64, ``"shared"`` 0.94) and 0.55 at n = 8, at 2-3x the RMSE. A cascade (messages
-towards the wall read the sender as drifting with the receiver, so that absolute position only flows
-outwards) made the deviations accumulate, 3.1 to 12.1 um at n = 8, but the errors grew 4.5 to 38 um:
-linearly, not as a square root. The relative errors of successive links are positively correlated (a
-link carries the sum of the unmeasured forces beyond it, so neighbouring links deflect together), so
-they add coherently, while any exchange between neighbours that reads a sender's error as independent
-of the receiver's adds them in quadrature. Calibrated positions along a long chain therefore need the
-long-range correlation of the links' errors, which a posterior held block by block with one-hop
-consider states cannot carry (``"shared"`` carries one hop of it: 0.94 at n = 4, 0.58 at n = 8). A
-chain's joint precision is nearly block-tridiagonal where its covariance is dense, so the route that
-could carry it is an information-form exchange: a posterior whose inverse is banded (Khan & Moura,
-IEEE Trans. Signal Process. 56(10), 2008, L-banded inverses), each subsystem's marginal recovered by
-a distributed solve at every step.
-
-That route is :func:`twinfer.infer.graph.banded_estimate`, run here beside the others
-(``banded_bandwidth``, L = 3 by default). At the defaults (the calibrated set-up above, stiffnesses
-unknown, seed 0, full size; 2026-11-29 06:04-06:08 UTC, 231 s, commit 6b85464's vectorised central
-model), 95 % coverage of the states / stiffnesses' truths inside their 95 % intervals / state RMSE /
-run time of the compiled scan:
-
-    n     central UKF                     "split" messages                banded, L = 3
-    4     0.984 / 1.00 / 1.7e-5 / 0.30 s  0.448 / 1.00 / 4.9e-5 / 0.26 s  0.980 / 1.00 / 1.7e-5 / 0.22 s
-    8     0.971 / 0.71 / 3.6e-5 / 0.56 s  0.276 / 0.14 / 1.3e-4 / 0.45 s  0.976 / 0.86 / 3.1e-5 / 1.95 s
-    16    0.960 / 0.93 / 3.3e-5 / 3.51 s  0.350 / 0.47 / 9.7e-5 / 0.70 s  0.926 / 0.87 / 3.8e-5 / 3.81 s
-    32    0.987 / 0.94 / 2.8e-5 / 37.2 s  0.131 / 0.10 / 4.0e-4 / 1.23 s  0.969 / 0.97 / 3.3e-5 / 6.98 s
-    64    -                               0.170 / 0.17 / 3.3e-4 / 2.13 s  0.965 / 0.92 / 3.0e-5 / 13.8 s
-
-(the central run at n = 32 was 20.7 s in a rerun minutes later, against 31.1 s for the previous
-commit's central model on the same rerun: a shared machine). Run-time slopes (log-log): central 2.35;
-messages 0.75; banded 1.37 over all sizes and 0.93 from n = 8 to 64 (issue #22's range; before the
-central model was vectorised 1.08, with 21.9 s at n = 64). Compilation of the banded scan: 4-7 s at
-every size, where it was 15 / 25 / 54 / 115 s at n = 8 / 16 / 32 / 64 while the central model was
-traced whole). The banded filter's output update is ``"compensated"`` (the Jacobian, with the variance
-of its error at the clique's sigma points added to R): linearised alone it covered 0.665 at n = 16
-(the central EKF on that record 0.61, the central UKF 0.96), the stiffnesses' products with the
-displacements being over-confident while the stiffnesses are uncertain; the full sigma-point
-regression (``"unscented"``) covered 0.951 at n = 16 but 0.57 at n = 32 (``banded_estimate``'s
-docstring has the measurements).
+The measurements and decisions behind the defaults are in ``docs/design-cases.md``, section ``chain-scaling``.
 
 References:
     Ghorbani & Hackl, SI section 3.3 and Fig. S4; specs/compositional-inference.md 3.3.
@@ -93,8 +30,10 @@ import numpy as np
 import pydantic
 
 from twinfer.experiments._case import Case, CaseConfig, Progress, register
-from twinfer.infer.filters import UnscentedWeights
-from twinfer.infer.graph import Graph, clear_compiled, timed_banded_estimate, timed_estimate
+from twinfer.infer.gaussian import UnscentedWeights
+from twinfer.infer.graph import Graph, clear_compiled
+from twinfer.infer.graph._banded import timed_banded_estimate
+from twinfer.infer.graph._run import timed_estimate
 from twinfer.metrics import coverage, loglog_slope, nrmse_constant, rmse
 from twinfer.models import Chain
 from twinfer.report import PaperValue, RunArtifacts, at_most, near
@@ -148,7 +87,7 @@ class ChainScalingConfig(CaseConfig):
     banded_bandwidth: int = pydantic.Field(
         3,
         ge=0,
-        description="Bandwidth L of the banded estimator (twinfer.infer.graph.banded_estimate: a posterior "
+        description="Bandwidth L of the banded estimator (twinfer.Banded: a posterior "
         "Markov of order L along the chain), run beside the others at every size; 0 leaves it out.",
     )
     rule: Literal["paper", "split", "shared"] = pydantic.Field(
@@ -279,7 +218,7 @@ def run(config: ChainScalingConfig, progress: Progress) -> RunArtifacts:
         "Run times are the compiled scan's, without its compilation, measured one size after another on a "
         "machine that may be shared: compare the slopes, not single times.",
         "The paper reports the figure only (Fig. S4): monolithic time ~ n^3, distributed ~ linear.",
-        f"Banded (L = {config.banded_bandwidth}): twinfer.infer.graph.banded_estimate, a Gaussian filter on "
+        f"Banded (L = {config.banded_bandwidth}): twinfer.Banded, a Gaussian filter on "
         "the same central model (output update 'compensated') whose posterior is Markov of order L along "
         "the chain (each subsystem keeps the covariance of its window of L + 1 neighbours; the windows are "
         "exchanged between neighbours and swept once each way per step), so the correlation of the "

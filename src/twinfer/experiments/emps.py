@@ -1,98 +1,6 @@
 """Case ``emps``: PN-SMC identification of the EMPS positioning axis from measured force and position.
 
-Model (Eq. 28): ``M q'' + Fv q' + Fc sign(q') + offset = tau``, ``tau = gtau * vir`` (specs 6.23).
-Training: the first 24576 samples of ``DATA_EMPS`` at 1 kHz (specs 6.23); test: ``DATA_EMPS_PULSES``
-(24841 samples), position RMSE [m] per posterior particle under two protocols:
-
-- ``test.*``, the paper's (Sec. 4.3, Table 2): open-loop RK4 simulation from the measured first
-  position at rest, driven by the measured force ``gtau * vir`` (which already contains the pulses).
-  The plant is a pure integrator (Janot et al., Eq. 5: it "cannot be identified in open loop"), so any
-  force error integrates into a position drift. Measured with this code on the pulses set: the IDIM
-  estimates give 9.2e-3 m (written as ``reference.idim.test.rmse``); parameters least-squares fitted to
-  the training set open loop give 4.1e-3 m (``reference.openloop_train_fit.*``), and even parameters
-  fitted to the test set itself give 1.9e-3 m (every run computes this floor:
-  ``reference.openloop_best_fit.*``, :func:`open_loop_floor`).
-  No parameter value of Eq. 28 reaches the 1e-3 m target this way, so the paper's 5.2e-4 m cannot come
-  from this protocol as stated.
-- ``prediction.h{N}.test.*``: each particle's PN filter restarted from the measured position every ``N``
-  samples, scored on the samples in between (:func:`prediction_rmse`): a protocol that puts measured
-  test positions inside the simulation, as the paper's number needs.
-- ``closedloop.test.*``, the benchmark's own validation (Janot et al., Eqs. 6-7, Sec. 3.5,
-  Simulation_EMPS_Validation.m): the model inside the known digital PD loop
-  (:func:`pd_law`: gains ``kp``, ``kv``, ``gtau`` of the data file, velocity from
-  the ``[0.5, 0.5]``-filtered position, voltage saturated at 10 V, force held over each sample),
-  driven only by the recorded reference ``qg`` and the recorded ``pulses_N`` added to the control
-  voltage. Nothing measured at the output enters the simulation. The law reproduces the measured
-  ``vir`` from the measured position to 0.2 % rms, and on the validation set ``vir - nu`` is
-  ``1.01 * pulses_N`` (``reference.controller.*``), which fixes where the pulses enter.
-
-Why the posterior sits above the open-loop floor (issue #22; ``reference.openloop_train_fit.*``,
-``diagnostic.train_loglik.*``): least squares on the open-loop error of the *training* set gives a third
-of the posterior's open-loop test error (4.1e-3 m against 1.1e-2 m), yet its PN likelihood is ~1.1e5 log
-units below the particles'. The sampler finds the likelihood's maximum; the likelihood (one-step
-predictions of a position measured to 2e-5 m, an equation-error criterion) and the open-loop error (an
-output-error criterion) have different optima under Eq. 28's model error. A larger assumed noise (2e-4
-m), which weights longer horizons, moved the posterior to another mode (M 62, Fv 5, Fc 47) and doubled
-the open-loop error; four PN steps per sample (``pn_substeps = 4``) to a third (M 52, Fv 1.2, Fc 50;
-1.5e-2 m); a linear input between samples (``input_hold = "linear"``) left the mode in place (M 91.5,
-Fv 179, Fc 23.2) and scored 1.7e-2 m. No setting of the paper's likelihood tried reaches the floor.
-
-Nor does the output-error criterion itself (``output_error.*``, on by default: the same priors, the
-likelihood :class:`~twinfer.infer.smc.OutputErrorLikelihood` of the open-loop simulation with the noise
-sd estimated). Its posterior (M 90.6, Fv 188.6, Fc 22.3, offset -3.36) fits the training record
-better than the Gauss-Newton fit above (residual sd 2.49e-3 m against 2.92e-3 m; that fit stops in a
-local minimum) and scores 6.7e-3 m on the test set: 1.7x closer to the floor than the PN posterior, yet
-further than the worse training fit. On Eq. 28 a better open-loop fit of one record does not predict the
-other better; the pulses record's floor needs its own offset (-3.48 N against -3.36 N) and friction, so
-no posterior of the training record reaches it. The white-noise band (2 sigma) holds 51 % of the test
-samples: the drift is correlated error, which the estimated sigma does not describe.
-
-Nor is the gap Eq. 28's form or the input's alignment (probe, 2026-11-29, not in the code: open-loop
-least squares from the IDIM estimates as :func:`open_loop_floor`, unbounded, fitted to the training
-record and scored on the pulses record, then fitted to the pulses record itself; open-loop RMSE [m]):
-
-    model                                   training fit    its test error    test set's own floor
-    Eq. 28                                  2.73e-3         5.27e-3           2.00e-3
-    + spring k (q - 0.1)                    2.56e-3         5.14e-3           2.05e-3
-    + cubic polynomial in q                 2.76e-3         5.66e-3           1.95e-3
-    + Stribeck term Fs exp(-(v/vs)^2)       2.75e-3         5.38e-3           1.90e-3
-    + asymmetric viscous dFv |v|            2.94e-3         6.49e-3           1.77e-3
-    + quadratic drag dFc v |v|              2.77e-3         5.97e-3           2.02e-3
-    Eq. 28, force shifted -2/-1/+1/+2       2.60-2.90e-3    4.88-6.07e-3      2.01-2.66e-3
-
-Every variant fits the two records with different parameters (Eq. 28: M 96.6 against 89.6, Fv 209
-against 184, Fc 20.1 against 23.8, offset -3.28 against -3.55), and the richer friction laws and
-shifted inputs leave their training fits 2.4-3.7x above the test record's own floor. (These unbounded
-fits stop in other local minima than the run's bounded one of Eq. 28, whose training fit scores 4.1e-3
-m on the test record, 2.2x its floor of 1.9e-3 m: ``reference.openloop_train_fit.test.rmse`` and
-``reference.openloop_best_fit.test.rmse``.) The two records' axis behaves differently, so the
-open-loop floor is out of reach of anything identified from the training record alone; the model, the
-window (the training set is 24576 of the record's 24841 samples), the alignment and the sampler are not
-what separates them.
-
-M, Fv, Fc are sampled in log space, the offset on the natural scale (Sec. 4.3).
-
-Decisions (specs 6): priors log-normal around the benchmark's IDIM estimates with sd of log 0.5 and
-N(-3.16, 3^2) for the offset (6.22); measurement-noise std 2e-5 m (6.13); h = sampling period; EK0,
-q = 2. The force is the output of the digital position controller, held by the DAC over each sample
-period, so it enters as a zero-order hold (``u_{k-1}`` over ``(t_{k-1}, t_k]``) in the PN filter and in
-the test simulations (6.4, 6.26). One diffusion is shared by both ODE dimensions: the per-dimension
-estimate of the position dimension (residual ``q' - v``, satisfied by construction) collapses, the
-position becomes over-confident and the filter cannot follow the measured position (the cause of the
-weight collapse of the first version; see :class:`~twinfer.infer.pn.PNFilter`).
-
-Sampler: adaptive tempering by default (``sampler = "tempering"``, :func:`~twinfer.infer.smc.tempering`),
-not the paper's IBIS, because IBIS does not give the posterior of this likelihood. The first ~800 samples
-(a slow motion segment) favour another region by ~430 log units; IBIS collapses there and its
-independent MH proposal (Gaussian fit of the collapsed cloud, relative sd ~1e-5) never leaves it: the
-training log-likelihood (same PN likelihood, ``diagnostic.train_loglik.*``) of its posterior was 6.8e4
-(128 particles) and 8.9e4 (500), below the IDIM estimates' 1.60e5, while 128 draws from the prior
-already reach 2.06e5. Tempering with 256 particles and 2 MH moves per stage (one independent, one
-random walk) reached 2.316e5 in 24 stages with seeds 0 and 1 alike (605 s and 645 s CPU on one core),
-at M 91.23 (sd 0.033), Fv 179.0 (0.085), Fc 23.21 (0.004), offset -3.688 (0.001) (IDIM: 95.1, 203.5,
-20.4, -3.16), scoring 2.58e-6 m in the closed loop (IDIM 2.46e-6 m). The likelihood has several local
-maxima: with 128 particles the mid-run MH acceptance fell to ~0.01 and the cloud settled at 2.12e5
-(M 73.6, Fv 85.8, Fc 35.3; 8.9e-6 m closed loop), hence the default of 256 particles.
+The measurements and decisions behind the defaults are in ``docs/design-cases.md``, section ``emps``.
 
 References:
     Longbottom, Champneys & Rogers, Sec. 4.3, Eq. (28), Table 2; Janot, Gautier & Brunot (2019).
@@ -116,7 +24,9 @@ from twinfer.experiments import _pnsmc
 from twinfer.experiments._case import Case, Progress, register
 from twinfer.infer.pn import PNLikelihood
 from twinfer.infer.smc import OutputErrorLikelihood, TransformedNormalPrior, history_loglik
+from twinfer.learn import gain_fit, output_error_fit
 from twinfer.models import EMPS
+from twinfer.models.emps import pd_law, pd_voltage
 from twinfer.report import PaperValue, RunArtifacts, at_most, posterior_figures
 from twinfer.sim import fine_input, particle_simulator, simulate_particles, simulate_particles_feedback
 
@@ -126,56 +36,6 @@ IDIM_PARAMS: dict[str, float] = {"M": 95.1089, "Fv": 203.5034, "Fc": 20.3935, "o
 """Inverse-dynamics least-squares estimates of the benchmark's own scripts (specs/pn-smc.md 3.3)."""
 PAPER_TEST_RMSE_MEAN = 5.2018e-4
 """The paper's mean test RMSE over particles [m] (Table 2, EMPS)."""
-VOLTAGE_LIMIT = 10.0
-"""Saturation of the control voltage [V] (``viradm`` of the benchmark's simulation scripts)."""
-
-
-def pd_voltage(qg: Any, q: Any, q_km2: Any, kp: Any, kv: Any, dt: float) -> Any:
-    """Control voltage of the EMPS position loop at sample k (Janot et al., Eq. 6), before saturation.
-
-        nu_k = kp kv (qg_k - q_k) - kv qdot_k,   qdot_k = (q_k - q_{k-2}) / (2 dt),
-
-    the velocity being the backward difference of the position filtered by ``[0.5, 0.5]`` (``filterq1``
-    of the benchmark's scripts): ``qf_k = (q_k + q_{k-1}) / 2``, ``qdot_k = (qf_k - qf_{k-1}) / dt``.
-
-    Args:
-        qg: reference position(s) ``qg_k`` [m].
-        q: measured or simulated position(s) ``q_k`` [m].
-        q_km2: the position two samples earlier ``q_{k-2}`` [m].
-        kp: position-loop gain [1/s].
-        kv: velocity-loop gain [V/(m/s)].
-        dt: sampling period [s].
-
-    Returns:
-        ``nu_k`` [V] (element-wise over arrays).
-
-    References:
-        Janot, Gautier & Brunot (2019), Eq. (6) and Sec. 3.5.
-
-    """
-    return kp * kv * (qg - q) - kv * (q - q_km2) / (2.0 * dt)
-
-
-def pd_law(kp: Any, kv: Any, gtau: Any, dt: float, limit: float = VOLTAGE_LIMIT) -> Any:
-    """The EMPS digital controller as a feedback law for a sampled closed-loop simulation.
-
-    State ``(q_{k-1}, q_{k-2})``, signals ``r_k = (qg_k, d_k)`` (reference position and the voltage added
-    to the controller output, the pulses of the validation set), output ``q_k``; the force held over
-    ``(t_k, t_{k+1}]`` is ``tau_k = gtau * sat(nu_k + d_k)`` with :func:`pd_voltage` and ``sat`` the
-    clip at ``+-limit`` V (Janot et al., Eqs. 6-7, Fig. 2).
-
-    Returns:
-        ``law(state, r_k, q_k) -> (tau_k (1,), state')`` for :func:`twinfer.sim.simulate_particles_feedback`.
-
-    """
-
-    def law(state: Any, r: Any, q: Any) -> tuple[Any, Any]:
-        q_km1, q_km2 = state
-        qg, d = r
-        nu = jnp.clip(pd_voltage(qg, q, q_km2, kp, kv, dt) + d, -limit, limit)
-        return jnp.reshape(gtau * nu, (1,)), (q, q_km1)
-
-    return law
 
 
 class EMPSConfig(_pnsmc.SMCSettings):
@@ -480,22 +340,12 @@ def open_loop_floor(
     on, it is a floor for the open-loop protocol (``test.*``) that no posterior of the training data can
     beat (up to local minima of the fit). Returns the RMSE [m] and the fitted ``(M, Fv, Fc, offset)``.
     """
-    from scipy.optimize import least_squares
-
-    y = np.asarray(data["q"][:m])
     start = np.array([IDIM_PARAMS[name] for name in NAMES])
-
     u_fine = fine_input(data["force"][:m], substeps, hold)
     x0 = jnp.array([data["q"][0], 0.0])
     simulate = particle_simulator(model, model.params, NAMES, x0, u_fine, 1.0 / FS / substeps, substeps, 0)
-
-    def residual(theta: np.ndarray) -> np.ndarray:
-        return simulate(theta[None])[0] - y
-
     # M, Fv and Fc are positive (the prior samples them in log space); the offset is free
-    lower = np.array([1e-9 * abs(start[i]) if name != "offset" else -np.inf for i, name in enumerate(NAMES)])
-    fit = least_squares(residual, start, x_scale=np.abs(start), diff_step=1e-4, bounds=(lower, np.inf))
-    return float(np.sqrt(np.mean(fit.fun**2))), np.asarray(fit.x)
+    return output_error_fit(simulate, np.asarray(data["q"][:m]), start, [n != "offset" for n in NAMES])
 
 
 def simulate_closed_loop(
@@ -538,7 +388,7 @@ def controller_checks(train: Mapping[str, np.ndarray], test: Mapping[str, np.nda
         resid = data["vir"][2:] - np.asarray(nu)
         if "pulses_N" in data:
             p = data["pulses_N"][2:]
-            gain = float(p @ resid / (p @ p))
+            gain = gain_fit(p, resid)
             out[f"reference.controller.{prefix}.pulse_gain"] = gain
             resid = resid - gain * p
         out[f"reference.controller.{prefix}.resid_rms"] = float(np.sqrt(np.mean(resid**2)))

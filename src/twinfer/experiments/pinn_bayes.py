@@ -25,26 +25,24 @@ from typing import Any, Literal
 
 import equinox as eqx
 import jax
-import jax.numpy as jnp
 import numpy as np
 import pydantic
 
 from twinfer.experiments._case import Case, Progress, register
 from twinfer.experiments._checkpointing import case_checkpoint
 from twinfer.experiments._pinn_data import PinnTrainConfig, chain_of, pinn_memory_estimate, train_settings
-from twinfer.infer.mcmc import laplace_whitening, nuts, summarise, to_inference_data, write_netcdf
+from twinfer.infer.mcmc import summarise, to_inference_data, write_netcdf
 from twinfer.infer.pinn import (
+    LayerData,
     LossWeights,
     PositiveParameters,
     StateNetwork,
-    affine_force,
-    force_log_posterior,
-    layer_estimate,
-    layer_log_posterior,
     projected_parameters,
+    repeat_noise_sd,
     state_losses,
     state_problem,
     train,
+    two_stage_posterior,
 )
 from twinfer.metrics import coverage, nrmse
 from twinfer.models import get_param
@@ -100,19 +98,6 @@ class PinnBayesConfig(PinnTrainConfig):
         description="Stage-2 likelihood: the mean of the repeats with sigma_f free to absorb the "
         "frozen-state misfit, or every repeat with sigma_f the per-repeat noise (pinned by their scatter).",
     )
-
-
-def repeat_noise_sd(repeats: np.ndarray) -> np.ndarray:
-    """Per-channel noise standard deviation from the scatter between repeats ``(R, T, channels)``.
-
-    ``sqrt(sum_{r,t} (x_rt - mean_r x_t)^2 / (T (R - 1)))``: unbiased for the variance of white noise of
-    a common scale, and needs nothing but the measurements.
-    """
-    x = np.asarray(repeats, dtype=np.float64)
-    if x.ndim != 3 or x.shape[0] < 2:
-        raise ValueError(f"repeats: expected shape (R >= 2, T, channels); received {x.shape}.")
-    dev = x - x.mean(axis=0)
-    return np.sqrt(np.sum(dev**2, axis=(0, 1)) / (x.shape[1] * (x.shape[0] - 1)))
 
 
 def _names(system: str) -> list[str]:
@@ -233,51 +218,25 @@ def run(config: PinnBayesConfig, progress: Progress) -> RunArtifacts:
         t_nuts = data["times"][idx] + (t_col[0] - data["times"][icol[0]])  # same offset as stage 1
     reps = data["f_noisy"][:, idx]
     force_data = reps.mean(axis=0, keepdims=True) if config.nuts_force == "mean" else reps
-    z, dz = eqx.filter_jit(lambda nt, ts: nt.batch(ts))(net_fit, jnp.asarray(t_nuts))
     stage1 = np.asarray(theta_fit.values())
-    jac, offset = affine_force(model, z, dz, names)
-    resid = force_data.mean(axis=0).ravel() - offset - jac @ stage1
     priors = {n: PRIORS[n.rstrip("12")] for n in names}
-    sigma0 = float(np.sqrt(np.mean(resid**2)))
-    if config.nuts_force == "repeats":
-        sigma0 = float(np.mean(repeat_noise_sd(reps)))
-    key_init, key_nuts = jax.random.split(jax.random.key(config.seed))
-    phi0 = np.log(np.concatenate([stage1, [sigma0]]))
-    n_layer, newton_steps = 0, 0
+    layer = None
     if config.stage2 == "layer":
         if config.nuts_force != "mean":
             raise ValueError(f"nuts_force: stage2 = 'layer' takes the mean of the repeats ('mean'); received "
                              f"{config.nuts_force!r}.")  # fmt: skip
         # u, v measured at the stage-2 samples, force and continuity at their collocation times
-        basis = eqx.filter_jit(lambda nt, ts: nt.basis(ts))
         z_scale = repeat_noise_sd(data["z_noisy"][:, idx]) / np.sqrt(config.repeats)
-        z_stage2 = data["z_noisy"].mean(axis=0)[idx]
-        logdensity, shape = layer_log_posterior(
-            model, basis(net_fit, jnp.asarray(data["times"][idx])), z_stage2, z_scale,
-            basis(net_fit, jnp.asarray(t_nuts)), reps.mean(axis=0), names, priors, SIGMA_PRIOR,
-        )  # fmt: skip
-        n_layer = shape[0] * shape[1]
-        q0 = np.concatenate([np.asarray(net_fit.last_layer()).ravel(), phi0])
-        progress("Laplace preconditioning", 0, 1)
-        whiten = laplace_whitening(logdensity, q0)
-        progress("Laplace preconditioning", 1, 1)
-        newton_steps = whiten.newton_steps
-        mode, factor = jnp.asarray(whiten.mode), jnp.asarray(whiten.factor)
-        target = jax.jit(lambda xi: logdensity(mode + factor @ xi))
-        # chains start at draws of the Laplace approximation (dispersed on the posterior's own scale)
-        init = np.asarray(jax.random.normal(key_init, (config.chains, mode.size)))
-    else:
-        target = jax.jit(force_log_posterior(model, z, dz, force_data, names, priors, SIGMA_PRIOR))
-        init = phi0 + 0.01 * np.asarray(jax.random.normal(key_init, (config.chains, phi0.size)))
-    fit = nuts(
-        key_nuts, target, init, num_warmup=config.num_warmup, num_samples=config.num_draws,
-        target_acceptance=0.9, chunk=min(500, config.num_draws), progress=progress,
+        layer = LayerData(data["times"][idx], data["z_noisy"].mean(axis=0)[idx], z_scale, data["times"])
+    state_names = ["u1", "u2", "v1", "v2"]
+    post = two_stage_posterior(
+        jax.random.key(config.seed), model, net_fit, stage1,
+        float(np.mean(repeat_noise_sd(reps))) if config.nuts_force == "repeats" else None,
+        names, t_nuts, force_data, priors, SIGMA_PRIOR, stage2=config.stage2, state_names=state_names,
+        record_times=data["times"], layer=layer, chains=config.chains, num_warmup=config.num_warmup,
+        num_draws=config.num_draws, progress=progress,
     )  # fmt: skip
-    positions = fit.samples
-    if config.stage2 == "layer":
-        full = whiten.mode + fit.samples @ whiten.factor.T
-        positions = full[..., n_layer:]
-    samples = np.exp(positions)
+    samples, fit, est, n_layer, newton_steps = post
     var_names = [*names, "sigma_f"]
     idata = to_inference_data(samples, var_names, {"sampler": "blackjax NUTS, window adaptation"})
     summary = summarise(idata, var_names)
@@ -291,17 +250,10 @@ def run(config: PinnBayesConfig, progress: Progress) -> RunArtifacts:
         out[f"posterior.{name}.err_pct"] = abs(s["mean"] - true) / true * 100.0
         out[f"posterior.{name}.in95"] = float(s["q025"] <= true <= s["q975"])
     out["posterior.sigma_f.mean"] = summary["sigma_f"]["mean"]
-    state_names = ["u1", "u2", "v1", "v2"]
-    theta_samples = {n: samples[..., i].ravel() for i, n in enumerate(names)}
-    if config.stage2 == "layer":  # the states' posterior: the sampled output layers on the whole record
-        layers = full[..., :n_layer].reshape(-1, n_layer)
-        est = layer_estimate(basis(net_fit, jnp.asarray(data["times"])), data["times"], layers, state_names,
-                             theta_samples)  # fmt: skip
+    if config.stage2 == "layer":
         sd = est.stds[:, :4]
         live = np.all(sd > 0, axis=1)  # an anchored network has no spread at t0
         out["posterior.states.cov95"] = coverage(est.means[live, :4], sd[live], data["states"][live], 0.95)
-    else:  # stage 1's states (a point estimate, sd NaN) with the parameters' posterior
-        est = net_fit.to_estimate(data["times"], state_names, theta_samples)
     out["posterior.states.nrmse"] = float(nrmse(est.means[:, :4], data["states"]))
     out["posterior.n_force_points"] = float(idx.size)
     out["posterior.n_layer_params"] = float(n_layer)

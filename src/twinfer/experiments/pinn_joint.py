@@ -20,6 +20,7 @@ import numpy as np
 import pydantic
 
 from twinfer import metrics
+from twinfer.errors import TwinferRuntimeError
 from twinfer.experiments._case import Case, Progress, register
 from twinfer.experiments._pinn_data import (
     PinnTrainConfig,
@@ -83,7 +84,8 @@ def run(config: PinnJointConfig, progress: Progress) -> RunArtifacts:
     net, theta_fit, result, observed = train_sensor_pinn(
         "pinn-joint", config, model, data, UNOBSERVED, theta, progress
     )
-    assert theta_fit is not None
+    if theta_fit is None:  # train_sensor_pinn fits the parameters it is given
+        raise TwinferRuntimeError("internal: the joint PINN returned no fitted parameters.")
     params = theta_fit.apply(model.params)
     out: dict[str, float] = {}
     for name, value in theta_fit.as_dict().items():

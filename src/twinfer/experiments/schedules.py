@@ -32,8 +32,10 @@ import pydantic
 
 from twinfer.experiments._case import Case, CaseConfig, Progress, register
 from twinfer.experiments.chain4 import segment_node
-from twinfer.infer.graph import SCHEDULES, Graph, Port, Schedule, Subsystem, two_way
-from twinfer.infer.graph import run as run_graph
+from twinfer.infer.graph import Graph, Port, Schedule, Subsystem
+from twinfer.infer.graph._messages import SCHEDULES
+from twinfer.infer.graph._parts import two_way
+from twinfer.infer.graph._run import run as run_graph
 from twinfer.learn import library_law, library_reaction, linear_coefficients
 from twinfer.models import Chain
 from twinfer.report import PaperValue, RunArtifacts, within

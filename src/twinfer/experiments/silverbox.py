@@ -12,12 +12,7 @@ variance 1e-6 V^2 (6.13); x0 = first training sample, velocity from a central di
 uncertainty; EK0 (the paper's), q = 2, four PN steps per sample period with the input linearly
 interpolated between samples (6.4), and the same interpolation in the RK4 test simulation (6.26).
 
-Why (measured, see the report of issue 6): the input voltage is a band-limited signal sampled with
-the output, and holding each sample over its period delays it by h/2 (20 degrees at the 67 Hz
-resonance): the best output-error Duffing fit on the training window then scores 13 mV on the arrow
-head, against 0.95 mV with linear interpolation. With one PN step per sample (omega h ~ 0.7) the PN
-likelihood's maximum is biased (k 5 % high, test RMSE 3.4 mV even with a correct test input; EK0 is
-also unstable there); with four sub-steps its maximum coincides with the output-error fit.
+The measurements and decisions behind the defaults are in ``docs/design-cases.md``, section ``silverbox``.
 
 References:
     Longbottom, Champneys & Rogers, Sec. 4.2, Eq. (27), Table 2; Wigren & Schoukens (2013).
@@ -41,6 +36,7 @@ from twinfer.experiments import _pnsmc
 from twinfer.experiments._case import Case, Progress, register
 from twinfer.infer.pn import PNLikelihood
 from twinfer.infer.smc import TransformedNormalPrior
+from twinfer.learn import duffing_equation_error_fit
 from twinfer.metrics import coverage
 from twinfer.models import Chain
 from twinfer.report import PaperValue, RunArtifacts, at_most, near, posterior_figures
@@ -69,16 +65,6 @@ class SilverboxConfig(_pnsmc.SMCSettings):
     checkpoint_every: int = pydantic.Field(512, ge=1, description="IBIS: observations between checkpoints.")
 
 
-def least_squares_fit(u: np.ndarray, y: np.ndarray, h: float) -> dict[str, float]:
-    """``u = m a + c v + k x + kappa x^3`` by least squares with central-difference v and a."""
-    v = (y[2:] - y[:-2]) / (2 * h)
-    a = (y[2:] - 2 * y[1:-1] + y[:-2]) / h**2
-    x = y[1:-1]
-    design = np.stack([a, v, x, x**3], axis=1)
-    coef, *_ = np.linalg.lstsq(design, u[1:-1], rcond=None)
-    return dict(zip(NAMES, np.abs(coef).tolist(), strict=True))
-
-
 def run(config: SilverboxConfig, progress: Progress) -> RunArtifacts:
     """Load the measured data, run PN-SMC on the training window, score particles on the arrow head."""
     start = time.perf_counter()
@@ -87,7 +73,7 @@ def run(config: SilverboxConfig, progress: Progress) -> RunArtifacts:
     y = data["y"] - np.mean(data["y"])
     h = 1.0 / SILVERBOX_FS
     sl = slice(config.start, config.start + config.n_obs)
-    fit = least_squares_fit(u[sl], y[sl], h)
+    fit = dict(zip(NAMES, duffing_equation_error_fit(u[sl], y[sl], h).tolist(), strict=True))
     prior = TransformedNormalPrior.from_spec({n: ("lognormal", fit[n], config.prior_sd_log) for n in NAMES})
     model = Chain([fit["m1"]], [fit["k1"]], [fit["c1"]], cubic_stiffness=[fit["kappa1"]], outputs=["x1"])
     v0 = (y[config.start + 1] - y[config.start - 1]) / (2 * h)

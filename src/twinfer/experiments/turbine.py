@@ -20,64 +20,7 @@ accelerations, Table S6) are computed by the module's own physics at its filtere
 derived states after its estimated ones (zero process noise): their covariance is the linearised image
 of the state's, and the receiver reads them as it reads any interface variable.
 
-Decisions (specs 7 items 14-19, documented in the run's notes):
-
-* NARX sampling: the window holds L = 200 samples 0.01 s apart (2 s, the authors' configured sampling)
-  ending at the current step and predicts h one estimator step (0.002 s) later, in training and online
-  alike; the authors trained on one alignment and ran another. The online window is the decimated tail
-  of a 1,000-sample memory of (x_n, measured q) pairs. Training scenarios are monolithic simulations
-  with the governor command, the penstock and nozzle constants and h0 varied around the nominal unit;
-  the inputs carry the flow sensor's noise, as online.
-* The rotational EKF's torque includes the head term e_h h (with the NARX's h); the authors' code
-  omitted it (``--set rotational_head=false`` restores that, which is what their e_x NRMSE of 1.19
-  reflects).
-
-Calibration is scored over the records after the first (``repeats``, default 5): each redraws the
-sensor noise and the filters' initial state and, with ``calibration_truth = "process_noise"`` (the
-default), draws its truth anew with the filters' own Q in it, the central filter's Q on the 13
-estimated states added at every estimator step (:func:`truth_process_cov`, ``process_cov`` of
-:func:`twinfer.sim.simulate_dataset`). Such a truth is a draw from the model the filters assume, so
-their bands can be checked on it; ``pooled.*`` is over these records. The first record keeps the
-paper's noise-free truth: the paper's metrics are scored on it and its coverage is reported, not
-checked (the over-coverage below is that truth's, not the filters'). Measured at full size, seed 0
-(2026-11-29, four calibration records), pooled coverage95, distributed / central: n and omega 0.985 /
-0.946, phi1 0.946 / 0.946, the eight lateral states 0.951-0.970 / 0.968-0.970, alpha and beta 0.959 /
-0.969; every state in [0.90, 0.99] for both. The distributed K_seal's final interval held the truth
-in 2 of the 4 records (the central filter's in 4): the exchange's bias, below.
-
-Before (``calibration_truth = "same"``: the repeats on the first record's truth, pooled with it), at
-full size, seed 0 (2026-11-28), coverage95 of the first record -> pooled over five, distributed / central:
-
-    alpha, beta      0.889 -> 0.967 / 0.890 -> 0.968   (range over the records 0.11)
-    phi1             1.000 -> 0.957 / 0.989 -> 0.992   (range 0.21 / 0.02)
-    n, omega         0.982 -> 0.984 / 0.999 -> 0.991
-    lateral (8)      0.990-0.998 -> 0.987-0.997 / 0.996-0.998 -> 0.997   (range <= 0.02)
-    K_seal in 95 %   0 of 1 -> 2 of 5 / 1 of 1 -> 5 of 5
-
-So the first record's under-covering torsion and over-covering phi1 were its own draw: their errors are
-slow modes (the undamped torsion rings for tens of seconds, phi1 drifts where M3 has no data), and 130 s
-hold few independent samples of them. What stays out of [0.90, 0.99] in every record is the lateral
-states' over-coverage and the distributed K_seal's bias (its interval holds the truth in 2 of 5 records,
-the central filter's in 5). With ``q_scale = 1e-3``, which the record's log-likelihood prefers (+8.6e3
-over 1e-2 in an earlier measurement), pooled alpha/beta are 0.937 / 0.926 and the lateral states
-0.975-0.996 / 0.996-0.998; with the lateral Q 3x and 10x larger (three records each), the generator's
-positions 0.988 / 0.984 and the velocities 0.998-0.9999. A measured state with random-walk Q on a truth
-without process noise has, at steady state with gain K, the filter's variance K R against the error's
-K R / (2 - K): errors of 1/sqrt(2 - K) ~ 0.71 sd for a small K, 99.4 % inside the nominal 95 % band
-(measured: 0.67 sd, 0.995-0.998; docs/tuning.md); only a gain K >= 0.27, at which the filter follows the
-sensor, would bring that below 0.99.
-
-A lateral Q near zero (``q_generator``, the first four of ``q_runner``, at 1e-8 of Table S8's: the
-integrator's error only) makes each filter a least-squares estimate of the lateral motion and, over the
-130 s record, calibrates it (seed 0, three records, pooled distributed / central): lateral 0.915-0.960 /
-0.949-0.961, alpha/beta 0.947 / 0.912, n/omega 0.987 / 0.975; every central state in [0.90, 0.99] and
-every distributed one but phi1 (0.999: its band is its prior's, M3 never sees it); lateral RMSE 8.6e-7
-/ 2.6e-8 m. At 1e-4 of Table S8's the distributed lateral states cover 0.92-0.97 and the central ones
-0.995-0.9999. It is not the default because the first seconds under-cover: over the 3 s of ``--quick``
-the generator's lateral states cover 0.53-0.81 (1e-4: 0.59-0.85; two records), the start's errors having
-no Q to absorb them. The distributed K_seal's bias is the exchange's: it absorbs the error of the
-lateral coupling, whichever Q (final K_seal 1.26-1.30, central 0.94), and moves with the schedule (ab2
-1.29, Jacobi with two inner iterations 3.30, Gauss-Seidel -0.59).
+The measurements and decisions behind the defaults are in ``docs/design-cases.md``, section ``turbine``.
 
 References:
     Ghorbani & Hackl, SI section 3.6, eq. (S93)-(S143), Tables S5-S8; specs/compositional-inference.md
@@ -88,7 +31,6 @@ References:
 from __future__ import annotations
 
 import dataclasses
-import functools
 import time
 import warnings
 from collections.abc import Mapping
@@ -104,64 +46,81 @@ import scipy.linalg
 from twinfer.data import Dataset
 from twinfer.experiments._case import Case, Progress, register
 from twinfer.experiments._checkpointing import CheckpointSettings, case_checkpoint
-from twinfer.infer.filters import FilterConsistencyWarning, UnscentedWeights
+from twinfer.infer import Distributed, estimate
+from twinfer.infer.filters import FilterConsistencyWarning
 from twinfer.infer.gaussian import psd_factor
-from twinfer.infer.graph import Graph, Interface, Port, Subsystem, estimate, timed_estimate
+from twinfer.infer.graph import Graph, Subsystem
+from twinfer.infer.graph._run import timed_estimate
+from twinfer.infer.graph._turbine import (
+    TURBINE_COEFFICIENTS,
+    TURBINE_DEFAULTS,
+    TURBINE_OUTPUTS,
+    TurbineSettings,
+    narx_statics,
+    turbine_central,
+    turbine_graph,
+)
+from twinfer.infer.graph._turbine import shaft_covariances as library_shaft_covariances
 from twinfer.learn import NARX, NarxConfig, fit_narx
-from twinfer.metrics import coverage, nrmse_constant, rmse
+from twinfer.metrics import band_z, coverage, nrmse_constant, rmse
 from twinfer.models import PeltonParams, PeltonTurbine
-from twinfer.models import turbine as pelton
+from twinfer.models.turbine_parts import pelton_unit_rhs
 from twinfer.report import PaperValue, RunArtifacts, at_most, near
-from twinfer.sim import integrator_step, rk4_step, simulate_dataset
+from twinfer.sim import rk4_step, simulate_batch, simulate_dataset
 
-OUTPUTS = ("omega", "q", "x_G", "y_G", "x_R", "y_R")
+OUTPUTS = TURBINE_OUTPUTS
 """The six sensors (Table S8): speed, flow, generator and runner lateral displacements."""
-COEFFICIENTS = ("e_x", "e_y", "K_seal")
+COEFFICIENTS = TURBINE_COEFFICIENTS
 """The three scaled coefficients the filters estimate (truth 1.0, started at 0.7)."""
 LATERAL = ("x_G", "y_G", "x_R", "y_R")
-
-
-def _identity(s_send: Any, s_recv: Any, gamma: Any) -> Any:
-    """An interface law that passes the sender's interface variables on (Table S6)."""
-    return s_send
 
 
 class TurbineConfig(CheckpointSettings):
     """Configuration of ``turbine``; defaults are the authors' standalone run (specs 3.6 [REPO])."""
 
     t_end: pydantic.PositiveFloat = pydantic.Field(130.0, description="Record length [s] ([REPO] 130).")
-    dt: pydantic.PositiveFloat = pydantic.Field(2e-3, description="Estimators' step [s] ([REPO] 0.002).")
+    dt: pydantic.PositiveFloat = pydantic.Field(
+        TURBINE_DEFAULTS.dt, description="Estimators' step [s] ([REPO] 0.002)."
+    )
     truth_substeps: int = pydantic.Field(4, ge=1, le=64, description="RK4 truth steps per estimator step.")
-    sigma_omega: pydantic.PositiveFloat = pydantic.Field(0.02, description="Speed sensor sd [rad/s].")
-    sigma_q: pydantic.PositiveFloat = pydantic.Field(0.01, description="Flow sensor sd [p.u.].")
-    sigma_lateral: pydantic.PositiveFloat = pydantic.Field(5e-6, description="Displacement sensor sd [m].")
+    sigma_omega: pydantic.PositiveFloat = pydantic.Field(
+        TURBINE_DEFAULTS.sigma_omega, description="Speed sensor sd [rad/s]."
+    )
+    sigma_q: pydantic.PositiveFloat = pydantic.Field(
+        TURBINE_DEFAULTS.sigma_q, description="Flow sensor sd [p.u.]."
+    )
+    sigma_lateral: pydantic.PositiveFloat = pydantic.Field(
+        TURBINE_DEFAULTS.sigma_lateral, description="Displacement sensor sd [m]."
+    )
     initial_factor: pydantic.PositiveFloat = pydantic.Field(
-        0.7, description="Every scaled coefficient starts at this value (truth 1.0)."
+        TURBINE_DEFAULTS.initial_factor,
+        description="Every scaled coefficient starts at this value (truth 1.0).",
     )
     rotational_head: bool = pydantic.Field(
-        True, description="The EKF's torque includes e_h h ([REPO]: omitted, a model-form error)."
+        TURBINE_DEFAULTS.rotational_head,
+        description="The EKF's torque includes e_h h ([REPO]: omitted, a model-form error).",
     )
     q_rotational: tuple[float, float, float, float, float] = pydantic.Field(
-        (1e-10, 1e-10, 1e-10, 1e-15, 1e-14), description="M3 EKF Q: n, omega, phi1, e_x, e_y (Table S8)."
+        TURBINE_DEFAULTS.q_rotational, description="M3 EKF Q: n, omega, phi1, e_x, e_y (Table S8)."
     )
     p0_rotational: tuple[float, float, float, float, float] = pydantic.Field(
-        (1e-6, 1e-6, 1e-6, 10.0, 10.0), description="M3 EKF P0 (Table S8)."
+        TURBINE_DEFAULTS.p0_rotational, description="M3 EKF P0 (Table S8)."
     )
     q_generator: tuple[float, float, float, float] = pydantic.Field(
-        (1e-10, 1e-10, 1e-11, 1e-11), description="M4 KF Q: x, y, vx, vy (Table S8)."
+        TURBINE_DEFAULTS.q_generator, description="M4 KF Q: x, y, vx, vy (Table S8)."
     )
     p0_generator: tuple[float, float, float, float] = pydantic.Field(
-        (1e-8, 1e-8, 1e-4, 1e-4), description="M4 KF P0 (Table S8)."
+        TURBINE_DEFAULTS.p0_generator, description="M4 KF P0 (Table S8)."
     )
     q_runner: tuple[float, float, float, float, float, float, float] = pydantic.Field(
-        (1e-10, 1e-10, 1e-8, 1e-8, 1e-8, 1e-8, 1e-8),
+        TURBINE_DEFAULTS.q_runner,
         description="M5 UKF Q: x, y, vx, vy, alpha, beta, K_seal (Table S8).",
     )
     p0_runner: tuple[float, float, float, float, float, float, float] = pydantic.Field(
-        (1e-8, 1e-8, 1e-4, 1e-4, 1e-4, 1e-4, 1e2), description="M5 UKF P0 (Table S8)."
+        TURBINE_DEFAULTS.p0_runner, description="M5 UKF P0 (Table S8)."
     )
     rotational_noise: Literal["shaft", "table"] = pydantic.Field(
-        "shaft",
+        TURBINE_DEFAULTS.rotational_noise,
         description="How Q and P0 enter n, omega, phi1 (M3 and the central UKF): 'shaft' as one torque "
         "disturbance on the shaft, which keeps n = (omega - omega_rated) / omega_rated as the physics does "
         "(S111); 'table' as Table S8's three independent random walks ([REPO]), which let n drift where no "
@@ -174,19 +133,25 @@ class TurbineConfig(CheckpointSettings):
         "data say little (phi1); 'truth' at the truth's initial state ([REPO]).",
     )
     q_scale: pydantic.PositiveFloat = pydantic.Field(
-        1e-2, description="Factor on every Q of Table S8 (M3, M4, M5 and the central UKF's; [REPO] 1)."
+        TURBINE_DEFAULTS.q_scale,
+        description="Factor on every Q of Table S8 (M3, M4, M5 and the central UKF's; [REPO] 1).",
     )
     r_floor: pydantic.NonNegativeFloat = pydantic.Field(
-        0.0,
+        TURBINE_DEFAULTS.r_floor,
         description="Added to each sensor variance in R ([REPO] 1e-10, four times the lateral sensors' "
         "2.5e-11 m^2, which widens every lateral band).",
     )
     q_governor: pydantic.NonNegativeFloat = pydantic.Field(
-        1e-12, description="M1 process noise per state (propagated, not filtered)."
+        TURBINE_DEFAULTS.q_governor, description="M1 process noise per state (propagated, not filtered)."
     )
-    narx_lags: int = pydantic.Field(200, ge=2, le=2000, description="NARX window length L (S106).")
+    narx_lags: int = pydantic.Field(
+        TURBINE_DEFAULTS.narx_lags, ge=2, le=2000, description="NARX window length L (S106)."
+    )
     narx_spacing: int = pydantic.Field(
-        5, ge=1, le=100, description="Estimator steps between NARX samples (5 x 0.002 s = 0.01 s)."
+        TURBINE_DEFAULTS.narx_spacing,
+        ge=1,
+        le=100,
+        description="Estimator steps between NARX samples (5 x 0.002 s = 0.01 s).",
     )
     narx_hidden: int = pydantic.Field(128, ge=1, le=4096, description="NARX hidden width (S106).")
     narx_epochs: int = pydantic.Field(650, ge=1, le=100_000, description="NARX maximum epochs (S106).")
@@ -197,7 +162,7 @@ class TurbineConfig(CheckpointSettings):
     scenarios: int = pydantic.Field(120, ge=3, le=10_000, description="Simulated training scenarios.")
     scenario_length: pydantic.PositiveFloat = pydantic.Field(30.0, description="Each scenario [s].")
     integrator: Literal["heun", "rk4"] = pydantic.Field(
-        "rk4",
+        TURBINE_DEFAULTS.integrator,
         description="The estimators' integrator ([REPO] heun: at 0.002 s its phase error on the 37 Hz "
         "blade forcing is 2 %, far above the seal stiffness's effect).",
     )
@@ -207,10 +172,10 @@ class TurbineConfig(CheckpointSettings):
         "lag by half a step, an interface force error 40x the seal force; ab2 reads them at mid-step).",
     )
     messages: Literal["deterministic", "probabilistic"] = pydantic.Field(
-        "probabilistic", description="Message kind on every edge ([REPO]: deterministic means)."
+        TURBINE_DEFAULTS.messages, description="Message kind on every edge ([REPO]: deterministic means)."
     )
     rule: Literal["paper", "split"] = pydantic.Field(
-        "split",
+        TURBINE_DEFAULTS.rule,
         description="Where a receiver evaluates its messages: held means (paper) or split (sender's error "
         "a consider state); the NARX node always takes held means.",
     )
@@ -312,11 +277,6 @@ def scenario_params(config: TurbineConfig, key: Any) -> list[PeltonParams]:
     return out
 
 
-def statics(params: PeltonParams) -> np.ndarray:
-    """The NARX's static inputs u_stat = [T_e, T_q, y_r, h0] (S106)."""
-    return np.asarray([params.T_e, params.T_q, params.y_r, params.h0])
-
-
 def hydraulic_scenarios(config: TurbineConfig, key: Any) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
     """Training scenarios ``(dynamic [x_n, measured q], static, h)`` at the NARX's sampling.
 
@@ -330,7 +290,18 @@ def hydraulic_scenarios(config: TurbineConfig, key: Any) -> list[tuple[np.ndarra
     units = scenario_params(config, k_params)
     steps = int(round(config.scenario_length / config.dt))
     stacked = jax.tree_util.tree_map(lambda *xs: jnp.asarray(xs), *units)
-    states = np.asarray(_simulate_units(stacked, config.dt, config.truth_substeps, steps))
+    x0 = jax.vmap(lambda p: PeltonTurbine(p).initial_state())(stacked)
+    states = np.asarray(
+        simulate_batch(
+            pelton_unit_rhs,
+            rk4_step,
+            stacked,
+            x0,
+            jnp.zeros((len(units), steps, 0)),
+            config.dt,
+            config.truth_substeps,
+        )
+    )
     names = tuple(PeltonTurbine(units[0]).state_names)
     x_n, h, q = (states[:, :, names.index(n)] for n in ("x_n", "h", "q"))
     q_meas = q + config.sigma_q * np.asarray(jax.random.normal(k_noise, q.shape))
@@ -340,29 +311,8 @@ def hydraulic_scenarios(config: TurbineConfig, key: Any) -> list[tuple[np.ndarra
         dyn = np.stack([x_n[i], q_meas[i]], axis=1)[s - 1 :: s]  # samples at steps s-1, 2s-1, ...
         target = h[i, 0::s]  # target[j + 1] = h one step after sample j (step s (j + 1))
         n = min(len(dyn), len(target))
-        out.append((dyn[:n], statics(p), target[:n]))
+        out.append((dyn[:n], narx_statics(p), target[:n]))
     return out
-
-
-@functools.partial(jax.jit, static_argnums=(1, 2, 3))
-def _simulate_units(stacked: PeltonParams, dt: float, substeps: int, steps: int) -> Any:
-    """The 19-state model of each unit (a batch of parameters), RK4, ``substeps`` per ``dt``: (U, T+1, 19)."""
-
-    def one(p: PeltonParams) -> Any:
-        model = PeltonTurbine(p)
-        rhs = lambda t, x: model.vector_field(t, x, jnp.zeros(0), model.params)  # noqa: E731
-        h = dt / substeps
-
-        def body(x: Any, k: Any) -> Any:
-            for j in range(substeps):
-                x = rk4_step(rhs, k * dt + j * h, x, h)
-            return x, x
-
-        x0 = model.initial_state()
-        _, xs = jax.lax.scan(body, x0, jnp.arange(steps))
-        return jnp.concatenate([x0[None], xs])
-
-    return jax.vmap(one)(stacked)
 
 
 def train_narx(config: TurbineConfig, progress: Progress) -> Any:
@@ -387,31 +337,17 @@ def train_narx(config: TurbineConfig, progress: Progress) -> Any:
     return fit_narx(scenarios, narx_config, checkpoint=ckpt, progress=progress)
 
 
-# -- the five subsystems -----------------------------------------------------------------------
+# -- the five subsystems (twinfer.infer.graph._turbine) ------------------------------------------
 
 
-def _diag(values: Any) -> np.ndarray:
-    return np.diag(np.asarray(values, dtype=np.float64))
+def graph_settings(config: TurbineConfig) -> TurbineSettings:
+    """The estimators' settings of ``config`` (:class:`~twinfer.infer.graph._turbine.TurbineSettings`)."""
+    return TurbineSettings(**{f.name: getattr(config, f.name) for f in dataclasses.fields(TurbineSettings)})
 
 
 def shaft_covariances(config: TurbineConfig, params: PeltonParams) -> tuple[np.ndarray, np.ndarray]:
-    """Q and P0 of the rotational states ``[n, omega, phi1]`` (3, 3), per ``config.rotational_noise``.
-
-    ``"table"``: Table S8's diagonal (``q_rotational[:3]``, ``p0_rotational[:3]``), three independent
-    random walks. ``"shaft"``: the speed's variance (Table S8's omega entry) enters as one torque
-    disturbance, which moves the three states along S111's direction ``v = [1 / omega_rated, 1, dt / 2]``
-    over a step (dn = domega / omega_rated, dphi1 = omega dt): ``Q = q_omega v v^T``. The initial
-    speed error moves n and omega together (``p_omega u u^T`` with ``u = [1 / omega_rated, 1, 0]``); the
-    initial angle is uncertain on its own (``p_phi1``). Both keep ``n - omega / omega_rated`` exactly
-    known, as it is in the truth (n is the speed deviation ``(omega - omega_rated) / omega_rated``), so n
-    is as well determined as the measured omega.
-    """
-    q, p0 = config.q_rotational, config.p0_rotational
-    if config.rotational_noise == "table":
-        return _diag(q[:3]), _diag(p0[:3])
-    v = np.asarray([1.0 / params.omega_rated, 1.0, 0.5 * config.dt])
-    u = np.asarray([1.0 / params.omega_rated, 1.0, 0.0])
-    return q[1] * np.outer(v, v), p0[1] * np.outer(u, u) + _diag([0.0, 0.0, p0[2]])
+    """Q and P0 of the shaft states [n, omega, phi1] (the library's :func:`library_shaft_covariances`)."""
+    return library_shaft_covariances(graph_settings(config), params)
 
 
 def initial_state(config: TurbineConfig, params: PeltonParams, repeat: int = 0) -> np.ndarray:
@@ -431,7 +367,7 @@ def initial_state(config: TurbineConfig, params: PeltonParams, repeat: int = 0) 
     if config.initial == "truth":
         return x0
     _, p0_shaft = shaft_covariances(config, params)
-    blocks = (p0_shaft, _diag(config.p0_generator), _diag(config.p0_runner[:6]))
+    blocks = (p0_shaft, np.diag(config.p0_generator), np.diag(config.p0_runner[:6]))
     p0 = np.asarray(scipy.linalg.block_diag(*blocks))
     root = np.asarray(psd_factor(p0, "turbine P0"))
     z = np.asarray(jax.random.normal(jax.random.key(config.seed + 13 + 1000 * repeat), (p0.shape[0],)))
@@ -440,301 +376,26 @@ def initial_state(config: TurbineConfig, params: PeltonParams, repeat: int = 0) 
     return x0
 
 
-def governor(config: TurbineConfig, params: PeltonParams, x0: Any) -> Subsystem:
-    """M1: the PID governor with saturation (S94-S99), Heun-propagated; messages n, dn/dt from M3."""
-    dt, step = config.dt, integrator_step(config.integrator)
-
-    def transition(x: Any, u: Any, m: Any, p: Any) -> Any:
-        rhs = lambda t, xx: pelton.governor_rhs(params, xx, m[0], m[1], pelton.governor_command(params, t))  # noqa: E731
-        return step(rhs, u[0], x, dt)
-
-    return Subsystem(
-        name="M1",
-        transition=transition,
-        output=np.zeros((0, 2)),
-        params={},
-        x0=jnp.asarray(x0),
-        P0=config.q_governor * np.eye(2),
-        Q=config.q_governor * np.eye(2),
-        R=np.zeros((0, 0)),
-        inputs=(0,),
-        outputs=(),
-        ports={"needle": Port((0,)), "speed": Port((), (0, 1))},
-        n_msg=2,
-        estimator="none",
-        state_names=("x_n", "x_int"),
-    )
-
-
-def hydraulics(config: TurbineConfig, params: PeltonParams, narx: NARX, first: Any, sd_h: float) -> Subsystem:
-    """M2: the NARX predicts h one step ahead from its window; the measured q is passed on (S106).
-
-    The state is ``[h, q]`` followed by the memory of the last ``lags x spacing`` (x_n, measured q)
-    pairs (``Subsystem.memory``); its covariance is the NARX's test error and the flow sensor's.
-    """
-    lags, spacing = config.narx_lags, config.narx_spacing
-    size = lags * spacing
-    stat = jnp.asarray(statics(params))
-
-    def transition(x: Any, u: Any, m: Any, p: Any) -> Any:
-        memory = x[2:].reshape(size, 2)
-        memory = jnp.concatenate([memory[1:], jnp.stack([m[0], u[1]])[None]])
-        window = memory[spacing - 1 :: spacing]
-        h = narx(window, stat)
-        return jnp.concatenate([jnp.stack([h, u[1]]), memory.reshape(-1)])
-
-    memory0 = jnp.tile(jnp.asarray(first, dtype=jnp.float64), size)
-    return Subsystem(
-        name="M2",
-        transition=transition,
-        output=np.zeros((0, 2 + 2 * size)),
-        params={},
-        x0=jnp.concatenate([jnp.asarray([0.0, first[1]]), memory0]),
-        P0=_diag([sd_h**2, config.sigma_q**2]),
-        Q=_diag([sd_h**2, config.sigma_q**2]),
-        R=np.zeros((0, 0)),
-        inputs=(0, 1),
-        outputs=(),
-        ports={"head_flow": Port((0, 1)), "needle": Port((), (0,))},
-        n_msg=1,
-        estimator="learned",
-        state_names=("h", "q", *(f"~memory{i}" for i in range(2 * size))),
-        memory=2 * size,
-    )
-
-
-def rotational(config: TurbineConfig, params: PeltonParams, x0: Any) -> Subsystem:
-    """M3: the EKF on [n, omega, phi1, e_x, e_y] (S108-S117), with dn/dt, M_t, M_g derived after them."""
-    dt, head, step = config.dt, config.rotational_head, integrator_step(config.integrator)
-
-    def torques(core: Any, h: Any, q: Any) -> tuple[Any, Any]:
-        m_t = pelton.turbine_torque(params, core[0], q, h, core[3], core[4], include_head=head)
-        return m_t, pelton.generator_torque(params, core[1])
-
-    def rhs(core: Any, h: Any, q: Any) -> Any:
-        m_t, m_g = torques(core, h, q)
-        return jnp.concatenate([pelton.rotational_rhs(params, core[:3], m_t, m_g), jnp.zeros(2)])
-
-    def transition(x: Any, u: Any, m: Any, p: Any) -> Any:
-        h, q = m[0], m[1]
-        core = step(lambda t, c: rhs(c, h, q), 0.0, x[:5], dt)
-        m_t, m_g = torques(core, h, q)
-        n_dot = rhs(core, h, q)[0]
-        return jnp.concatenate([core, jnp.stack([n_dot, m_t, m_g])])
-
-    r = config.sigma_omega**2 + config.r_floor
-    q_shaft, p0_shaft = shaft_covariances(config, params)
-    q_m3 = _diag([0.0, 0.0, 0.0, *config.q_rotational[3:], 0.0, 0.0, 0.0])
-    p0_m3 = _diag([0.0, 0.0, 0.0, *config.p0_rotational[3:], 0.0, 0.0, 0.0])
-    q_m3[:3, :3], p0_m3[:3, :3] = q_shaft, p0_shaft
-    return Subsystem(
-        name="M3",
-        transition=transition,
-        output=np.eye(8)[1:2],
-        params={},
-        x0=jnp.asarray(x0),
-        P0=p0_m3,
-        Q=config.q_scale * q_m3,
-        R=_diag([r]),
-        inputs=(0,),
-        outputs=(OUTPUTS.index("omega"),),
-        ports={
-            "speed": Port((0, 5)),
-            "shaft": Port((1, 2)),
-            "shaft_torques": Port((1, 2, 6, 7)),
-            "head_flow": Port((), (0, 1)),
-        },
-        n_msg=2,
-        estimator="ekf",
-        state_names=("n", "omega", "phi1", "e_x", "e_y", "n_dot", "M_t", "M_g"),
-        parameters=("e_x", "e_y"),
-    )
-
-
-def generator(config: TurbineConfig, params: PeltonParams, x0: Any) -> Subsystem:
-    """M4: the KF on [x_G, y_G, vx_G, vy_G] (S118-S127), its accelerations derived after them.
-
-    Messages: x_R, y_R from M5, omega, phi1 from M3.
-    """
-    dt, step = config.dt, integrator_step(config.integrator)
-
-    def transition(x: Any, u: Any, m: Any, p: Any) -> Any:
-        rhs = lambda t, xx: pelton.generator_rhs(params, xx, m[0], m[1], m[2], m[3])  # noqa: E731
-        core = step(rhs, 0.0, x[:4], dt)
-        acc = pelton.generator_acceleration(params, core, m[0], m[1], m[2], m[3])
-        return jnp.concatenate([core, jnp.stack(acc)])
-
-    r = config.sigma_lateral**2 + config.r_floor
-    return Subsystem(
-        name="M4",
-        transition=transition,
-        output=np.eye(6)[:2],
-        params={},
-        x0=jnp.asarray(x0),
-        P0=_diag([*config.p0_generator, 0.0, 0.0]),
-        Q=config.q_scale * _diag([*config.q_generator, 0.0, 0.0]),
-        R=_diag([r, r]),
-        inputs=(0,),
-        outputs=(OUTPUTS.index("x_G"), OUTPUTS.index("y_G")),
-        ports={"lateral": Port((0, 1, 4, 5)), "runner": Port((), (0, 1)), "shaft": Port((), (2, 3))},
-        n_msg=4,
-        estimator="kf",
-        state_names=("x_G", "y_G", "vx_G", "vy_G", "ax_G", "ay_G"),
-    )
-
-
-def runner(config: TurbineConfig, params: PeltonParams, x0: Any) -> Subsystem:
-    """M5: the UKF (gamma = 1) on [x_R, y_R, vx_R, vy_R, alpha, beta, K_seal] (S128-S143).
-
-    Messages: h, q from M2; omega, phi1, M_t, M_g from M3; x_G, y_G and their accelerations from M4.
-    """
-    dt, step = config.dt, integrator_step(config.integrator)
-
-    def rhs(t: Any, x: Any, m: Any) -> Any:
-        h, q, omega, phi1, m_t, m_g, x_g, y_g, ax_g, ay_g = (m[i] for i in range(10))
-        dx = pelton.runner_rhs(params, x[:6], x_g, y_g, ax_g, ay_g, omega, phi1, q, h, m_t, m_g, t, x[6])
-        return jnp.concatenate([dx, jnp.zeros(1)])
-
-    def transition(x: Any, u: Any, m: Any, p: Any) -> Any:
-        return step(lambda t, xx: rhs(t, xx, m), u[0], x, dt)
-
-    r = config.sigma_lateral**2 + config.r_floor
-    return Subsystem(
-        name="M5",
-        transition=transition,
-        output=np.eye(7)[:2],
-        params={},
-        x0=jnp.asarray(x0),
-        P0=_diag(config.p0_runner),
-        Q=config.q_scale * _diag(config.q_runner),
-        R=_diag([r, r]),
-        inputs=(0,),
-        outputs=(OUTPUTS.index("x_R"), OUTPUTS.index("y_R")),
-        ports={
-            "lateral": Port((0, 1)),
-            "head_flow": Port((), (0, 1)),
-            "shaft_torques": Port((), (2, 3, 4, 5)),
-            "generator": Port((), (6, 7, 8, 9)),
-        },
-        n_msg=10,
-        estimator="ukf",
-        weights=UnscentedWeights.paper_code(1.0),
-        state_names=("x_R", "y_R", "vx_R", "vy_R", "alpha", "beta", "K_seal"),
-        parameters=("K_seal",),
-    )
-
-
 def build_graph(
     config: TurbineConfig, params: PeltonParams, narx: NARX, data: Dataset, sd_h: float, repeat: int = 0
 ) -> Graph:
     """The five subsystems and the eight message edges of Table S6, started at :func:`initial_state`.
 
-    The coefficients start at ``initial_factor``; the derived quantities at their values there.
+    :func:`~twinfer.infer.graph._turbine.turbine_graph` with this config's settings, the record's first
+    measured flow and the NARX's head error ``sd_h``.
     """
-    model = PeltonTurbine(params)
-    names = tuple(model.state_names)
-    x0 = initial_state(config, params, repeat)
-    v = {n: float(x0[names.index(n)]) for n in names}
-    c0 = config.initial_factor
-    h0, q0 = v["h"], v["q"]
-    m_t0 = float(pelton.turbine_torque(params, v["n"], q0, h0, c0, c0, include_head=config.rotational_head))
-    m_g0 = float(pelton.generator_torque(params, v["omega"]))
-    rot0 = [v["n"], v["omega"], v["phi1"], c0, c0]
-    n_dot0 = float(pelton.rotational_rhs(params, jnp.asarray(rot0[:3]), m_t0, m_g0)[0])
-    gen0 = [v["x_G"], v["y_G"], v["vx_G"], v["vy_G"]]
-    run0 = [v["x_R"], v["y_R"], v["vx_R"], v["vy_R"], v["alpha"], v["beta"], c0]
-    acc0 = pelton.generator_acceleration(params, jnp.asarray(gen0), v["x_R"], v["y_R"], v["omega"], v["phi1"])
     q_first = float(np.asarray(data.inputs)[0, 1])
-    nodes = [
-        governor(config, params, [v["x_n"], v["x_int"]]),
-        hydraulics(config, params, narx, np.asarray([v["x_n"], q_first]), sd_h),
-        rotational(config, params, [*rot0, n_dot0, m_t0, m_g0]),
-        generator(config, params, [*gen0, float(acc0[0]), float(acc0[1])]),
-        runner(config, params, run0),
-    ]
-    kind, rule = config.messages, config.rule
-    edges = [
-        Interface("M1", "needle", "M2", "needle", _identity, {}, kind, "paper"),
-        Interface("M2", "head_flow", "M3", "head_flow", _identity, {}, kind, rule),
-        Interface("M2", "head_flow", "M5", "head_flow", _identity, {}, kind, rule),
-        Interface("M3", "speed", "M1", "speed", _identity, {}, kind, rule),
-        Interface("M3", "shaft", "M4", "shaft", _identity, {}, kind, rule),
-        Interface("M3", "shaft_torques", "M5", "shaft_torques", _identity, {}, kind, rule),
-        Interface("M4", "lateral", "M5", "generator", _identity, {}, kind, rule),
-        Interface("M5", "lateral", "M4", "runner", _identity, {}, kind, rule),
-    ]
-    return Graph("turbine", nodes, edges, state_order=(*names, *COEFFICIENTS))
+    x0 = initial_state(config, params, repeat)
+    return turbine_graph(params, narx, x0, q_first, sd_h, graph_settings(config))
 
 
 def central(config: TurbineConfig, params: PeltonParams, repeat: int = 0) -> Graph:
-    """The central UKF: the monolithic 19-state model with the three coefficients appended (22 states).
+    """The central UKF on the monolithic model with the three coefficients appended (22 states).
 
-    Stepped by Heun at the estimators' step, as the subsystems; Q and P0 per state are the subsystems'
-    (the hydraulics' and governor's: ``q_governor``; the NARX's h has no counterpart).
+    :func:`~twinfer.infer.graph._turbine.turbine_central` with this config's settings, started at
+    :func:`initial_state`.
     """
-    model = PeltonTurbine(params)
-    names = tuple(model.state_names)
-    dt, step = config.dt, integrator_step(config.integrator)
-
-    def rhs(t: Any, x: Any) -> Any:
-        coeffs: dict[str, Any] = {"e_x": x[19], "e_y": x[20], "K_seal": x[21]}
-        return jnp.concatenate([model.vector_field(t, x[:19], jnp.zeros(0), coeffs), jnp.zeros(3)])
-
-    def transition(x: Any, u: Any, m: Any, p: Any) -> Any:
-        return step(rhs, u[0], x, dt)
-
-    per_state = {
-        **dict(
-            zip(
-                ("n", "omega", "phi1"),
-                zip(config.q_rotational, config.p0_rotational, strict=False),
-                strict=False,
-            )
-        ),
-        **dict(
-            zip(
-                ("x_G", "y_G", "vx_G", "vy_G"),
-                zip(config.q_generator, config.p0_generator, strict=True),
-                strict=True,
-            )
-        ),
-        **dict(
-            zip(
-                ("x_R", "y_R", "vx_R", "vy_R", "alpha", "beta"),
-                zip(config.q_runner, config.p0_runner, strict=False),
-                strict=False,
-            )
-        ),
-    }
-    q = [per_state.get(n, (config.q_governor, config.q_governor))[0] for n in names]
-    p0 = [per_state.get(n, (config.q_governor, config.q_governor))[1] for n in names]
-    q += [config.q_rotational[3], config.q_rotational[4], config.q_runner[6]]
-    p0 += [config.p0_rotational[3], config.p0_rotational[4], config.p0_runner[6]]
-    x0 = np.concatenate([initial_state(config, params, repeat), [config.initial_factor] * 3])
-    sd = np.asarray([config.sigma_omega, config.sigma_q] + [config.sigma_lateral] * 4)
-    rows = [names.index(o) for o in OUTPUTS]
-    q_central, p0_central = _diag(q), _diag(p0)
-    rot = np.asarray([names.index(s) for s in ("n", "omega", "phi1")])
-    q_central[np.ix_(rot, rot)], p0_central[np.ix_(rot, rot)] = shaft_covariances(config, params)
-    node = Subsystem(
-        name="central",
-        transition=transition,
-        output=np.eye(22)[rows],
-        params={},
-        x0=jnp.asarray(x0),
-        P0=p0_central,
-        Q=config.q_scale * q_central,
-        R=_diag(sd**2 + config.r_floor),
-        inputs=(0,),
-        outputs=tuple(range(6)),
-        ports={},
-        n_msg=0,
-        estimator="ukf",
-        weights=UnscentedWeights.paper_code(1.0),
-        state_names=(*names, *COEFFICIENTS),
-        parameters=COEFFICIENTS,
-    )
-    return Graph("central", [node], state_order=(*names, *COEFFICIENTS))
+    return turbine_central(params, initial_state(config, params, repeat), graph_settings(config))
 
 
 # -- the run -------------------------------------------------------------------------------------
@@ -930,7 +591,7 @@ def _pooled(
             schedule = config.schedule if label == "distributed" else "jacobi"
             with warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always", FilterConsistencyWarning)
-                est = estimate(g, data, schedule)
+                est = estimate(g, data, Distributed(schedule=schedule))
             warned += [f"{label} record {r + 1}: {w.message}" for w in caught]
             one: dict[str, float] = {}
             _score(label, est, data, config, one)
@@ -982,7 +643,7 @@ def _initial_states_of(record: Graph, first: Graph) -> Graph:
     """``first`` with ``record``'s initial states: the program compiled for ``first`` runs it.
 
     A record's graph differs from the first record's only in its subsystems' ``x0``, but its transitions
-    are new closures, which :func:`twinfer.infer.graph.compiled_for` would take for a new structure and
+    are new closures, which :func:`twinfer.infer.graph._run.compiled_for` would take for a new structure and
     compile anew (a minute at full size per estimator).
     """
     nodes = [n for n in record.nodes if isinstance(n, Subsystem)]
@@ -996,6 +657,7 @@ def figures(arrays: Mapping[str, Any], config: TurbineConfig) -> dict[str, Any]:
     import matplotlib.pyplot as plt
 
     t = np.asarray(arrays["t"])
+    z = band_z(0.95)  # the 95 % band's half-width in sds
     truth = np.asarray(arrays["truth"])
     truth_names = [str(n) for n in np.asarray(arrays["truth.names"])]
     labels = [lab for lab in ("distributed", "central") if f"{lab}.means" in arrays]
@@ -1016,7 +678,7 @@ def figures(arrays: Mapping[str, Any], config: TurbineConfig) -> dict[str, Any]:
                 np.asarray(arrays[f"{lab}.stds"])[window, j],
             )
             ax.plot(t[window], m, color=color, lw=0.8, label=lab)
-            ax.fill_between(t[window], m - 1.96 * sd, m + 1.96 * sd, color=color, alpha=0.25)
+            ax.fill_between(t[window], m - z * sd, m + z * sd, color=color, alpha=0.25)
         ax.set_ylabel(s)
     axes[0].legend(fontsize=8, loc="upper right")
     axes[-1].set_xlabel("t [s]")
@@ -1029,7 +691,7 @@ def figures(arrays: Mapping[str, Any], config: TurbineConfig) -> dict[str, Any]:
             j = names.index(c)
             m, sd = np.asarray(arrays[f"{lab}.means"])[:, j], np.asarray(arrays[f"{lab}.stds"])[:, j]
             ax.plot(t, m, color=color, lw=1, label=lab)
-            ax.fill_between(t, m - 1.96 * sd, m + 1.96 * sd, color=color, alpha=0.2)
+            ax.fill_between(t, m - z * sd, m + z * sd, color=color, alpha=0.2)
         ax.axhline(1.0, color="k", ls="--", lw=1, label="truth")
         ax.set_ylim(0.0, 2.0)
         ax.set_title(c)

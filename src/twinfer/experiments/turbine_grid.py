@@ -24,59 +24,7 @@ torsion (the authors' "grid" form) needs T_e too and receives the same per-edge 
 which reads a copy of the rotor angle M5 keeps from M3's message (a law reads only its two ends' ports,
 and M5 holds no angle of its own).
 
-The schedule is the engine's textbook Jacobi with K inner iterations (``Schedule("jacobi", inner=2)``):
-every iteration steps each subsystem from its posterior at t_n with messages from the previous iterate.
-Decision 20 (spec section 7): the authors' "Jacobi" re-integrates each iteration from the previous
-iterate (the turbine advances 2 dt per step) and repeats the KF update per iteration and substep; this
-case does *not* replicate that quirk, so Table S11 and the 1.02e-3 aggregate figure are compared but not
-expected to match. It does simulate a second truth with the turbines at twice the grid's time
-(``TurbineGrid(unit_time_scale=2)``): its speed dips after the load step are Table S11's (-3.5e-4,
--2.4e-4, -2.9e-4 p.u. against ~ -3e-4, -2e-4, -2e-4), where the physics' are -5.1e-4, -4.4e-4 and
--5.4e-4, so the table's peaks come from that protocol (``doubled_time.truth.peak_n``).
-
-The exchange between M4 and M5 (``exchange``) sets the Kalman filters' bands (``coverage95.gen*``).
-The paper's exchange (``"held"``) holds what they read of each other over each step: x_R, y_R enter
-M4 through K12 = -1.2e9 N/m, and the generator's displacements and accelerations enter M5. That is an
-error first order in dt at the rotation frequency (6.25 Hz). At dt = 1 ms it is 0.7 % of the motion,
-three times the filters' sd, and 98 % of it lies between 1 and 20 Hz. Table S12's Q (1e-11 dt) does
-not describe it, so the KF states under-cover, distributed and central alike.
-
-``"path"`` (the default) continues the neighbour's displacement over the step, as the engine's
-``split`` rule does for an interface law:
-- each KF's last state is the time its state holds;
-- from that time, the receiver continues the neighbour's displacement by its velocity (M5 adds the
-  generator's acceleration).
-
-Measured on 5 s (2026-11-29; R_run at the sensor's variance). The lowest coverage over each generator's
-KF states, gen 1 / 2 / 3:
-
-    held, dt = 1 ms       0.52 / 0.33 / 0.48   (NIS 1.20)
-    held, dt = 0.5 ms     0.81 / 0.63 / 0.79   (NIS 1.03)
-    held, dt = 0.25 ms    0.92 / 0.84 / 0.94   (NIS 1.00)
-    path, dt = 1 ms       0.93 / 0.84 / 0.93   (NIS 0.98; central 0.94 / 0.85 / 0.93)
-
-Under "path", the generator's displacement RMSE fell from 1.4e-6 to 3.1e-7 m, the runner's from 8.4e-7
-to 3.5e-7 m, and beta's from 1.3e-2 to 2.4e-3 (generator 2).
-
-The full default run (60 s, Table S12's R_run = 100 sigma^2; distributed, lowest coverage per generator):
-- held: 0.54 / 0.32 / 0.48;
-- path: 0.99 / 0.97 / 0.99 (central, on its 10 s: 0.93 / 0.87 / 0.93), with the runner's y states at
-  1.00, over-covered by that R. The displacements' RMSEs fall 1.8-4.3x; the velocities', alpha's and
-  beta's move by 0.86-1.9x.
-
-Controls for the held exchange:
-- A shorter step also brings more samples. With the lateral sensors' noise doubled at 0.25 ms, which
-  keeps the information per second of the 1 ms record, the lowest coverage is 0.96 / 0.93 / 0.97. The
-  step, not the data rate, sets it.
-- The number of Jacobi iterations does not matter: K = 1 or 4 comes within 0.02 of K = 2.
-- At dt = 1 ms, eight Heun substeps instead of two changed no value by more than 0.01.
-- Probabilistic messages with the ``split`` rule changed them by 0.02. The engine cannot continue a
-  path inside a subsystem that integrates itself.
-- Scaling Q by 1x, 10x, 100x and 1000x, the log-likelihood (``distributed.loglik``) peaked at 10x,
-  which reached only 0.74 / 0.48 / 0.70 (10 s). 1000x put every KF state at 0.97-1.00. The innovations
-  see the error only against a larger sensor noise (2e-6 m against 1.4e-6 m).
-
-``--set exchange=held`` restores the paper's exchange.
+The measurements and decisions behind the defaults are in ``docs/design-cases.md``, section ``turbine-grid``.
 
 References:
     Ghorbani & Hackl, SI section 3.7, eq. (S144)-(S150), Tables S9-S12, Figs S13-S17;
@@ -87,9 +35,8 @@ References:
 from __future__ import annotations
 
 import dataclasses
-import functools
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any, Literal, NamedTuple
 
 import jax
@@ -100,13 +47,15 @@ import scipy.linalg
 
 from twinfer.data import Dataset
 from twinfer.experiments._case import Case, CaseConfig, Progress, register
-from twinfer.infer.graph import Graph, Interface, Port, Schedule, Subsystem, timed_estimate
-from twinfer.metrics import coverage, moving_average, rmse
-from twinfer.models import PeltonParams, TurbineGrid
+from twinfer.infer.graph import Graph, Interface, Port, Schedule, Subsystem
+from twinfer.infer.graph._run import timed_estimate
+from twinfer.metrics import band_z, coverage, moving_average, rmse
+from twinfer.models import TurbineGrid
 from twinfer.models import turbine as pelton
-from twinfer.models.turbine_grid import UNIT_STATE_NAMES, LoadStep, torque_balance, turbine_unit_rhs
+from twinfer.models.turbine_grid import UNIT_STATE_NAMES, LoadStep, torque_balance
+from twinfer.models.turbine_parts import grid_rotational_rhs, grid_unit_rhs, grid_unit_steps
 from twinfer.report import PaperValue, RunArtifacts, at_most, near, within
-from twinfer.sim import heun_step, simulate_dataset
+from twinfer.sim import heun_step, simulate_batch, simulate_dataset
 
 S_BASE_MVA = 100.0
 """Table S12: the per-unit base of case9."""
@@ -274,118 +223,6 @@ def simulate(config: TurbineGridConfig, model: TurbineGrid) -> Dataset:
 # -- the subsystems' steps -------------------------------------------------------------------------
 
 
-class _Steps(NamedTuple):
-    """The transitions ``(x, u, m, params) -> x_next`` shared by the three generators and six buses."""
-
-    bus: Callable[..., Any]
-    governor: Callable[..., Any]
-    hydraulics: Callable[..., Any]
-    rotational: Callable[..., Any]
-    generator: Callable[..., Any]
-    runner: Callable[..., Any]
-    generator_path: Callable[..., Any]
-    runner_path: Callable[..., Any]
-
-
-def _rotational_rhs(p: PeltonParams, core: Any, h: Any, q: Any, t_e: Any) -> tuple[Any, Any]:
-    """``d[n, omega, delta]/dt`` (S110-S113 with M_g -> T_e and S149) and the turbine torque."""
-    m_t = pelton.turbine_torque(p, core[0], q, h)
-    d = pelton.rotational_rhs(p, core, m_t, t_e)
-    return d.at[2].set(core[1] - p.omega_rated), m_t
-
-
-@functools.cache
-def steps(dt: float, substeps: int) -> _Steps:
-    """Each subsystem's transition: ``substeps`` Heun steps of its module function, messages held.
-
-    ``u[0]`` is the time at the step's start; time-dependent terms (the load step, ``phi1 = delta +
-    omega_rated t``, the runner's excitation) are evaluated at each Heun stage's time. Cached per
-    ``(dt, substeps)``, so every generator (and every run with that step) shares the same functions and
-    the engine stacks them.
-    """
-    h = dt / substeps
-
-    def integrate(rhs: Callable[[Any, Any], Any], t0: Any, x: Any) -> Any:
-        for j in range(substeps):
-            x = heun_step(rhs, t0 + j * h, x, h)
-        return x
-
-    def bus(x: Any, u: Any, m: Any, p: Any) -> Any:
-        def rhs(t: Any, xx: Any) -> Any:
-            on = (t >= p["t_on"]) & (t < p["t_off"])
-            injection = p["P"] - jnp.where(on, p["load"], 0.0)
-            return jnp.reshape((injection + m[0]) / p["D"], (1,))  # eq. (S146)
-
-        return integrate(rhs, u[0], x)
-
-    def governor(x: Any, u: Any, m: Any, p: Any) -> Any:
-        rhs = lambda t, xx: pelton.governor_rhs(p, xx, m[0], m[1], pelton.governor_command(p, t))  # noqa: E731
-        return integrate(rhs, u[0], x)
-
-    def hydraulics(x: Any, u: Any, m: Any, p: Any) -> Any:
-        return integrate(lambda t, xx: pelton.hydraulics_rhs(p, xx, m[0]), u[0], x)
-
-    def rotational(x: Any, u: Any, m: Any, p: Any) -> Any:
-        h_, q, t_e = m[0], m[1], m[2]
-        core = integrate(lambda t, c: _rotational_rhs(p, c, h_, q, t_e)[0], u[0], x[:3])
-        d, m_t = _rotational_rhs(p, core, h_, q, t_e)
-        return jnp.concatenate([core, jnp.stack([d[0], m_t])])
-
-    def lateral_generator(x: Any, u: Any, p: Any, runner_at: Callable[[Any], Any], delta: Any) -> Any:
-        """M4's step with the runner's displacement ``runner_at(t) = (x_R, y_R)``; with its accelerations."""
-        omega, t1 = u[1], u[0] + dt
-
-        def rhs(t: Any, c: Any) -> Any:
-            x_r, y_r = runner_at(t)
-            return pelton.generator_rhs(p, c, x_r, y_r, omega, delta + p.omega_rated * t)
-
-        core = integrate(rhs, u[0], x[:4])
-        x_r, y_r = runner_at(t1)
-        acc = pelton.generator_acceleration(p, core, x_r, y_r, omega, delta + p.omega_rated * t1)
-        return jnp.concatenate([core, jnp.stack(acc)])
-
-    def lateral_runner(x: Any, u: Any, p: Any, generator_at: Callable[[Any], Any], m: Any) -> Any:
-        """M5's step with the generator's ``generator_at(t) = (x_G, y_G, ax_G, ay_G)``.
-
-        ``m``: the head, the rotor angle, the turbine torque and the electrical torque, held.
-        """
-        h_, delta, m_t, t_e = m
-        omega, q = u[1], u[2]
-
-        def rhs(t: Any, c: Any) -> Any:
-            x_g, y_g, ax_g, ay_g = generator_at(t)
-            phi1 = delta + p.omega_rated * t  # eq. (S149)
-            return pelton.runner_rhs(p, c, x_g, y_g, ax_g, ay_g, omega, phi1, q, h_, m_t, t_e, t)
-
-        core = integrate(rhs, u[0], x[:6])
-        return jnp.concatenate([core, jnp.reshape(delta, (1,))])
-
-    # exchange = "held" (the paper's): the neighbour's lateral state as received, over the whole step
-    def generator(x: Any, u: Any, m: Any, p: Any) -> Any:
-        return lateral_generator(x, u, p, lambda t: (m[0], m[1]), m[2])
-
-    def runner(x: Any, u: Any, m: Any, p: Any) -> Any:
-        return lateral_runner(x, u, p, lambda t: (m[3], m[4], m[5], m[6]), (m[0], m[1], m[2], m[7]))
-
-    # exchange = "path": each KF's last state is the time its state holds, and the neighbour's lateral
-    # displacement is continued from that time by its velocity (the generator's also by its acceleration)
-    def generator_path(x: Any, u: Any, m: Any, p: Any) -> Any:
-        x_r, y_r, vx_r, vy_r, t_r, delta = (m[i] for i in range(6))
-        runner_at = lambda t: (x_r + vx_r * (t - t_r), y_r + vy_r * (t - t_r))  # noqa: E731
-        return jnp.append(lateral_generator(x, u, p, runner_at, delta), u[0] + dt)
-
-    def runner_path(x: Any, u: Any, m: Any, p: Any) -> Any:
-        x_g, y_g, vx_g, vy_g, ax_g, ay_g, t_g = (m[i] for i in range(3, 10))
-
-        def generator_at(t: Any) -> Any:
-            s = t - t_g
-            return x_g + vx_g * s + 0.5 * ax_g * s**2, y_g + vy_g * s + 0.5 * ay_g * s**2, ax_g, ay_g
-
-        return jnp.append(lateral_runner(x, u, p, generator_at, (m[0], m[1], m[2], m[10])), u[0] + dt)
-
-    return _Steps(bus, governor, hydraulics, rotational, generator, runner, generator_path, runner_path)
-
-
 # -- the graph ---------------------------------------------------------------------------------------
 
 
@@ -422,14 +259,14 @@ def unit_graph(config: TurbineGridConfig, model: TurbineGrid, i: int, x0_unit: A
     the grid torque. Started at the truth's initial state; derived states (dn/dt, M_t, accelerations)
     at their values there with ``T_e = t_e0``.
     """
-    f = steps(config.dt, config.substeps)
+    f = grid_unit_steps(config.dt, config.substeps, heun_step)
     path = int(config.exchange == "path")
     p = model.units[i]
     bus = model.gen_buses[i] + 1
     tag = f"_{bus}"
     v = {s: float(x) for s, x in zip(UNIT_STATE_NAMES, np.asarray(x0_unit), strict=True)}
     core = jnp.asarray([v["n"], v["omega"], v["delta"]])
-    d0, m_t0 = _rotational_rhs(p, core, v["h"], v["q"], t_e0)
+    d0, m_t0 = grid_rotational_rhs(p, core, v["h"], v["q"], t_e0)
     gen0 = jnp.asarray([v[s] for s in GENERATOR])
 
     def acc(c: Any) -> Any:
@@ -554,7 +391,7 @@ def build_graph(config: TurbineGridConfig, model: TurbineGrid) -> Graph:
     Every line (i, j) carries one edge each way into a bus (``K_ij sin``) and, into a generator, one edge
     to M3's and one to M5's ``grid`` port (``-(S_base/omega_rated) K_ij sin``).
     """
-    f = steps(config.dt, config.substeps)
+    f = grid_unit_steps(config.dt, config.substeps, heun_step)
     x0 = np.asarray(model.initial_state())
     blocks = np.asarray(model.unit_states(jnp.asarray(x0)))
     t_e0 = np.asarray(model.electrical_torque(jnp.asarray(x0)))
@@ -619,24 +456,6 @@ def central_graph(graph: Graph) -> Graph:
 # -- references and scores ---------------------------------------------------------------------------
 
 
-@functools.partial(jax.jit, static_argnums=(3, 4))
-def _standalone(units: PeltonParams, x0: Any, t_e_mid: Any, dt: float, substeps: int) -> Any:
-    """Each unit alone (:func:`turbine_unit_rhs`, Heun) under held T_e: states (U, T+1, 19)."""
-    h = dt / substeps
-
-    def one(p: PeltonParams, x: Any, te: Any) -> Any:
-        def body(x: Any, inp: Any) -> Any:
-            k, tm = inp
-            for j in range(substeps):
-                x = heun_step(lambda t, xx: turbine_unit_rhs(p, xx, tm, t), k * dt + j * h, x, h)
-            return x, x
-
-        _, xs = jax.lax.scan(body, x, (jnp.arange(te.shape[0]), te))
-        return jnp.concatenate([x[None], xs])
-
-    return jax.vmap(one)(units, x0, t_e_mid)
-
-
 def standalone_reference(config: TurbineGridConfig, model: TurbineGrid, truth: Any) -> tuple[Any, Any]:
     """The spec's [REPO] standalone reference: each turbine simulated alone, driven by the truth's T_e.
 
@@ -652,16 +471,9 @@ def standalone_reference(config: TurbineGridConfig, model: TurbineGrid, truth: A
     mid = 0.5 * (t_e[:-1] + t_e[1:])
     units = jax.tree.map(lambda *v: jnp.stack([jnp.asarray(a) for a in v]), *model.units)
     x0 = model.unit_states(truth[0])
-    return np.asarray(_standalone(units, x0, jnp.asarray(mid.T), config.dt, config.substeps)), t_e
-
-
-def electrical_torque(model: TurbineGrid, angles: np.ndarray) -> np.ndarray:
-    """``T_e`` (T, U) [N m] from bus angles (T, N) in bus order (S147-S148), on the host."""
-    K = np.asarray(model.K)
-    gens = np.asarray(model.gen_buses)
-    diff = angles[:, None, :] - angles[:, gens, None]  # (T, U, N): delta_j - delta_i
-    inflow = np.sum(K[gens][None] * np.sin(diff), axis=-1)
-    return -(model.S_base / np.asarray(model.omega_rated))[None] * inflow
+    te = jnp.asarray(mid.T)
+    states = simulate_batch(grid_unit_rhs, heun_step, units, x0, te, config.dt, config.substeps)
+    return np.asarray(states), t_e
 
 
 def _angles(names: tuple[str, ...], values: np.ndarray, n_bus: int) -> np.ndarray:
@@ -732,7 +544,9 @@ def _score(
     def x(s: str) -> np.ndarray:
         return truth[:, truth_names.index(s)]
 
-    t_e = electrical_torque(model, _angles(names, means, model.K.shape[0]))
+    t_e = np.asarray(
+        jax.vmap(model.electrical_torque_at)(jnp.asarray(_angles(names, means, model.K.shape[0])))
+    )
     before = t < config.t_on
     cov_all, pooled, standalone = [], [], []
     for i, b in enumerate(model.gen_buses):
@@ -969,7 +783,7 @@ def figures(arrays: Mapping[str, Any], config: TurbineGridConfig) -> dict[str, A
                 j = names.index(f"{s}_{b}")
                 ax = axes[r, c]
                 ax.plot(t[window], truth[window, j], "k", lw=1, label="truth")
-                mu, band = est[window, j], 1.96 * sd[window, j]
+                mu, band = est[window, j], band_z(0.95) * sd[window, j]
                 ax.plot(t[window], mu, "C0", lw=0.8, label="estimate")
                 ax.fill_between(t[window], mu - band, mu + band, color="C0", alpha=0.25)
                 ax.set_ylabel(f"{s} (bus {b})")

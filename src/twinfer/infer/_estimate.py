@@ -1,7 +1,7 @@
 """The one result type of twinfer's state estimators: :class:`Estimate`.
 
-Every estimator that tracks states over a record (``run_filter``/``filter``, ``smooth``, a compositional
-graph through :func:`twinfer.infer.graph.estimate`) returns the same object: times, the names of the
+Every estimator that tracks states over a record (:func:`twinfer.infer.estimate` with any method,
+``run_filter``, ``smooth``, a compositional graph's engines) returns the same object: times, the names of the
 columns (states, then unknown parameters), means and marginal standard deviations per time, the full
 covariances where the estimator keeps them, and the log-likelihood of the measurements. Parameters are
 read by name with :meth:`Estimate.interval`; :meth:`Estimate.to_xarray`, :meth:`Estimate.to_netcdf` and
@@ -19,6 +19,7 @@ import jax
 import numpy as np
 
 from twinfer.data._checks import did_you_mean
+from twinfer.infer._figures import estimate_figures
 
 
 @dataclasses.dataclass(frozen=True, eq=False, repr=False)
@@ -285,8 +286,6 @@ class Estimate:
             ``{figure name: matplotlib Figure}`` (``states``, ``parameters``, ``states-2``, ...).
 
         """
-        from twinfer.report._estimate_figures import estimate_figures
-
         for name in names or ():
             self._column(name)
         return estimate_figures(self, self.truth_of(truth), names, level, z=self._z(level, "plot"))

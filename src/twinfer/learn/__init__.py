@@ -1,5 +1,6 @@
 """Learning: SINDy interface laws, a NARX surrogate, neural blocks as models, one training loop."""
 
+from twinfer.learn._least_squares import duffing_equation_error_fit, gain_fit, output_error_fit
 from twinfer.learn._narx import NARX, NarxConfig, NarxFit, fit_narx, narx_metrics, narx_windows
 from twinfer.learn._neural import MLP, RNN, SecondOrderNeuralODE, apply_mlp, init_mlp
 from twinfer.learn._sindy import (
@@ -30,7 +31,9 @@ __all__ = [
     "apply_mlp",
     "balance_force",
     "fit_interface_law",
+    "duffing_equation_error_fit",
     "fit_narx",
+    "gain_fit",
     "highpass",
     "init_mlp",
     "library",
@@ -39,6 +42,7 @@ __all__ = [
     "linear_coefficients",
     "narx_metrics",
     "narx_windows",
+    "output_error_fit",
     "reconstruct_relative",
     "train",
     "trajectory_loss",

@@ -26,6 +26,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.flatten_util import ravel_pytree
 
+from twinfer._config import ensure
 from twinfer.checkpoint import Checkpoint, Snapshot, array_digest, as_checkpoint, digest
 from twinfer.models import AbstractModel, Params
 from twinfer.sharding import device_mesh, map_cores, usable_cores
@@ -249,6 +250,7 @@ def train(
             dtypes, with impossible counters, or present while ``resume`` is off.
 
     """
+    ensure("train", params=params)
     missing = [g for g in trainable if g not in params]
     if missing:
         raise KeyError(f"train trainable: groups {missing} are not in params ({sorted(params)}).")

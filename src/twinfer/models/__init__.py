@@ -1,5 +1,12 @@
 """Models: the interface, combinators and the library of systems."""
 
+from twinfer.models._ball_combination import (
+    BALL_LOSS_WEIGHTS,
+    BALL_MLM_LAYOUT,
+    BALL_SCENARIOS,
+    BALL_STATE,
+    ball_combination,
+)
 from twinfer.models._base import AbstractModel, Connection, Params
 from twinfer.models._combine import BLOCKS, TOPOLOGIES, Combination, System, noisy, psd
 from twinfer.models._combine_model import CombinedModel
@@ -8,7 +15,7 @@ from twinfer.models.boucwen import BoucWen
 from twinfer.models.bouncing_ball import BouncingBall2D
 from twinfer.models.chain import Chain, ShearFrame, spring_damper_law
 from twinfer.models.emps import EMPS
-from twinfer.models.kuramoto import KuramotoNetwork, wrap_angle
+from twinfer.models.kuramoto import KuramotoNetwork, draw_grid_parameters, wrap_angle
 from twinfer.models.network import Link, SpringNetwork
 from twinfer.models.turbine import (
     PeltonParams,
@@ -46,6 +53,11 @@ from twinfer.models.turbine_grid import (
 )
 
 __all__ = [
+    "BALL_LOSS_WEIGHTS",
+    "BALL_MLM_LAYOUT",
+    "BALL_SCENARIOS",
+    "BALL_STATE",
+    "ball_combination",
     "BLOCKS",
     "EMPS",
     "TOPOLOGIES",
@@ -78,6 +90,7 @@ __all__ = [
     "get_param",
     "grid_torque",
     "kuramoto_operating_point",
+    "draw_grid_parameters",
     "load_step",
     "locate",
     "governor_command",

@@ -27,6 +27,7 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float
 
+from twinfer._config import ensure
 from twinfer.models._params import param_names as _param_names
 
 Params = dict[str, Any]
@@ -58,6 +59,16 @@ class AbstractModel(eqx.Module):
     """
 
     params: eqx.AbstractVar[Params]
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> Any:
+        """Apply :func:`twinfer.configure` (float64) before the first model makes its parameter arrays.
+
+        Building a model is a user's first step; parameters made while JAX is in float32 would lose
+        digits that no later widening brings back, so the first model switches float64 on (once, as every
+        estimator entry point would; importing twinfer changes nothing).
+        """
+        ensure("model")
+        return super().__new__(cls)
 
     @abc.abstractmethod
     def vector_field(self, t: Any, x: State, u: Input, params: Params) -> State:

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -48,6 +49,18 @@ __all__ = [
 def wrap_angle(a: Any) -> Any:
     """Angle wrapped to [-pi, pi) by ``(a + pi) mod 2 pi - pi`` (the authors' convention)."""
     return jnp.mod(a + jnp.pi, 2.0 * jnp.pi) - jnp.pi
+
+
+def draw_grid_parameters(n: int, key: jax.Array) -> tuple[np.ndarray, np.ndarray]:
+    """Damping d_i ~ U(0.10, 0.30) to 2 d.p. and Omega_i uniform over the 21 values -1.0..1.0.
+
+    The random network parameters of the compositional-inference paper's grid study (Table S4).
+    """
+    k_d, k_w = jax.random.split(key)
+    d = np.round(np.asarray(jax.random.uniform(k_d, (n,), minval=0.1, maxval=0.3)), 2)
+    grid = np.round(np.linspace(-1.0, 1.0, 21), 10)
+    omega = grid[np.asarray(jax.random.randint(k_w, (n,), 0, 21))]
+    return d, omega
 
 
 def swing_equation(

@@ -653,7 +653,10 @@ class TurbineGrid(AbstractModel):
 
     def electrical_torque(self, x: State) -> Any:
         """``T_e,i`` (n_gen,) [N m] at state ``x`` (:func:`grid_torque`)."""
-        delta = self.bus_angles(x)
+        return self.electrical_torque_at(self.bus_angles(x))
+
+    def electrical_torque_at(self, delta: Any) -> Any:
+        """``T_e,i`` (n_gen,) [N m] at the bus angles ``delta`` (N,) in bus order (S147-S148)."""
         gens = np.asarray(self.gen_buses)
         return grid_torque(self.K[gens], delta[gens], delta, self.omega_rated, self.S_base)
 

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from twinfer._atomic import OWNER, mark_owner, marked_gone, write_bytes
+from twinfer.errors import TwinferValueError
 from twinfer.report._files import to_toml, write_figure, write_json, write_npz, write_text
 from twinfer.report._report import PaperValue, render_report
 
@@ -263,7 +264,7 @@ def remove_stale_tmp(root: Path) -> list[Path]:
     return removed
 
 
-class RunFolderError(ValueError):
+class RunFolderError(TwinferValueError):
     """A run folder that is missing a file, or holds one that does not parse; the message names it."""
 
 

@@ -1,7 +1,9 @@
 """Simulation: integrator steps, discretisation, graph nodes, fixed-step and adaptive solves, signals."""
 
+from twinfer.sim._batch import simulate_batch
 from twinfer.sim._dataset import simulate_dataset
 from twinfer.sim._discretise import METHODS, DiscreteModel, discretise, exact_matrices, integrator_step
+from twinfer.sim._grid import simulate_grid
 from twinfer.sim._node import Dynamics, GraphNode, StagedNode, graph_node, heun_node
 from twinfer.sim._noise import add_noise, add_noise_numpy_legacy, noise_std_for_snr
 from twinfer.sim._particles import (
@@ -45,8 +47,10 @@ __all__ = [
     "semi_implicit_euler_step",
     "substep_loop",
     "simulate",
+    "simulate_batch",
     "simulate_dataset",
     "simulate_discrete",
+    "simulate_grid",
     "particle_simulator",
     "simulate_particles",
     "simulate_particles_feedback",

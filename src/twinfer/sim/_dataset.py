@@ -31,6 +31,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from twinfer._config import ensure
 from twinfer.data import Dataset
 from twinfer.models import AbstractModel
 from twinfer.sim._discretise import METHODS, discretise
@@ -109,6 +110,7 @@ def simulate_dataset(
         ValueError: naming the argument, the expected and the received value.
 
     """
+    ensure("simulate_dataset", model=model, x0=x0)  # inputs: checked below, by name
     if not (np.isfinite(dt) and dt > 0):
         raise ValueError(f"simulate_dataset dt: expected a finite step > 0; received {dt}.")
     check_key("simulate_dataset key", key)

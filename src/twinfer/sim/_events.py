@@ -24,6 +24,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from twinfer.errors import TwinferRuntimeError
 from twinfer.models import AbstractModel
 from twinfer.sim._events_rk4 import simulate_rk4
 from twinfer.sim._trajectory import check_array
@@ -210,7 +211,8 @@ def _simulate(
             event=event,
             max_steps=max_steps,
         )
-        assert sol.ts is not None and sol.ys is not None
+        if sol.ts is None or sol.ys is None:  # SaveAt(t1=True) saves both
+            raise TwinferRuntimeError("internal: diffrax saved no end point of an event segment.")
         t_f, x_f = sol.ts[-1], sol.ys[-1]
         if n_ev > 0:
             which = jnp.stack(jax.tree_util.tree_leaves(sol.event_mask))

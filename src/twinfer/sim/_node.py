@@ -66,7 +66,7 @@ def graph_node(model: AbstractModel, dt: float, method: str = "rk4", substeps: i
     (a chain segment's messages are the cut connections' forces on its masses, its inputs the external
     forces on the same masses). ``params`` is the subsystem's own parameter pytree, in the model's
     structure, so subsystems built from one call (one model structure) with different numbers batch
-    together in :func:`twinfer.infer.graph.compile`. Time does not enter (a subsystem has no time
+    together in :func:`twinfer.infer.graph._run.compile`. Time does not enter (a subsystem has no time
     argument): the model is evaluated at ``t = 0``.
 
     Args:

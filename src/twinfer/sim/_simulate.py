@@ -10,6 +10,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from twinfer._config import ensure
 from twinfer.models import AbstractModel
 from twinfer.sim._discretise import DiscreteModel
 from twinfer.sim._timescale import check_step, unit_hint
@@ -50,6 +51,7 @@ def simulate_discrete(
         (T, n_output) with ``outputs[k] = output(t_k, x_k, u_k)``.
 
     """
+    ensure(where, dmodel=dmodel, x0=x0, params=params)
     params = dmodel.params if params is None else params
     x0 = jnp.asarray(check_array("simulate_discrete x0", x0, (dmodel.n_state,)))
     if inputs is None:
@@ -181,6 +183,7 @@ def simulate(
         Trajectory (``outputs[k] = output(ts[k], x(ts[k]), u(ts[k]))``), and the solution if ``dense``.
 
     """
+    ensure("simulate", model=model, x0=x0, params=params)
     params = model.params if params is None else params
     ts_np = np.asarray(ts, dtype=np.float64)
     if ts_np.ndim != 1 or ts_np.size < 2 or not np.all(np.diff(ts_np) > 0):

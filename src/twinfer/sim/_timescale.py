@@ -30,6 +30,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from twinfer.errors import TwinferValueError, TwinferWarning
 from twinfer.models import AbstractModel, Params
 
 STEP_LIMITS: dict[str, float] = {
@@ -88,11 +89,11 @@ _POLYNOMIALS: dict[str, tuple[float, ...]] = {
 sec. IV.2): one step of ``x' = lambda x`` multiplies ``x`` by ``R(dt lambda)``."""
 
 
-class StepSizeError(ValueError):
+class StepSizeError(TwinferValueError):
     """The record's step is too long for the integrator: the discretisation itself grows without bound."""
 
 
-class StepSizeWarning(UserWarning):
+class StepSizeWarning(TwinferWarning):
     """The integrator adds noticeable growth over the record (up to :data:`GROWTH_ERROR`-fold)."""
 
 

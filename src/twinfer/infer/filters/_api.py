@@ -19,11 +19,11 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Literal, NamedTuple, TypedDict, Unpack
 
 import equinox as eqx
-import jax
 import jax.numpy as jnp
 import numpy as np
 from jaxtyping import ArrayLike, Float
 
+from twinfer._config import ensure
 from twinfer.data import Dataset
 from twinfer.infer._estimate import Estimate
 from twinfer.infer.filters._augment import (
@@ -42,11 +42,10 @@ from twinfer.infer.filters._errors import (
     inconsistency,
     nis_band,
 )
-from twinfer.infer.filters._gaussian_filter import gaussian_filter
+from twinfer.infer.filters._program import CentralProgram, _filtered_summary, _unscented
 from twinfer.infer.filters._smoother import rts_smooth
 from twinfer.infer.filters._tune import AUTO, attach, filter_loglik, is_auto, noise_floor, tune_noise
-from twinfer.infer.filters._ukf import run_ukf
-from twinfer.infer.gaussian import UnscentedWeights, linear, taylor, unscented
+from twinfer.infer.gaussian import UnscentedWeights, linear, taylor
 from twinfer.models import AbstractModel
 from twinfer.sim import METHODS as INTEGRATORS
 from twinfer.sim import StepProblem, StepSizeError, StepSizeWarning, discretise, step_problem, unit_hint
@@ -152,13 +151,6 @@ def _choice(where: str, field: str, value: Any, allowed: tuple[str, ...], note: 
     return value
 
 
-EstimateResult = Estimate
-"""The former name of :class:`twinfer.infer.Estimate`, which :func:`run_filter` and :func:`smooth` return."""
-
-
-_JIT_GAUSSIAN = eqx.filter_jit(gaussian_filter)
-
-
 class _Transition(eqx.Module):
     """``(x, u) -> x_next`` as a pytree, so repeated calls with the same model structure reuse the jit.
 
@@ -180,12 +172,6 @@ class _Output(eqx.Module):
 
     def __call__(self, x: Any, u: Any) -> Any:
         return self.model.output(0.0, x, u[u.shape[-1] // 2 :], self.params)
-
-
-@functools.lru_cache(maxsize=16)
-def _unscented(weights: UnscentedWeights) -> Any:
-    """One linearisation function per weights (a stable static argument of the jitted filter)."""
-    return unscented(weights)
 
 
 def _vector(where: str, name: str, value: Any, names: tuple[str, ...], *, lower: str = ">= 0") -> Any:
@@ -367,26 +353,40 @@ def _check_data(where: str, model: AbstractModel, data: Any) -> None:
         )
 
 
-@jax.jit
-def _filtered_summary(x_init: Any, cov0: Any, means: Any, chols: Any) -> tuple[Any, Any, Any]:
-    """Means and covariances over t_0..t_T (the prior first) and standard deviations, in one program.
+class Layout(NamedTuple):
+    """What a program compiled without a record needs to know of the records it will read.
 
-    Op by op, this assembly cost a warm call as much as the filter itself.
+    ``dt`` the step, ``input_hold`` and ``alignment`` the time convention
+    (:class:`twinfer.data.Dataset`), ``n_steps`` the record length the step check judges growth over.
     """
-    covs = jnp.concatenate([cov0[None], jnp.einsum("tij,tkj->tik", chols, chols)])
-    stds = jnp.sqrt(jnp.maximum(jnp.diagonal(covs, axis1=1, axis2=2), 0.0))
-    return jnp.concatenate([x_init[None], means]), covs, stds
+
+    dt: float
+    input_hold: str = "zoh"
+    alignment: str = "sampled"
+    n_steps: int = 1000
 
 
-def _run(model: AbstractModel, data: Dataset, where: str, options: Mapping[str, Any]) -> Estimate:
-    """The body of :func:`run_filter` (``where="filter"``) and :func:`smooth` (``where="smooth"``)."""
+def _run(
+    model: AbstractModel,
+    data: Dataset | None,
+    where: str,
+    options: Mapping[str, Any],
+    layout: Layout | None = None,
+) -> Any:
+    """The body of :func:`run_filter` (``where="filter"``) and :func:`smooth` (``where="smooth"``).
+
+    With ``data`` None, the :class:`CentralProgram` for records of ``layout`` (``twinfer.compile``).
+    """
     opts = _settings(where, options)
     estimator = _choice(where, "estimator", opts.estimator, ESTIMATORS)
     allowed = LINEARISATIONS[estimator]
     lin_name = allowed[0] if opts.linearisation is None else opts.linearisation
     _choice(where, "linearisation", lin_name, allowed, f" for estimator {estimator!r}")
     integrator = _choice(where, "integrator", opts.integrator, INTEGRATORS)
-    _check_data(where, model, data)
+    if data is not None:
+        _check_data(where, model, data)
+    elif layout is None:
+        raise TypeError(f"{where}: expected a dataset or a layout (the step and time convention).")
     unknown = _unknown(where, model, opts.unknown, log_default=True)
     scales = {name: v[3] for name, v in unknown.items()}
     aug = augment(model, list(unknown), [v == "log" for v in scales.values()]) if unknown else model
@@ -403,6 +403,12 @@ def _run(model: AbstractModel, data: Dataset, where: str, options: Mapping[str, 
     x_init = np.concatenate([_vector(where, "x0", opts.x0, base_names, lower="any"), prior[:, 0]])
     sd0 = np.concatenate([_vector(where, "state_sd", opts.state_sd, base_names, lower="> 0"), prior[:, 1]])
     auto_q, auto_r = (is_auto(where, k, getattr(opts, k)) for k in ("process_sd", "noise_sd"))
+    if data is None and (auto_q or auto_r):
+        raise ValueError(
+            f"{where} {'process_sd' if auto_q else 'noise_sd'}: expected standard deviations; received "
+            f"{AUTO!r}, which tunes the levels on a record (twinfer.estimate has one; a compiled program "
+            "does not)."
+        )
     q_base = sd0[:n_base] if auto_q else _vector(where, "process_sd", opts.process_sd, base_names)
     sdq = np.concatenate([q_base, prior[:, 2]])
     sdr = _vector(where, "noise_sd", 1.0 if auto_r else opts.noise_sd, model.output_names, lower="> 0")
@@ -416,7 +422,7 @@ def _run(model: AbstractModel, data: Dataset, where: str, options: Mapping[str, 
             f"{where} weights: sigma-point weights are the UKF's; received them with estimator "
             f"{estimator!r}. Drop weights or use estimator 'ukf'."
         )
-    dt = data.dt
+    dt = layout.dt if data is None else data.dt  # type: ignore[union-attr]
     substeps = opts.substeps
     if isinstance(substeps, bool) or not isinstance(substeps, int | np.integer) or substeps < 1:
         raise ValueError(f"{where} substeps: expected an integer >= 1; received {substeps!r}.")
@@ -429,8 +435,8 @@ def _run(model: AbstractModel, data: Dataset, where: str, options: Mapping[str, 
     except ValueError as error:
         raise ValueError(f"{where} integrator: {error}") from None
     params = aug.params
-    u_first = None if data.inputs is None else data.inputs[0]
-    n_steps = data.n_steps - 1
+    u_first = None if data is None or data.inputs is None else data.inputs[0]
+    n_steps = layout.n_steps if data is None else data.n_steps - 1  # type: ignore[union-attr]
     check = functools.partial(
         step_problem,
         where,
@@ -442,13 +448,11 @@ def _run(model: AbstractModel, data: Dataset, where: str, options: Mapping[str, 
         name=type(model).__name__,
     )
     at_prior = check(x_init, u_first, at="the prior")
-    deferred = at_prior if isinstance(at_prior, StepProblem) and unknown else None
+    deferred = at_prior if isinstance(at_prior, StepProblem) and unknown and data is not None else None
     if deferred is None:  # with unknowns, the data may move them to where the step is fine: judged after
         _step_verdict(at_prior)
-    us = data.step_inputs()
     f = _Transition(step, params)
     h = _Output(aug, params)
-    ys, masks = np.nan_to_num(data.observations[1:]), np.asarray(data.mask[1:])
     if lin_name == "propagated":
         lin = None
     elif lin_name == "redrawn":
@@ -456,7 +460,9 @@ def _run(model: AbstractModel, data: Dataset, where: str, options: Mapping[str, 
     else:
         lin = taylor if lin_name == "taylor" else linear
     tuning = None
-    if auto_q or auto_r:  # noise levels from the data (docs/tuning.md)
+    if data is not None and (auto_q or auto_r):  # noise levels from the data (docs/tuning.md)
+        us = data.step_inputs()
+        ys, masks = np.nan_to_num(data.observations[1:]), np.asarray(data.mask[1:])
         loglik = filter_loglik(
             f, h, x_init, sd0, prior[:, 2], us, ys, masks, linearisation=lin, weights=weights
         )
@@ -472,50 +478,39 @@ def _run(model: AbstractModel, data: Dataset, where: str, options: Mapping[str, 
         q_base = q_base if tuning.process_sd is None else tuning.process_sd
         sdq = np.concatenate([q_base, prior[:, 2]])
         sdr = sdr if tuning.noise_sd is None else tuning.noise_sd
-    if lin is None:
-        try:
-            out = run_ukf(
-                f,
-                h,
-                x_init,
-                np.diag(sd0**2),
-                np.diag(sdq**2),
-                np.diag(sdr**2),
-                np.asarray(us),
-                ys,
-                masks,
-                weights=weights,
-                times=data.times[1:],
-            )
-        except DivergenceError as error:
-            if deferred is not None:
-                raise StepSizeError(f"{deferred.text} The filter then diverged: {error}") from None
-            hint = _time_hint(aug, data, integrator, x_init)
-            raise DivergenceError(f"{where}: {error}{hint} {_ARGS_HINT}") from None
-    else:
-        out = _JIT_GAUSSIAN(
-            f,
-            h,
-            jnp.asarray(x_init),
-            jnp.diag(sd0),
-            jnp.diag(sdq),
-            jnp.diag(sdr),
-            jnp.asarray(us),
-            jnp.asarray(ys),
-            jnp.asarray(masks),
-            linearisation=lin,
+    program = CentralProgram(
+        state_names=tuple(aug.state_names),
+        parameters=tuple(aug.state_names[n_base + i] for i in range(len(unknown))),
+        input_names=tuple(model.input_names),
+        output_names=tuple(model.output_names),
+        input_hold=(layout if data is None else data).input_hold,  # type: ignore[union-attr]
+        alignment=(layout if data is None else data).alignment,  # type: ignore[union-attr]
+        f=f,
+        h=h,
+        x0=jnp.asarray(x_init),
+        chol_P0=jnp.diag(jnp.asarray(sd0)),
+        chol_Q=jnp.diag(jnp.asarray(sdq)),
+        chol_R=jnp.diag(jnp.asarray(sdr)),
+        linearisation=lin_name,
+        weights=weights,
+        log_cols=tuple(n_base + i for i, s in enumerate(scales.values()) if s == "log"),
+        dt=float(dt),
+    )
+    if data is None:
+        return program
+    out = program.scan(data)
+    bad = int(out.first_bad_step)
+    if bad >= 0 and deferred is not None:
+        raise StepSizeError(
+            f"{deferred.text} The filter then diverged at step {bad}: non-finite state or covariance."
         )
-        if int(out.first_bad_step) >= 0 and deferred is not None:
-            raise StepSizeError(
-                f"{deferred.text} The filter then diverged at step {int(out.first_bad_step)}: non-finite "
-                "state or covariance."
-            )
-        if int(out.first_bad_step) >= 0:
-            raise DivergenceError(
-                f"{where}: estimator {estimator!r} ({lin_name}) diverged at step {int(out.first_bad_step)} "
-                f"(t = {float(data.times[1 + int(out.first_bad_step)]):g}): non-finite state or covariance. "
-                f"Check the model.{_time_hint(aug, data, integrator, x_init)} {_ARGS_HINT}"
-            )
+    if bad >= 0:
+        name = "UKF" if lin_name == "propagated" else f"estimator {estimator!r} ({lin_name})"
+        raise DivergenceError(
+            f"{where}: {name} diverged at step {bad} (t = {float(data.times[1 + bad]):g}): non-finite state "
+            f"or covariance (a covariance no longer positive-definite). Check the model."
+            f"{_time_hint(aug, data, integrator, x_init)} {_ARGS_HINT}"
+        )
     cov0 = np.diag(sd0**2)
     if where == "smooth":
         sm = rts_smooth(out, x_init, cov0)
@@ -585,7 +580,8 @@ def _run(model: AbstractModel, data: Dataset, where: str, options: Mapping[str, 
 def run_filter(model: AbstractModel, data: Dataset, **options: Unpack[EstimateOptions]) -> Estimate:
     """Filter a dataset with a model: states (and unknown parameters) with uncertainty at each time.
 
-    Also importable as ``filter`` (the same function; ``run_filter`` does not shadow the builtin).
+    What :func:`twinfer.infer.estimate` runs for a model with a :class:`~twinfer.infer.Central` method
+    (these keywords are its options and the problem's numbers).
 
     Time alignment (:class:`twinfer.data.Dataset`): row k of the dataset holds the input u_k and the
     measurement y_k sampled at t_k; the input is held over [t_k, t_{k+1}) for the dynamics. Step k
@@ -644,8 +640,8 @@ def run_filter(model: AbstractModel, data: Dataset, **options: Unpack[EstimateOp
               ``integrator``.
 
     Returns:
-        :class:`EstimateResult`, with ``nis`` the mean normalised innovation squared (about 1 when the
-        model and noise levels fit the data); with an ``"auto"`` level, also the attribute ``tuning``
+        :class:`~twinfer.infer.Estimate`, with ``nis`` the mean normalised innovation squared (about 1 when
+        the model and noise levels fit the data); with an ``"auto"`` level, also the attribute ``tuning``
         (:class:`~twinfer.infer.filters.NoiseTuning`; :func:`~twinfer.infer.filters.tuning_of`).
 
     Raises:
@@ -677,10 +673,8 @@ def run_filter(model: AbstractModel, data: Dataset, **options: Unpack[EstimateOp
         Svensson, Bayesian Filtering and Smoothing (2nd ed.), Sec. 9.4 (statistical linear regression).
 
     """
+    ensure("run_filter", model=model)
     return _run(model, data, "filter", options)
-
-
-filter = run_filter  # noqa: A001  (the name users look for; run_filter does not shadow the builtin)
 
 
 def smooth(model: AbstractModel, data: Dataset, **options: Unpack[EstimateOptions]) -> Estimate:
@@ -690,4 +684,5 @@ def smooth(model: AbstractModel, data: Dataset, **options: Unpack[EstimateOption
         Särkkä & Svensson, Bayesian Filtering and Smoothing (2nd ed.), Alg. 9.3 (:func:`rts_smooth`).
 
     """
+    ensure("smooth", model=model)
     return _run(model, data, "smooth", options)

@@ -237,8 +237,18 @@ def natural_estimate(est: Estimate, aug: AbstractModel, where: str) -> Estimate:
     if not isinstance(aug, Augmented) or not any(aug.log_scale):
         return est
     n = aug.base.n_state
-    cols = [n + i for i, log in enumerate(aug.log_scale) if log]
-    names = tuple(aug.unknown[i] for i, log in enumerate(aug.log_scale) if log)
+    return log_scaled(est, tuple(n + i for i, log in enumerate(aug.log_scale) if log), where)
+
+
+def log_scaled(est: Estimate, log_cols: tuple[int, ...], where: str) -> Estimate:
+    """``est`` with the columns ``log_cols`` (a Gaussian on ``log theta``) as theta's moments.
+
+    The body of :func:`natural_estimate`, for an estimate whose log-scale columns are known by index.
+    """
+    if not log_cols:
+        return est
+    cols = list(log_cols)
+    names = tuple(est.state_names[c] for c in cols)
     mu = np.asarray(est.means)[:, cols]
     covs = None if est.covs is None else np.asarray(est.covs)
     var_z = covs[:, cols, cols] if covs is not None else np.asarray(est.stds)[:, cols] ** 2

@@ -11,8 +11,10 @@ from typing import Any
 import numpy as np
 from scipy.stats import chi2
 
+from twinfer.errors import TwinferRuntimeError, TwinferWarning
+
 NIS_WARN = 10.0
-"""Mean normalised innovation squared above which :func:`twinfer.infer.filters.filter` warns.
+"""Mean normalised innovation squared above which :func:`twinfer.infer.filters.run_filter` warns.
 
 A consistent filter gives a mean NIS of 1 per observed component (Bar-Shalom, Li & Kirubarajan,
 Estimation with Applications to Tracking and Navigation, Sec. 5.4.2); 10 means the innovations are on
@@ -20,7 +22,7 @@ average more than three predicted standard deviations away: the model or the noi
 """
 
 NIS_LOW = 0.1
-"""Mean NIS below which :func:`twinfer.infer.filters.filter` warns, given at least :data:`NIS_MIN_COUNT`
+"""Mean NIS below which :func:`twinfer.infer.filters.run_filter` warns, given at least :data:`NIS_MIN_COUNT`
 observed values: the filter predicts innovations far larger than those measured, so its variances are
 far too large (an unstable discretisation whose uncertainty explodes while the data pin the state, or a
 noise level far too high). For a consistent filter with 10 observations, a mean below 0.1 has a
@@ -61,15 +63,20 @@ PSD_RTOL = 1e-8
 """A covariance whose smallest eigenvalue is below ``-PSD_RTOL`` times its largest has lost PSD."""
 
 
-class DivergenceError(ValueError):
-    """An estimator's state became non-finite or a covariance stopped being positive semi-definite."""
+class DivergenceError(TwinferRuntimeError, ValueError):
+    """An estimator's state became non-finite or a covariance stopped being positive semi-definite.
+
+    A run-time failure (:class:`~twinfer.errors.TwinferRuntimeError`) that is also a ``ValueError``, as it
+    was before the common base: the likely cause is the input (data, noise levels or a step that do not
+    fit the model), and callers that catch ``ValueError`` keep catching it.
+    """
 
 
-class FilterConsistencyWarning(UserWarning):
+class FilterConsistencyWarning(TwinferWarning):
     """The filter's innovations are larger or smaller than its own predicted innovation covariance allows."""
 
 
-class ParameterBoundWarning(UserWarning):
+class ParameterBoundWarning(TwinferWarning):
     """An estimated parameter's posterior crosses a bound its model declares (a negative stiffness).
 
     The bounds are the model's :attr:`~twinfer.models.AbstractModel.param_bounds`; the estimate is

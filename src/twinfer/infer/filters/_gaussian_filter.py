@@ -21,6 +21,7 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike, Bool, Float, Int
 
+from twinfer._config import ensure
 from twinfer.infer.gaussian import Linearisation, predict, taylor, tria, update
 
 _DIVERGED = (
@@ -172,6 +173,7 @@ def gaussian_filter(
         :class:`GaussianFilterOutput`.
 
     """
+    ensure("gaussian_filter", x0=x0, chol_P0=chol_P0, chol_Q=chol_Q, chol_R=chol_R, ys=ys)
     masks = jnp.isfinite(ys) if masks is None else jnp.asarray(masks) & jnp.isfinite(ys)
     ys = jnp.where(masks, ys, 0.0)
     n = x0.shape[0]
@@ -179,13 +181,38 @@ def gaussian_filter(
 
     def step(mean: Float[Array, " n"], chol_P: Float[Array, "n n"], inp: Any) -> GaussianStep:
         u, y, mask, chol_extra = inp
-        A, b, chol_omega = linearisation(lambda x: f(x, u), mean, chol_P)
-        m_pred, c_pred = predict(mean, chol_P, A, b, jnp.concatenate([chol_Q, chol_omega, chol_extra], 1))
-        H, d, chol_omega_h = linearisation(lambda x: h(x, u), m_pred, c_pred)
-        chol_R_k = tria(jnp.concatenate([chol_R, chol_omega_h], axis=1))
-        m_new, c_new, info = update(m_pred, c_pred, H, d, chol_R_k, y, mask)
-        ok = jnp.all(jnp.isfinite(m_new)) & jnp.all(jnp.isfinite(c_new)) & jnp.isfinite(info.loglik)
-        cross = chol_P @ (chol_P.T @ A.T)
-        return GaussianStep(m_new, c_new, info.loglik, ok, m_pred, c_pred, cross, info.nis)
+        return gaussian_step(f, h, linearisation, chol_Q, chol_R, mean, chol_P, u, y, mask, chol_extra)
 
     return scan_steps(step, x0, chol_P0, (us, ys, masks, extra), masks, check=check)
+
+
+def gaussian_step(
+    f: Transition,
+    h: Measurement,
+    linearisation: Linearisation,
+    chol_Q: Float[Array, "n q"],
+    chol_R: Float[Array, "m r"],
+    mean: Float[Array, " n"],
+    chol_P: Float[Array, "n n"],
+    u: Any,
+    y: Float[Array, " m"],
+    mask: Bool[Array, " m"],
+    chol_extra: Float[Array, "n k"] | None = None,
+) -> GaussianStep:
+    """One step of :func:`gaussian_filter`.
+
+    Linearise ``f`` at the posterior, predict, linearise ``h`` at the prediction, update with ``y`` where
+    ``mask`` holds (``y`` is 0 elsewhere, never read).
+
+    ``chol_extra`` (n, k) is extra process noise of this step (zeros when None).
+    """
+    if chol_extra is None:
+        chol_extra = jnp.zeros((mean.shape[0], 1), mean.dtype)
+    A, b, chol_omega = linearisation(lambda x: f(x, u), mean, chol_P)
+    m_pred, c_pred = predict(mean, chol_P, A, b, jnp.concatenate([chol_Q, chol_omega, chol_extra], 1))
+    H, d, chol_omega_h = linearisation(lambda x: h(x, u), m_pred, c_pred)
+    chol_R_k = tria(jnp.concatenate([chol_R, chol_omega_h], axis=1))
+    m_new, c_new, info = update(m_pred, c_pred, H, d, chol_R_k, y, mask)
+    ok = jnp.all(jnp.isfinite(m_new)) & jnp.all(jnp.isfinite(c_new)) & jnp.isfinite(info.loglik)
+    cross = chol_P @ (chol_P.T @ A.T)
+    return GaussianStep(m_new, c_new, info.loglik, ok, m_pred, c_pred, cross, info.nis)

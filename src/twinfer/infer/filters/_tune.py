@@ -39,6 +39,7 @@ import jax.numpy as jnp
 import numpy as np
 import scipy.optimize
 
+from twinfer.errors import TwinferRuntimeError
 from twinfer.infer.filters._gaussian_filter import gaussian_filter
 from twinfer.infer.filters._ukf import ukf_scan
 
@@ -140,7 +141,8 @@ class NoiseTuning:
         parts = []
         for name, scale in self.scales.items():
             values = self.process_sd if name == "process_sd" else self.noise_sd
-            assert values is not None
+            if values is None:  # a tuned scale comes with its chosen values
+                raise TwinferRuntimeError(f"internal: Tuning.{name} has a scale but no values.")
             shown = (
                 f"{values[0]:.3g}" if np.all(values == values[0]) else np.array2string(values, precision=3)
             )

@@ -29,6 +29,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Bool, Float
 
+from twinfer._config import ensure
 from twinfer.data._checks import first_bad
 from twinfer.infer.filters._errors import DivergenceError
 from twinfer.infer.filters._gaussian_filter import (
@@ -50,12 +51,6 @@ from twinfer.infer.gaussian import (
     tria,
     update_scalar,
 )
-
-FilterOutput = GaussianFilterOutput
-"""The output of every Gaussian filter (kept as the UKF's name for it)."""
-
-UkfStep = GaussianStep
-"""The result of one :func:`ukf_step` (the step record every Gaussian filter scans)."""
 
 
 def ukf_step(
@@ -105,7 +100,8 @@ def ukf_step(
             non-negative central weight and no ``redraw``.
 
     Returns:
-        :class:`UkfStep`; ``ok`` is False when the posterior is non-finite.
+        ``GaussianStep``, the step record every Gaussian filter scans; ``ok`` is False when the posterior
+        is non-finite.
 
     """
     n = mean.shape[0]
@@ -249,7 +245,7 @@ def ukf_scan(
     innovation: Innovation | None = None,
     check: bool = False,
     kernel: Literal["qr", "gram"] = "qr",
-) -> FilterOutput:
+) -> GaussianFilterOutput:
     """Run the square-root UKF over T steps (pure, jit- and vmap-able): :func:`ukf_step` scanned over time.
 
     Step k predicts x_{k+1} from x_k with ``f(x, u_k)`` and updates with ``ys[k] ~ h(x_{k+1}, u_k)``.
@@ -324,7 +320,7 @@ def run_ukf(
     redraw: bool = False,
     innovation: Innovation | None = None,
     times: Float[Array | np.ndarray, " T"] | None = None,
-) -> FilterOutput:
+) -> GaussianFilterOutput:
     """:func:`ukf_scan` with boundary checks, jitted, raising if the filter diverges.
 
     The user-facing UKF: it takes covariances (``cov0``, ``q``, ``r``), not factors, on purpose, since
@@ -362,6 +358,7 @@ def run_ukf(
             given).
 
     """
+    ensure("run_ukf")  # its arrays are checked below, each by name
     arrays = {"x0": x0, "cov0": cov0, "q": q, "r": r, "us": us, "ys": ys}
     for name, value in arrays.items():
         kind = np.asarray(value).dtype if not hasattr(value, "dtype") else np.dtype(value.dtype)

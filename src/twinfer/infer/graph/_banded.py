@@ -1,578 +1,54 @@
 """A Kalman filter whose posterior is Markov along an ordered chain of subsystems (banded precision).
 
-The subsystems of a graph, in its order ``b_1 .. b_p``, carry only the joint covariances of every window
-of ``L + 1`` consecutive subsystems (the cliques ``C_s = Cov(b_s .. b_{s+L})``). The posterior is the
-maximum-entropy Gaussian with those marginals: the Gauss-Markov chain of order ``L`` in the subsystem
-index, whose precision is block-banded with bandwidth ``L`` (Khan & Moura, "Distributing the Kalman
-filter for large-scale systems", IEEE Trans. Signal Process. 56(10), 2008; the junction-tree form
+The model is the graph's central one (:meth:`~twinfer.infer.graph.Graph.monolithic`, the same
+discretisation and noise as the distributed estimator); the posterior keeps the joint covariance of
+every window of ``L + 1`` consecutive subsystems (:mod:`twinfer.infer.graph._band`), so each
+subsystem's errors stay correlated with its neighbours' as far along the chain as they really are: the
+long-range covariance that message passing drops. One step is a Gaussian filter: the transition
+linearised by its Jacobian (compressed by colouring, Curtis, Powell & Reid 1974) or by each window's
+sigma points; the output by its Jacobian, that Jacobian with its error's variance added to R (the
+default, ``"compensated"``), or statistical linear regression on each clique's sigma points. Work and
+memory per step are linear in p. With ``L = p - 1`` and ``update="taylor"`` it is the central EKF (a
+test). The design, and the coverage measured against the central filter and message passing, are in
+``docs/design-banded.md``.
 
-    P^-1 = sum_s E_s C_s^-1 E_s^T - sum_s E_s' S_s^-1 E_s'^T,     S_s = Cov(b_{s+1} .. b_{s+L}),
+References:
+    U. A. Khan & J. M. F. Moura, "Distributing the Kalman filter for large-scale systems", IEEE Trans.
+    Signal Process. 56(10), 2008.
+    A. R. Curtis, M. J. D. Powell & J. K. Reid, "On the estimation of sparse Jacobian matrices",
+    IMA J. Appl. Math. 13, 1974.
+    X. Boyen & D. Koller, "Tractable inference for complex stochastic processes", UAI 1998 (the
+    block-by-block projection this filter avoids).
 
-E the embeddings of the cliques and separators). Neighbouring subsystems' errors are then correlated
-as far along the chain as they really are, though each subsystem stores only its own window: the
-long-range covariance that a block-by-block posterior with messages between neighbours drops (the
-positions of a chain fixed at one end, whose links' errors add coherently: ``twinfer run
-chain-scaling``'s docstring) is carried by the chain of regressions of each subsystem on the L before it.
-
-One step (a Gaussian filter on the graph's central model, :meth:`Graph.monolithic`, the same
-discretisation as the distributed estimator; linearised as an EKF here, by sigma points below):
-
-* predict: each clique's window of ``L + 1 + 2 w`` subsystems (``w`` the reach of one step of the
-  transition, in subsystems) is completed from the cliques by those regressions,
-  ``Cov(b_j, .) = A_j Cov(S_j, .)``, ``A_j = Cov(b_j, S_j) Cov(S_j)^-1``; then
-  ``C_s^- = F_{s,W} Cov(W) F_{s,W}^T + Q_s`` with F the Jacobian of the transition at the mean;
-* update, in information form: ``Y^+ = Y^- + H^T R^-1 H`` keeps the band when each output reads
-  subsystems at most L apart; the band of ``(Y^+)^-1`` (the new cliques) and the mean come from one
-  forward and one backward sweep over super-blocks of L subsystems (the block-tridiagonal recursion of
-  the RTS smoother, in space), the log-likelihood from the matrix determinant lemma,
-  ``log det S = log det R + log det Y^+ - log det Y^-``.
-
-The output's linearisation has three forms (``update``):
-
-* ``"taylor"``: H the Jacobian at the predicted mean, ``h(m)`` the prediction (the EKF's);
-* ``"unscented"``: each output regressed on the sigma points of the clique holding it (statistical
-  linear regression, :func:`_output_unscented`): the regression replaces H, the unscented mean replaces
-  ``h(m)``, and the regression's residual variance is added to the output's noise (the textbook UKF's
-  measurement update with points redrawn from the predicted Gaussian; with one window over the whole
-  chain it is that UKF exactly: a test);
-* ``"compensated"`` (the default): the Jacobian and ``h(m)`` as in ``"taylor"``, and the variance of the
-  linearisation's error at those points, ``Var(h(x) - h(m) - H (x - m))``, added to the output's noise
-  (for the chain's outputs, products of an unknown stiffness and a displacement, the second-order
-  term ``var(k) var(dx) / m^2`` a Jacobian drops). With one window it equals a dense reference (a test).
-
-``prediction="unscented"`` propagates each clique's window by its sigma points (cliques far enough apart
-share the whole model's evaluations, so the work stays linear in p); on ``chain-scaling`` it changed
-little and cost 2.5-4x, so it is an option. Measured there (calibrated set-up, stiffnesses unknown,
-L = 3, seed 0; 95 % coverage of the states, taylor / unscented / compensated): n = 8: 0.975 / 0.974 /
-0.976; n = 16: 0.665 / 0.951 / 0.926; n = 32: 0.924 / 0.568 / 0.969; n = 64: 0.958 / 0.83 / 0.965. The
-Jacobian alone is over-confident while the stiffnesses are still uncertain (the variance term above is
-then larger than R) and at n = 16 the positions never recover. The regression's mean, ``h(m)`` plus the
-stiffness-displacement covariance over the mass, is what fails at n = 32: the compensated variance
-alone covers 0.969 there, the unscented mean alone 0.288, and the whole regression 0.57 at L = 3 and
-0.45-0.60 at L = 2-8 while it covers 0.984 with the whole chain in one window (L = 31; the central UKF
-0.987): the banded cliques' stiffness-displacement covariances are not good enough to shift the mean by,
-from the first 20 steps on (the stiffnesses' truths 4-9 sds away while their sds fall from 5e4 to 1.4e3
-N/m). Why the band degrades exactly those covariances is open. On issue #20's acceptance chain the three
-agree (L = 2, five seeds each, Duffing and Van der Pol cuts: 0.975-0.999, both stiffnesses inside their
-intervals on every seed). That chain's test set-up has random-walk Q on a truth without process noise,
-which over-covers any consistent filter (the central UKF: 0.99-1.00). With the noise really in the data
-instead (the force at mass 8 recorded with 2 % noise, that noise in Q, no random walks; noise seeds 2 and
-5), the central UKF covers 0.91-0.97 with both stiffnesses inside their intervals, this filter at L = 2
-0.90-0.97 at the same RMSE, and probabilistic messages 0.41-0.59 at 2-3.5x the RMSE. At L = 2 the two
-stiffnesses' intervals sometimes ended just short of the truth (Van der Pol, seed 2: k2 17,984-17,999
-against 18,000, k6 16,983-16,999.8 against 17,000) while they were kept local; held global (below) they
-hold them there. Over noise seeds 2, 5, 7, 11 and 13 with the unknowns global, this filter's
-coverage pools to 0.935 (Duffing) and 0.938 (Van der Pol) against the central UKF's 0.946 and 0.940,
-every record within 0.023 of the central one, where probabilistic messages pool to 0.58 and 0.66; one
-record's coverage is noisy (the central UKF's ranges over 0.850-0.990 on those ten records), so the
-acceptance test pools them. No posterior kept block by block can cover there: the exact central EKF
-step followed by keeping only each subsystem's own block (and dropping every correlation between
-subsystems, the assumed-density projection of Boyen & Koller, "Tractable inference for complex
-stochastic processes", UAI 1998) covered 0.11 / 0.16 (Duffing) and 0.08 / 0.13 (Van der Pol) at
-seeds 2 / 5, at 4-6x the RMSE; in the random-walk set-up 0.43 / 0.48.
-
-Unknown parameters (``parameters``): an unknown stiffness in subsystem 1 is informed by every
-sensor of the chain, through the motion it causes, but in its subsystem's block it is correlated only
-with the L neighbours on each side, and the Markov completion sets its correlation with the rest by
-regression through them. On issue #20's chain (four subsystems, L = 2, k2 in the first) its interval
-was then too narrow (width 8 N/m against the central filter's 19) and missed the truth at two of three
-noise seeds. ``parameters="global"`` holds the unknowns in every clique instead, after the blocks:
-the cliques are ``Cov(g, b_s .. b_{s+L})`` and the posterior is Markov along the chain given g, its
-precision an arrow on the band. The window completion regresses on the separator and g; the update solves the
-band and g's columns in one pair of sweeps, ``A [x, V] = [r_B, C]``, and closes with g's Schur
-complement ``S = Y_gg - C^T V``: ``Sigma_gg = S^-1``, ``Sigma_Bg = -V S^-1``, the band of
-``A^-1 + V S^-1 V^T`` (:func:`_update`); a dense numpy reference agrees to 1e-6 (a test). Measured on
-issue #20's chain with the noise really in the data (the force at mass 8 recorded with 2 % load-cell
-noise, that noise in Q, no random walk; L = 2, Taylor prediction, compensated update), state coverage /
-truths inside their 95 % intervals of 2, local -> global: Duffing cuts, noise seeds 2 / 5 / 7: 0.896 / 1
--> 0.889 / 2, 0.913 / 1 -> 0.907 / 2, 0.951 / 0 -> 0.962 / 2 (k2 18,003-18,011 -> 17,991-18,008 at seed
-2; central UKF 0.912 / 0.923 / 0.969, 2 each); Van der Pol cuts, seeds 2 / 5: 0.965 / 0 -> 0.966 / 1,
-0.915 / 2 -> 0.897 / 2 (central 0.970 / 0.909; at seed 2 its k2 interval starts 0.4 N/m below the
-truth and the global banded one 1 N/m above it). But on a chain of eight two-mass subsystems (masses
-50-200 kg, accelerometers on the odd masses, unknown stiffnesses at both ends, the same noise set-up;
-not a paper case), noise seeds 2 / 5 / 7 / 11, the states covered 0.954 / 0.857 / 0.976 / 0.855 local
-and 0.954 / 0.731 / 0.899 / 0.783 global (central UKF 0.962 / 0.930 / 0.972 / 0.932), the unknowns'
-intervals alike. A dense prototype (the EKF step with its covariance replaced by each completion) gives
-the same numbers, so this is the completion's, not the code's: the completion that matches more
-marginals (the global cliques hold the local ones) is closer to the filter's covariance at each step
-in Kullback-Leibler terms, yet over the record it calibrated the states worse there. Why is open;
-``"local"`` stays the default, ``"global"`` is for few unknowns that every sensor informs.
-
-Everything is computed in correlation coordinates (each state divided by its prior standard deviation at
-that step), so unknown parameters with variances of 1e9 and positions of 1e-10 share one matrix.
-
-Work and memory per step are linear in p (the Jacobians aside, formed whole here: the one O(N^2) part);
-the sweeps are sequential in p. With ``L = p - 1`` and ``update="taylor"`` it is the central EKF (a test).
-
-Measured on ``chain-scaling``'s calibrated set-up (force noise really in the data, k known, seed 0;
-2026-11-29), 95 % coverage of the states, central KF / this filter at L = 1, 2, 3 / block-diagonal (the
-posterior a message-passing exchange keeps): n = 8: 0.994 / 0.986 / - / - / 0.439; n = 16: 0.972 /
-0.945 / 0.978 / - ; n = 32: 0.988 / 0.810 / 0.981 / - ; n = 64: 0.993 / - / 0.930 / 0.990.
-On issue #20's acceptance chain (four two-mass subsystems, Duffing or Van der Pol cuts, k2 and k6
-unknown, 10 s at 1 kHz; noise seeds 2, 5, 7, 11, 13), L = 2 covered 0.977-0.999 (Duffing) and
-0.994-0.999 (Van der Pol) with both stiffnesses inside their 95 % intervals on every seed, at the
-central UKF's RMSE (6.5-6.7e-4 m and 5.9-6.9e-4 m, against 6.3-6.7e-4 with Duffing cuts), where
-probabilistic messages covered 0.70-0.93 with Duffing cuts; L = 1 covered as well but left k2's
-interval just short of the truth on four of five Van der Pol seeds (upper end 17,988 against 18,000 at
-seed 2). That the bands hold a little more than 95 % is the central filter's too: the filters'
-random-walk Q on a truth without process noise (``docs/tuning.md``).
-
-Limits measured so far: linearised, it is an EKF, so where the central EKF is worse than the central UKF
-it is too (``chain-scaling`` at n = 16 with the stiffnesses unknown: central EKF 0.61, central UKF 0.96,
-banded 0.65-0.69; the regression above closes that one). Per step at L = 3 on that chain (500 steps, idle
-machine): 0.80 / 1.71 / 4.51 ms at 16 / 32 / 64 subsystems (n^1.24), of which the central model's
-transition takes 0.14 / 0.23 / 0.34 ms and its compressed Jacobian 0.26 / 0.33 / 0.62 ms; the rest is the
-clique algebra and the two sweeps. Profiled again with the compensated update (500 steps, L = 3, each
-part replaced by a stub in turn; 2026-11-29): 2.14 / 5.04 ms per step at n = 32 / 64, of which the
-update with its sweeps 1.23 / 2.64 ms, the clique prediction 0.98 / 2.54, the sigma-point error
-variance 0.66 / 1.89 and the rest (the central model's transition, both compressed Jacobians, the
-gathers) 0.57 / 1.42: every part grows 2.1-2.9x per doubling, none dominates; with XLA's CPU
-threading off (``--xla_cpu_multi_thread_eigen=false``) the whole is 1.56 / 3.45 ms. So the excess
-over linear is not one algorithm's; per-window transitions (compiling one segment of the chain rather
-than the whole central model) and an XLA-level profile are what is left to try. Compilation took
-24 / 48 / 109 s while the central model was traced subsystem by subsystem; since
-:meth:`Graph.monolithic` evaluates identical subsystems in one ``vmap`` it takes 4-7 s at every size
-and the runs are faster: 1.95 / 3.81 / 6.98 / 13.8 s at n = 8 / 16 / 32 / 64 on ``chain-scaling``
-(was 2.25 / 4.21 / 8.30 / 21.9 s), a slope of 0.93 from n = 8.
 """
 
 from __future__ import annotations
 
-import collections
 import dataclasses
-import math
 from typing import Any, NamedTuple
 
-import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from twinfer.infer._estimate import Estimate
 from twinfer.infer.filters import DivergenceError
-from twinfer.infer.graph._compile import _merged, _warn_inconsistent, check_step
-from twinfer.infer.graph._field import _columns
+from twinfer.infer.graph._band import (
+    _block_diagonal,
+    _clique_index,
+    _Layout,
+    _output_unscented,
+    _predict,
+    _predict_unscented,
+    _update,
+    _window_starts,
+)
+from twinfer.infer.graph._cache import BANDED
 from twinfer.infer.graph._graph import Graph
-from twinfer.infer.graph._parts import structure_cached
+from twinfer.infer.graph._numbers import _columns
+from twinfer.infer.graph._record import check_step
+from twinfer.infer.graph._results import _merged, _warn_inconsistent
 from twinfer.timing import BenchResult, time_jitted
-
-
-def _scaled_solve(a: Any, b: Any) -> Any:
-    """``a^-1 b`` for a symmetric positive definite ``a`` of mixed scales (symmetric diagonal scaling)."""
-    d = jnp.sqrt(jnp.diagonal(a))
-    x = jnp.linalg.solve(a / (d[:, None] * d[None, :]), b / d.reshape((-1,) + (1,) * (b.ndim - 1)))
-    return x / d.reshape((-1,) + (1,) * (b.ndim - 1))
-
-
-class _Layout(eqx.Module):
-    """Static shapes: p blocks of b padded states each, bandwidth L, window of nw blocks, g global states.
-
-    The padded ("ext") state vector is the p blocks (``p b``) followed by the g global states, which
-    every clique holds after its blocks (:func:`_clique_index`).
-    """
-
-    p: int = eqx.field(static=True)
-    b: int = eqx.field(static=True)
-    L: int = eqx.field(static=True)
-    nw: int = eqx.field(static=True)
-    reach: int = eqx.field(static=True)
-    g: int = eqx.field(static=True, default=0)
-
-    @property
-    def n_cliques(self) -> int:
-        return self.p - self.L
-
-    @property
-    def width(self) -> int:
-        """The blocks' part of a clique, ``(L + 1) b``."""
-        return (self.L + 1) * self.b
-
-    @property
-    def ext(self) -> int:
-        """A clique's size, its blocks and the global states."""
-        return self.width + self.g
-
-    @property
-    def n_pad(self) -> int:
-        return self.p * self.b
-
-
-def _clique_index(lay: _Layout) -> np.ndarray:
-    """(n_c, W + g) padded state indices of every clique: its blocks, then the global states."""
-    blocks = np.arange(lay.n_cliques)[:, None] * lay.b + np.arange(lay.width)[None, :]
-    glob = np.broadcast_to(lay.n_pad + np.arange(lay.g), (lay.n_cliques, lay.g))
-    return np.concatenate([blocks, glob], axis=1)
-
-
-def _window_starts(lay: _Layout) -> np.ndarray:
-    s = np.arange(lay.n_cliques)
-    return np.clip(s - lay.reach, 0, lay.p - lay.nw)
-
-
-def _window_cov(lay: _Layout, cliques: Any, a: Any) -> Any:
-    """Covariance of blocks ``a .. a + nw - 1`` and the global states (last) of the Markov chain."""
-    b, L, g, W, nb = lay.b, lay.L, lay.g, lay.width, lay.nw * lay.b
-    glob = nb + np.arange(g)
-    emb = np.concatenate([np.arange(W), glob])
-    sigma = jnp.zeros((nb + g, nb + g), cliques.dtype).at[np.ix_(emb, emb)].set(cliques[a])
-    sep_c = np.concatenate([np.arange(L * b), W + np.arange(g)])  # a clique's separator: L blocks, g
-    new_c = np.arange(L * b, W)
-    for t in range(1, lay.nw - L):
-        c = cliques[a + t]
-        gain = _scaled_solve(c[np.ix_(sep_c, sep_c)], c[np.ix_(sep_c, new_c)]).T  # Cov(b_j, S) Cov(S)^-1
-        l0, s0 = (L + t) * b, t * b
-        known = np.concatenate([np.arange(l0), glob])
-        sep = np.concatenate([np.arange(s0, s0 + L * b), glob])
-        row = gain @ sigma[np.ix_(sep, known)]
-        sigma = sigma.at[l0 : l0 + b, known].set(row).at[known, l0 : l0 + b].set(row.T)
-        sigma = sigma.at[l0 : l0 + b, l0 : l0 + b].set(c[np.ix_(new_c, new_c)])
-    return sigma
-
-
-def _holders(lay: _Layout) -> tuple[np.ndarray, np.ndarray]:
-    """The first clique holding every block (p,) and that block's entries in it (p, b)."""
-    blocks = np.arange(lay.p)
-    holder = np.minimum(blocks, lay.n_cliques - 1)
-    return holder, (blocks - holder)[:, None] * lay.b + np.arange(lay.b)[None, :]
-
-
-def _block_diagonal(lay: _Layout, cliques: Any) -> Any:
-    """(p b + g) diagonal of every block, read from the first clique holding it, and the global states'."""
-    holder, entry = _holders(lay)
-    glob = lay.width + np.arange(lay.g)
-    return jnp.concatenate([cliques[holder[:, None], entry, entry].reshape(-1), cliques[0, glob, glob]])
-
-
-def _sigma_offsets(cov: Any, real: Any, root_c: Any) -> tuple[Any, Any, Any]:
-    """Sigma points' offsets ``0, +-sqrt(c) l e_i`` (2n + 1, n) of ``N(0, cov)``, none along padding.
-
-    ``l = diag(d) lc`` is factorised in correlation coordinates (mixed scales); ``lc`` and ``d`` are
-    returned with the offsets.
-    """
-    d = jnp.sqrt(jnp.diagonal(cov))
-    lc = jnp.linalg.cholesky(cov / (d[:, None] * d[None, :]))
-    spread = root_c * (lc * d[:, None]).T * real[:, None]  # row i = sqrt(c) l e_i
-    return jnp.concatenate([jnp.zeros_like(spread[:1]), spread, -spread]), lc, d
-
-
-def _shared_evaluations(fn_pad: Any, mean: Any, offs: Any, cols: Any, groups: Any) -> Any:
-    """``fn_pad`` at every sigma point of every group of cliques, each group's offsets added at once.
-
-    ``offs`` (n_c + 1, pts, k) with a zero dummy last, ``cols`` (n_c + 1, k) the padded states they
-    move (the dummy's the spare state ``n_pad``), ``groups`` (n_g, m) cliques whose offsets do not meet
-    what the others' outputs read. Returns (n_g, pts, ...).
-    """
-    n_pad = mean.shape[0]
-
-    def group(members: Any) -> Any:
-        add = jnp.swapaxes(offs[members], 0, 1).reshape(offs.shape[1], -1)
-        delta = jnp.zeros((offs.shape[1], n_pad + 1), mean.dtype).at[:, cols[members].reshape(-1)].add(add)
-        return jax.vmap(fn_pad)(mean[None] + delta[:, :n_pad])
-
-    return jax.lax.map(group, groups)
-
-
-def _logdet(a: Any) -> Any:
-    return jnp.linalg.slogdet(a)[1]
-
-
-def _predict(lay: _Layout, F_cw: Any, Q_c: Any, cliques: Any) -> Any:
-    """The predicted cliques ``F_{s,W} Cov(W) F_{s,W}^T + Q_s``.
-
-    ``F_cw`` (n_c, W, nw b): each clique's rows of the transition's Jacobian on its window; ``Q_c``
-    (n_c, W, W).
-    """
-    starts = jnp.asarray(_window_starts(lay))
-
-    def one(f: Any, q: Any, a: Any) -> Any:
-        return f @ _window_cov(lay, cliques, a) @ f.T + q
-
-    out = jax.vmap(one)(F_cw, Q_c, starts)
-    return 0.5 * (out + jnp.swapaxes(out, 1, 2))
-
-
-def _predict_unscented(
-    lay: _Layout, f_pad: Any, mean: Any, cliques: Any, Q_c: Any, sp: Any
-) -> tuple[Any, Any]:
-    """The predicted cliques and mean by the unscented transform of each clique's window.
-
-    Each clique's rows of the transition read only its window (``L + 1 + 2 w`` subsystems), so the
-    sigma points of the window's Gaussian (completed from the cliques as in :func:`_predict`) give the
-    clique's predicted covariance exactly as a UKF on the whole state would give that block (S13-S15).
-    Cliques whose windows and rows do not meet share their evaluations of the whole model (one colour of
-    ``sp.u_groups``): ``n_colours (2 nw b + 1)`` evaluations per step whatever the number of subsystems.
-    Every block's mean is read from the first clique holding it.
-    """
-    starts = jnp.asarray(_window_starts(lay))
-    covs = jax.vmap(lambda a: _window_cov(lay, cliques, a))(starts)
-    offs = jax.vmap(_sigma_offsets)(covs, sp.u_real, jnp.sqrt(sp.u_c))[0]  # (n_c, pts, nw b)
-    offs = jnp.concatenate([offs, jnp.zeros_like(offs[:1])])  # a dummy clique for the groups' padding
-    vals = _shared_evaluations(f_pad, mean, offs, sp.u_win, sp.u_groups)  # (n_g, pts, n_pad)
-    rows = jnp.asarray(sp.f_rows)
-    y = jax.vmap(lambda g, r: vals[g][:, r])(jnp.asarray(sp.u_group_of), rows)  # (n_c, npts, W)
-    mu = jnp.einsum("ci,cia->ca", sp.u_wm, y)
-    dev = y - mu[:, None, :]
-    out = jnp.einsum("cia,ci,cib->cab", dev, sp.u_wc, dev) + Q_c + sp.u_pad_eye
-    out = 0.5 * (out + jnp.swapaxes(out, 1, 2))
-    holder, entry = _holders(lay)
-    return jnp.concatenate([mu[holder[:, None], entry].reshape(-1), mu[0, lay.width :]]), out
-
-
-def _output_unscented(
-    lay: _Layout, h_pad: Any, mean: Any, cliques: Any, lo: Any, sp: Any, H_jac: Any = None
-) -> tuple[Any, Any, Any]:
-    """Statistical linear regression of every output on the sigma points of the clique holding it.
-
-    With ``H_jac`` (the outputs' Jacobians at the mean, on their cliques' coordinates) the linearisation
-    is kept and only its error is measured: ``e_i = y_i - y_0 - (x_i - m)^T H_jac`` at every point, and
-    ``Omega_o`` is their weighted variance ``sum_i wc_i (e_i - e_bar)^2``, ``e_bar = sum_i wm_i e_i``;
-    ``H_jac`` and ``h(m)`` are returned with it (``update="compensated"``).
-
-    For output ``o`` read from clique ``s = lo_o`` (covariance ``C = l l^T``, spread ``c``, points
-    ``m +- sqrt(c) l e_i``, values ``y_i^+-``, ``y_0`` at the centre): the unscented mean ``mu_o``, the
-    regression ``H_o = C^-1 Cov(x, y_o) = l^-T g / (2 sqrt(c))`` with ``g_i = y_i^+ - y_i^-``, and its
-    residual variance ``Omega_o = wc_0 (y_0 - mu_o)^2 + sum_i ((y_i^+ + y_i^-) / 2 - mu_o)^2 / c``, which
-    the update adds to the output's noise variance (the redrawn UKF's measurement update, Sarkka &
-    Svensson 2023, Sec. 9.4, with the outputs' residuals taken as uncorrelated). Cliques that hold no
-    common subsystem share their evaluations of the whole output (``sp.h_groups``).
-    """
-    W = lay.ext
-    root_c = jnp.sqrt(sp.c_c)
-    offs, lc, d = jax.vmap(_sigma_offsets)(cliques, sp.c_real, root_c)  # (n_c, 2W+1, W); C = (d lc)(d lc)^T
-    offs = jnp.concatenate([offs, jnp.zeros_like(offs[:1])])
-    vals = _shared_evaluations(h_pad, mean, offs, sp.c_rows, sp.h_groups)  # (n_h, 2W+1, n_y)
-    n_y = lo.shape[0]
-    y = vals[sp.h_group_of[lo], :, jnp.arange(n_y)]  # (n_y, 2W+1)
-    wm, wc = sp.c_wm[lo], sp.c_wc[lo]
-    if H_jac is not None:
-        err = y - y[:, :1] - jnp.einsum("oia,oa->oi", offs[lo], H_jac)
-        err = err - jnp.sum(wm * err, axis=1, keepdims=True)
-        return H_jac, y[:, 0], jnp.sum(wc * err**2, axis=1)
-    mu = jnp.sum(wm * y, axis=1)
-    g = y[:, 1 : W + 1] - y[:, W + 1 :]
-    solve = jax.vmap(lambda low, v: jax.scipy.linalg.solve_triangular(low, v, trans="T", lower=True))
-    H = solve(lc[lo], g / (2.0 * root_c[lo])[:, None]) / d[lo]
-    mid = 0.5 * (y[:, 1 : W + 1] + y[:, W + 1 :]) - mu[:, None]
-    omega = wc[:, 0] * (y[:, 0] - mu) ** 2 + jnp.sum(sp.c_real[lo] * mid**2, axis=1) / sp.c_c[lo]
-    return H, mu, omega
-
-
-def _band_of_precision(lay: _Layout, cliques: Any) -> tuple[Any, Any, Any]:
-    """The junction-tree precision of these (scaled) cliques, in three parts.
-
-    Its band (p, L + 1, b, b), ``Y[i, i + k]``; the global states' rows ``Y[g, i]`` (p, g, b); and their
-    own block ``Y[g, g]`` (g, g).
-    """
-    b, L, W, g = lay.b, lay.L, lay.width, lay.g
-    inv_c = jax.vmap(jnp.linalg.inv)(cliques)  # (n_c, W + g, W + g)
-    sep = np.arange(b, W + g)  # separators b_{s+1} .. b_{s+L} and the global states
-    inv_s = jax.vmap(jnp.linalg.inv)(cliques[:-1][:, sep][:, :, sep])
-    band = jnp.zeros((lay.p, L + 1, b, b), cliques.dtype)
-    n_c = lay.n_cliques
-    for i in range(L + 1):
-        for j in range(i, L + 1):
-            blk = inv_c[:, i * b : (i + 1) * b, j * b : (j + 1) * b]
-            band = band.at[np.arange(n_c) + i, j - i].add(blk)
-    for i in range(L):
-        for j in range(i, L):
-            blk = inv_s[:, i * b : (i + 1) * b, j * b : (j + 1) * b]
-            band = band.at[np.arange(n_c - 1) + 1 + i, j - i].add(-blk)
-    y_gb = jnp.zeros((lay.p, g, b), cliques.dtype)
-    for i in range(L + 1):
-        y_gb = y_gb.at[np.arange(n_c) + i].add(inv_c[:, W:, i * b : (i + 1) * b])
-    for i in range(L):
-        y_gb = y_gb.at[np.arange(n_c - 1) + 1 + i].add(-inv_s[:, L * b :, i * b : (i + 1) * b])
-    y_gg = jnp.sum(inv_c[:, W:, W:], axis=0) - jnp.sum(inv_s[:, L * b :, L * b :], axis=0)
-    return band, y_gb, y_gg
-
-
-def _tridiagonal(lay: _Layout, band: Any) -> tuple[Any, Any, int]:
-    """Super-blocks of L blocks: diagonal D (m, Lb, Lb) and sub-diagonal B (m - 1, Lb, Lb) = Y[I+1, I]."""
-    b, L = lay.b, lay.L
-    m = -(-lay.p // L)
-    pad = m * L - lay.p
-    if pad:  # inert blocks: identity precision, no coupling
-        extra = jnp.zeros((pad, L + 1, b, b), band.dtype).at[:, 0].set(jnp.eye(b))
-        band = jnp.concatenate([band, extra])
-    D = jnp.zeros((m, L * b, L * b), band.dtype)
-    B = jnp.zeros((max(m - 1, 0), L * b, L * b), band.dtype)
-    for r in range(L):
-        for k in range(L - r):
-            blk = band[np.arange(m) * L + r, k]  # Y[I L + r, I L + r + k]
-            D = D.at[:, r * b : (r + 1) * b, (r + k) * b : (r + k + 1) * b].set(blk)
-            if k:
-                D = D.at[:, (r + k) * b : (r + k + 1) * b, r * b : (r + 1) * b].set(jnp.swapaxes(blk, 1, 2))
-    for r in range(L):  # row block in super-block I + 1
-        for rp in range(L):  # column block in super-block I
-            k = L + r - rp
-            if k > L or m < 2:
-                continue
-            blk = band[np.arange(m - 1) * L + rp, k]  # Y[I L + rp, (I + 1) L + r]
-            B = B.at[:, r * b : (r + 1) * b, rp * b : (rp + 1) * b].set(jnp.swapaxes(blk, 1, 2))
-    return D, B, pad
-
-
-def _sweeps(D: Any, B: Any, rhs: Any) -> tuple[Any, Any, Any, Any]:
-    """For block-tridiagonal ``Y``: ``Y^-1 rhs``, the diagonal and super-diagonal blocks of ``Y^-1``, log det.
-
-    One forward sweep of Schur complements and one backward sweep (the RTS recursion, in space).
-    """
-    m = D.shape[0]
-
-    def fwd(carry: Any, inp: Any) -> Any:
-        s_prev_inv, z_prev = carry
-        d, b_prev, r = inp
-        s = d - b_prev @ s_prev_inv @ b_prev.T
-        s = 0.5 * (s + s.T)
-        z = r - b_prev @ s_prev_inv @ z_prev
-        s_inv = jnp.linalg.inv(s)
-        return (s_inv, z), (s_inv, z, _logdet(s))
-
-    zero_b = jnp.zeros_like(D[0])
-    b_prev = jnp.concatenate([zero_b[None], B]) if m > 1 else zero_b[None]
-    init = (jnp.zeros_like(D[0]), jnp.zeros_like(rhs[0]))
-    _, (s_inv, z, logdets) = jax.lax.scan(fwd, init, (D, b_prev, rhs))
-    last = (s_inv[-1], s_inv[-1] @ z[-1])
-
-    def bwd(carry: Any, inp: Any) -> Any:
-        sig_next, x_next = carry
-        si, zi, bi = inp  # bi = Y[I+1, I]
-        gain = si @ bi.T
-        x = si @ zi - gain @ x_next
-        sig = si + gain @ sig_next @ gain.T
-        off = -gain @ sig_next  # Sigma[I, I+1]
-        return (sig, x), (sig, x, off)
-
-    if m > 1:
-        _, (sigs, xs, offs) = jax.lax.scan(bwd, last, (s_inv[:-1], z[:-1], B), reverse=True)
-        sigs = jnp.concatenate([sigs, last[0][None]])
-        xs = jnp.concatenate([xs, last[1][None]])
-    else:
-        sigs, xs, offs = last[0][None], last[1][None], jnp.zeros((0,) + D.shape[1:], D.dtype)
-    return xs, sigs, offs, jnp.sum(logdets)
-
-
-def _cliques_of(lay: _Layout, sigs: Any, offs: Any) -> Any:
-    """The cliques from the super-blocks' diagonal and super-diagonal blocks of ``Y^-1``."""
-    b, L = lay.b, lay.L
-    m = sigs.shape[0]
-    Lb = L * b
-    # band of Sigma per block: (p_pad, L + 1, b, b), Sigma[i, i + k]
-    full = jnp.zeros((m * L, L + 1, b, b), sigs.dtype)
-    offs_pad = jnp.concatenate([offs, jnp.zeros((1, Lb, Lb), sigs.dtype)]) if m else offs
-    for r in range(L):
-        for k in range(L + 1):
-            c = r + k
-            if c < L:
-                blk = sigs[:, r * b : (r + 1) * b, c * b : (c + 1) * b]
-            else:
-                c -= L
-                blk = offs_pad[:, r * b : (r + 1) * b, c * b : (c + 1) * b]
-            full = full.at[np.arange(m) * L + r, k].set(blk)
-    n_c = lay.n_cliques
-    out = jnp.zeros((n_c, lay.width, lay.width), sigs.dtype)
-    for i in range(L + 1):
-        for j in range(i, L + 1):
-            blk = full[np.arange(n_c) + i, j - i]
-            out = out.at[:, i * b : (i + 1) * b, j * b : (j + 1) * b].set(blk)
-            if j > i:
-                out = out.at[:, j * b : (j + 1) * b, i * b : (i + 1) * b].set(jnp.swapaxes(blk, 1, 2))
-    return out
-
-
-def _update(
-    lay: _Layout, mean: Any, cliques: Any, H_loc: Any, lo: Any, nu: Any, logdet_r: Any, n_obs: Any
-) -> Any:
-    """Information-form update of the cliques (padded coordinates); mean, cliques, log-likelihood, NIS.
-
-    ``H_loc`` (n_y, (L + 1) b + g): each whitened output's Jacobian on the L + 1 blocks from block
-    ``lo`` and on the global states; ``nu`` the whitened innovation (0 where unobserved), ``logdet_r``
-    log det R over the observed.
-
-    With global states the posterior precision is an arrow, ``Y = [[A, C], [C^T, Y_gg]]`` with A
-    block-banded: the sweeps solve ``A [x, V] = [r_B, C]`` at once, and the Schur complement
-    ``S = Y_gg - C^T V`` gives ``Sigma_gg = S^-1``, ``Sigma_Bg = -V S^-1`` and the band of
-    ``Sigma_BB = A^-1 + V S^-1 V^T``; ``log det Y = log det A + log det S``.
-    """
-    b, L, W, g, n_pad = lay.b, lay.L, lay.width, lay.g, lay.n_pad
-    d = jnp.sqrt(_block_diagonal(lay, cliques))  # scaling per padded state
-    idx = _clique_index(lay)
-    scaled = cliques / (d[idx][:, :, None] * d[idx][:, None, :])
-    cols = jnp.concatenate(
-        [lo[:, None] * b + jnp.arange(W)[None, :], jnp.broadcast_to(n_pad + jnp.arange(g), (lo.shape[0], g))],
-        axis=1,
-    )
-    G = H_loc * d[cols]  # R^-1/2 H D, on each output's blocks and the global states
-    band, y_gb, y_gg = _band_of_precision(lay, scaled)
-    outer = jnp.einsum("oa,ob->oab", G, G)
-    for i in range(L + 1):
-        for j in range(i, L + 1):
-            band = band.at[lo + i, j - i].add(outer[:, i * b : (i + 1) * b, j * b : (j + 1) * b])
-        y_gb = y_gb.at[lo + i].add(outer[:, W:, i * b : (i + 1) * b])
-    y_gg = y_gg + jnp.sum(outer[:, W:, W:], axis=0)
-    D, B, pad = _tridiagonal(lay, band)
-    g_nu = jnp.zeros(n_pad + g, mean.dtype).at[cols].add(G * nu[:, None])  # G^T nu
-    m, Lb = D.shape[0], L * b
-
-    def super_blocks(a: Any) -> Any:  # (p b, k) -> (m, L b, k), inert padding blocks zero
-        a = jnp.concatenate([a, jnp.zeros((pad * b, a.shape[1]), a.dtype)]) if pad else a
-        return a.reshape(m, Lb, a.shape[1])
-
-    C = jnp.swapaxes(y_gb, 1, 2).reshape(n_pad, g)  # Y[B, g]
-    xs, sigs, offs, logdet_post = _sweeps(
-        D, B, super_blocks(jnp.concatenate([g_nu[:n_pad, None], C], axis=1))
-    )
-    xs = xs.reshape(m * Lb, 1 + g)[:n_pad]
-    x_b, V = xs[:, 0], xs[:, 1:]  # A^-1 r_B, A^-1 C
-    new_scaled = _cliques_of(lay, sigs, offs)
-    if g:
-        schur = y_gg - C.T @ V
-        schur = 0.5 * (schur + schur.T)
-        s_gg = jnp.linalg.inv(schur)
-        s_gg = 0.5 * (s_gg + s_gg.T)
-        delta_g = s_gg @ (g_nu[n_pad:] - C.T @ x_b)
-        delta = jnp.concatenate([x_b - V @ delta_g, delta_g])
-        logdet_post = logdet_post + _logdet(schur)
-        vc = V[idx[:, :W]]  # (n_c, W, g)
-        blocks = new_scaled + vc @ s_gg @ jnp.swapaxes(vc, 1, 2)
-        cross = -vc @ s_gg
-        top = jnp.concatenate([blocks, cross], axis=2)
-        bottom = jnp.concatenate(
-            [jnp.swapaxes(cross, 1, 2), jnp.broadcast_to(s_gg, cross.shape[:1] + s_gg.shape)], axis=2
-        )
-        new_scaled = jnp.concatenate([top, bottom], axis=1)
-    else:
-        delta = x_b
-    new = new_scaled * (d[idx][:, :, None] * d[idx][:, None, :])
-    new = 0.5 * (new + jnp.swapaxes(new, 1, 2))
-    sep = np.arange(b, W + g)
-    logdet_prior = -(
-        jnp.sum(jax.vmap(_logdet)(scaled)) - jnp.sum(jax.vmap(_logdet)(scaled[:-1][:, sep][:, :, sep]))
-    )  # log det of the scaled prior precision
-    maha = jnp.sum(nu**2) - jnp.dot(g_nu, delta)
-    logdet_s = logdet_r + logdet_post - logdet_prior
-    loglik = -0.5 * (maha + logdet_s + n_obs * math.log(2.0 * math.pi))
-    return mean + d * delta, new, loglik, maha
-
-
-_CACHE: collections.OrderedDict[Any, Any] = collections.OrderedDict()
-
-
-def clear_compiled() -> None:
-    """Drop every compiled graph program this process holds (graphs, central models, banded scans).
-
-    A compiled program keeps its machine code mapped until it is dropped; a process that compiles many
-    large graphs one after another (``chain-scaling``'s sizes) can exhaust the kernel's per-process map
-    count (``vm.max_map_count``, 65530 by default: "LLVM ERROR: Unable to allocate section memory"). A
-    banded scan of 64 two-mass subsystems holds ~18,000 maps. Call this between graphs of different
-    structure that will not run again; they are recompiled if they do.
-    """
-    from twinfer.infer.graph import _compile, _graph
-
-    _CACHE.clear()
-    _compile._CACHE.clear()
-    _graph._MONOLITHIC.clear()
-    jax.clear_caches()
 
 
 def _colouring(k: int, conflict: Any) -> tuple[np.ndarray, np.ndarray]:
@@ -767,6 +243,23 @@ def _scan_of(
     update: str,
 ) -> Any:
     """The scan over a record for one structure; every number (the sparsity tables too) is an argument."""
+    step = _step_of(transition, output, lay, pad_index, prediction, update)
+
+    def scan(numbers: Any, x_init: Any, cl_init: Any, us: Any, ys: Any, masks: Any) -> Any:
+        return jax.lax.scan(lambda c, i: step(numbers, c, i), (x_init, cl_init), (us, ys, masks))[1]
+
+    return scan
+
+
+def _step_of(
+    transition: Any,
+    output: Any,
+    lay: _Layout,
+    pad_index: np.ndarray,
+    prediction: str,
+    update: str,
+) -> Any:
+    """One step of the banded filter for one structure: ``step(numbers, (mean, cliques), (u, y, mask))``."""
     n_pad = lay.n_pad + lay.g
     pidx = jnp.asarray(pad_index)
 
@@ -814,10 +307,7 @@ def _scan_of(
         new = new_pad[pidx]
         return (new, cl_u), (new, _block_diagonal(lay, cl_u)[pidx], loglik, maha)
 
-    def scan(numbers: Any, x_init: Any, cl_init: Any, us: Any, ys: Any, masks: Any) -> Any:
-        return jax.lax.scan(lambda c, i: step(numbers, c, i), (x_init, cl_init), (us, ys, masks))[1]
-
-    return scan
+    return step
 
 
 def _structure(graph: Graph) -> tuple[list[Any], Any, list[tuple[int, int]]]:
@@ -853,27 +343,27 @@ def banded_estimate(
     The subsystems are taken in the graph's order (a chain's from its fixed end); the model is the
     graph's central one (:meth:`~twinfer.infer.graph.Graph.monolithic`, the same discretisation and noise
     as the distributed estimator), linearised at each step by Jacobians or sigma points. See
-    :mod:`twinfer.infer.graph._banded` for the method and the coverage it reaches where the
-    message-passing estimators under-cover.
+    ``docs/design-banded.md`` for the method and the coverage it reaches where the message-passing
+    estimators under-cover.
 
     Args:
         graph: subsystems joined by interfaces (e.g. from :meth:`~twinfer.infer.graph.Graph.from_model`),
             ordered so that every interface joins subsystems at most ``bandwidth`` apart.
-        dataset: the record (:class:`twinfer.data.Dataset`), as for :func:`~twinfer.infer.graph.estimate`.
+        dataset: the record (:class:`twinfer.data.Dataset`), as for :func:`twinfer.infer.estimate`.
         bandwidth: L, the number of neighbours on each side whose correlation each subsystem keeps
             (1 <= L; L >= p - 1 is the central filter). The window a step reads is found from the
             Jacobian's structure at a random draw from the prior.
         prediction: ``"taylor"`` (the transition's Jacobian at the mean) or ``"unscented"`` (each
-            window's sigma points, with the graph's :class:`~twinfer.infer.filters.UnscentedWeights`).
+            window's sigma points, with the graph's :class:`~twinfer.infer.gaussian.UnscentedWeights`).
         update: ``"compensated"`` (the output's Jacobian at the predicted mean, the variance of its
             error at each clique's sigma points added to R), ``"taylor"`` (the Jacobian alone) or
             ``"unscented"`` (statistical linear regression on each clique's sigma points, its residual
-            added to R); see the module docstring for what each covers.
+            added to R); ``docs/design-banded.md`` says what each covers.
         parameters: where the unknown parameters' correlations are kept: ``"local"`` (each unknown in
             its subsystem's block, correlated only with the L neighbours on each side) or ``"global"``
             (every clique holds every unknown, so each is correlated with the whole chain: the
             precision is an arrow on the band; each clique grows by the number of unknowns). Neither is
-            better everywhere: the module docstring has the measurements.
+            better everywhere: ``docs/design-banded.md`` has the measurements.
         key: a PRNG key for that draw (default ``jax.random.key(0)``).
 
     Returns:
@@ -906,7 +396,6 @@ def timed_banded_estimate(
     if repeats < 1:
         raise ValueError(f"timed_banded_estimate repeats: expected >= 1; received {repeats}.")
     est, timed = _banded(graph, dataset, bandwidth, prediction, update, parameters, key, repeats)
-    assert timed is not None
     return est, timed
 
 
@@ -920,6 +409,42 @@ def _banded(
     key: Any,
     repeats: int,
 ) -> tuple[Estimate, Any]:
+    setup = banded_setup(graph, dataset, bandwidth, prediction, update, parameters, key)
+    return banded_result(graph, dataset, setup, setup.numbers, setup.x0, repeats)
+
+
+class BandedSetup(NamedTuple):
+    """The banded filter of one graph and window structure: its step, its compiled scan and its numbers.
+
+    ``numbers`` is ``(the step's numbers, the prior's clique covariances)``; ``outputs`` the record
+    columns the central model reads (-1: none); ``subs``/``slices`` the subsystems and their columns.
+    """
+
+    step: Any
+    run: Any
+    numbers: Any
+    x0: Any
+    outputs: np.ndarray
+    subs: list[Any]
+    slices: list[tuple[int, int]]
+    P0: np.ndarray
+
+
+def banded_setup(
+    graph: Graph,
+    dataset: Any,
+    bandwidth: int = 2,
+    prediction: str = "taylor",
+    update: str = "compensated",
+    parameters: str = "local",
+    key: Any = None,
+) -> BandedSetup:
+    """Check the options, find the window structure at a prior draw and build the step's numbers.
+
+    Raises:
+        ValueError: as :func:`banded_estimate`.
+
+    """
     if int(bandwidth) != bandwidth or bandwidth < 1:
         raise ValueError(f"banded_estimate bandwidth: expected an integer >= 1; received {bandwidth!r}.")
     graph.check_dataset(dataset, "banded_estimate")
@@ -1013,13 +538,6 @@ def _banded(
             "banded_estimate R: expected uncorrelated measurement noise (a diagonal R in every subsystem); "
             "received correlated outputs."
         )
-    us = jnp.asarray(dataset.step_inputs())  # per step: the input held over it, the one y was read with
-    ys_all = np.nan_to_num(np.asarray(dataset.observations))[1:]
-    mask_all = np.asarray(dataset.mask)[1:]
-    seen = outputs >= 0
-    safe = np.where(seen, outputs, 0)
-    ys = jnp.asarray(ys_all[:, safe])
-    masks = jnp.asarray(mask_all[:, safe] & seen[None, :])
     numbers = {
         "params": params,
         "r": jnp.asarray(np.diag(R)),
@@ -1028,9 +546,7 @@ def _banded(
             *(jnp.asarray(a) for a in _sparsity(lay, f_blocks, h_blocks, pad_index, Q_pad, mono.weights))
         ),
     }
-    run = structure_cached(
-        _CACHE,
-        8,
+    run = BANDED.get(
         lambda: (
             mono.transition,
             mono.output,
@@ -1041,6 +557,28 @@ def _banded(
         ),
         lambda: jax.jit(_scan_of(mono.transition, mono.output, lay, pad_index, prediction, update)),
     )
+    step = _step_of(mono.transition, mono.output, lay, pad_index, prediction, update)
+    return BandedSetup(step, run, (numbers, cliques0), x0, outputs, subs, slices, P0)
+
+
+def banded_result(
+    graph: Graph, dataset: Any, setup: BandedSetup, numbers: Any, x0: Any, repeats: int = 0
+) -> tuple[Estimate, Any]:
+    """The banded filter's compiled scan over ``dataset`` and its :class:`Estimate` in the graph's order.
+
+    Raises:
+        DivergenceError: at the first step with a non-finite mean or a non-positive variance.
+
+    """
+    run, outputs, subs, slices, P0 = setup.run, setup.outputs, setup.subs, setup.slices, setup.P0
+    numbers, cliques0 = numbers
+    us = jnp.asarray(dataset.step_inputs())  # per step: the input held over it, the one y was read with
+    ys_all = np.nan_to_num(np.asarray(dataset.observations))[1:]
+    mask_all = np.asarray(dataset.mask)[1:]
+    seen = outputs >= 0
+    safe = np.where(seen, outputs, 0)
+    ys = jnp.asarray(ys_all[:, safe])
+    masks = jnp.asarray(mask_all[:, safe] & seen[None, :])
     timed = None
     if repeats:
         timed = time_jitted(run, numbers, x0, cliques0, us, ys, masks, repeats=repeats)

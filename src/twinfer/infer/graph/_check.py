@@ -5,7 +5,7 @@ errors with its neighbours'. Where those errors co-drift (a chain fixed at one e
 that are nonlinear, forces that are not measured exactly), its bands under-cover while its NIS stays
 near 1 (issue #51: coverage 0.19 at NIS 1.006), so the consistency rule of the filters
 (:class:`~twinfer.infer.filters.FilterConsistencyWarning`) does not see it. The log-likelihood does:
-the banded filter (:func:`~twinfer.infer.graph.banded_estimate`) runs on the same graph, the same
+the banded filter (:func:`~twinfer.infer.graph._banded.banded_estimate`) runs on the same graph, the same
 discretisation and noise levels, and keeps the correlation of each subsystem with its neighbours, so
 on the same rows it explains the measurements at least as well wherever the correlation matters.
 :func:`check_messages` runs both on the first ``steps`` rows of the record and warns
@@ -13,9 +13,9 @@ on the same rows it explains the measurements at least as well wherever the corr
 more than :data:`GAP_WARN` nats per measured value. ``docs/getting-started.md`` has the measured gaps.
 
 Message passing's log-likelihood is the sum of the subsystems' own (each local filter's predictive
-density of its measurements given its incoming messages: :func:`~twinfer.infer.graph.estimate`'s
+density of its measurements given its incoming messages: :func:`~twinfer.infer.graph._run.estimate`'s
 ``loglik``); the banded filter's is the joint predictive density of all measurements (the matrix
-determinant lemma, :mod:`twinfer.infer.graph._banded`). Both are sums over the same steps of
+determinant lemma, ``docs/design-banded.md``). Both are sums over the same steps of
 ``log N(y_k; y_k^-, S_k)``, so their difference per measurement is a mean log predictive density ratio
 (Gneiting & Raftery, "Strictly proper scoring rules, prediction, and estimation", JASA 102(477), 2007,
 the logarithmic score): positive when message passing predicts the record worse.
@@ -33,9 +33,10 @@ import numpy as np
 
 from twinfer.infer.filters import FilterConsistencyWarning
 from twinfer.infer.graph._banded import _reach, banded_estimate
-from twinfer.infer.graph._compile import Schedule, run
-from twinfer.infer.graph._field import _columns
 from twinfer.infer.graph._graph import Graph
+from twinfer.infer.graph._messages import Schedule
+from twinfer.infer.graph._numbers import _columns
+from twinfer.infer.graph._run import run
 
 GAP_WARN = 1.1e-3
 """Nats per measured value by which message passing's log-likelihood may fall short of the banded
@@ -94,7 +95,7 @@ class MessageCheck(NamedTuple):
 
 
 def smallest_bandwidth(graph: Graph, dataset: Any = None, *, key: Any = None) -> int:
-    """The smallest bandwidth :func:`~twinfer.infer.graph.banded_estimate` accepts for ``graph``.
+    """The smallest bandwidth :func:`~twinfer.infer.graph._banded.banded_estimate` accepts for ``graph``.
 
     Every output must read subsystems at most L apart (the update keeps the band): L is the widest
     span of subsystems one output reads, found, as the banded filter finds it, from the output's
@@ -178,8 +179,8 @@ def check_messages(
     """Compare message passing on ``graph`` with the banded filter on the record's first ``steps`` steps.
 
     Both run on rows ``0..N`` of the record, ``N = min(T, steps)``, with the graph's own models,
-    discretisation and noise levels: message passing by :func:`~twinfer.infer.graph.run` with
-    ``schedule``, the banded filter by :func:`~twinfer.infer.graph.banded_estimate` at ``bandwidth``
+    discretisation and noise levels: message passing by :func:`~twinfer.infer.graph._run.run` with
+    ``schedule``, the banded filter by :func:`~twinfer.infer.graph._banded.banded_estimate` at ``bandwidth``
     (default :func:`smallest_bandwidth`, local unknowns). Their log-likelihoods are compared over steps
     ``N // 2 + 1 .. N``: the first half is a burn-in, where both still forget the prior (an unknown
     learnt from a wide prior: on chain4 at the paper's settings message passing trails the central
@@ -188,12 +189,12 @@ def check_messages(
     (once with the measurements after the burn-in masked: its log-likelihood of the burn-in alone), one
     compilation; message passing once. The cost, whatever the record's length, is that of both
     estimators on ``N`` steps (:attr:`MessageCheck.seconds`; measured in ``docs/getting-started.md``).
-    Call it after :func:`~twinfer.infer.graph.estimate` on a graph whose calibration is not known
+    Call it after :func:`~twinfer.infer.graph._run.estimate` on a graph whose calibration is not known
     (``twinfer estimate`` does, for ``route = "messages"``).
 
     Args:
         graph: subsystems joined by interfaces (e.g. from :meth:`~twinfer.infer.graph.Graph.from_model`).
-        dataset: the record (:class:`twinfer.data.Dataset`), as for :func:`~twinfer.infer.graph.estimate`.
+        dataset: the record (:class:`twinfer.data.Dataset`), as for :func:`twinfer.infer.estimate`.
         schedule: message passing's schedule (``"jacobi"``, ``"gauss_seidel"``, ``"ab2"``).
         steps: the window's length in steps (>= 4, so that steps remain after the burn-in).
         threshold: the gap in nats per measured value above which it warns (>= 0).
@@ -205,7 +206,7 @@ def check_messages(
     Raises:
         ValueError: for ``steps`` < 4 or a record of fewer than 4 steps, a negative or non-finite
             ``threshold``, a graph coupled by a field, and as
-            :func:`~twinfer.infer.graph.banded_estimate` and :func:`~twinfer.infer.graph.run`.
+            :func:`~twinfer.infer.graph._banded.banded_estimate` and :func:`~twinfer.infer.graph._run.run`.
 
     Warns:
         MessageFitWarning: when the gap exceeds ``threshold``, naming both log-likelihoods and the gap.
@@ -256,7 +257,7 @@ def check_messages(
             f"measured value worse (warning above {check.threshold:g}). Its bands leave out the "
             "correlation of each subsystem's errors with its neighbours' and are likely too narrow; the "
             'banded filter keeps it: kind = "distributed" without route = "messages" in a spec, or '
-            "twinfer.infer.graph.banded_estimate.",
+            "twinfer.infer.graph._banded.banded_estimate.",
             MessageFitWarning,
             stacklevel=2,
         )

@@ -25,6 +25,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
 import numpy as np
+from scipy.linalg import expm
 
 
 def subsystem_laplacian(
@@ -110,8 +111,6 @@ def diffuse(
     w, lap = subsystem_laplacian(names, weights)
     k = list(names).index(source)
     if method == "heat":
-        from scipy.linalg import expm
-
         share = expm(-beta * lap)[:, k]
     else:
         row = w[k]

@@ -1,8 +1,9 @@
-"""Field coupling: many subsystems coupled through sparse sums of their neighbours' interface variables.
+"""The field engine: many subsystems coupled through sparse sums of their neighbours' interface variables.
 
-A :class:`Field` is the interface kind of a network whose subsystems interact through a separable law,
-``F_a = sum_j w_aj law(s_j, s_a)`` with ``law(s_j, s_a) = readout(s_a) . features(s_j)`` (the Kuramoto
-coupling ``K_aj sin(theta_j - theta_a) = cos(theta_a) K_aj sin(theta_j) - sin(theta_a) K_aj cos(theta_j)``).
+A :class:`~twinfer.infer.graph.Field` is the interface kind of a network whose subsystems interact
+through a separable law, ``F_a = sum_j w_aj law(s_j, s_a)`` with
+``law(s_j, s_a) = readout(s_a) . features(s_j)`` (the Kuramoto coupling
+``K_aj sin(theta_j - theta_a) = cos(theta_a) K_aj sin(theta_j) - sin(theta_a) K_aj cos(theta_j)``).
 The message into variable ``a`` is the k sums ``sum_j w_aj features(s_j)``: one gather of the senders'
 interface variables and one segment sum over a sorted edge list per exchange, O(variables + edges)
 however the variables are grouped into subsystems, where one :class:`Interface` per edge would evaluate
@@ -34,205 +35,53 @@ from __future__ import annotations
 import dataclasses
 import functools
 from collections.abc import Callable, Sequence
-from typing import Any, Literal, NamedTuple
+from typing import Any
 
-import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from twinfer.infer.filters import STATIC_STEPS, DivergenceError, UnscentedWeights, ukf_step
-from twinfer.infer.graph._parts import LinearOutput
-from twinfer.sim import Dynamics, heun_step
+from twinfer.errors import TwinferRuntimeError
+from twinfer.infer.filters import DivergenceError, ukf_step
+from twinfer.infer.filters._wls import STATIC_STEPS
+from twinfer.infer.graph._graph import Graph
+from twinfer.infer.graph._numbers import (
+    Compiled,
+    FieldNumbers,
+    _columns,
+    _FieldGroup,
+    _FieldTemplate,
+    field_numbers,
+)
+from twinfer.infer.graph._parts import Field, LinearOutput
+from twinfer.sim import heun_step
 
 MAX_SUBSTEPS = 64
 """Most Heun sub-steps per step a field graph's subsystem may need; above, :func:`compile` refuses it.
 
-Sub-steps come from the data (a network's coupling strengths, :func:`twinfer.infer.clusters.stable_substeps`),
-and each one costs a neighbour exchange per stage and a pass of every sigma point through the vector
-field: 64 is 16 times PEGASE 9241's 4 at dt = 0.01. A count in the thousands (a MATPOWER branch with
-r = x = 1e-12 asks for 16,818) means two buses joined by a near-zero impedance, electrically one bus:
-merged, or given a smaller step, they need none of it.
+Sub-steps come from the data (a network's coupling strengths,
+:func:`twinfer.infer.graph._kuramoto.stable_substeps`), and each one costs a neighbour exchange per stage and
+a pass of every sigma point through the vector field: 64 is 16 times PEGASE 9241's 4 at dt = 0.01. A count in
+the thousands (a MATPOWER branch with r = x = 1e-12 asks for 16,818) means two buses joined by a near-zero
+impedance, electrically one bus: merged, or given a smaller step, they need none of it.
 """
 
-FieldMessage = Literal["held", "predicted"]
-FieldVariance = Literal["none", "first-order"]
-FIELD_MESSAGES = ("held", "predicted")
-FIELD_VARIANCES = ("none", "first-order")
 
-
-class Field(eqx.Module):
-    """Sparse field coupling of the members of a graph, aggregated by segment sums.
-
-    Edge ``e`` adds ``weight[e] * features(s)`` of variable ``sender_var[e]`` of ``port`` on subsystem
-    ``members[sender[e]]`` to the message slots of variable ``receiver_var[e]`` of ``port`` on
-    ``members[receiver[e]]``: variable ``a`` of a port owns the slots ``slots[k a : k a + k]`` (k the
-    number of features).
-
-    Attributes:
-        name: the field's name (errors name it).
-        port: port on every member; its ``state`` are the field variables, its ``slots`` k per variable.
-        features: ``s -> (k,)`` features of a sender's variable (e.g. ``(sin s, cos s)``).
-        law: ``(s_j, s_a) -> scalar`` force per unit weight, ``readout(s_a) . features(s_j)``; its
-            derivative in ``s_j`` gives the first-order variance.
-        members: names of the subsystems the edges index.
-        sender, sender_var, receiver, receiver_var: edge arrays (E,) of member and variable indices.
-        weight: edge weights (E,).
-        message: ``"held"`` or ``"predicted"`` (module docstring).
-        variance: ``"none"`` or ``"first-order"``.
-        rate: port whose variables are the rates of ``port``'s (their variance smears the senders' over
-            the step), or None.
-        drives: port whose variables the force is a rate of (where ``dt^2 var F`` enters the process
-            noise); required by ``variance="first-order"``.
-
-    """
-
-    name: str = eqx.field(static=True)
-    port: str = eqx.field(static=True)
-    features: Callable[[Any], Any] = eqx.field(static=True)
-    law: Callable[[Any, Any], Any] = eqx.field(static=True)
-    members: tuple[str, ...] = eqx.field(static=True)
-    sender: np.ndarray
-    sender_var: np.ndarray
-    receiver: np.ndarray
-    receiver_var: np.ndarray
-    weight: np.ndarray
-    message: str = eqx.field(static=True, default="held")
-    variance: str = eqx.field(static=True, default="none")
-    rate: str | None = eqx.field(static=True, default=None)
-    drives: str | None = eqx.field(static=True, default=None)
-
-    def __init__(
-        self,
-        name: str,
-        port: str,
-        features: Callable[[Any], Any],
-        law: Callable[[Any, Any], Any],
-        members: Sequence[str],
-        sender: Any,
-        sender_var: Any,
-        receiver: Any,
-        receiver_var: Any,
-        weight: Any,
-        message: FieldMessage = "held",
-        variance: FieldVariance = "none",
-        rate: str | None = None,
-        drives: str | None = None,
-    ):
-        self.name, self.port, self.features, self.law = name, port, features, law
-        self.members = tuple(members)
-        arrays = {
-            "sender": sender,
-            "sender_var": sender_var,
-            "receiver": receiver,
-            "receiver_var": receiver_var,
-        }
-        sizes = {k: np.shape(v) for k, v in {**arrays, "weight": weight}.items()}
-        if len(set(sizes.values())) != 1 or len(next(iter(sizes.values()))) != 1:
-            raise ValueError(f"Field {name!r}: expected edge arrays of one shape (E,); received {sizes}.")
-        for key, value in arrays.items():
-            arr = np.asarray(value)
-            if arr.size and arr.dtype.kind not in "iu":
-                raise ValueError(
-                    f"Field {name!r} {key}: expected integer indices; received dtype {arr.dtype}."
-                )
-            setattr(self, key, arr.astype(int))
-        self.weight = np.asarray(weight, dtype=np.float64)
-        if message not in FIELD_MESSAGES:
-            raise ValueError(
-                f"Field {name!r} message: expected one of {FIELD_MESSAGES}; received {message!r}."
-            )
-        if variance not in FIELD_VARIANCES:
-            raise ValueError(
-                f"Field {name!r} variance: expected one of {FIELD_VARIANCES}; received {variance!r}."
-            )
-        if variance == "first-order" and drives is None:
-            raise ValueError(
-                f"Field {name!r} drives: variance='first-order' needs the port the force drives; "
-                "received None."
-            )
-        self.message, self.variance, self.rate, self.drives = message, variance, rate, drives
-        n = len(self.members)
-        for key in ("sender", "receiver"):
-            idx = getattr(self, key)
-            if idx.size and (idx.min() < 0 or idx.max() >= n):
-                raise ValueError(
-                    f"Field {name!r} {key}: expected member indices in 0..{n - 1}; received "
-                    f"{idx.min()}..{idx.max()}."
-                )
-        if not np.all(np.isfinite(self.weight)):
-            raise ValueError(f"Field {name!r} weight: expected finite weights; received a non-finite one.")
-
-    @property
-    def n_edges(self) -> int:
-        return int(self.sender.size)
-
-
-# --------------------------------------------------------------------------------------------------------
-# The engine: padded groups of staged subsystems, one field, a Jacobi exchange per step (or per stage).
-
-
-class _FieldTemplate(NamedTuple):
-    """The static part of a group: the members' functions and the field's indices into their state."""
-
-    transition: Callable[..., Any]
-    output: Any  # a function, or a matrix H as a nested tuple
-    estimator: str
-    weights: UnscentedWeights
-    innovation: Callable[[Any, Any], Any] | None
-    dynamics: Dynamics | None
-    port_idx: np.ndarray  # (S,) state indices of the field variables
-    slots: np.ndarray  # (S k,) message slots, variable-major
-    rate_idx: np.ndarray | None  # (S,)
-    drives_idx: np.ndarray | None  # (S,)
-    n_msg: int
-    diag_q: bool  # every member's Q diagonal: injected variance adds to it (no extra factor columns)
-    diag_r: bool  # every member's R diagonal: independent sensors (per-sensor updates)
-    kernel: str  # the UKF's: "gram" when every member's Q and R are positive-definite diagonals
-
-
-class _FieldGroup(NamedTuple):
-    template: _FieldTemplate
-    members: tuple[int, ...]  # indices into the compiled names
-    n_pad: int  # inert members appended (an even split over devices)
-    substeps: int
-
-
-class FieldNumbers(eqx.Module):
-    """Everything numeric a compiled field graph runs on.
-
-    Per group, the members' stacked numbers; per receiving group, its incoming edges (flat register index
-    of the sender, flat receiving variable, weight), sorted by receiving variable.
-    """
-
-    groups: tuple[dict[str, Any], ...]
-    edges: tuple[dict[str, Any], ...]
-
-
-class FieldEstimate(NamedTuple):
-    """One subsystem's filtered means (T+1, n) over t_0..t_T (row 0 the prior) and standard deviations."""
-
-    means: Any
-    stds: Any
-
-
-def _field_of(graph: Any) -> Field:
+def _field_of(graph: Graph) -> Field:
     fields = graph.fields
     if len(fields) != 1:
         raise ValueError(f"Graph {graph.name!r}: expected at most one field; received {len(fields)}.")
     return fields[0]
 
 
-def compile_field(graph: Any, schedule: Any, mesh: jax.sharding.Mesh | None) -> Any:
-    """The :func:`twinfer.infer.graph.compile` of a graph coupled by one :class:`Field`.
+def compile_field(graph: Graph, schedule: Any, mesh: jax.sharding.Mesh | None) -> Compiled:
+    """The :func:`twinfer.infer.graph._run.compile` of a graph coupled by one :class:`Field`.
 
     Raises:
         ValueError: for a subsystem that needs more than :data:`MAX_SUBSTEPS` Heun sub-steps per step,
             before anything is traced, naming its stiffest coupling, the stiffness and the step.
 
     """
-    from twinfer.infer.graph._compile import Compiled
-
     if schedule.kind != "jacobi" or schedule.inner != 1:
         raise ValueError(
             f"compile schedule: a graph with a field runs Jacobi with one inner iteration; received "
@@ -314,7 +163,7 @@ def compile_field(graph: Any, schedule: Any, mesh: jax.sharding.Mesh | None) -> 
             "twinfer.sim.heun_node."
         )
     engine = FieldEngine(tuple(groups), field, names, dt, finest, mesh)
-    numbers = field_numbers(subs, field, engine, index)
+    numbers = field_numbers(subs, field, engine.groups, index)
     replicated = None if mesh is None else jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
     scan = jax.jit(engine.scan, out_shardings=replicated)
     return Compiled(names, engine, numbers, jax.jit(engine.step), scan)
@@ -333,7 +182,6 @@ def _refuse_stiff(subs: list[Any], field: Field, group: _FieldGroup) -> None:
     best = (-1.0, "", "")  # (stiffness, from, to)
     for i in group.members:
         s = subs[i]
-        assert s.dynamics is not None  # substeps > 1 come with a Dynamics
         n_u, names = len(s.inputs), s.names
         jac = np.abs(
             np.asarray(
@@ -395,70 +243,6 @@ def _is_diagonal(m: Any) -> bool:
     return bool(np.all(a == np.diag(np.diagonal(a))))
 
 
-def field_numbers(subs: list[Any], field: Field, engine: FieldEngine, index: dict[str, int]) -> FieldNumbers:
-    """Stack each group's numbers and sort the field's edges by receiving group and variable."""
-    from twinfer.infer.graph._compile import _factors, _stack_leaves
-
-    def stack(items: list[Any]) -> Any:
-        return jax.tree_util.tree_map(lambda *xs: _stack_leaves(xs), *items)
-
-    gs = []
-    where: dict[int, tuple[int, int]] = {}  # subsystem -> (group, position)
-    offsets, offset = [], 0  # flat register offset of each group (padded)
-    for gi, g in enumerate(engine.groups):
-        ms = [subs[i] for i in g.members]
-        for pos, i in enumerate(g.members):
-            where[i] = (gi, pos)
-        offsets.append(offset)
-        offset += (len(g.members) + g.n_pad) * g.template.port_idx.size
-        q, r = stack([s.Q for s in ms]), stack([s.R for s in ms])
-        arr = {
-            "params": stack([s.params for s in ms]),
-            "x0": stack([s.x0 for s in ms]),
-            "P0": stack([s.P0 for s in ms]),
-            "Q": q,
-            "R": r,
-            "chol_P0": _factors(stack([s.P0 for s in ms])),
-            "inputs": np.asarray([s.inputs for s in ms], dtype=int).reshape(len(ms), -1),
-            "outputs": np.asarray([s.outputs for s in ms], dtype=int).reshape(len(ms), -1),
-        }
-        if g.template.diag_q:  # the variances, so that an injected variance adds to them
-            arr["q_diag"] = np.diagonal(q, axis1=1, axis2=2).copy()
-        else:
-            arr["chol_Q"] = _factors(q)
-        arr["chol_R"] = np.sqrt(np.diagonal(r, axis1=1, axis2=2)) if g.template.diag_r else _factors(r)
-        gs.append(arr)
-    member = [index[n] for n in field.members]
-    unknown = [n for n in field.members if n not in index]
-    if unknown:
-        raise ValueError(f"Field {field.name!r} members: no such subsystems {unknown}; known: {list(index)}.")
-    send_sub = np.asarray(member, dtype=int)[field.sender] if field.n_edges else np.zeros(0, int)
-    recv_sub = np.asarray(member, dtype=int)[field.receiver] if field.n_edges else np.zeros(0, int)
-    edges = []
-    for gi, g in enumerate(engine.groups):
-        s_var = g.template.port_idx.size
-        pick = np.asarray([where[int(i)][0] == gi for i in recv_sub], dtype=bool)
-        src = np.asarray(
-            [
-                offsets[where[int(i)][0]]
-                + where[int(i)][1] * engine.groups[where[int(i)][0]].template.port_idx.size
-                + v
-                for i, v in zip(send_sub[pick], field.sender_var[pick], strict=True)
-            ],
-            dtype=int,
-        )
-        dst = np.asarray(
-            [
-                where[int(i)][1] * s_var + v
-                for i, v in zip(recv_sub[pick], field.receiver_var[pick], strict=True)
-            ],
-            dtype=int,
-        )
-        order = np.argsort(dst, kind="stable")
-        edges.append({"src": src[order], "dst": dst[order], "weight": field.weight[pick][order]})
-    return FieldNumbers(tuple(gs), tuple(edges))
-
-
 @dataclasses.dataclass(frozen=True)
 class FieldEngine:
     """One jitted Jacobi step of a field graph: every group's members step at once (``vmap``)."""
@@ -469,6 +253,11 @@ class FieldEngine:
     dt: float | None
     finest: int
     mesh: jax.sharding.Mesh | None = None
+
+    @property
+    def edge_groups(self) -> tuple[()]:
+        """None: a field graph's members are coupled by its field alone, through no interfaces."""
+        return ()
 
     @property
     def _dt(self) -> float:
@@ -560,7 +349,8 @@ class FieldEngine:
             if ratio == 1:
                 corrector = second[gi]
             else:  # the fine prediction at the end of each of its sub-steps
-                assert end is not None
+                if end is None:  # a coarser group than the finest implies the exchange above ran
+                    raise TwinferRuntimeError("internal: a sub-stepped group without the fine prediction.")
                 corrector = jnp.concatenate([first[gi][ratio::ratio], end[gi][None]])
             out.append(jnp.stack([start, corrector], axis=2).transpose(1, 0, 2, 3))
         return out
@@ -646,7 +436,7 @@ class FieldEngine:
         return carry, ([o[0] for o in outs], [jnp.sqrt(v) for v in variances], [o[3] for o in outs])
 
     def scan(self, num: FieldNumbers, us: Any, ys: Any, masks: Any, us_meas: Any = None) -> Any:
-        """Scan :meth:`step` over T steps (``us_meas``: as :meth:`twinfer.infer.graph.Compiled.scan`).
+        """Scan :meth:`step` over T steps (``us_meas``: as :meth:`Compiled.scan`).
 
         Returns:
             ``(means, stds, ok)``: per group, (T, C, n) over t_1..t_T and (T, C) True where the member's
@@ -701,13 +491,6 @@ def check_field_run(compiled: Any, ok: Sequence[Any], times: Any = None) -> None
     )
 
 
-def _columns(values: Any, cols: Any) -> Any:
-    """``values[cols]`` with column -1 read as 0 (an input the data does not carry, e.g. an unforced mass)."""
-    if values.shape[0] == 0:
-        return jnp.zeros(jnp.shape(cols), values.dtype)
-    return jnp.where(cols >= 0, values[jnp.maximum(cols, 0)], 0.0)
-
-
 def _vector_field(g: _FieldGroup) -> Callable[..., Any]:
     if g.template.dynamics is None:  # compile_field refuses predicted messages without dynamics
         raise ValueError("predicted field messages need every member built with twinfer.sim.heun_node.")
@@ -739,52 +522,3 @@ def _field_local_step(tmpl: _FieldTemplate, u_all, params, inputs, chol_r, mean,
         weights=tmpl.weights, innovation=tmpl.innovation, kernel="gram" if gram else "qr",
     )  # fmt: skip
     return out.mean, out.chol, jnp.sum(out.chol**2, axis=1), out.ok
-
-
-def run_field(
-    graph: Any,
-    dataset: Any = None,
-    *,
-    us: Any = None,
-    ys: Any = None,
-    compiled: Any = None,
-    mesh: jax.sharding.Mesh | None = None,
-) -> dict[str, FieldEstimate]:
-    """Run a field graph over a record; each subsystem's filtered means and standard deviations by name.
-
-    The record is a :class:`twinfer.data.Dataset` or arrays ``us`` (T, n_u) and ``ys`` (T, n_y), aligned
-    as in :func:`twinfer.infer.graph.run` (NaN observations are missing). Only marginal standard
-    deviations are kept: a network of thousands of subsystems would not hold every covariance over time.
-
-    Raises:
-        ValueError: as :func:`twinfer.infer.graph.run` for the record and the numbers, and for a
-            coupling too stiff for :data:`MAX_SUBSTEPS` sub-steps (:func:`compile_field`).
-        DivergenceError: (a ``ValueError``) when a subsystem diverges, naming it, the step and time
-            (:func:`check_field_run`).
-
-    """
-    from twinfer.infer.graph._compile import _prepare_record, compile
-
-    graph.check_dataset(dataset, "run_field")
-    compiled = compile(graph, mesh=mesh) if compiled is None else compiled
-    us, ys, masks, times, us_meas = _prepare_record(compiled, compiled.numbers, dataset, us, ys)
-    means, stds, ok = compiled.scan(
-        compiled.numbers, jnp.asarray(us), jnp.asarray(ys), jnp.asarray(masks), us_meas=us_meas
-    )
-    check_field_run(compiled, jax.tree_util.tree_map(np.asarray, ok), times)
-    return field_estimates(compiled, means, stds)
-
-
-def field_estimates(compiled: Any, means: Any, stds: Any) -> dict[str, FieldEstimate]:
-    """Split the per-group outputs of a field graph's ``scan`` by subsystem, the prior prepended."""
-    means, stds = jax.tree_util.tree_map(np.asarray, (means, stds))
-    out = {}
-    for gi, g in enumerate(compiled.engine.groups):
-        arr = compiled.numbers.groups[gi]
-        x0 = np.asarray(arr["x0"])
-        sd0 = np.sqrt(np.diagonal(np.asarray(arr["P0"]), axis1=1, axis2=2))
-        for j, i in enumerate(g.members):
-            out[compiled.names[i]] = FieldEstimate(
-                np.concatenate([x0[j][None], means[gi][:, j]]), np.concatenate([sd0[j][None], stds[gi][:, j]])
-            )
-    return out

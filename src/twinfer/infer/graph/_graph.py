@@ -8,10 +8,9 @@ References:
 
 from __future__ import annotations
 
-import collections
 import dataclasses
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, ClassVar
 
 import equinox as eqx
 import jax
@@ -20,8 +19,8 @@ import jax.scipy.linalg as jsl
 import numpy as np
 
 from twinfer.data import Dataset
-from twinfer.infer.graph._field import Field
-from twinfer.infer.graph._parts import Interface, LinearOutput, Port, Subsystem, structure_cached
+from twinfer.infer.graph._cache import MONOLITHIC
+from twinfer.infer.graph._parts import Field, Interface, LinearOutput, Port, Subsystem
 from twinfer.sim import integrator_step, substep_loop
 
 
@@ -38,7 +37,7 @@ class Graph(eqx.Module):
         interfaces: directed edges.
         exports: ports of members exposed to an outer graph.
         fields: sparse field couplings (:class:`Field`) of the leaf members (top level only).
-        state_order: column names that :func:`~twinfer.infer.graph.estimate` puts first, in this order
+        state_order: column names that :func:`~twinfer.infer.graph._run.estimate` puts first, in this order
             (a graph from a model: the model's states, then the unknown parameters).
         output_names: the names of the dataset's output columns the subsystems' ``outputs`` index (a
             graph from a model: the model's ``output_names``); None where unknown (only the column
@@ -107,42 +106,14 @@ class Graph(eqx.Module):
             )
         return node, port
 
-    @staticmethod
-    def from_model(model: Any, partition: Any, **options: Any) -> Graph:
-        """The graph of a library model cut into subsystems along its own interfaces.
+    from_model: ClassVar[Callable[..., Graph]]
+    """``Graph.from_model(model, partition, **options)``: :func:`twinfer.infer.graph.from_model`.
 
-        * a :class:`~twinfer.models.Chain` and contiguous DOF groups: :func:`chain_graph` (its keywords);
-        * a :class:`~twinfer.models.KuramotoNetwork` and a :class:`~twinfer.infer.clusters.Partition`:
-          :func:`twinfer.infer.clusters.kuramoto_graph` (its keywords; the graph is its ``.graph``);
-        * any other model that declares its interface coupling
-          (:attr:`~twinfer.models.AbstractModel.connections`, or ``connections=``) and groups of its
-          state names: :func:`~twinfer.infer.graph.model_graph` (its keywords).
-
-        Raises:
-            TypeError: for a model that declares no interface coupling, naming the ways to give one.
-
-        """
-        from twinfer.models import AbstractModel, Chain, KuramotoNetwork
-
-        if isinstance(model, Chain):
-            from twinfer.infer.graph._from_model import chain_graph
-
-            return chain_graph(model, partition, **options)
-        if isinstance(model, KuramotoNetwork):
-            from twinfer.infer.clusters import kuramoto_graph
-
-            graph = kuramoto_graph(model, partition, **options).graph  # columns read by position: named
-            return dataclasses.replace(graph, output_names=model.output_names, input_names=model.input_names)
-        if isinstance(model, AbstractModel) and (model.connections or options.get("connections")):
-            from twinfer.infer.graph._from_model import model_graph
-
-            return model_graph(model, partition, **options)
-        raise TypeError(
-            "Graph.from_model model: expected a Chain, a KuramotoNetwork or a model that declares its "
-            f"interface coupling (a `connections` property or the connections= keyword); received "
-            f"{type(model).__name__} with none. Or build the graph from Subsystem (twinfer.sim.graph_node) "
-            "and Interface."
-        )
+    The graph of a library model cut into subsystems along its own interfaces (a
+    :class:`~twinfer.models.Chain`, a :class:`~twinfer.models.KuramotoNetwork`, or any model that
+    declares its interface coupling). Bound by :mod:`twinfer.infer.graph._builders` when the package is
+    imported: the builders build on this class, so this module cannot import them.
+    """
 
     def check_dataset(self, dataset: Any, where: str) -> None:
         """Check a record's columns against the ones the subsystems read, before anything is compiled.
@@ -299,10 +270,6 @@ class Graph(eqx.Module):
         return out
 
 
-_MONOLITHIC: collections.OrderedDict[Any, tuple[Any, Any]] = collections.OrderedDict()
-_MONOLITHIC_SIZE = 16
-
-
 def _channel_names(graph: str, field: str, value: Sequence[str] | None) -> tuple[str, ...] | None:
     """``value`` as a tuple of names (None stays None), refusing a bare string or non-string names."""
     if value is None:
@@ -323,11 +290,9 @@ def _monolithic_functions(subs: list[Subsystem], edges: list[Interface]) -> tupl
 
     They depend on the subsystems' functions, shapes, input columns and ports and on the interfaces'
     laws and ends, never on numbers (those are ``params``), so graphs that differ only in numbers get
-    the same functions and :func:`~twinfer.infer.graph.run` reuses one compiled program for them.
+    the same functions and :func:`~twinfer.infer.graph._run.run` reuses one compiled program for them.
     """
-    return structure_cached(
-        _MONOLITHIC,
-        _MONOLITHIC_SIZE,
+    return MONOLITHIC.get(
         lambda: (
             tuple(
                 (s.name, s.n_state, s.n_msg, s.transition, s.output, s.dynamics, tuple(s.inputs),
@@ -475,12 +440,6 @@ def _build_monolithic(subs: list[Subsystem], edges: list[Interface]) -> tuple[An
         return outputs(x, u, params)
 
     return transition, output
-
-
-def _evaluate_output(s: Subsystem, x: Any, u: Any, m: Any, params: Any) -> Any:
-    if isinstance(s.output, LinearOutput):
-        return jnp.asarray(s.output.matrix()) @ x
-    return s.output(x, u, m, params)
 
 
 def _concat(parts: list[Any]) -> Any:

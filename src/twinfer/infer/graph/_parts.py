@@ -3,17 +3,17 @@
 A :class:`Subsystem` is a local discrete-time model with its own estimator; a :class:`Port` projects its
 state onto interface variables and names the message slots an incoming message is added to; an
 :class:`Interface` on a directed edge carries the message ``m_{j->i} = h_ji(s_{j->i}, s_{i<-j}; gamma)``
-(specs/compositional-inference.md section 1, eq. S1-S2).
+(specs/compositional-inference.md section 1, eq. S1-S2). A :class:`Field` couples many subsystems through
+sparse sums of their neighbours' interface variables (the grid's clusters).
 
 References:
     Ghorbani & Hackl, "Subsystem structure as an inferential resource for coupled engineered systems",
-    section 1 and SI eq. (S1-S4), (S24-S46).
+    section 1 and SI eq. (S1-S4), (S24-S46), (S73)-(S92).
 
 """
 
 from __future__ import annotations
 
-import collections
 from collections.abc import Callable, Sequence
 from typing import Any, Literal, NamedTuple
 
@@ -21,7 +21,7 @@ import equinox as eqx
 import jax.numpy as jnp
 import numpy as np
 
-from twinfer.infer.filters import UnscentedWeights
+from twinfer.infer.gaussian import UnscentedWeights
 from twinfer.sim import Dynamics
 
 Estimator = Literal["ukf", "kf", "ekf", "wls", "wnls", "none", "learned"]
@@ -93,7 +93,8 @@ class Subsystem(eqx.Module):
         n_msg: length of the message vector ``m``.
         estimator: ``"ukf"`` (paper-code UKF, Alg. 6, square-root), ``"kf"`` (Alg. 4), ``"ekf"``
             (Alg. 5), ``"wls"`` / ``"wnls"`` (the static one-step and iterated weighted least squares
-            baselines, :func:`twinfer.infer.filters.wls_step` / :func:`~twinfer.infer.filters.wnls_step`),
+            baselines, :func:`~twinfer.infer.filters._wls.wls_step` /
+            :func:`~twinfer.infer.filters._wls.wnls_step`),
             ``"none"`` (deterministic propagation, no update) or ``"learned"`` (a learned one-step
             predictor such as a NARX surrogate, section 2.5: the mean is the prediction and the
             covariance is ``Q``, the predictor's own one-step error, plus any injected message
@@ -106,7 +107,7 @@ class Subsystem(eqx.Module):
             (its transition then reads one message per Heun stage); required by a :class:`Field` with
             ``message="predicted"``.
         state_names: a name for each state (e.g. the whole model's ``"x3"``, ``"k2"``), used by
-            :func:`twinfer.infer.graph.estimate` to merge the subsystems into one
+            :func:`twinfer.infer.graph._run.estimate` to merge the subsystems into one
             :class:`~twinfer.infer.Estimate`; default ``"<name>[i]"``. A name starting with ``"~"``
             marks an inert padding state (a cluster's unused slot), left out of the Estimate.
         parameters: the states that are unknown parameters, by name (among ``state_names``).
@@ -217,7 +218,7 @@ class Interface(eqx.Module):
     * ``"learned"``: a fitted law (e.g. SINDy) used as a deterministic mean message (the authors' code).
 
     ``rule`` says where the law is evaluated and which variance a probabilistic message injects (the
-    derivation is in :mod:`twinfer.infer.graph._compile`):
+    derivation and its measurements are in ``docs/design-messages.md``):
 
     * ``"paper"`` (the paper's rule, for reproduction): the law at both ends' posterior means, held over
       the step; its unscented variance under *both* ports' marginals, positive increment only (S46);
@@ -233,7 +234,7 @@ class Interface(eqx.Module):
       For co-drifting neighbours (positions along a chain fixed at one end): state coverage 0.81 ->
       0.93 with Duffing cuts, 0.91 -> 0.95 with linear or Van der Pol cuts; on grounded rotors coupled
       by sines it lowered coverage (0.85 -> 0.73), hence not the default (see
-      :mod:`twinfer.infer.graph._compile`).
+      ``docs/design-messages.md``).
 
     Laws built from the same callable with the same port sizes are batched together; only ``gamma``
     (a pytree of arrays) differs between them.
@@ -273,22 +274,114 @@ def two_way(
     )
 
 
-def structure_cached(
-    cache: collections.OrderedDict[Any, Any], size: int, key: Callable[[], Any], build: Callable[[], Any]
-) -> Any:
-    """``build()`` once per structure ``key()``, kept in ``cache`` (least recently used of ``size``).
+FieldMessage = Literal["held", "predicted"]
+FieldVariance = Literal["none", "first-order"]
+FIELD_MESSAGES = ("held", "predicted")
+FIELD_VARIANCES = ("none", "first-order")
 
-    A key that cannot be formed or hashed (an unhashable law or function) builds anew, unkept.
+
+class Field(eqx.Module):
+    """Sparse field coupling of the members of a graph, aggregated by segment sums.
+
+    Edge ``e`` adds ``weight[e] * features(s)`` of variable ``sender_var[e]`` of ``port`` on subsystem
+    ``members[sender[e]]`` to the message slots of variable ``receiver_var[e]`` of ``port`` on
+    ``members[receiver[e]]``: variable ``a`` of a port owns the slots ``slots[k a : k a + k]`` (k the
+    number of features).
+
+    Attributes:
+        name: the field's name (errors name it).
+        port: port on every member; its ``state`` are the field variables, its ``slots`` k per variable.
+        features: ``s -> (k,)`` features of a sender's variable (e.g. ``(sin s, cos s)``).
+        law: ``(s_j, s_a) -> scalar`` force per unit weight, ``readout(s_a) . features(s_j)``; its
+            derivative in ``s_j`` gives the first-order variance.
+        members: names of the subsystems the edges index.
+        sender, sender_var, receiver, receiver_var: edge arrays (E,) of member and variable indices.
+        weight: edge weights (E,).
+        message: ``"held"`` or ``"predicted"`` (the field engine: :mod:`twinfer.infer.graph._field`).
+        variance: ``"none"`` or ``"first-order"``.
+        rate: port whose variables are the rates of ``port``'s (their variance smears the senders' over
+            the step), or None.
+        drives: port whose variables the force is a rate of (where ``dt^2 var F`` enters the process
+            noise); required by ``variance="first-order"``.
+
     """
-    try:
-        k = key()
-        hash(k)
-    except TypeError:
-        return build()
-    if k in cache:
-        cache.move_to_end(k)
-        return cache[k]
-    built = cache[k] = build()
-    while len(cache) > size:
-        cache.popitem(last=False)
-    return built
+
+    name: str = eqx.field(static=True)
+    port: str = eqx.field(static=True)
+    features: Callable[[Any], Any] = eqx.field(static=True)
+    law: Callable[[Any, Any], Any] = eqx.field(static=True)
+    members: tuple[str, ...] = eqx.field(static=True)
+    sender: np.ndarray
+    sender_var: np.ndarray
+    receiver: np.ndarray
+    receiver_var: np.ndarray
+    weight: np.ndarray
+    message: str = eqx.field(static=True, default="held")
+    variance: str = eqx.field(static=True, default="none")
+    rate: str | None = eqx.field(static=True, default=None)
+    drives: str | None = eqx.field(static=True, default=None)
+
+    def __init__(
+        self,
+        name: str,
+        port: str,
+        features: Callable[[Any], Any],
+        law: Callable[[Any, Any], Any],
+        members: Sequence[str],
+        sender: Any,
+        sender_var: Any,
+        receiver: Any,
+        receiver_var: Any,
+        weight: Any,
+        message: FieldMessage = "held",
+        variance: FieldVariance = "none",
+        rate: str | None = None,
+        drives: str | None = None,
+    ):
+        self.name, self.port, self.features, self.law = name, port, features, law
+        self.members = tuple(members)
+        arrays = {
+            "sender": sender,
+            "sender_var": sender_var,
+            "receiver": receiver,
+            "receiver_var": receiver_var,
+        }
+        sizes = {k: np.shape(v) for k, v in {**arrays, "weight": weight}.items()}
+        if len(set(sizes.values())) != 1 or len(next(iter(sizes.values()))) != 1:
+            raise ValueError(f"Field {name!r}: expected edge arrays of one shape (E,); received {sizes}.")
+        for key, value in arrays.items():
+            arr = np.asarray(value)
+            if arr.size and arr.dtype.kind not in "iu":
+                raise ValueError(
+                    f"Field {name!r} {key}: expected integer indices; received dtype {arr.dtype}."
+                )
+            setattr(self, key, arr.astype(int))
+        self.weight = np.asarray(weight, dtype=np.float64)
+        if message not in FIELD_MESSAGES:
+            raise ValueError(
+                f"Field {name!r} message: expected one of {FIELD_MESSAGES}; received {message!r}."
+            )
+        if variance not in FIELD_VARIANCES:
+            raise ValueError(
+                f"Field {name!r} variance: expected one of {FIELD_VARIANCES}; received {variance!r}."
+            )
+        if variance == "first-order" and drives is None:
+            raise ValueError(
+                f"Field {name!r} drives: variance='first-order' needs the port the force drives; "
+                "received None."
+            )
+        self.message, self.variance, self.rate, self.drives = message, variance, rate, drives
+        n = len(self.members)
+        for key in ("sender", "receiver"):
+            idx = getattr(self, key)
+            if idx.size and (idx.min() < 0 or idx.max() >= n):
+                raise ValueError(
+                    f"Field {name!r} {key}: expected member indices in 0..{n - 1}; received "
+                    f"{idx.min()}..{idx.max()}."
+                )
+        if not np.all(np.isfinite(self.weight)):
+            raise ValueError(f"Field {name!r} weight: expected finite weights; received a non-finite one.")
+
+    @property
+    def n_edges(self) -> int:
+        return int(self.sender.size)

@@ -23,6 +23,8 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Float, PRNGKeyArray
 
+from twinfer._config import ensure
+
 Progress = Callable[[str, float, float], None]
 LogDensity = Callable[[Float[Array, " dim"]], Float[Array, ""]]
 """A log target on an unconstrained vector."""
@@ -111,6 +113,7 @@ def nuts(
         ValueError: for bad sizes or a non-finite log-density at a starting point.
 
     """
+    ensure("nuts", initial=initial)
     init = jnp.asarray(initial, dtype=jnp.float64)
     if init.ndim != 2 or init.shape[0] < 1:
         raise ValueError(f"nuts initial: expected shape (chains, dim); received {init.shape}.")

@@ -33,10 +33,12 @@ from twinfer.infer.pinn._physics import (
     predicted_force,
 )
 from twinfer.infer.pinn._trainer import TrainResult, TrainSettings, loss_parts, train
+from twinfer.infer.pinn._two_stage import LayerData, TwoStageResult, repeat_noise_sd, two_stage_posterior
 
 __all__ = [
     "ACTIVATIONS",
     "ChainProblem",
+    "LayerData",
     "LossWeights",
     "PositiveParameters",
     "SensorProblem",
@@ -44,6 +46,7 @@ __all__ = [
     "StateProblem",
     "TrainResult",
     "TrainSettings",
+    "TwoStageResult",
     "chain_residuals",
     "affine_force",
     "force_log_posterior",
@@ -59,5 +62,7 @@ __all__ = [
     "sensor_problem",
     "state_losses",
     "state_problem",
+    "repeat_noise_sd",
     "train",
+    "two_stage_posterior",
 ]

@@ -26,6 +26,7 @@ import jax
 import numpy as np
 import optax
 
+from twinfer._config import ensure
 from twinfer.checkpoint import Checkpoint, array_digest, as_checkpoint, digest
 
 Progress = Callable[[str, float, float], None]
@@ -134,6 +135,7 @@ def train(
             dtypes, with impossible counters, or present while ``resume`` is off.
 
     """
+    ensure("train", trainable=trainable)
     _check(settings)
     trainable = tuple(trainable)
     dynamic, static = eqx.partition(trainable, eqx.is_inexact_array)

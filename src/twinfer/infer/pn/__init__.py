@@ -11,11 +11,13 @@ from twinfer.infer.pn._filter import (
 )
 from twinfer.infer.pn._likelihood import PNLikelihood
 from twinfer.infer.pn._prior import iwp_chol_q_1d, iwp_transition, iwp_transition_1d, projection
+from twinfer.infer.pn._program import PNProgram
 from twinfer.infer.pn._structure import STRUCTURES
 
 __all__ = [
     "METHODS",
     "PNFilter",
+    "PNProgram",
     "PNInfo",
     "PNLikelihood",
     "PNSolution",

@@ -53,6 +53,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Bool, Float, Int
 
+from twinfer._config import ensure
 from twinfer.infer.gaussian import condition_exact, tria, tria_scalar, update, update_scalar
 from twinfer.infer.pn._prior import iwp_chol_q_1d, iwp_transition, iwp_transition_1d, projection
 from twinfer.infer.pn._structure import (
@@ -456,6 +457,7 @@ def pn_solve(
         :class:`PNSolution` with ``mean``/``std`` ``(T, d)`` and the total data log-likelihood.
 
     """
+    ensure("pn_solve", pn=pn, params=params, x0=x0, x0_std=x0_std, us=us, ys=ys)
     us = jnp.asarray(us, jnp.float64)
     n_steps = us.shape[0]
     if ys is None:

@@ -13,3 +13,11 @@ __all__ += ["conditional_ess", "next_lambda", "tempering"]
 from twinfer.infer.smc._output_error import OutputErrorLikelihood  # noqa: E402
 
 __all__ += ["OutputErrorLikelihood"]
+from twinfer.infer.smc._moments import (  # noqa: E402
+    equal_weight_draw,
+    normalised_weights,
+    weighted_moments,
+    weighted_quantiles,
+)
+
+__all__ += ["equal_weight_draw", "normalised_weights", "weighted_moments", "weighted_quantiles"]

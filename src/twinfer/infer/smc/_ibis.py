@@ -31,9 +31,10 @@ import numpy as np
 from jax.scipy.special import logsumexp
 from jaxtyping import Array, ArrayLike, Float, Int, PRNGKeyArray
 
+from twinfer._config import ensure
 from twinfer.checkpoint import Checkpoint, array_digest, as_checkpoint, digest
-from twinfer.infer.filters import systematic_resample
-from twinfer.infer.filters._particle import check_particles
+from twinfer.infer.filters._particle import check_particles, systematic_resample
+from twinfer.infer.smc._moments import normalised_weights
 from twinfer.infer.smc._prior import TransformedNormalPrior
 
 Progress = Callable[[str, float, float], None]
@@ -101,8 +102,7 @@ class IBISResult(NamedTuple):
         from twinfer.infer._estimate import Estimate
 
         theta = np.asarray(self.theta, np.float64)
-        w = np.exp(self.log_w - np.max(self.log_w))
-        w = w / w.sum()
+        w = normalised_weights(self.log_w)
         labels = tuple(f"theta[{i}]" for i in range(theta.shape[1])) if names is None else tuple(names)
         if len(labels) != theta.shape[1]:
             raise ValueError(
@@ -327,6 +327,7 @@ def ibis(
         Chopin (2002); Longbottom et al., Eq. (20)-(25), Algorithm 1 (corrected per specs 2.5, 6.7).
 
     """
+    ensure("ibis", likelihood=likelihood, prior=prior)
     check_particles("ibis", n_particles, ess_threshold)
     if n_moves < 1 or checkpoint_every < 1:
         raise ValueError(

@@ -12,7 +12,7 @@ or the last entry of ``theta`` (estimated with the parameters, so that it absorb
 Its maximum is the least-squares fit of the simulated output: the criterion that a simulation-based
 digital twin is judged by. A filter's likelihood (:class:`~twinfer.infer.pn.PNLikelihood`) scores
 one-step predictions instead, an equation-error criterion; under model error the two optima differ
-(the EMPS case of :mod:`twinfer.experiments.emps` measures by how much).
+(the ``emps`` case study measures by how much).
 
 The errors of a wrong model are correlated in time, not white: the white-noise likelihood then counts
 every sample as independent, so the parameters' posterior is narrower than their uncertainty. The

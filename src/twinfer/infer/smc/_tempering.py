@@ -41,9 +41,9 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float, Int, PRNGKeyArray
 
+from twinfer._config import ensure
 from twinfer.checkpoint import Checkpoint
-from twinfer.infer.filters import systematic_resample
-from twinfer.infer.filters._particle import check_particles
+from twinfer.infer.filters._particle import check_particles, systematic_resample
 from twinfer.infer.smc._ibis import (
     IBISResult,
     IncrementalLikelihood,
@@ -209,6 +209,7 @@ def tempering(
         (2016); Chopin & Papaspiliopoulos (2020), Ch. 17.
 
     """
+    ensure("tempering", likelihood=likelihood, prior=prior)
     check_particles("tempering", n_particles)
     if not 0.0 < ess_target < 1.0:
         raise ValueError(f"tempering ess_target: expected in (0, 1); received {ess_target}.")

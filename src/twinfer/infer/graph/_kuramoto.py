@@ -32,9 +32,11 @@ from typing import Any, Literal, NamedTuple
 import jax.numpy as jnp
 import numpy as np
 
-from twinfer.infer.clusters._partition import Partition
 from twinfer.infer.gaussian import UnscentedWeights
-from twinfer.infer.graph import Field, Graph, Port, Subsystem
+from twinfer.infer.graph._graph import Graph
+from twinfer.infer.graph._numbers import Compiled
+from twinfer.infer.graph._partition import Partition
+from twinfer.infer.graph._parts import Field, Port, Subsystem
 from twinfer.models.kuramoto import KuramotoNetwork, cluster_swing, sincos, wrap_angle
 from twinfer.sim import heun_node
 
@@ -270,12 +272,14 @@ def kuramoto_graph(
     return ClusterGraph(Graph("grid", subs, fields=[field], state_order=order), buses)
 
 
-def bus_values(cluster_graph: ClusterGraph, compiled: Any, values: Sequence[Any], n_bus: int) -> np.ndarray:
+def bus_values(
+    cluster_graph: ClusterGraph, compiled: Compiled, values: Sequence[Any], n_bus: int
+) -> np.ndarray:
     """Per-group (T, C, 3S) outputs of a compiled cluster graph's scan -> (T, N, 3) per bus."""
     values = [np.asarray(v) for v in values]
     t = values[0].shape[0]
     out = np.zeros((t, n_bus + 1, 3))
-    for g, v in zip(compiled.engine.groups, values, strict=True):
+    for g, v in zip(compiled.groups, values, strict=True):
         s = v.shape[2] // 3
         per_slot = np.transpose(v.reshape(t, v.shape[1], 3, s), (0, 1, 3, 2))  # (T, C, S, 3)
         bus = np.stack([cluster_graph.buses[compiled.names[i]] for i in g.members])  # (C, S)

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import scipy.sparse as sp
+from scipy.sparse.csgraph import connected_components
 
 
 @dataclass(frozen=True)
@@ -86,8 +87,6 @@ def partition_greedy(
         return _greedy(k, seeds, np.ones(n, dtype=int), s_max, eps)
     if not bond > 0:
         raise ValueError(f"partition bond: expected a positive coupling or None; received {bond}.")
-    from scipy.sparse.csgraph import connected_components
-
     strong = sp.csr_matrix(k.multiply(k >= bond))
     groups, group = connected_components(strong, directed=False)
     member = sp.csr_matrix((np.ones(n), (np.arange(n), group)), shape=(n, groups))

@@ -1,0 +1,177 @@
+"""The power-grid study's estimators: a network's partition and one estimator on its clusters, per bus.
+
+The six estimators of the compositional-inference paper's Fig. S9 (:data:`GRID_ESTIMATORS`) are the
+UKF and the static baselines WLS / WNLS, each on the generator-seeded partition of a network
+(:func:`partition_for`) or on the whole network as one cluster. :class:`GridEstimator` compiles one of
+them once on a :func:`~twinfer.infer.graph.kuramoto_graph` and maps its clusters' slots back to buses.
+
+References:
+    Ghorbani & Hackl, SI (S79)-(S92), Tables S2-S4, Fig. S9 (specs/compositional-inference.md 3.5).
+
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import jax.numpy as jnp
+import numpy as np
+
+from twinfer import sharding
+from twinfer.infer.graph._field import check_field_run
+from twinfer.infer.graph._kuramoto import ClusterGraph, bus_values, kuramoto_graph
+from twinfer.infer.graph._numbers import Compiled
+from twinfer.infer.graph._partition import Partition, bond_for_step, partition_greedy
+from twinfer.infer.graph._run import compile as compile_engine
+from twinfer.models import KuramotoNetwork
+
+GridMethod = Literal["ukf", "wls", "wnls"]
+GRID_ESTIMATORS: dict[str, tuple[GridMethod, bool]] = {  # metric prefix -> (method, on the whole network)
+    "central": ("ukf", True),
+    "distributed": ("ukf", False),
+    "central_wls": ("wls", True),
+    "wls": ("wls", False),
+    "central_wnls": ("wnls", True),
+    "wnls": ("wnls", False),
+}
+"""The six estimators of Fig. S9 by metric prefix (the UKF's are ``central``/``distributed``, the
+distributed baselines ``wls``/``wnls``, the central ones ``central_wls``/``central_wnls``)."""
+GRID_LABELS = {
+    "central": "central UKF",
+    "distributed": "distributed UKF",
+    "central_wls": "central WLS",
+    "wls": "distributed WLS",
+    "central_wnls": "central WNLS",
+    "wnls": "distributed WNLS",
+}
+"""A reader's name of each of :data:`GRID_ESTIMATORS`."""
+
+
+@dataclass(frozen=True)
+class GridSettings:
+    """The grid study's settings (Table S4; the distributed Q_Omega from the authors' code).
+
+    ``q_*`` are process-noise variances, ``sigma`` the measurement noise's standard deviation, ``bond``
+    the limit of :func:`partition_for`, ``ukf_gamma`` the paper-code UKF's gamma (c = L + gamma).
+    """
+
+    dt: float = 0.01
+    sigma: float = 0.02
+    s_max: int = 5
+    bond: float = 1.0
+    q_theta: float = 1e-4
+    q_omega: float = 1e-4
+    q_Omega_central: float = 1e-4
+    q_Omega_distributed: float = 1e-6
+    ukf_gamma: float = 1.0
+
+
+GRID_DEFAULTS = GridSettings()
+"""Table S4's values: the defaults of the grid case, its benchmark and a grid spec."""
+
+
+def partition_for(net: Any, s_max: int, dt: float, bond: float = 1.0) -> Partition:
+    """The generator-seeded partition (S85-S87) of ``net`` with at most ``s_max`` buses a cluster.
+
+    Buses joined by edges too stiff for an exchange every ``dt`` stay together: ``bond`` is the limit
+    on ``dt sqrt(2K)`` of :func:`~twinfer.infer.graph._partition.bond_for_step` (0: the paper's partition).
+    """
+    limit = bond_for_step(dt, bond) if bond > 0 else None
+    return partition_greedy(net.coupling, net.gen_buses, s_max, bond=limit)
+
+
+def whole_network(n_bus: int) -> Partition:
+    """The partition of ``n_bus`` buses into one cluster: the centralised estimator's."""
+    return Partition(labels=np.zeros(n_bus, int), clusters=(np.arange(n_bus),))
+
+
+@dataclass(frozen=True)
+class GridEstimator:
+    """One estimator of a Kuramoto network on a partition (one cluster = central), compiled once.
+
+    ``scan(ys)`` is the jitted scan alone (``ys -> per-group (means, stds, ok)``), the part a timing
+    takes; ``to_buses(outs)`` checks it for divergence and maps the clusters' slots to ``(T, N, 3)`` per
+    bus (theta, omega, Omega); calling the estimator does both.
+    """
+
+    cluster_graph: ClusterGraph
+    compiled: Compiled
+    n_bus: int
+    dt: float
+
+    def scan(self, ys: Any) -> Any:
+        """The compiled scan over the measurements ``ys`` (T, 2N): no inputs, every sample present."""
+        us = jnp.zeros((ys.shape[0], 0))
+        return self.compiled.scan(self.compiled.numbers, us, ys, jnp.ones(ys.shape, bool))
+
+    def to_buses(self, outs: Any) -> tuple[np.ndarray, np.ndarray]:
+        """Means and standard deviations (T, N, 3) per bus of a :meth:`scan`'s outputs.
+
+        Raises:
+            DivergenceError: naming the cluster and the time where a filter diverged first.
+
+        """
+        means, stds, ok = sharding.to_numpy(outs)  # whole in every process
+        check_field_run(self.compiled, ok, np.arange(len(ok[0]) + 1) * self.dt)
+        graph, n = self.cluster_graph, self.n_bus
+        return bus_values(graph, self.compiled, means, n), bus_values(graph, self.compiled, stds, n)
+
+    def __call__(self, ys: Any) -> tuple[np.ndarray, np.ndarray]:
+        return self.to_buses(self.scan(ys))
+
+
+def grid_estimator(
+    model: KuramotoNetwork,
+    partition: Partition,
+    init: np.ndarray,
+    *,
+    dt: float,
+    q: tuple[float, float, float],
+    r: float,
+    gamma: float = 1.0,
+    substeps: int | None = None,
+    method: GridMethod = "ukf",
+    messages: Literal["held", "probabilistic"] = "probabilistic",
+    devices: int = 1,
+) -> GridEstimator:
+    """One estimator of ``model`` on ``partition``, its clusters' filters compiled as one step.
+
+    The partitioned network is a compositional graph (:func:`~twinfer.infer.graph.kuramoto_graph`:
+    the UKF of S82-S84, S88-S92, or the static baselines WLS / WNLS, all on the same clusters and phase
+    register) with the prior variances (0.25, 0.25, 1.0) of Table S4.
+
+    Args:
+        model: the network.
+        partition: its clusters (:func:`whole_network` for the centralised estimator).
+        init: the initial estimate (2N,) of phases and frequencies; the natural frequencies start at 0.
+        dt: the time step.
+        q: process-noise variances of theta, omega and Omega.
+        r: the measurement-noise variance.
+        gamma: the paper-code UKF's gamma.
+        substeps: Heun sub-steps per step (None: the fewest stable ones per cluster).
+        method: ``"ukf"``, ``"wls"`` or ``"wnls"``.
+        messages: out-of-cluster phases ``"held"`` (S89) or ``"probabilistic"``.
+        devices: devices the cluster axis is split over (0: all visible).
+
+    Returns:
+        The :class:`GridEstimator`.
+
+    """
+    n = model.n_bus
+    x0 = np.stack([init[:n], init[n:], np.zeros(n)], axis=1)
+    cluster_graph = kuramoto_graph(
+        model,
+        partition,
+        dt=dt,
+        x0=x0,
+        var0=(0.25, 0.25, 1.0),
+        q=q,
+        r=r,
+        gamma=gamma,
+        substeps=substeps,
+        estimator=method,
+        messages=messages,
+    )
+    mesh = sharding.device_mesh(devices, "clusters", "grid: devices")
+    return GridEstimator(cluster_graph, compile_engine(cluster_graph.graph, mesh=mesh), n, dt)
