@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-from scipy.stats import chi2
+from scipy.special import gammainccinv, gammaincinv
 
 from twinfer.errors import TwinferRuntimeError, TwinferWarning
 
@@ -90,7 +90,9 @@ def nis_band(n_obs: int, alpha: float = NIS_ALPHA) -> tuple[float, float]:
     ``chi2.ppf(alpha / 2, n) / n`` and ``chi2.isf(alpha / 2, n) / n`` (see :data:`NIS_ALPHA`).
     """
     n = max(int(n_obs), 1)
-    return float(chi2.ppf(alpha / 2, n) / n), float(chi2.isf(alpha / 2, n) / n)
+    # chi2.ppf(p, n) = 2 gammaincinv(n / 2, p), chi2.isf(p, n) = 2 gammainccinv(n / 2, p): scipy.stats'
+    # own formulas (bitwise the same), without importing scipy.stats (0.9 s) with twinfer
+    return float(2 * gammaincinv(n / 2, alpha / 2) / n), float(2 * gammainccinv(n / 2, alpha / 2) / n)
 
 
 def inconsistency(nis: float | None, n_obs: int, *, alpha: float | None = None) -> str | None:
