@@ -393,12 +393,15 @@ def compiling(
             keep(exe, *job.args, key=job.key, folder=folder)
         done = time.perf_counter()
         try:
-            return exe, [exe(*call) for call in job.runs], done
+            outs = [exe(*call) for call in job.runs]
+            if kept[i] is not None:  # a kept program's failure shows when it runs, not when it is called
+                jax.block_until_ready(outs)
+            return exe, outs, done
         except jax.errors.JaxRuntimeError:
             if kept[i] is None:
                 raise
-        # a kept program that loaded but cannot run (seen: "NOT_FOUND: Function ..._fusion not found" from
-        # a program kept by another process): dropped, compiled anew, kept again
+        # a kept program that loaded but cannot run (seen on a warm `twinfer run chain4`: "NOT_FOUND:
+        # Function iota_compare_fusion not found"): dropped, compiled anew, kept again
         path = _path(job.key, job.args, folder)
         if path is not None:
             path.unlink(missing_ok=True)
