@@ -39,7 +39,7 @@ docs: $(STAMP)
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
 
 pytest: $(STAMP)
-	$(BIN)/pytest -n 2 --dist loadfile --durations=20
+	$(BIN)/pytest -n 2 --dist loadfile --no-loadscope-reorder --durations=20
 
 # Issues' acceptance checks at full size (minutes each; marked `acceptance`, left out of `make test`).
 accept: $(STAMP)

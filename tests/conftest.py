@@ -37,6 +37,7 @@ settings.register_profile("twinfer", deadline=None, max_examples=25, derandomize
 settings.load_profile("twinfer")
 
 
+import collections  # noqa: E402
 import gc  # noqa: E402
 
 import pytest  # noqa: E402
@@ -55,3 +56,36 @@ def _release_compiled_programs():
     yield
     jax.clear_caches()
     gc.collect()
+
+
+# The modules that hold the suite's longest tests, with their seconds in the last full run (`make pytest`'s
+# --durations, both workers busy). `make pytest` hands whole modules to its two workers (--dist loadfile)
+# in the order of the collection (--no-loadscope-reorder); these go first, longest first, and the rest
+# after them by their number of tests (xdist's own order), so the run does not end on one worker still in a
+# long module while the other waits. Only the order depends on this table: a stale entry costs balance,
+# never a result.
+_LONG_MODULES = {
+    "tests/test_banded.py": 149,
+    "tests/test_graph_cases.py": 99,
+    "tests/test_turbine_grid_case.py": 68,
+    "tests/test_spec.py": 68,
+    "tests/test_learn_cases.py": 68,
+    "tests/test_pinn_cases.py": 59,
+    "tests/test_turbine_case.py": 53,
+    "tests/test_multihost.py": 44,
+    "tests/test_issue51_acceptance.py": 40,
+    "tests/reliability/test_no_lu_deadlock.py": 36,
+    "tests/test_distributed_default.py": 32,
+    "tests/test_docs.py": 31,
+    "tests/test_program.py": 28,
+}
+
+
+def pytest_collection_modifyitems(config, items):
+    """Long modules first (see ``_LONG_MODULES``), each module's tests kept together and in order."""
+    counts = collections.Counter(item.nodeid.split("::")[0] for item in items)
+    rank = {
+        module: (0, -_LONG_MODULES[module], module) if module in _LONG_MODULES else (1, -n, module)
+        for module, n in counts.items()
+    }
+    items.sort(key=lambda item: rank[item.nodeid.split("::")[0]])  # stable: a module's order is kept

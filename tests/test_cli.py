@@ -87,9 +87,9 @@ def test_config_precedence(tmp_path):
     """Defaults < --quick < TOML file < --set < --seed."""
     case = get_case("chain4")
     file = tmp_path / "c.toml"
-    file.write_text("horizon = 3.0\nnoise_std = 0.01\n")
-    cfg = resolve_config(case, file, parse_set(["noise_std=0.02"]), seed=5, quick=True)
-    assert cfg.horizon == 3.0 and cfg.noise_std == 0.02 and cfg.seed == 5
+    file.write_text("horizon = 3.0\nnoise_sd = 0.01\n")
+    cfg = resolve_config(case, file, parse_set(["noise_sd=0.02"]), seed=5, quick=True)
+    assert cfg.horizon == 3.0 and cfg.noise_sd == 0.02 and cfg.seed == 5
     assert cfg.state_window_start == 0.8  # from --quick
 
 

@@ -163,3 +163,34 @@ def test_plot_draws_every_column_with_its_band_and_a_selection_of_a_large_system
 def test_repr_names_the_record_and_the_unknowns_not_the_arrays():
     text = repr(_estimate())
     assert text == "Estimate(5 times 0..1 s, 3 columns [x1, v1, k1]; k1 2 +- 0.5; loglik -3.5)"
+
+
+def test_per_step_fields_are_checked_exported_and_kept_through_jax():
+    """The optional per-step fields (one-step predictions, log-likelihood terms, NIS) lie over t_1..t_N:
+    a wrong shape is a named error; to_xarray carries them over ``step`` (the times t_1..t_N); they are
+    leaves of the pytree, so a transformation keeps them."""
+    import jax
+
+    est = _estimate()
+    steps, n = 4, 3
+    rng = np.random.default_rng(1)
+    a = rng.normal(size=(steps, n, n))
+    per_step = {
+        "pred_means": rng.normal(size=(steps, n)),
+        "pred_covs": a @ a.transpose(0, 2, 1),
+        "step_logliks": rng.normal(size=steps),
+        "step_nis": rng.uniform(size=steps),
+    }
+    full = Estimate(est.times, est.means, est.stds, None, est.state_names, loglik=-3.5, **per_step)
+    ds = full.to_xarray()
+    np.testing.assert_array_equal(ds["step"].values, est.times[1:])
+    np.testing.assert_array_equal(ds["pred_cov"].values, per_step["pred_covs"])
+    np.testing.assert_array_equal(ds["step_nis"].values, per_step["step_nis"])
+    assert ds["pred_mean"].dims == ("step", "state") and "cov" not in ds
+    assert "step" not in est.to_xarray().dims
+    doubled = jax.tree_util.tree_map(lambda x: 2 * x, full)
+    np.testing.assert_array_equal(doubled.step_logliks, 2 * per_step["step_logliks"])
+    with pytest.raises(ValueError, match=r"pred_means: expected shape \(4, 3\) .* received \(5, 3\)"):
+        Estimate(est.times, est.means, est.stds, None, est.state_names, pred_means=est.means)
+    with pytest.raises(ValueError, match=r"Estimate step_nis: expected shape \(4,\) .* received \(3,\)"):
+        Estimate(est.times, est.means, est.stds, None, est.state_names, step_nis=np.ones(3))

@@ -14,13 +14,15 @@ import numpy as np
 import pytest
 from scipy.signal import butter, lfilter
 
+from twinfer.infer import Estimate
 from twinfer.infer.filters import FilterConsistencyWarning, run_filter
 from twinfer.infer.graph import Graph, Subsystem, chain_graph, model_graph
 from twinfer.infer.graph._banded import banded_estimate
 from twinfer.infer.graph._chain import auto_partition
-from twinfer.infer.graph._run import estimate, run, timed_estimate
+from twinfer.infer.graph._run import estimate, run
 from twinfer.models import AbstractModel, Chain, Connection
 from twinfer.sim import rk4_step, simulate_dataset
+from twinfer.timing import timed
 
 PARTITION = [(1, 2), (3, 4), (5, 6)]
 ORDER = [0, 1, 4, 5, 8, 9, 2, 3, 6, 7, 10, 11]  # [S1 x1 x2 v1 v2 | S2 ... | S3 ...] -> x1..x6, v1..v6
@@ -198,7 +200,8 @@ def test_the_central_model_of_a_long_chain_is_traced_once_per_kind_of_subsystem(
 def test_run_compiles_a_graph_structure_once_and_runs_each_graphs_own_numbers():
     """Two graphs of one structure with other numbers share one compiled program (compiled_for), and
     run gives each its own estimates, equal to a fresh compile of that graph; another structure (a
-    different partition) gets its own program; timed_estimate is estimate with the scan timed."""
+    different partition) gets its own program; timing.timed of estimate is estimate with the scan timed;
+    each subsystem's run is an Estimate of its own columns, whose stds are its covariances' diagonals."""
     from twinfer.infer.graph._run import compile as compile_engine
     from twinfer.infer.graph._run import compiled_for
 
@@ -227,13 +230,20 @@ def test_run_compiles_a_graph_structure_once_and_runs_each_graphs_own_numbers():
     # which run passes as it passes the subsystems' above)
     centrals = [Graph("central", [g.monolithic("central")]) for g in graphs]
     assert compiled_for(centrals[0]) is compiled_for(centrals[1])
-    # timed_estimate: the same Estimate as estimate (the scan's outputs, marginals from the factors),
+    # timed estimate: the same Estimate as estimate (the scan's outputs, marginals from the factors),
     # with the first call (compile and run) apart from the timed runs
-    est, timed = timed_estimate(graphs[0], data, repeats=2)
+    est, seconds = timed(estimate, graphs[0], data, repeats=2)
     plain = estimate(graphs[0], data)
     np.testing.assert_array_equal(est.means, plain.means)
     np.testing.assert_array_equal(est.stds, plain.stds)
-    assert len(timed.run_s) == 2 and timed.compile_s > 0 and est.state_names == plain.state_names
+    assert len(seconds.run_s) == 2 and seconds.compile_s > 0 and est.state_names == plain.state_names
+    assert seconds.value is est
+    s2 = first["S2"]
+    assert isinstance(s2, Estimate) and s2.state_names == graphs[0].flatten()[0][1].names
+    np.testing.assert_array_equal(s2.times, data.times)
+    np.testing.assert_allclose(s2.stds**2, np.diagonal(s2.covs, axis1=1, axis2=2), rtol=1e-10)
+    assert s2.loglik == pytest.approx(float(np.sum(s2.step_logliks)), rel=1e-12)
+    assert s2.pred_means.shape == (n, s2.means.shape[1]) and s2.step_nis.shape == (n,)
     # the row norms of run's square-root factors are the covariances' diagonals
     np.testing.assert_allclose(plain.stds[:, 2], np.sqrt(first["S2"].covs[:, 0, 0]), rtol=1e-12)
 
@@ -350,6 +360,19 @@ def test_an_unknown_message_rule_is_a_named_error():
         Interface("A", "p", "B", "p", lambda a, b, g: a, 0.0, "probabilistic", "exact")
     with pytest.raises(ValueError, match="chain_graph rule: expected one of"):
         Graph.from_model(_chain(), PARTITION, dt=1e-3, rule="held")
+
+
+def test_a_misspelt_builder_keyword_is_a_named_error():
+    """chain_graph and model_graph share one keyword set (GraphKeywords): a keyword outside it names the
+    builder, the keywords it takes and the one received, rather than a bare TypeError from deep inside."""
+    from twinfer.infer.graph import model_graph
+
+    with pytest.raises(
+        ValueError, match=r"chain_graph: expected keywords among \[.*'state_sd'.*received \['noise'\]"
+    ):
+        Graph.from_model(_chain(), PARTITION, dt=1e-3, noise=0.1)
+    with pytest.raises(ValueError, match=r"model_graph: expected keywords among .* received \['var0'\]"):
+        model_graph(_Rotors(), [("th1", "w1"), ("th2", "w2"), ("th3", "w3")], dt=1e-3, var0=1.0)
 
 
 def _acceptance_system(kind):

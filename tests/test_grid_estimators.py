@@ -187,7 +187,7 @@ def test_wnls_on_a_linear_measurement_equals_the_wls_step():
     matrix = jax.jit(wnls_step, static_argnums=(0,))(f, jnp.asarray(h_mat), *args[2:])  # h as its matrix
     np.testing.assert_allclose(np.asarray(matrix.mean), np.asarray(wnls.mean), rtol=1e-12, atol=1e-14)
     np.testing.assert_allclose(np.asarray(matrix.cov), np.asarray(wnls.cov), rtol=1e-12, atol=1e-16)
-    with pytest.raises(ValueError, match=r"wls_step/wnls_step r: expected a covariance \(n, n\) or its"):
+    with pytest.raises(ValueError, match=r"StaticStep r: expected a covariance \(n, n\) or its"):
         wls_jit(f, h, mean, q, r[:, :2], jnp.zeros(0), y, mask)
 
 
@@ -198,7 +198,7 @@ def test_wnls_minimises_the_two_term_objective_where_one_wls_step_does_not():
     the solution."""
     import jax
 
-    from twinfer.infer.filters._wls import wls_step, wnls_step
+    from twinfer.infer.filters._wls import StaticStep, wls_step, wnls_step
 
     f_mat, h_mat, q, r, mean, rng = _two_term_problem(11)
     q_np, r_np = np.asarray(q), np.asarray(r)
@@ -222,8 +222,8 @@ def test_wnls_minimises_the_two_term_objective_where_one_wls_step_does_not():
     assert np.max(np.abs(grad)) <= 1e-6 * np.max(np.abs(grad_bar)), (grad, int(wnls.iterations))
     precision = np.linalg.inv(q_np) + jac.T @ np.linalg.solve(r_np, jac)
     np.testing.assert_allclose(np.asarray(wnls.cov), np.linalg.inv(precision), rtol=1e-9)
-    with pytest.raises(ValueError, match=r"wnls_step max_iter: expected at least 1 .* received 0"):
-        wnls_step(*args, max_iter=0)
+    with pytest.raises(ValueError, match=r"StaticStep max_iter: expected at least 1 .* received 0"):
+        StaticStep(iterate=True, max_iter=0)
 
 
 def test_central_wls_equals_the_distributed_wls_of_a_one_cluster_partition():
@@ -240,7 +240,8 @@ def test_central_wls_equals_the_distributed_wls_of_a_one_cluster_partition():
     out = []
     for part in (whole, one):  # WNLS takes the same path (STATIC_STEPS); two compilations, ~1 s each
         cg = kuramoto_graph(
-            model, part, dt=0.01, x0=x0, var0=(0.25, 0.25, 1.0), q=(1e-4, 1e-4, 1e-4), r=4e-4,
+            model, part, dt=0.01, x0=x0, state_sd=(0.5, 0.5, 1.0), process_sd=(0.01, 0.01, 0.01),
+            noise_sd=0.02,
             estimator="wls", messages="held",
         )  # fmt: skip
         compiled = compile_engine(cg.graph)
@@ -346,7 +347,7 @@ def _tiny_step(model, part, x, dt, substeps=None, messages: Messages = "probabil
     n = model.n_bus
     x0 = np.stack([x[:n], x[n:], np.asarray(model.params["Omega"])], axis=1)
     cg = kuramoto_graph(
-        model, part, dt=dt, x0=x0, var0=(1e-24, 1e-24, 1e-24), q=(1e-24, 1e-24, 1e-24), r=1.0,
+        model, part, dt=dt, x0=x0, state_sd=(1e-12,) * 3, process_sd=(1e-12,) * 3, noise_sd=1.0,
         substeps=substeps, messages=messages,
     )  # fmt: skip
     compiled = compile_engine(cg.graph)
@@ -470,7 +471,15 @@ def test_field_graph_errors_name_the_field_and_the_problem():
     _, model, _ = _ring_network()
     n = model.n_bus
     part = partition_greedy(sp.csr_matrix(np.ones((n, n)) - np.eye(n)), np.array([0, 4]), s_max=3)
-    cg = kuramoto_graph(model, part, dt=0.01, x0=np.zeros((n, 3)), var0=(1, 1, 1), q=(1, 1, 1), r=1.0)
+    cg = kuramoto_graph(
+        model, part, dt=0.01, x0=np.zeros((n, 3)), state_sd=(1, 1, 1), process_sd=(1, 1, 1), noise_sd=1.0
+    )
+    with pytest.raises(
+        ValueError, match=r"kuramoto_graph process_sd: expected finite standard deviations >= 0"
+    ):
+        kuramoto_graph(
+            model, part, dt=0.01, x0=np.zeros((n, 3)), state_sd=(1, 1, 1), process_sd=(1, -1, 1), noise_sd=1.0
+        )
     field = cg.graph.fields[0]
     subs = list(cg.graph.nodes)
     bad = Field(
@@ -496,8 +505,10 @@ def test_a_diverging_cluster_is_named_with_its_step_and_time():
     _, model, rng = _ring_network()
     n = model.n_bus
     part = partition_greedy(sp.csr_matrix(np.ones((n, n)) - np.eye(n)), np.array([0, 4]), s_max=3)
-    q = (1e-4, 1e-4, 1e-4)
-    cg = kuramoto_graph(model, part, dt=0.01, x0=np.zeros((n, 3)), var0=(1, 1, 1), q=q, r=1e-4)
+    sd = (0.01, 0.01, 0.01)
+    cg = kuramoto_graph(
+        model, part, dt=0.01, x0=np.zeros((n, 3)), state_sd=(1, 1, 1), process_sd=sd, noise_sd=0.01
+    )
     ys = rng.normal(size=(6, 2 * n)) * 0.01
     ys[3, n + 2] = 1e200  # bus 2's frequency at step 3 (t = 0.04)
     name = next(k for k, b in cg.buses.items() if 2 in b)
@@ -515,7 +526,9 @@ def test_estimate_of_a_cluster_graph_is_one_estimate_in_bus_order():
     part = partition_greedy(sp.csr_matrix(np.ones((n, n)) - np.eye(n)), np.array([0, 4]), s_max=3)
     assert max(len(c) for c in part.clusters) > min(len(c) for c in part.clusters)  # a padded cluster
     x0 = np.stack([np.zeros(n), np.zeros(n), np.asarray(model.params["Omega"])], axis=1)
-    cg = kuramoto_graph(model, part, dt=0.01, x0=x0, var0=(0.1, 0.1, 0.1), q=(1e-4, 1e-4, 1e-4), r=1e-2)
+    cg = kuramoto_graph(
+        model, part, dt=0.01, x0=x0, state_sd=(0.3,) * 3, process_sd=(0.01,) * 3, noise_sd=0.1
+    )
     ys = rng.normal(scale=0.1, size=(20, 2 * n))
     est = estimate(cg.graph, us=np.zeros((20, 0)), ys=ys)
     names = [f"{q}{b + 1}" for q in ("theta", "omega", "Omega") for b in range(n)]

@@ -66,3 +66,29 @@ def test_laplace_whitening_finds_the_mode_and_covariance():
         laplace_whitening(lambda x: jnp.sum(x**2) - 0.1 * jnp.sum(x**4), jnp.array([0.0, 0.0]))
     with pytest.raises(ValueError, match="not finite at the starting point"):
         laplace_whitening(lambda x: jnp.log(x[0]), jnp.array([-1.0]))
+
+
+def test_nuts_result_to_estimate_is_the_pooled_draws_posterior():
+    """The one-row Estimate of a NUTS run: every chain's draws pooled, their mean, sd and covariance
+    (numpy's, ddof 1) as parameter columns at time 0; ``transform`` maps the draws first (log-parameters
+    to parameters: the moments of exp(draws), not exp of the moments)."""
+    from twinfer.infer.mcmc import NutsResult
+
+    rng = np.random.default_rng(0)
+    samples = rng.multivariate_normal(MEAN[:2], COV[:2, :2], size=(3, 400))
+    res = NutsResult(samples, np.ones(3), np.full(3, 0.9), 0, 0.0, 0.0)
+    pooled = samples.reshape(-1, 2)
+    est = res.to_estimate(["k", "c"])
+    assert est.state_names == est.parameters == ("k", "c") and est.times.tolist() == [0.0]
+    np.testing.assert_allclose(est.means[0], pooled.mean(axis=0), rtol=1e-13)
+    np.testing.assert_allclose(est.covs[0], np.cov(pooled.T), rtol=1e-12)
+    np.testing.assert_allclose(est.stds[0], pooled.std(axis=0, ddof=1), rtol=1e-12)
+    low, high = est.interval("k")
+    assert low < est.means[0, 0] < high and np.isnan(est.loglik)
+    physical = res.to_estimate(["k", "c"], transform=np.exp)
+    np.testing.assert_allclose(physical.means[0], np.exp(pooled).mean(axis=0), rtol=1e-13)
+    assert res.to_estimate().state_names == ("theta[0]", "theta[1]")
+    with pytest.raises(ValueError, match=r"NutsResult.to_estimate names: expected 2 names; received 1"):
+        res.to_estimate(["k"])
+    with pytest.raises(ValueError, match=r"transform: expected \(1200, p\) values"):
+        res.to_estimate(transform=lambda d: d[:10])

@@ -386,3 +386,23 @@ def test_state_network_to_estimate_is_a_point_estimate():
     assert est.state_names == ("u1", "u2", "v1", "v2", "c1", "k1") and est.parameters == ("c1", "k1")
     with pytest.raises(ValueError, match="state_names: expected 4 names; received 2"):
         net.to_estimate(ts, ["u1", "u2"])
+
+
+def test_train_result_to_estimate_is_the_networks_point_estimate_with_its_learned_parameters():
+    """A PINN trainer's result as an Estimate: the trained network's states (sd NaN), then the learned
+    PositiveParameters among the extras as constant columns (sd NaN), exactly StateNetwork.to_estimate."""
+    from twinfer.infer.pinn import TrainResult
+
+    net = StateNetwork(jax.random.key(4), 4, 0.0, 1.0, width=8, depth=2)
+    theta = PositiveParameters({"k1": 2.0e3, "c1": 5.0})
+    result = TrainResult((net, theta), {"epoch": [], "loss": []}, 0, False, 0, 0.0)
+    ts = np.linspace(0.0, 1.0, 11)
+    names = ["u1", "u2", "v1", "v2"]
+    est = result.to_estimate(ts, names)
+    ref = net.to_estimate(ts, names, theta.as_dict())
+    np.testing.assert_array_equal(est.means, ref.means)
+    assert est.state_names == ("u1", "u2", "v1", "v2", "k1", "c1") and est.parameters == ("k1", "c1")
+    np.testing.assert_allclose(est.means[:, 4], 2.0e3, rtol=1e-12)
+    assert np.isnan(est.stds).all()
+    with pytest.raises(ValueError, match="TrainResult.to_estimate trainable: expected a StateNetwork first"):
+        TrainResult((theta,), {}, 0, False, 0, 0.0).to_estimate(ts, names)

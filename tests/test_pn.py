@@ -211,9 +211,9 @@ def test_bad_settings_raise():
         PNFilter(model, q=0)
 
 
-def _final_state(pn, params, x0, x0_std, h, us, ys, y_mask, chol_R):
+def _final_state(pn, params, x0, state_sd, h, us, ys, y_mask, chol_R):
     """Run ``pn.step`` over the grid (as pn_solve), returning the last state and the summed log-lik."""
-    state = pn.init(params, x0, x0_std, us[0])
+    state = pn.init(params, x0, state_sd, us[0])
     state, info0 = pn.step(state, params, 0.0, us[0], ys[0], y_mask[0], chol_R, ode_update=False)
 
     def body(s, inp):
@@ -239,7 +239,7 @@ def _covariance(state, d):
 
 
 def _pn_problem(name):
-    """Model, measure, shared diffusion, x0, x0_std, h, inputs, data, chol_R: a PN-SMC model, short."""
+    """Model, measure, shared diffusion, x0, state_sd, h, inputs, data, chol_R: a PN-SMC model, short."""
     from twinfer.experiments.emps import IDIM_PARAMS
     from twinfer.models import EMPS, BoucWen
     from twinfer.sim import discretise
@@ -247,17 +247,17 @@ def _pn_problem(name):
     rng = np.random.default_rng(3)
     if name == "duffing":
         model, h, n = _duffing(0.2, 1.0), 0.02, 200
-        x0, x0_std, measure, shared = jnp.array([0.5, 0.0]), jnp.array([0.01, 0.0]), None, False
+        x0, state_sd, measure, shared = jnp.array([0.5, 0.0]), jnp.array([0.01, 0.0]), None, False
         us = np.sin(3.0 * h * np.arange(n))[:, None]
         out, noise = (lambda x: x[:1]), 1e-3
     elif name == "emps":
         model, h, n = EMPS(**IDIM_PARAMS), 1e-3, 200
-        x0, x0_std, measure, shared = jnp.array([0.1, 0.0]), jnp.array([2e-5, 1e-3]), None, True
+        x0, state_sd, measure, shared = jnp.array([0.1, 0.0]), jnp.array([2e-5, 1e-3]), None, True
         us = 30.0 * np.sin(2 * np.pi * 2.0 * h * np.arange(n))[:, None]
         out, noise = (lambda x: x[:1]), 2e-5
     else:
         model, h, n = BoucWen(), 1.0 / 750, 200
-        x0, x0_std, shared = jnp.zeros(3), jnp.zeros(3), False
+        x0, state_sd, shared = jnp.zeros(3), jnp.zeros(3), False
         measure = lambda X, u, p: X[4:5]  # noqa: E731  (the case's acceleration C-dot X of v)
         us = 20.0 * np.sin(2 * np.pi * 15.0 * h * np.arange(n))[:, None]
         out, noise = (lambda x: model.output(0.0, x, jnp.zeros(1), model.params)[1:]), 1e-2
@@ -269,7 +269,7 @@ def _pn_problem(name):
 
     ys = jax.jit(lambda: jax.lax.scan(sample, x0, jnp.asarray(us))[1])()
     ys = np.asarray(ys) + noise * rng.normal(size=(n, 1))
-    return model, measure, shared, x0, x0_std, h, jnp.asarray(us), jnp.asarray(ys), noise * jnp.eye(1)
+    return model, measure, shared, x0, state_sd, h, jnp.asarray(us), jnp.asarray(ys), noise * jnp.eye(1)
 
 
 @pytest.mark.parametrize("name", ["duffing", "emps", "boucwen"])
@@ -278,13 +278,13 @@ def test_blockdiag_equals_dense(name):
     block-diagonal (specs 1.4, _structure): the block filter's means, covariances and per-step
     log-likelihoods equal the dense filter's to rounding on the PN-SMC models (calibrated, with data,
     some samples unobserved)."""
-    model, measure, shared, x0, x0_std, h, us, ys, chol_R = _pn_problem(name)
+    model, measure, shared, x0, state_sd, h, us, ys, chol_R = _pn_problem(name)
     mask = jnp.asarray(np.arange(ys.shape[0]) % 7 != 3)[:, None]
     run = eqx.filter_jit(_final_state)
     res = {}
     for structure in ("dense", "blockdiag"):
         pn = PNFilter(model, q=2, measure=measure, shared_diffusion=shared, structure=structure)
-        res[structure] = run(pn, model.params, x0, x0_std, h, us, ys, mask, chol_R)
+        res[structure] = run(pn, model.params, x0, state_sd, h, us, ys, mask, chol_R)
     (sd, md, stdd, lld), (sb, mb, stdb, llb) = res["dense"], res["blockdiag"]
     assert sd.chol.ndim == 2 and sb.chol.ndim == 3
     # each stacked component relative to its own scale over the run (some cross zero)
@@ -350,7 +350,7 @@ def test_pn_likelihood_solve_is_the_samplers_filter_and_mixes_particles():
     ys = 0.1 * np.sin(2.0 * t)[:, None]
     lik = PNLikelihood(
         pn=PNFilter(model, q=2), base_params=model.params, names=("k1",), x0=jnp.zeros(2),
-        x0_std=jnp.full(2, 0.1), h=0.05, us=jnp.asarray(us), ys=jnp.asarray(ys),
+        state_sd=jnp.full(2, 0.1), h=0.05, us=jnp.asarray(us), ys=jnp.asarray(ys),
         y_mask=jnp.ones((60, 1), bool), chol_R=0.01 * jnp.eye(1),
     )  # fmt: skip
     theta = jnp.array([4.0])

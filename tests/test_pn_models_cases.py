@@ -158,7 +158,7 @@ def test_pn_likelihood_substeps_converge_to_interpolated_input_solution(hold):
             base_params=model.params,
             names=("k1",),
             x0=jnp.zeros(2),
-            x0_std=jnp.zeros(2),
+            state_sd=jnp.zeros(2),
             h=h,
             us=jnp.asarray(us)[:, None],
             ys=jnp.zeros((n, 1)),

@@ -163,7 +163,7 @@ def test_methods_and_keywords_are_validated_by_name():
         Distributed(schedule="jacobbi")
     with pytest.raises(ValueError, match="estimate method: expected a method object"):
         estimate(CHAIN, DATA, "ufk")
-    with pytest.raises(TypeError, match="unexpected keyword argument 'noise'"):
+    with pytest.raises(TypeError, match=r"estimate: unexpected keyword 'noise'.*did you mean 'noise_sd'"):
         estimate(CHAIN, DATA, noise=0.1)  # type: ignore[call-arg]
     with pytest.raises(ValueError, match="compile method: the RTS smoother"):
         compile(CHAIN, "rts", dt=0.01)

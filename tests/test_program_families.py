@@ -93,8 +93,8 @@ FAMILIES = textwrap.dedent(
     rng = np.random.default_rng(0)
     model = KuramotoNetwork(index, weight, np.ones(n), rng.normal(0, 0.1, n))
     clusters = partition_for(net, 5, 0.01, GRID_DEFAULTS.bond)
-    graph = kuramoto_graph(model, clusters, dt=0.01, x0=np.zeros((n, 3)), var0=(0.25, 0.25, 1.0),
-                           q=(1e-6, 1e-4, 1e-6), r=1e-2).graph
+    graph = kuramoto_graph(model, clusters, dt=0.01, x0=np.zeros((n, 3)), state_sd=(0.5, 0.5, 1.0),
+                           process_sd=(0.001, 0.01, 0.001), noise_sd=0.1).graph
     y = rng.normal(0, 0.05, (31, 2 * n))
     y[:, ::3] = np.nan  # a third of the channels missing
     names = [f"{q}{b + 1}" for q in ("theta", "omega") for b in range(n)]

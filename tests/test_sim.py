@@ -289,14 +289,14 @@ def test_noise_by_snr_and_std():
     snr = 10 * np.log10(np.mean(y[:, 0] ** 2) / np.mean((noisy[:, 0] - y[:, 0]) ** 2))
     assert abs(snr - 20.0) < 0.05
     assert np.all(noisy[:, 1] == 0.0)
-    noisy = np.asarray(add_noise(jax.random.key(4), y, std=0.1))
+    noisy = np.asarray(add_noise(jax.random.key(4), y, noise_sd=0.1))
     assert abs(np.std(noisy[:, 1]) - 0.1) < 1e-3
     legacy = add_noise_numpy_legacy(y[:1000], 10.0, seed=2024)
     assert np.all(legacy[:, 1] == 0.0) and not np.allclose(legacy[:, 0], y[:1000, 0])
-    with pytest.raises(ValueError, match="exactly one of std= or snr_db="):
+    with pytest.raises(ValueError, match="exactly one of noise_sd= or snr_db="):
         add_noise(jax.random.key(3), y)
     with pytest.raises(ValueError, match=r"y: expected shape \(T, n_channels\)"):
-        add_noise(jax.random.key(3), np.zeros(5), std=1.0)
+        add_noise(jax.random.key(3), np.zeros(5), noise_sd=1.0)
 
 
 def test_item1_simulate_dataset_reads_y_k_with_u_k_and_a_filter_on_it_is_consistent():

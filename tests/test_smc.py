@@ -37,7 +37,7 @@ def make_problem():
         base_params=model.params,
         names=("k1",),
         x0=jnp.array([0.5, 0.0]),
-        x0_std=jnp.zeros(2),
+        state_sd=jnp.zeros(2),
         h=H,
         us=jnp.zeros((N_OBS, 1)),
         ys=jnp.asarray(ys)[:, None],

@@ -14,6 +14,7 @@ from twinfer.data import Dataset
 from twinfer.errors import TwinferError
 from twinfer.infer import PN, Banded, Central, Distributed, Estimate, Program, compile, estimate
 from twinfer.infer.graph import Graph
+from twinfer.models import StateSpace
 
 __all__ = [
     "PN",
@@ -24,6 +25,7 @@ __all__ = [
     "Estimate",
     "Graph",
     "Program",
+    "StateSpace",
     "TwinferError",
     "__version__",
     "compile",

@@ -49,6 +49,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
 
 _SAVED: dict[Any, Any] = {}
@@ -217,3 +218,39 @@ def spd_solve(a: Any, b: Any) -> Any:
 def spd_inverse(a: Any) -> Any:
     """``a^-1`` of a symmetric positive-definite ``a`` by Cholesky (NaN where ``a`` is not SPD)."""
     return spd_solve(a, jnp.eye(a.shape[-1], dtype=a.dtype))
+
+
+def psd_factor(a: Any, name: str = "covariance") -> Any:
+    """Lower-triangular factor ``L L^T = A`` of a user's positive semi-definite matrix (or a stack of them).
+
+    For the boundary of an estimator, where covariances arrive as matrices: a Cholesky factor where
+    ``A`` is positive-definite, otherwise (a zero process noise on a fixed parameter, say) the
+    triangularised symmetric square root, so a singular but valid covariance is accepted. Traced
+    arrays (inside ``jit``) take the Cholesky factor.
+
+    Raises:
+        ValueError: naming ``name`` when ``A`` has a clearly negative eigenvalue.
+
+    """
+    try:
+        arr = np.asarray(a, dtype=np.float64)
+    except jax.errors.TracerArrayConversionError:
+        return jnp.linalg.cholesky(0.5 * (a + jnp.swapaxes(a, -1, -2)))
+    if arr.ndim > 2:
+        return np.stack([psd_factor(m, name) for m in arr])
+    sym = 0.5 * (arr + arr.T)
+    try:
+        return np.linalg.cholesky(sym)
+    except np.linalg.LinAlgError:
+        pass
+    w, v = np.linalg.eigh(sym)
+    scale = max(1.0, float(np.max(np.abs(w), initial=0.0)))
+    if w.size and w[0] < -1e-10 * scale:
+        raise ValueError(
+            f"{name}: expected a positive semi-definite covariance; received a matrix with eigenvalue "
+            f"{w[0]:.3g}."
+        )
+    root = v * np.sqrt(np.maximum(w, 0.0))[None, :]
+    _, r = np.linalg.qr(root.T)
+    low = r.T
+    return low * np.where(np.diag(low) < 0, -1.0, 1.0)[None, :]

@@ -67,9 +67,11 @@ def _wrap(d: np.ndarray, period: float | None, fn: str) -> np.ndarray:
     return np.mod(d + 0.5 * period, period) - 0.5 * period
 
 
-def _error(e: np.ndarray, t: np.ndarray, period: float | None, fn: str) -> np.ndarray:
-    """``e - t``, wrapped to ``[-period/2, period/2)`` for angles."""
-    return _wrap(e - t, period, fn)
+def _errors(estimate: Any, truth: Any, period: float | None, fn: str) -> tuple[np.ndarray, np.ndarray]:
+    """``estimate - truth`` (wrapped to ``[-period/2, period/2)`` for angles) and the truth, checked."""
+    e, t = _array(estimate, "estimate", fn), _array(truth, "truth", fn)
+    _same_shape(fn, estimate=e, truth=t)
+    return _wrap(e - t, period, fn), t
 
 
 def rmse(
@@ -92,9 +94,8 @@ def rmse(
         specs/compositional-inference.md, section 5 "RMSE".
 
     """
-    e, t = _array(estimate, "estimate", "rmse"), _array(truth, "truth", "rmse")
-    _same_shape("rmse", estimate=e, truth=t)
-    return _out(np.sqrt(np.mean(_error(e, t, period, "rmse") ** 2, axis=axis)))
+    err, _ = _errors(estimate, truth, period, "rmse")
+    return _out(np.sqrt(np.mean(err**2, axis=axis)))
 
 
 def mse(
@@ -105,7 +106,7 @@ def mse(
     Args:
         estimate: estimated values, any shape.
         truth: true values, the same shape.
-        axis: axes to average over; None (default) pools everything.
+        axis: axes the squared errors are averaged over; None (default) pools everything.
         period: for angles, the error is wrapped to ``[-period/2, period/2)`` first (see :func:`rmse`).
 
     Returns:
@@ -115,9 +116,8 @@ def mse(
         Ghorbani & Hackl, SI Fig. S11 (NARX test MSE); specs/compositional-inference.md, Table T17-T18.
 
     """
-    e, t = _array(estimate, "estimate", "mse"), _array(truth, "truth", "mse")
-    _same_shape("mse", estimate=e, truth=t)
-    return _out(np.mean(_error(e, t, period, "mse") ** 2, axis=axis))
+    err, _ = _errors(estimate, truth, period, "mse")
+    return _out(np.mean(err**2, axis=axis))
 
 
 def mae(
@@ -128,7 +128,7 @@ def mae(
     Args:
         estimate: estimated values, any shape.
         truth: true values, the same shape.
-        axis: axes to average over; None (default) pools everything.
+        axis: axes the absolute errors are averaged over; None (default) pools everything.
         period: for angles, the error is wrapped to ``[-period/2, period/2)`` first (see :func:`rmse`).
 
     Returns:
@@ -138,9 +138,8 @@ def mae(
         Ghorbani & Hackl, SI Fig. S11 (NARX test MAE); specs/compositional-inference.md, Table T17-T18.
 
     """
-    e, t = _array(estimate, "estimate", "mae"), _array(truth, "truth", "mae")
-    _same_shape("mae", estimate=e, truth=t)
-    return _out(np.mean(np.abs(_error(e, t, period, "mae")), axis=axis))
+    err, _ = _errors(estimate, truth, period, "mae")
+    return _out(np.mean(np.abs(err), axis=axis))
 
 
 def nrmse(
@@ -164,11 +163,10 @@ def nrmse(
         specs/compositional-inference.md, section 5 "NRMSE" ("Mean NRMSE").
 
     """
-    e, t = _array(estimate, "estimate", "nrmse"), _array(truth, "truth", "nrmse")
-    _same_shape("nrmse", estimate=e, truth=t)
-    if e.ndim == 0 or e.shape[0] == 0:
-        raise ValueError(f"nrmse: expected at least one time step on axis 0; received shape {e.shape}.")
-    values = np.sqrt(np.mean(_error(e, t, period, "nrmse") ** 2, axis=0)) / _range(t, 0)
+    err, t = _errors(estimate, truth, period, "nrmse")
+    if err.ndim == 0 or err.shape[0] == 0:
+        raise ValueError(f"nrmse: expected at least one time step on axis 0; received shape {err.shape}.")
+    values = np.sqrt(np.mean(err**2, axis=0)) / _range(t, 0)
     return _out(values) if per_variable else float(np.mean(values))
 
 
@@ -190,11 +188,9 @@ def nrmse_pooled(estimate: Any, truth: Any, *, period: float | None = None) -> f
         specs/compositional-inference.md, section 5 "NRMSE" and section 7 item 10.
 
     """
-    e, t = _array(estimate, "estimate", "nrmse_pooled"), _array(truth, "truth", "nrmse_pooled")
-    _same_shape("nrmse_pooled", estimate=e, truth=t)
-    if e.size == 0:
-        raise ValueError(f"nrmse_pooled: expected at least one value; received shape {e.shape}.")
-    err = _error(e, t, period, "nrmse_pooled")
+    err, t = _errors(estimate, truth, period, "nrmse_pooled")
+    if err.size == 0:
+        raise ValueError(f"nrmse_pooled: expected at least one value; received shape {err.shape}.")
     shown = _wrap(t, period, "nrmse_pooled")
     return float(np.sqrt(np.mean(err**2)) / _range(shown.reshape(-1), 0))
 
@@ -281,13 +277,12 @@ def fitness(
     """
     if kind not in ("range", "eq25"):
         raise ValueError(f"fitness: expected kind 'range' or 'eq25'; received {kind!r}.")
-    e, t = _array(estimate, "estimate", "fitness"), _array(truth, "truth", "fitness")
-    _same_shape("fitness", estimate=e, truth=t)
+    err, t = _errors(estimate, truth, None, "fitness")
     if kind == "range":
-        error = np.sqrt(np.mean((e - t) ** 2, axis=axis))
+        error = np.sqrt(np.mean(err**2, axis=axis))
         scale = np.max(t, axis=axis) - np.min(t, axis=axis)
     else:
-        error = np.sqrt(np.sum((e - t) ** 2, axis=axis))
+        error = np.sqrt(np.sum(err**2, axis=axis))
         scale = np.sqrt(np.sum((t - np.mean(t, axis=axis, keepdims=True)) ** 2, axis=axis))
     if (scale == 0).any():
         where = tuple(int(i) for i in np.argwhere(np.atleast_1d(scale == 0))[0])

@@ -1166,7 +1166,7 @@ def _run_grid(spec: Spec, model: GridModel, base: Path) -> tuple[Any, Any, Any, 
     if e.kind == "central":
         _refuse_central_beyond_memory(net.n_bus, steps, model.s_max)
     default = GRID_DEFAULTS  # the grid case's settings (Table S4)
-    settings = dataclasses.replace(default, dt=sim.dt, sigma=sigma, s_max=model.s_max)
+    settings = dataclasses.replace(default, dt=sim.dt, noise_sd=sigma, s_max=model.s_max)
     messages = "probabilistic" if e.messages == "probabilistic" else "held"
     ran = ("distributed", "central") if e.kind == "central" else ("distributed",)
     study = grid_study(net, ran, settings, seed=sim.seed, steps=steps, messages=messages)
@@ -1264,13 +1264,9 @@ def _run_grid_data(spec: Spec, model: GridModel, base: Path) -> tuple[Any, Any, 
         partition,
         dt=dt,
         x0=x0,
-        var0=(0.25, 0.25, 1.0),
-        q=(
-            default.q_theta,
-            default.q_omega,
-            default.q_Omega_central if central else default.q_Omega_distributed,
-        ),
-        r=float(e.noise_sd) ** 2,  # type: ignore[arg-type]
+        state_sd=(0.5, 0.5, 1.0),
+        process_sd=default.process_sd(central),
+        noise_sd=float(e.noise_sd),  # type: ignore[arg-type]
         gamma=default.ukf_gamma,
         messages="probabilistic" if e.messages == "probabilistic" else "held",
     )

@@ -165,12 +165,12 @@ def test_unreadable_or_malformed_config_file_is_a_named_config_error(tmp_path):
         resolve_config(get_case("chain4"), nested)
 
 
-def test_grid_sigma_1e300_is_a_named_config_error():
-    """sigma=1e300 used to overflow sigma**2 inside the JIT-compiled run."""
-    message = _error("grid", "sigma=1e300")
-    _names(message, "sigma", "1e+300")
+def test_grid_noise_sd_1e300_is_a_named_config_error():
+    """noise_sd=1e300 used to overflow noise_sd**2 inside the JIT-compiled run."""
+    message = _error("grid", "noise_sd=1e300")
+    _names(message, "noise_sd", "1e+300")
     assert "magnitude between 1e-100 and 1e+100" in message
-    assert _value("grid", "sigma", {"sigma": 0.5}) == 0.5
+    assert _value("grid", "noise_sd", {"noise_sd": 0.5}) == 0.5
 
 
 @pytest.mark.parametrize("case", ["chain4", "grid"])
@@ -180,10 +180,10 @@ def test_ukf_gamma_inf_is_refused_before_the_run(case):
     _names(_error(case, "ukf_gamma=nan"), "ukf_gamma", "nan")
 
 
-def test_noise_std_inf_is_a_named_config_error():
-    """noise_std=inf used to reach the dataset check as -inf observations."""
-    _names(_error("chain4", "noise_std=inf"), "noise_std", "inf")
-    _names(_error("emps", "noise_std=inf"), "noise_std", "inf")
+def test_noise_sd_inf_is_a_named_config_error():
+    """noise_sd=inf used to reach the dataset check as -inf observations."""
+    _names(_error("chain4", "noise_sd=inf"), "noise_sd", "inf")
+    _names(_error("emps", "noise_sd=inf"), "noise_sd", "inf")
 
 
 def test_emps_prediction_horizon_below_two_samples_is_a_named_config_error():
@@ -198,7 +198,7 @@ def test_mass_1e_300_is_a_named_config_error():
     _names(_error("chain4", "stiffness=1e300"), "stiffness", "1e+300")
     _names(_error("chain4", "q_local=1e-101"), "q_local", "1e-101")
     assert _value("chain4", "q_local", {"q_local": 1e-100}) == 1e-100
-    assert _value("chain4", "force_std", {"force_std": 0.0}) == 0.0
+    assert _value("chain4", "force_sd", {"force_sd": 0.0}) == 0.0
 
 
 FREE_STRINGS = {"checkpoint", "checkpoint_dir"}
@@ -256,12 +256,12 @@ def test_seed_true_is_a_named_config_error():
 
 
 def test_set_value_with_newline_is_a_named_config_error():
-    """`--set 'horizon=2.0\\nnoise_std=5'` used to set horizon and silently drop the rest."""
+    """`--set 'horizon=2.0\\nnoise_sd=5'` used to set horizon and silently drop the rest."""
     with pytest.raises(ConfigError, match=r"--set 'horizon': expected a one-line value; received"):
-        parse_set(["horizon=2.0\nnoise_std=5"])
+        parse_set(["horizon=2.0\nnoise_sd=5"])
     with pytest.raises(ConfigError, match="line break"):
         parse_set(["horizon=2.0\r"])
-    result = runner.invoke(app, ["run", "chain4", "--set", "horizon=2.0\nnoise_std=5"])
+    result = runner.invoke(app, ["run", "chain4", "--set", "horizon=2.0\nnoise_sd=5"])
     assert result.exit_code == 2 and "line break" in result.output
 
 

@@ -89,7 +89,8 @@ def test_multi_group_grid_filters_compile_without_lapack_calls(method):
     weight[part.clusters[0]] *= 100.0  # the first cluster stiff: two sub-step groups (1 and 2)
     model = KuramotoNetwork(index, weight, np.full(n, 0.2), np.zeros(n))
     cg = kuramoto_graph(
-        model, part, dt=0.01, x0=np.zeros((n, 3)), var0=(0.25, 0.25, 1.0), q=(1e-4, 1e-4, 1e-6), r=4e-4,
+        model, part, dt=0.01, x0=np.zeros((n, 3)), state_sd=(0.5, 0.5, 1.0),
+        process_sd=(0.01, 0.01, 0.001), noise_sd=0.02,
         estimator=method,
     )  # fmt: skip
     compiled = compile_engine(cg.graph)

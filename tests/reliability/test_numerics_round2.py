@@ -220,7 +220,9 @@ mpc.branch = [
 def _grid(network: KuramotoNetwork, partition: Partition, steps: int = 2) -> tuple[Graph, np.ndarray]:
     n = network.n_bus
     x0 = np.column_stack([np.linspace(-0.2, 0.2, n), np.zeros(n), np.zeros(n)])
-    cg = kuramoto_graph(network, partition, dt=DT, x0=x0, var0=(1e-4, 1e-4, 1e-4), q=(1e-6,) * 3, r=1e-2)
+    cg = kuramoto_graph(
+        network, partition, dt=DT, x0=x0, state_sd=(0.01,) * 3, process_sd=(0.001,) * 3, noise_sd=0.1
+    )
     ys = np.column_stack([np.linspace(-0.2, 0.2, n)] * steps).T @ np.eye(n, 2 * n)
     return cg.graph, ys
 

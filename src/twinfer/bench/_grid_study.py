@@ -92,7 +92,7 @@ def grid_study(
     partition = partition_for(net, settings.s_max, settings.dt, settings.bond)
     report("simulate", 1, total)
     truth_substeps = substeps or stable_substeps(np.asarray(model.weight), settings.dt)
-    record = simulate_grid(model, settings.dt, steps, truth_substeps, settings.sigma, key_sim)
+    record = simulate_grid(model, settings.dt, steps, truth_substeps, settings.noise_sd, key_sim)
     metrics: dict[str, float] = {
         "partition.clusters": float(partition.n_clusters),
         "partition.mean_size": partition.mean_size,
@@ -108,14 +108,13 @@ def grid_study(
     for i, prefix in enumerate(prefixes):
         method, central = GRID_ESTIMATORS[prefix]
         report(GRID_LABELS[prefix], 2 + i, total)
-        q_big = settings.q_Omega_central if central else settings.q_Omega_distributed
         estimator = grid_estimator(
             model,
             whole if central else partition,
             record["init"],
             dt=settings.dt,
-            q=(settings.q_theta, settings.q_omega, q_big),
-            r=settings.sigma**2,
+            process_sd=settings.process_sd(central),
+            noise_sd=settings.noise_sd,
             gamma=settings.ukf_gamma,
             substeps=substeps or None,
             method=method,

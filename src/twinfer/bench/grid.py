@@ -62,7 +62,7 @@ def _timed(
     model: KuramotoNetwork,
     partition: Partition,
     sim,
-    q_big: float,
+    central: bool,
     repeats: int = 3,
     method: GridMethod = "ukf",
     devices: int = 1,
@@ -73,8 +73,8 @@ def _timed(
         partition,
         sim["init"],
         dt=g.dt,
-        q=(g.q_theta, g.q_omega, q_big),
-        r=g.sigma**2,
+        process_sd=g.process_sd(central),
+        noise_sd=g.noise_sd,
         gamma=g.ukf_gamma,
         method=method,
         devices=devices,
@@ -107,7 +107,7 @@ def bench_grid(quick: bool, progress: Progress) -> dict[str, float]:
         key_params, key_sim = jax.random.split(jax.random.key(SEED))
         d, big_omega = draw_grid_parameters(net.n_bus, key_params)
         model = KuramotoNetwork(index, weight, d, big_omega)
-        sim = simulate_grid(model, g.dt, steps, stable_substeps(weight, g.dt), g.sigma, key_sim)
+        sim = simulate_grid(model, g.dt, steps, stable_substeps(weight, g.dt), g.noise_sd, key_sim)
         n = net.n_bus
         partition = partition_for(net, s_max, g.dt, g.bond)
         whole = whole_network(n)
@@ -119,8 +119,9 @@ def bench_grid(quick: bool, progress: Progress) -> dict[str, float]:
             progress(f"{case}: {GRID_LABELS[prefix]} ({what})")
             # From 118 buses one central UKF run takes seconds to minutes, far above the machine's noise.
             repeats = 1 if central and method == "ukf" and n >= 118 else 3
-            q_big = g.q_Omega_central if central else g.q_Omega_distributed
-            timed, (means, stds) = _timed(model, whole if central else partition, sim, q_big, repeats, method)
+            timed, (means, stds) = _timed(
+                model, whole if central else partition, sim, central, repeats, method
+            )
             scores = grid_metrics(prefix, means, stds, sim["states"], big_omega)
             out[f"{case}.{prefix}.run_s"] = timed.median_s
             out[f"{case}.{prefix}.compile_s"] = timed.compile_s
@@ -131,7 +132,7 @@ def bench_grid(quick: bool, progress: Progress) -> dict[str, float]:
         out.update({f"{case}.{k}": v for k, v in table_s2_timings(times, partition.n_clusters).items()})
         if n_dev > 1 and n >= 300:
             progress(f"{case}: distributed over {n_dev} devices")
-            sharded, _ = _timed(model, partition, sim, g.q_Omega_distributed, devices=n_dev)
+            sharded, _ = _timed(model, partition, sim, False, devices=n_dev)
             out[f"{case}.distributed_sharded.run_s"] = sharded.median_s
             out[f"{case}.distributed_sharded.compile_s"] = sharded.compile_s
             out["distributed_sharded.devices"] = float(n_dev)

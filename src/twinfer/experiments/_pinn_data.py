@@ -9,9 +9,9 @@ per-channel SNR noise with its seeds. Every number comes from the library (model
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 import equinox as eqx
 import jax
@@ -21,7 +21,7 @@ import pydantic
 
 from twinfer import metrics
 from twinfer.data import Dataset
-from twinfer.experiments._case import Progress
+from twinfer.experiments._case import Case, Progress, register
 from twinfer.experiments._checkpointing import CheckpointSettings, case_checkpoint
 from twinfer.infer.filters import smooth
 from twinfer.infer.pinn import (
@@ -38,12 +38,13 @@ from twinfer.infer.pinn import (
     train,
 )
 from twinfer.models import Chain
-from twinfer.report import PaperValue, at_least
+from twinfer.report import PaperValue, RunArtifacts, at_least
 from twinfer.sim import (
+    accelerations,
     add_noise_numpy_legacy,
     bandlimited_noise_dynasim,
     discretise,
-    noise_std_for_snr,
+    noise_sd_for_snr,
     simulate_discrete,
 )
 
@@ -104,10 +105,14 @@ class ChainData:
     force_noisy: np.ndarray
 
 
-def simulate_chain(
-    chain: Chain, horizon: float, n_samples: int, snr_db: float, seeds: Mapping[str, int]
-) -> ChainData:
-    """RK4 truth from rest under dynasim banded noise at the forced DOFs, plus SNR noise (specs 1.4-1.6)."""
+def forced_response(
+    chain: Chain, horizon: float, n_samples: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Times, forces and RK4 states from rest under dynasim banded noise at the forced DOFs (specs 1.4-1.5).
+
+    The force at DOF ``d`` is :func:`~twinfer.sim.bandlimited_noise_dynasim` (0.05-1.0 Hz, amplitude
+    500, seed ``43810 + d - 1``), held over each step.
+    """
     ts = np.linspace(0.0, horizon, n_samples)
     force = np.stack(
         [bandlimited_noise_dynasim(ts, (0.05, 1.0), 500.0, seed=43810 + d - 1) for d in chain.forced_dofs],
@@ -116,10 +121,15 @@ def simulate_chain(
     traj = simulate_discrete(
         discretise(chain, float(ts[1] - ts[0]), "rk4"), np.zeros(chain.n_state), force[:-1]
     )
-    states = np.asarray(traj.states)
-    acc = np.asarray(
-        jax.vmap(lambda x, f: chain.acceleration(x, f, chain.params))(jnp.asarray(states), jnp.asarray(force))
-    )
+    return ts, force, np.asarray(traj.states)
+
+
+def simulate_chain(
+    chain: Chain, horizon: float, n_samples: int, snr_db: float, seeds: Mapping[str, int]
+) -> ChainData:
+    """RK4 truth from rest under dynasim banded noise at the forced DOFs, plus SNR noise (specs 1.4-1.6)."""
+    ts, force, states = forced_response(chain, horizon, n_samples)
+    acc = np.asarray(accelerations(chain, states, force))
     return ChainData(
         times=ts,
         states=states,
@@ -332,18 +342,16 @@ def ukf_rts_states(
         input_names=chain.input_names,
         metadata={"alignment": "held"},  # the published baseline's reading (REPRODUCTION.md)
     )
-    noise_sd = np.asarray(noise_std_for_snr(data.acc_noisy[:, sensed], snr_db))
+    noise_sd = np.asarray(noise_sd_for_snr(data.acc_noisy[:, sensed], snr_db))
     n = chain.n_dof
-    force_sd = float(np.asarray(noise_std_for_snr(data.force_noisy, snr_db)).max())
+    force_sd = float(np.asarray(noise_sd_for_snr(data.force_noisy, snr_db)).max())
     dt = float(data.times[1] - data.times[0])
     process = [1e-9] * n + [max(force_sd / 10.0 * dt, 1e-9)] * n
     est = smooth(
         chain, dataset, x0=0.0, state_sd=1e-6, process_sd=process, noise_sd=noise_sd, estimator="ukf"
     )
     means = np.asarray(est.means)
-    acc = np.asarray(
-        jax.vmap(lambda x, f: chain.acceleration(x, f, chain.params))(jnp.asarray(means), data.force_noisy)
-    )
+    acc = np.asarray(accelerations(chain, means, data.force_noisy))
     return {"u": means[:, :n], "udot": means[:, n:], "uddot": acc, "u_sd": np.asarray(est.stds)[:, :n]}
 
 
@@ -359,3 +367,99 @@ def pinn_memory_estimate(config: Any) -> int:
     """
     per_sample = 64 * (2 * config.n_fourier + config.depth * config.width)
     return 512 * 2**20 + per_sample * config.n_samples
+
+
+SENSOR_QUICK = {
+    "epochs": 100,
+    "lbfgs_steps": 50,
+    "chunk": 50,
+    "width": 16,
+    "n_fourier": 8,
+    "n_samples": 512,
+    "horizon": 10.0,
+    "max_cycles": 10.0,
+}
+"""The ``--quick`` settings of ``pinn-sparse`` and ``pinn-joint``."""
+
+
+def simulate_case(
+    config: Any,
+    n_dof: int,
+    truth_system: str,
+    model_system: str,
+    factors: Any,
+    snr_db: float,
+    progress: Progress,
+) -> tuple[Chain, Chain, ChainData]:
+    """The truth chain, the PINN's model chain (forced at DOF 1) and the record of ``pinn-sparse``/``-joint``.
+
+    The record is :func:`simulate_chain` over ``config.horizon`` with ``config.n_samples`` samples and the
+    repository's noise seeds (specs 1.6).
+    """
+    truth_chain = chain_of(n_dof, truth_system, [1], factors)
+    model = chain_of(n_dof, model_system, [1])
+    progress("simulate", 0, 1)
+    data = simulate_chain(truth_chain, config.horizon, config.n_samples, snr_db, {"acc": 2024, "force": 1234})
+    progress("simulate", 1, 1)
+    return truth_chain, model, data
+
+
+class StateScores(NamedTuple):
+    """What :func:`score_states` returns: metrics, the network's and the truth's states, arrays."""
+
+    metrics: dict[str, float]
+    est: dict[str, np.ndarray]
+    truth: dict[str, np.ndarray]
+    arrays: dict[str, Any]
+
+
+def score_states(
+    net: Any, model: Chain, params: Any, data: ChainData, observed: Sequence[int], result: TrainResult
+) -> StateScores:
+    """The trained network's states on the clean grid, scored (Tables 2 and 5), and the arrays kept.
+
+    Metrics: the fitness table, ``fitness.f1`` of the force at DOF 1 ("Obs f", specs D9) and the
+    training's time, epochs and final loss.
+    """
+    n = model.n_dof
+    est = evaluate_states(net, model, params, data.times)
+    truth = {"u": data.states[:, :n], "udot": data.states[:, n:], "uddot": data.acc}
+    out = fitness_table(n, truth, est, observed)
+    out["fitness.f1"] = float(metrics.fitness(est["force"][:, 0], data.force[:, 0]))
+    out["timing.train_s"] = result.train_s
+    out["train.epochs"] = float(result.epochs)
+    out["train.final_loss"] = result.history["loss"][-1]
+    arrays: dict[str, Any] = {
+        "times": data.times,
+        "truth_u": truth["u"],
+        "pinn_u": est["u"],
+        "observed": np.asarray(observed),
+        "history_epoch": np.asarray(result.history["epoch"]),
+        "history_loss": np.asarray(result.history["loss"]),
+    }
+    return StateScores(out, est, truth, arrays)
+
+
+def register_pinn_case(
+    name: str,
+    description: str,
+    config_type: type[PinnTrainConfig],
+    run: Callable[[Any, Progress], RunArtifacts],
+    figures: Callable[[Mapping[str, Any], Any], dict[str, Any]],
+    quick: Mapping[str, Any],
+    paper_for: Callable[[Any], Mapping[str, PaperValue]],
+) -> Case:
+    """Register a PINN case with the memory estimate and size settings every PINN case shares."""
+    return register(
+        Case(
+            name,
+            description,
+            config_type,
+            run,
+            figures,
+            quick,
+            paper_for=paper_for,
+            memory_estimate=pinn_memory_estimate,
+            size_keys=("n_samples", "width", "depth", "n_fourier"),
+        )
+    )

@@ -90,6 +90,26 @@ def run_smc(
     return res, time.perf_counter() - start
 
 
+def sample_posterior(
+    case: str,
+    config: SMCSettings,
+    lik: IncrementalLikelihood,
+    prior: TransformedNormalPrior,
+    progress: Progress,
+    names: tuple[str, ...],
+    test_particles: int,
+) -> tuple[IBISResult, dict[str, float], np.ndarray]:
+    """:func:`run_smc`, its metrics (sampler time, particles, :func:`posterior_metrics`) and test particles.
+
+    Returns the result, the metrics and ``test_particles`` equal-weight draws
+    (:func:`equal_weight_particles`).
+    """
+    res, smc_s = run_smc(case, config, lik, prior, progress)
+    metrics: dict[str, float] = {"timing.smc_s": smc_s, "smc.n_particles": float(config.n_particles)}
+    metrics.update(posterior_metrics(res, names))
+    return res, metrics, equal_weight_particles(res, test_particles, config.seed)
+
+
 def sampler_note(config: SMCSettings, res: IBISResult, n_obs: int, what: str) -> str:
     """One line of the report notes naming the sampler and its run."""
     if res.lambdas is not None:

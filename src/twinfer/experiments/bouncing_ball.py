@@ -24,7 +24,7 @@ import jax.numpy as jnp
 import numpy as np
 import pydantic
 
-from twinfer.experiments._case import Case, Progress, register
+from twinfer.experiments._case import Case, Progress, known_names, register
 from twinfer.experiments._checkpointing import CheckpointSettings, case_checkpoint
 from twinfer.learn import MLP, TrainSettings, train, trajectory_loss
 from twinfer.models import (
@@ -94,10 +94,7 @@ class BouncingBallConfig(CheckpointSettings):
     @pydantic.field_validator("topologies")
     @classmethod
     def _known(cls, value: list[str]) -> list[str]:
-        bad = [t for t in value if t not in TOPOLOGIES]
-        if bad or not value:
-            raise ValueError(f"expected a non-empty list of {TOPOLOGIES}; unknown: {bad}")
-        return value
+        return known_names(value, TOPOLOGIES)
 
     @pydantic.model_validator(mode="after")
     def _gradient(self) -> BouncingBallConfig:

@@ -57,7 +57,7 @@ from twinfer.models import Chain
 from twinfer.models.chain import spring_damper_force
 from twinfer.programs import Job, compiling
 from twinfer.report import PaperValue, RunArtifacts, at_most, near, within
-from twinfer.sim import GraphNode, discretise, graph_node, simulate_discrete
+from twinfer.sim import GraphNode, accelerations, discretise, graph_node, simulate_discrete
 
 Positive = pydantic.PositiveFloat
 
@@ -71,8 +71,8 @@ class Chain4Config(CaseConfig):
     mass: Positive = pydantic.Field(500.0, description="Each mass m_i [kg].")
     stiffness: Positive = pydantic.Field(5e4, description="Each stiffness k_i [N/m] (true k4).")
     damping: Positive = pydantic.Field(300.0, description="Each damping c_i [N s/m].")
-    force_std: float = pydantic.Field(400.0, ge=0, description="Std of the random force at each DOF [N].")
-    noise_std: Positive = pydantic.Field(1e-3, description="Accelerometer noise std [m/s^2].")
+    force_sd: float = pydantic.Field(400.0, ge=0, description="Sd of the random force at each DOF [N].")
+    noise_sd: Positive = pydantic.Field(1e-3, description="Accelerometer noise sd [m/s^2].")
     sensors: Literal["all", "sparse"] = pydantic.Field(
         "all", description="'all': a1..a4 (authors' code); 'sparse': a1, a4 (paper text)."
     )
@@ -158,12 +158,12 @@ def _draws(config: Chain4Config) -> tuple[np.ndarray, np.ndarray]:
     n = config.n_steps
     if config.rng == "numpy-paper":
         rng = np.random.default_rng(config.seed)
-        forces = rng.normal(0.0, config.force_std, size=(n, 4))
-        noise = np.stack([rng.normal(0.0, config.noise_std, size=n + 1) for _ in range(4)], axis=1)
+        forces = rng.normal(0.0, config.force_sd, size=(n, 4))
+        noise = np.stack([rng.normal(0.0, config.noise_sd, size=n + 1) for _ in range(4)], axis=1)
         return forces, noise
     key_force, key_noise = jax.random.split(jax.random.key(config.seed))
-    forces = config.force_std * jax.random.normal(key_force, (n, 4))
-    noise = config.noise_std * jax.random.normal(key_noise, (n + 1, 4))
+    forces = config.force_sd * jax.random.normal(key_force, (n, 4))
+    noise = config.noise_sd * jax.random.normal(key_noise, (n + 1, 4))
     return np.asarray(forces), np.asarray(noise)
 
 
@@ -181,7 +181,7 @@ def _simulator(mass: float, stiffness: float, damping: float, dt: float, method:
     def run(forces: Any) -> tuple[Any, Any]:
         states = simulate_discrete(step, jnp.zeros(8), forces).states
         held = jnp.concatenate([forces[:1], forces], axis=0)
-        acc = jax.vmap(lambda x, u: chain.acceleration(x, u, chain.params))(states, held)
+        acc = accelerations(chain, states, held)
         return states, acc
 
     return run

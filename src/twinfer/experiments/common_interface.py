@@ -21,7 +21,7 @@ import jax
 import numpy as np
 import pydantic
 
-from twinfer.experiments._case import Case, Progress, register
+from twinfer.experiments._case import Case, Progress, known_names, register
 from twinfer.experiments._checkpointing import CheckpointSettings, case_checkpoint
 from twinfer.learn import RNN, SecondOrderNeuralODE, TrainSettings, train, trajectory_loss
 from twinfer.models import AbstractModel, BouncingBall2D
@@ -54,10 +54,7 @@ class CommonInterfaceConfig(CheckpointSettings):
     @pydantic.field_validator("models")
     @classmethod
     def _known(cls, value: list[str]) -> list[str]:
-        bad = [m for m in value if m not in SCHEDULES]
-        if bad or not value:
-            raise ValueError(f"expected a non-empty list of {list(SCHEDULES)}; unknown: {bad}")
-        return value
+        return known_names(value, SCHEDULES)
 
     @property
     def ts(self) -> np.ndarray:

@@ -13,8 +13,6 @@ import time
 from collections.abc import Mapping
 from typing import Any, Literal
 
-import equinox as eqx
-import jax
 import jax.numpy as jnp
 import numpy as np
 import pydantic
@@ -48,7 +46,7 @@ class EMPSConfig(_pnsmc.SMCSettings):
     )
     q: int = pydantic.Field(2, ge=1, le=4, description="IWP order.")
     method: Literal["ek0", "ek1"] = pydantic.Field("ek0", description="PN linearisation.")
-    noise_std: float = pydantic.Field(2e-5, gt=0, description="Position measurement-noise std [m].")
+    noise_sd: float = pydantic.Field(2e-5, gt=0, description="Position measurement-noise sd [m].")
     prior_sd_log: float = pydantic.Field(0.5, gt=0, description="Prior sd of log M, log Fv, log Fc.")
     offset_sd: float = pydantic.Field(3.0, gt=0, description="Prior sd of the offset [N].")
     test_samples: int = pydantic.Field(24841, ge=16, le=24841, description="Test samples scored.")
@@ -98,12 +96,12 @@ def pn_likelihood(
         base_params=model.params,
         names=NAMES,
         x0=jnp.array([data["q"][0], 0.0]),
-        x0_std=jnp.array([config.noise_std, 1e-3]),
+        state_sd=jnp.array([config.noise_sd, 1e-3]),
         h=1.0 / FS,
         us=jnp.asarray(data["force"][:n])[:, None],
         ys=jnp.asarray(data["q"][:n])[:, None],
         y_mask=jnp.asarray(mask)[:, None],
-        chol_R=config.noise_std * jnp.eye(1),
+        chol_R=config.noise_sd * jnp.eye(1),
         substeps=config.pn_substeps,
         input_hold=config.input_hold,
     )
@@ -184,12 +182,6 @@ def _output_error(
     return metrics, arrays, note
 
 
-@eqx.filter_jit
-def _positions(lik: PNLikelihood, thetas: Any) -> Any:
-    """Each particle's filtered position mean (one compiled program for every call of the same shapes)."""
-    return jax.vmap(lambda th: lik.solve(th).mean[:, 0])(thetas)
-
-
 def prediction_rmse(
     config: EMPSConfig, thetas: np.ndarray, data: Mapping[str, np.ndarray], m: int, horizon: int
 ) -> np.ndarray:
@@ -202,7 +194,7 @@ def prediction_rmse(
     """
     observed = np.arange(m) % horizon == 0
     lik = pn_likelihood(config, data, m, observed)
-    means = _positions(lik, jnp.asarray(thetas, jnp.float64))
+    means = lik.filtered_means(jnp.asarray(thetas, jnp.float64))
     err = np.asarray(means)[:, ~observed] - np.asarray(data["q"][:m])[~observed]
     return np.sqrt(np.mean(err**2, axis=1))
 
@@ -214,10 +206,9 @@ def run(config: EMPSConfig, progress: Progress) -> RunArtifacts:
     lik, prior = training_likelihood(config, train)
     model = EMPS(**IDIM_PARAMS)
     n = config.n_obs
-    res, smc_s = _pnsmc.run_smc("emps", config, lik, prior, progress)
-    metrics: dict[str, float] = {"timing.smc_s": smc_s, "smc.n_particles": float(config.n_particles)}
-    metrics.update(_pnsmc.posterior_metrics(res, NAMES))
-    thetas = _pnsmc.equal_weight_particles(res, config.test_particles, config.seed)
+    res, metrics, thetas = _pnsmc.sample_posterior(
+        "emps", config, lik, prior, progress, NAMES, config.test_particles
+    )
     progress("test simulation (pulses)", 0, 1)
     test_start = time.perf_counter()
     m = config.test_samples
@@ -302,7 +293,7 @@ def _separation_note(metrics: Mapping[str, float], config: EMPSConfig) -> str:
         "The sampler is not stuck: the PN likelihood of the training data is "
         f"{ll['openloop_train_fit']:.6g} at that fit against {ll['particles_max']:.6g} for the best "
         "particle. The PN likelihood scores one-step predictions (position noise sd "
-        f"{config.noise_std:g} m), an equation-error criterion; under Eq. 28's model error its maximum is "
+        f"{config.noise_sd:g} m), an equation-error criterion; under Eq. 28's model error its maximum is "
         "not the output-error fit's. The two records are fitted by different parameters (training / test "
         "set: "
         + ", ".join(f"{k} {fit[k]:.4g} / {best[k]:.4g}" for k in NAMES)

@@ -21,6 +21,7 @@ References:
 from __future__ import annotations
 
 import dataclasses
+import math
 import time
 from collections.abc import Mapping
 from typing import Any, Literal
@@ -78,7 +79,9 @@ class GridConfig(CaseConfig):
     )
     steps: int = pydantic.Field(300, ge=2, description="Number of time steps.")
     dt: pydantic.PositiveFloat = pydantic.Field(GRID_DEFAULTS.dt, description="Time step [s].")
-    sigma: pydantic.PositiveFloat = pydantic.Field(GRID_DEFAULTS.sigma, description="Measurement noise std.")
+    noise_sd: pydantic.PositiveFloat = pydantic.Field(
+        GRID_DEFAULTS.noise_sd, description="Measurement noise sd."
+    )
     central: Literal["auto", "yes", "no"] = pydantic.Field(
         "auto", description="Run the centralised UKF ('auto': up to central_max_buses)."
     )
@@ -142,7 +145,7 @@ def simulate(config: GridConfig, model: KuramotoNetwork, key: Any) -> dict[str, 
     configured Heun sub-steps (:func:`substeps_for`).
     """
     sub = substeps_for(config, np.asarray(model.weight))
-    return simulate_grid(model, config.dt, config.steps, sub, config.sigma, key)
+    return simulate_grid(model, config.dt, config.steps, sub, config.noise_sd, key)
 
 
 def grid_estimator(
@@ -163,8 +166,8 @@ def grid_estimator(
         partition,
         init,
         dt=config.dt,
-        q=(config.q_theta, config.q_omega, q_big_omega),
-        r=config.sigma**2,
+        process_sd=(math.sqrt(config.q_theta), math.sqrt(config.q_omega), math.sqrt(q_big_omega)),
+        noise_sd=config.noise_sd,
         gamma=config.ukf_gamma,
         substeps=config.substeps or None,
         method=method,

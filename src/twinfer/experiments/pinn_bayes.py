@@ -28,9 +28,15 @@ import jax
 import numpy as np
 import pydantic
 
-from twinfer.experiments._case import Case, Progress, register
+from twinfer.experiments._case import Progress
 from twinfer.experiments._checkpointing import case_checkpoint
-from twinfer.experiments._pinn_data import PinnTrainConfig, chain_of, pinn_memory_estimate, train_settings
+from twinfer.experiments._pinn_data import (
+    PinnTrainConfig,
+    chain_of,
+    forced_response,
+    register_pinn_case,
+    train_settings,
+)
 from twinfer.infer.mcmc import summarise, to_inference_data, write_netcdf
 from twinfer.infer.pinn import (
     LayerData,
@@ -47,7 +53,7 @@ from twinfer.infer.pinn import (
 from twinfer.metrics import coverage, nrmse
 from twinfer.models import get_param
 from twinfer.report import PaperValue, RunArtifacts, near, within
-from twinfer.sim import add_noise_numpy_legacy, bandlimited_noise_dynasim, discretise, simulate_discrete
+from twinfer.sim import add_noise_numpy_legacy
 
 PRIORS = {"c": (2.0, 0.75), "k": (2.0, 0.5), "kappa": (3.0, 0.5), "mu": (3.0, 0.5)}  # specs 3.2 (REPO)
 SIGMA_PRIOR = (3.0, 0.5)
@@ -108,10 +114,7 @@ def _names(system: str) -> list[str]:
 def simulate(config: PinnBayesConfig) -> dict[str, np.ndarray]:
     """Clean RK4 truth and R noisy repeats of u, v and f with the repository's seeds (specs 3.2)."""
     chain = chain_of(2, config.system, [1, 2])
-    ts = np.linspace(0.0, config.horizon, config.n_samples)
-    force = np.stack([bandlimited_noise_dynasim(ts, (0.05, 1.0), 500.0, 43810 + i) for i in range(2)], axis=1)
-    traj = simulate_discrete(discretise(chain, float(ts[1] - ts[0]), "rk4"), np.zeros(4), force[:-1])
-    states = np.asarray(traj.states)
+    ts, force, states = forced_response(chain, config.horizon, config.n_samples)
     snr = config.snr_db
     u_rep = [add_noise_numpy_legacy(states[:, :2], snr, 42 + j) for j in range(config.repeats)]
     v_rep = [add_noise_numpy_legacy(states[:, 2:], snr, 8 + j) for j in range(config.repeats)]
@@ -405,16 +408,12 @@ def paper_values(config: PinnBayesConfig) -> dict[str, PaperValue]:
     return out
 
 
-CASE = register(
-    Case(
-        name="pinn-bayes",
-        description="Bayesian parameters of a 2-DOF chain: frozen PINN + NUTS (PINN paper section 4.3).",
-        config_type=PinnBayesConfig,
-        run=run,
-        figures=figures,
-        quick=QUICK,  # fmt: skip
-        memory_estimate=pinn_memory_estimate,
-        size_keys=("n_samples", "width", "depth", "n_fourier"),
-        paper_for=paper_values,
-    )
+CASE = register_pinn_case(
+    "pinn-bayes",
+    "Bayesian parameters of a 2-DOF chain: frozen PINN + NUTS (PINN paper section 4.3).",
+    PinnBayesConfig,
+    run,
+    figures,
+    QUICK,
+    paper_values,
 )

@@ -19,21 +19,10 @@ from typing import Any, Literal
 import numpy as np
 import pydantic
 
-from twinfer import metrics
 from twinfer.errors import TwinferRuntimeError
-from twinfer.experiments._case import Case, Progress, register
-from twinfer.experiments._pinn_data import (
-    PinnTrainConfig,
-    chain_of,
-    evaluate_states,
-    fitness_row,
-    fitness_table,
-    perturbation_factors,
-    pinn_memory_estimate,
-    simulate_chain,
-    train_sensor_pinn,
-    ukf_rts_states,
-)
+from twinfer.experiments import _pinn_data as pinn_data
+from twinfer.experiments._case import Progress
+from twinfer.experiments._pinn_data import PinnTrainConfig
 from twinfer.infer.pinn import PositiveParameters
 from twinfer.models import get_param
 from twinfer.report import PaperValue, RunArtifacts, at_most
@@ -72,41 +61,27 @@ def run(config: PinnJointConfig, progress: Progress) -> RunArtifacts:
     """Simulate, train network and parameters together, score parameters and states."""
     start = time.perf_counter()
     system, scenario, snr = CASES[config.case]
-    factors = perturbation_factors(5, lambda i: 43810 + 100 * i) if scenario == "value" else None
-    truth_chain = chain_of(5, system, [1], factors)
-    model = chain_of(5, "linear" if scenario == "linear" else system, [1])
+    factors = pinn_data.perturbation_factors(5, lambda i: 43810 + 100 * i) if scenario == "value" else None
+    truth_chain, model, data = pinn_data.simulate_case(
+        config, 5, system, "linear" if scenario == "linear" else system, factors, snr, progress
+    )
     groups = ["k"] + ([] if scenario == "linear" else ["kappa" if system == "duffing" else "mu"])
     names = [f"{g}{d}" for g in groups for d in UNOBSERVED]
     theta = PositiveParameters({n: INITIAL[n.rstrip("0123456789")] for n in names})
-    progress("simulate", 0, 1)
-    data = simulate_chain(truth_chain, config.horizon, config.n_samples, snr, {"acc": 2024, "force": 1234})
-    progress("simulate", 1, 1)
-    net, theta_fit, result, observed = train_sensor_pinn(
+    net, theta_fit, result, observed = pinn_data.train_sensor_pinn(
         "pinn-joint", config, model, data, UNOBSERVED, theta, progress
     )
     if theta_fit is None:  # train_sensor_pinn fits the parameters it is given
         raise TwinferRuntimeError("internal: the joint PINN returned no fitted parameters.")
-    params = theta_fit.apply(model.params)
-    out: dict[str, float] = {}
+    scores = pinn_data.score_states(net, model, theta_fit.apply(model.params), data, observed, result)
+    out, truth = scores.metrics, scores.truth
     for name, value in theta_fit.as_dict().items():
         true = float(get_param(truth_chain.params, name))
         out[f"param.{name}"] = float(value)
         out[f"param.{name}_true"] = true
         out[f"param.{name}_err_pct"] = abs(float(value) - true) / true * 100.0
-    est = evaluate_states(net, model, params, data.times)
-    truth = {"u": data.states[:, :5], "udot": data.states[:, 5:], "uddot": data.acc}
-    out.update(fitness_table(5, truth, est, observed))
-    out["fitness.f1"] = float(metrics.fitness(est["force"][:, 0], data.force[:, 0]))  # "Obs f" (specs D9)
-    out["timing.train_s"] = result.train_s
-    out["train.epochs"] = float(result.epochs)
-    out["train.final_loss"] = result.history["loss"][-1]
-    arrays: dict[str, Any] = {
-        "times": data.times,
-        "truth_u": truth["u"],
-        "pinn_u": est["u"],
-        "observed": np.asarray(observed),
-        "history_epoch": np.asarray(result.history["epoch"]),
-        "history_loss": np.asarray(result.history["loss"]),
+    arrays = {
+        **scores.arrays,
         "param_names": np.asarray(names),
         "param_history": np.stack([result.history[f"param.{n}"] for n in names], axis=1),
         "param_true": np.asarray([out[f"param.{n}_true"] for n in names]),
@@ -127,8 +102,8 @@ def run(config: PinnJointConfig, progress: Progress) -> RunArtifacts:
         notes.append("Value-error truth perturbs c, k and kappa by the same per-DOF factors (specs D11).")
     if config.compare_ukf:
         progress("UKF + RTS smoother (same sensors, true parameters)", 0, 1)
-        ukf = ukf_rts_states(truth_chain, data, observed, config.obs_stride, snr)
-        out.update(fitness_table(5, truth, ukf, observed, prefix="ukf_rts"))
+        ukf = pinn_data.ukf_rts_states(truth_chain, data, observed, config.obs_stride, snr)
+        out.update(pinn_data.fitness_table(5, truth, ukf, observed, prefix="ukf_rts"))
         progress("UKF + RTS smoother (same sensors, true parameters)", 1, 1)
         notes.append("`ukf_rts.*`: UKF + RTS smoother given the true parameters (a state-only reference).")
     out["timing.run_s"] = time.perf_counter() - start
@@ -165,16 +140,6 @@ def figures(arrays: Mapping[str, Any], config: PinnJointConfig) -> dict[str, Any
     return {"parameters": fig_p, "states_unobserved": fig_s}
 
 
-QUICK = {
-    "epochs": 100,
-    "lbfgs_steps": 50,
-    "chunk": 50,
-    "width": 16,
-    "n_fourier": 8,
-    "n_samples": 512,
-    "horizon": 10.0,
-    "max_cycles": 10.0,
-}
 # Tables 3-4 (specs 4.3): estimate and error (%) of each estimated parameter per case
 _PARAMS = {
     1: ("Table 3, SNR 50", {"k2": (14.91, 0.615), "k4": (14.95, 0.370), "kappa2": (106.0, 6.00),
@@ -220,20 +185,16 @@ def paper_values(config: PinnJointConfig) -> dict[str, PaperValue]:
             ),
         )
     label, row = _TABLE5_ROWS[config.case]
-    out.update(fitness_row(_TABLE5_KEYS, row, f"Table 5, {label}"))
+    out.update(pinn_data.fitness_row(_TABLE5_KEYS, row, f"Table 5, {label}"))
     return out
 
 
-CASE = register(
-    Case(
-        name="pinn-joint",
-        description="PINN joint state-parameter estimation on a 5-DOF chain (PINN paper section 4.2).",
-        config_type=PinnJointConfig,
-        run=run,
-        figures=figures,
-        quick=QUICK,  # fmt: skip
-        memory_estimate=pinn_memory_estimate,
-        size_keys=("n_samples", "width", "depth", "n_fourier"),
-        paper_for=paper_values,
-    )
+CASE = pinn_data.register_pinn_case(
+    "pinn-joint",
+    "PINN joint state-parameter estimation on a 5-DOF chain (PINN paper section 4.2).",
+    PinnJointConfig,
+    run,
+    figures,
+    pinn_data.SENSOR_QUICK,
+    paper_values,
 )

@@ -20,20 +20,9 @@ from typing import Any, Literal
 import numpy as np
 import pydantic
 
-from twinfer.experiments._case import Case, Progress, register
-from twinfer.experiments._pinn_data import (
-    PinnTrainConfig,
-    chain_of,
-    evaluate_states,
-    fitness_row,
-    fitness_table,
-    perturbation_factors,
-    pinn_memory_estimate,
-    simulate_chain,
-    train_sensor_pinn,
-    ukf_rts_states,
-)
-from twinfer.metrics import fitness
+from twinfer.experiments import _pinn_data as pinn_data
+from twinfer.experiments._case import Progress
+from twinfer.experiments._pinn_data import PinnTrainConfig
 from twinfer.report import PaperValue, RunArtifacts
 
 CASES = {
@@ -68,35 +57,18 @@ def run(config: PinnSparseConfig, progress: Progress) -> RunArtifacts:
     """Simulate, train the PINN on sparse accelerations, score states against the clean truth."""
     start = time.perf_counter()
     n, scenario, snr = CASES[config.case]
-    factors = perturbation_factors(n, lambda i: 43810 + i) if scenario == "value" else None
-    truth_chain = chain_of(n, "duffing", [1], factors)
-    model = chain_of(n, "linear" if scenario == "linear" else "duffing", [1])
-    progress("simulate", 0, 1)
-    data = simulate_chain(truth_chain, config.horizon, config.n_samples, snr, {"acc": 2024, "force": 1234})
-    progress("simulate", 1, 1)
+    factors = pinn_data.perturbation_factors(n, lambda i: 43810 + i) if scenario == "value" else None
+    model_system = "linear" if scenario == "linear" else "duffing"
+    _, model, data = pinn_data.simulate_case(config, n, "duffing", model_system, factors, snr, progress)
     unobserved = unobserved_of(n)
-    net, _, result, observed = train_sensor_pinn(
+    net, _, result, observed = pinn_data.train_sensor_pinn(
         "pinn-sparse", config, model, data, unobserved, None, progress
     )
-    est = evaluate_states(net, model, model.params, data.times)
-    truth = {"u": data.states[:, :n], "udot": data.states[:, n:], "uddot": data.acc}
-    out = fitness_table(n, truth, est, observed)
-    out["fitness.f1"] = float(fitness(est["force"][:, 0], data.force[:, 0]))
-    out["timing.train_s"] = result.train_s
-    out["train.epochs"] = float(result.epochs)
+    scores = pinn_data.score_states(net, model, model.params, data, observed, result)
+    out, est, truth = scores.metrics, scores.est, scores.truth
     out["train.lbfgs_steps"] = float(config.lbfgs_steps)
     out["train.resumed_from"] = float(result.resumed_from)
-    out["train.final_loss"] = result.history["loss"][-1]
-    arrays: dict[str, Any] = {
-        "times": data.times,
-        "truth_u": truth["u"],
-        "truth_uddot": data.acc,
-        "pinn_u": est["u"],
-        "pinn_uddot": est["uddot"],
-        "observed": np.asarray(observed),
-        "history_epoch": np.asarray(result.history["epoch"]),
-        "history_loss": np.asarray(result.history["loss"]),
-    }
+    arrays = {**scores.arrays, "truth_uddot": data.acc, "pinn_uddot": est["uddot"]}
     notes = [
         f"Case {config.case}: {n}-DOF Duffing truth, PINN model '{scenario}', SNR {snr:g} dB; observed DOFs "
         f"{list(observed)}, unobserved {unobserved}.",
@@ -114,9 +86,9 @@ def run(config: PinnSparseConfig, progress: Progress) -> RunArtifacts:
     if config.compare_ukf:
         progress("UKF + RTS smoother (same sensors)", 0, 1)
         t_ukf = time.perf_counter()
-        ukf = ukf_rts_states(model, data, observed, config.obs_stride, snr)
+        ukf = pinn_data.ukf_rts_states(model, data, observed, config.obs_stride, snr)
         out["timing.ukf_rts_s"] = time.perf_counter() - t_ukf
-        out.update(fitness_table(n, truth, ukf, observed, prefix="ukf_rts"))
+        out.update(pinn_data.fitness_table(n, truth, ukf, observed, prefix="ukf_rts"))
         arrays["ukf_u"] = ukf["u"]
         progress("UKF + RTS smoother (same sensors)", 1, 1)
         notes.append(
@@ -162,16 +134,6 @@ def figures(arrays: Mapping[str, Any], config: PinnSparseConfig) -> dict[str, An
     return {"states": fig, "error_contour": fig_err, "loss": fig_loss}
 
 
-QUICK = {
-    "epochs": 100,
-    "lbfgs_steps": 50,
-    "chunk": 50,
-    "width": 16,
-    "n_fourier": 8,
-    "n_samples": 512,
-    "horizon": 10.0,
-    "max_cycles": 10.0,
-}
 # Table 2 (specs 4.2): all u, u', u'', first u, u', u'', f_1, last u, u', u'' per case
 _TABLE2_ROWS = {
     "a": ("6DOF no error, SNR 50", (98.57, 99.30, 99.11, 99.59, 99.79, 99.74, 99.74, 98.42, 99.28, 99.28)),
@@ -193,19 +155,15 @@ _TABLE2_KEYS = (
 def paper_values(config: PinnSparseConfig) -> dict[str, PaperValue]:
     """Table 2's row of this configuration's case (a-f)."""
     label, row = _TABLE2_ROWS[config.case]
-    return fitness_row(_TABLE2_KEYS, row, f"Table 2, {label}")
+    return pinn_data.fitness_row(_TABLE2_KEYS, row, f"Table 2, {label}")
 
 
-CASE = register(
-    Case(
-        name="pinn-sparse",
-        description="PINN response recovery at unobserved DOFs of a Duffing chain (PINN paper section 4.1).",
-        config_type=PinnSparseConfig,
-        run=run,
-        figures=figures,
-        quick=QUICK,  # fmt: skip
-        memory_estimate=pinn_memory_estimate,
-        size_keys=("n_samples", "width", "depth", "n_fourier"),
-        paper_for=paper_values,
-    )
+CASE = pinn_data.register_pinn_case(
+    "pinn-sparse",
+    "PINN response recovery at unobserved DOFs of a Duffing chain (PINN paper section 4.1).",
+    PinnSparseConfig,
+    run,
+    figures,
+    pinn_data.SENSOR_QUICK,
+    paper_values,
 )

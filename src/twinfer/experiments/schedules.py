@@ -50,7 +50,7 @@ class SchedulesConfig(CaseConfig):
     seed: int = pydantic.Field(123, ge=0, description="numpy default_rng seed of the forcing.")
     horizon: Positive = pydantic.Field(5.0, description="Simulated time T [s].")
     dt: Positive = pydantic.Field(1e-3, description="Step [s].")
-    force_std: float = pydantic.Field(50.0, ge=0, description="Std of the random force at each DOF [N].")
+    force_sd: float = pydantic.Field(50.0, ge=0, description="Sd of the random force at each DOF [N].")
     inner: int = pydantic.Field(1, ge=1, description="Inner iterations K per step.")
     method: Literal["euler", "heun", "rk4"] = pydantic.Field("heun", description="Subsystem integrator.")
     reference: Literal["semi-implicit-euler", "same"] = pydantic.Field(
@@ -104,7 +104,7 @@ def build_graph(config: SchedulesConfig) -> Graph:
 def run(config: SchedulesConfig, progress: Progress) -> RunArtifacts:
     """Run every schedule and the monolith; per-DOF displacement and velocity errors."""
     rng = np.random.default_rng(config.seed)
-    us = rng.normal(0.0, config.force_std, size=(config.n_steps, 4))
+    us = rng.normal(0.0, config.force_sd, size=(config.n_steps, 4))
     ys = np.zeros((config.n_steps, 0))
     graph = build_graph(config)
     total = len(SCHEDULES) + 1

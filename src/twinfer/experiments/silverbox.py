@@ -82,7 +82,7 @@ def run(config: SilverboxConfig, progress: Progress) -> RunArtifacts:
         base_params=model.params,
         names=NAMES,
         x0=jnp.array([y[config.start], v0]),
-        x0_std=jnp.array([np.sqrt(config.noise_var), 0.1 * abs(v0) + 1e-3]),
+        state_sd=jnp.array([np.sqrt(config.noise_var), 0.1 * abs(v0) + 1e-3]),
         h=h,
         us=jnp.asarray(u[sl])[:, None],
         ys=jnp.asarray(y[sl])[:, None],
@@ -91,10 +91,9 @@ def run(config: SilverboxConfig, progress: Progress) -> RunArtifacts:
         substeps=config.pn_substeps,
         input_hold=config.input_hold,
     )
-    res, smc_s = _pnsmc.run_smc("silverbox", config, lik, prior, progress)
-    metrics: dict[str, float] = {"timing.smc_s": smc_s, "smc.n_particles": float(config.n_particles)}
-    metrics.update(_pnsmc.posterior_metrics(res, NAMES))
-    thetas = _pnsmc.equal_weight_particles(res, config.test_particles, config.seed)
+    res, metrics, thetas = _pnsmc.sample_posterior(
+        "silverbox", config, lik, prior, progress, NAMES, config.test_particles
+    )
     progress("test simulation (arrow head)", 0, 1)
     test_start = time.perf_counter()
     u_fine = fine_input(u[: config.test_end], config.substeps, config.input_hold)
@@ -108,7 +107,7 @@ def run(config: SilverboxConfig, progress: Progress) -> RunArtifacts:
     # solves, open loop (no test output assimilated): solver uncertainty plus the spread between
     # particles, plus the measurement noise. The particles' spread alone is scored beside it.
     open_loop = eqx.tree_at(
-        lambda lk: (lk.x0, lk.x0_std, lk.us, lk.ys, lk.y_mask), lik, _test_inputs(config, u, y)
+        lambda lk: (lk.x0, lk.state_sd, lk.us, lk.ys, lk.y_mask), lik, _test_inputs(config, u, y)
     )
     mixture = open_loop.posterior_states(thetas, np.arange(config.test_end) * h, ("x1", "v1"), batch=64)
     pn_mean, pn_sd = (

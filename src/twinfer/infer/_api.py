@@ -30,7 +30,7 @@ References:
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, Literal
+from typing import Any, Literal, TypedDict, Unpack
 
 import equinox as eqx
 import jax.numpy as jnp
@@ -51,10 +51,10 @@ from twinfer.infer.graph._messages import SCHEDULES
 from twinfer.infer.graph._program import graph_program
 from twinfer.infer.graph._run import estimate as graph_estimate
 from twinfer.infer.pn import PNFilter, PNProgram
-from twinfer.models import AbstractModel, Chain
+from twinfer.models import AbstractModel, Chain, StateSpace
 from twinfer.sim import METHODS as INTEGRATORS
 
-__all__ = ["PN", "Banded", "Central", "Distributed", "compile", "estimate"]
+__all__ = ["PN", "Banded", "Central", "Distributed", "Numbers", "compile", "estimate"]
 
 FILTERS = ("ukf", "ekf", "kf")
 """The Gaussian filters of twinfer: unscented, extended (Taylor), Kalman (linear models)."""
@@ -119,6 +119,25 @@ class Central(eqx.Module):
                 f"Central weights: expected UnscentedWeights with filter 'ukf'; received {self.weights!r} "
                 f"with filter {self.filter!r}."
             )
+
+    def whole(self, model: AbstractModel, dt: float, problem: Mapping[str, Any]) -> Graph:
+        """``model`` as one subsystem holding its whole state: how this filter carries ``input_sd``.
+
+        The inputs' noise enters through the graph's linearised input map as process noise
+        (:meth:`~twinfer.infer.graph.Graph.from_model`); a chain is one group of all its DOFs, another
+        model one group of all its states.
+        """
+        group = list(range(1, model.n_dof + 1)) if isinstance(model, Chain) else list(model.state_names)
+        return Graph.from_model(
+            model,
+            [group],
+            dt=dt,
+            integrator=self.integrator,
+            substeps=int(self.substeps),
+            estimator=self.filter,
+            messages="probabilistic",
+            **{k: v for k, v in problem.items() if v is not None},
+        )
 
     def options(self) -> dict[str, Any]:
         """The keywords of :func:`~twinfer.infer.filters.run_filter` this method stands for."""
@@ -321,7 +340,39 @@ _NAMED: dict[str, Method] = {
 }
 """The methods a string names (each with its defaults)."""
 
-_PROBLEM = ("x0", "state_sd", "process_sd", "noise_sd", "input_sd", "unknown")
+
+class Numbers(TypedDict, total=False):
+    """The problem's numbers, keywords of :func:`estimate` and :func:`compile` (every one optional).
+
+    Standard deviations as a data sheet gives them, or full covariances (a :class:`Central` method):
+
+    - ``x0``: prior mean of the state (default 0; a scalar or one per state).
+    - ``state_sd``: prior sd of each state (default 1); or ``state_cov``, the (n, n) prior covariance.
+    - ``process_sd``: per-step process-noise sd of each state (default 1e-6; ``"auto"`` with
+      :class:`Central`); or ``process_cov``, the (n, n) per-step process-noise covariance (may be
+      singular).
+    - ``noise_sd``: measurement-noise sd per output (default 1; ``"auto"`` with :class:`Central`); or
+      ``noise_cov``, the (m, m) measurement-noise covariance.
+    - ``input_sd``: the inputs' measurement-noise sd (load cells), scalar or one per input: pushed
+      through the dynamics as process noise (one subsystem holding the whole model for :class:`Central`).
+    - ``unknown``: ``{parameter: (initial value, prior sd, random-walk sd)}`` of a model's parameters.
+
+    A graph carries its own numbers and takes none of these.
+    """
+
+    x0: Any
+    state_sd: Any
+    process_sd: Any
+    noise_sd: Any
+    input_sd: Any
+    unknown: Mapping[str, Any] | None
+    state_cov: Any
+    process_cov: Any
+    noise_cov: Any
+
+
+_PROBLEM = tuple(Numbers.__annotations__)
+_COVARIANCES = ("state_cov", "process_cov", "noise_cov")
 
 
 def _method(system: Any, method: Any, where: str) -> Method:
@@ -342,7 +393,7 @@ def _method(system: Any, method: Any, where: str) -> Method:
     return method
 
 
-def _problem(where: str, system: Any, problem: Mapping[str, Any]) -> dict[str, Any]:
+def _problem(where: str, system: Any, method: Method, problem: Mapping[str, Any]) -> dict[str, Any]:
     extra = sorted(set(problem) - set(_PROBLEM))
     if extra:
         raise TypeError(
@@ -355,46 +406,60 @@ def _problem(where: str, system: Any, problem: Mapping[str, Any]) -> dict[str, A
             f"{where} {next(iter(given))}: a graph carries its subsystems' own numbers; received "
             f"{', '.join(given)} with graph {system.name!r} (give them to Graph.from_model)."
         )
-    if not isinstance(system, Graph | AbstractModel):
+    if not isinstance(system, Graph | AbstractModel | StateSpace):
         raise TypeError(
-            f"{where} system: expected a twinfer model or a Graph; received {type(system).__name__}."
+            f"{where} system: expected a twinfer model, a StateSpace (plain functions or matrices) or a "
+            f"Graph; received {type(system).__name__}."
         )
+    full = [k for k in _COVARIANCES if k in given]
+    if full and not isinstance(method, Central):
+        raise ValueError(
+            f"{where} {full[0]}: full covariances are the central filter's; received it with method "
+            f"{type(method).__name__} (give standard deviations, *_sd, to a distributed method)."
+        )
+    if isinstance(system, StateSpace):
+        if not isinstance(method, Central):
+            raise ValueError(
+                f"{where} method: a StateSpace is filtered whole by a Central method (KF, EKF, UKF); "
+                f"received {type(method).__name__}."
+            )
+        if given.get("input_sd") is not None:
+            raise ValueError(
+                f"{where} input_sd: a StateSpace's input noise belongs in its process_cov (B Cov(u) B^T "
+                f"for a linear one); received input_sd={given['input_sd']!r}."
+            )
+        if method.substeps != 1:
+            raise ValueError(
+                f"{where} method substeps: a StateSpace's transition is one record step (nothing is "
+                f"integrated); expected 1, received {method.substeps}."
+            )
     return given
 
 
-def _start(where: str, system: Any, method: Any, numbers: tuple[Any, ...]) -> tuple[dict[str, Any], Method]:
+def _start(where: str, system: Any, method: Any, numbers: Mapping[str, Any]) -> tuple[dict[str, Any], Method]:
     """The first steps of :func:`estimate` and :func:`compile`: configure, the numbers, the method."""
     ensure(where, system=system)
-    return _problem(where, system, dict(zip(_PROBLEM, numbers, strict=True))), _method(system, method, where)
+    chosen = _method(system, method, where)
+    return _problem(where, system, chosen, numbers), chosen
 
 
 def estimate(
-    system: AbstractModel | Graph,
+    system: AbstractModel | StateSpace | Graph,
     data: Dataset,
     method: Method | str | None = None,
-    *,
-    x0: Any = None,
-    state_sd: Any = None,
-    process_sd: Any = None,
-    noise_sd: Any = None,
-    input_sd: Any = None,
-    unknown: Mapping[str, Any] | None = None,
+    **numbers: Unpack[Numbers],
 ) -> Estimate:
     """Estimate the states (and unknown parameters) of ``system`` from ``data``, with uncertainty.
 
     Args:
-        system: a continuous-time twinfer model, or a :class:`~twinfer.infer.graph.Graph`.
+        system: a continuous-time twinfer model, a discrete-time :class:`~twinfer.models.StateSpace`
+            (plain functions ``f(x, u)``, ``h(x, u)`` or matrices ``F, B, H, D``), or a
+            :class:`~twinfer.infer.graph.Graph`.
         data: the record (:class:`~twinfer.data.Dataset`; its time convention is read from it).
         method: :class:`Central` (a model's default), :class:`Banded` (a graph's default),
             :class:`Distributed`, or a name (module docstring).
-        x0: prior mean of the state (default 0), as :func:`~twinfer.infer.filters.run_filter` has it.
-        state_sd: prior sd of each state (default 1).
-        process_sd: per-step process-noise sd (default 1e-6; ``"auto"`` with :class:`Central`).
-        noise_sd: measurement-noise sd per output (default 1; ``"auto"`` with :class:`Central`).
-        unknown: ``{parameter: (initial value, prior sd, random-walk sd)}``; a graph carries its own
-            numbers and takes none of these.
-        input_sd: the inputs' measurement-noise sd (load cells), scalar or one per input: pushed through
-            the dynamics as process noise (one subsystem holding the whole model for :class:`Central`).
+        **numbers: the problem's numbers (:class:`Numbers`): ``x0``, ``state_sd`` or ``state_cov``,
+            ``process_sd`` or ``process_cov``, ``noise_sd`` or ``noise_cov``, ``input_sd``, ``unknown``.
 
     Returns:
         :class:`~twinfer.infer.Estimate` over the record's times (row 0 the prior).
@@ -406,9 +471,9 @@ def estimate(
         TypeError: a system, method or keyword of the wrong type.
 
     """
-    problem, chosen = _start(
-        "estimate", system, method, (x0, state_sd, process_sd, noise_sd, input_sd, unknown)
-    )
+    problem, chosen = _start("estimate", system, method, numbers)
+    if isinstance(system, StateSpace):
+        return _run(system, data, "smooth" if chosen.smoother else "filter", {**chosen.options(), **problem})  # type: ignore[union-attr]
     if isinstance(chosen, PN):
         if not isinstance(system, AbstractModel):
             raise ValueError(f"estimate method: PN filters a model; received graph {system.name!r}.")
@@ -420,13 +485,7 @@ def estimate(
                 raise ValueError(
                     "estimate input_sd: the smoother does not take input noise yet; use the filter."
                 )
-            whole = _Split(
-                partition=[list(range(1, getattr(system, "n_dof", 0) + 1))],
-                filter=chosen.filter,
-                integrator=chosen.integrator,
-                substeps=chosen.substeps,
-            ).graph(system, data, data.dt, {**problem, "input_sd": input_noise})
-            return graph_estimate(whole, data)
+            return graph_estimate(chosen.whole(system, data.dt, {**problem, "input_sd": input_noise}), data)
         fn = smooth if chosen.smoother else run_filter
         return fn(system, data, **chosen.options(), **problem)
     if isinstance(chosen, Central):
@@ -454,31 +513,21 @@ def estimate(
 
 
 def compile(  # noqa: A001  (the verb users look for; twinfer.compile does not shadow it inside twinfer)
-    system: AbstractModel | Graph,
+    system: AbstractModel | StateSpace | Graph,
     method: Method | str | None = None,
     *,
     dt: float | None = None,
     data: Dataset | None = None,
     input_hold: Literal["zoh", "linear"] = "zoh",
     alignment: Literal["sampled", "held"] = "sampled",
-    x0: Any = None,
-    state_sd: Any = None,
-    process_sd: Any = None,
-    noise_sd: Any = None,
-    input_sd: Any = None,
-    unknown: Mapping[str, Any] | None = None,
+    **numbers: Unpack[Numbers],
 ) -> Program:
     """The :class:`~twinfer.infer.Program` of ``system`` and ``method``: ``init``, ``step``, ``run``.
 
     Args:
         system: as :func:`estimate`.
         method: as :func:`estimate`.
-        x0: as :func:`estimate`.
-        state_sd: as :func:`estimate`.
-        process_sd: as :func:`estimate` (not ``"auto"``).
-        noise_sd: as :func:`estimate` (not ``"auto"``).
-        input_sd: as :func:`estimate`.
-        unknown: as :func:`estimate`.
+        **numbers: as :func:`estimate` (``process_sd`` and ``noise_sd`` not ``"auto"``).
         dt: the records' step (s), or give ``data``.
         data: a record whose step and time convention (``input_hold``, ``alignment``) the program takes
             (the program does not keep it).
@@ -491,9 +540,7 @@ def compile(  # noqa: A001  (the verb users look for; twinfer.compile does not s
             levels (tuned on a record: use :func:`estimate`), no ``dt``, named.
 
     """
-    problem, chosen = _start(
-        "compile", system, method, (x0, state_sd, process_sd, noise_sd, input_sd, unknown)
-    )
+    problem, chosen = _start("compile", system, method, numbers)
     if data is not None:
         dt, input_hold, alignment = data.dt, data.input_hold, data.alignment  # type: ignore[assignment]
     if dt is None:
@@ -507,12 +554,13 @@ def compile(  # noqa: A001  (the verb users look for; twinfer.compile does not s
         )
     if isinstance(chosen, PN) and isinstance(system, AbstractModel):
         return chosen.program(system, float(dt), problem, input_hold, alignment)
-    if isinstance(system, AbstractModel) and isinstance(chosen, Central):
-        if problem.get("input_sd") is not None and np.any(np.asarray(problem["input_sd"], dtype=np.float64)):
-            raise ValueError(
-                "compile input_sd: a central Program does not take input noise yet; use estimate."
+    if isinstance(system, AbstractModel | StateSpace) and isinstance(chosen, Central):
+        input_noise = problem.pop("input_sd", None)
+        if input_noise is not None and np.any(np.asarray(input_noise, dtype=np.float64)):
+            whole = chosen.whole(system, float(dt), {**problem, "input_sd": input_noise})  # type: ignore[arg-type]
+            return graph_program(
+                whole, "messages", schedule=Schedule(), data=data, input_hold=input_hold, alignment=alignment
             )
-        problem.pop("input_sd", None)
         layout = Layout(float(dt), input_hold, alignment)
         return _run(system, None, "compile", {**chosen.options(), **problem}, layout)
     if isinstance(chosen, Central):
@@ -522,7 +570,7 @@ def compile(  # noqa: A001  (the verb users look for; twinfer.compile does not s
         )
     if isinstance(chosen, PN):
         raise ValueError(f"compile method: PN filters a model; received graph {system.name!r}.")  # type: ignore[union-attr]
-    graph = system if isinstance(system, Graph) else chosen.graph(system, data, float(dt), problem)
+    graph = system if isinstance(system, Graph) else chosen.graph(system, data, float(dt), problem)  # type: ignore[arg-type]
     if graph.fields:
         return graph_program(graph, "field", data=data, input_hold=input_hold, alignment=alignment)
     if isinstance(chosen, Distributed):

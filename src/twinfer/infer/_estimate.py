@@ -44,6 +44,14 @@ class Estimate:
             the log space, ``exp(log_mean -+ z log_sd)``.
         log_means: (N+1, len(log_scale)) means of the logs of the ``log_scale`` columns (None when none).
         log_stds: (N+1, len(log_scale)) standard deviations of those logs (None when none).
+        pred_means: (N, n) one-step predicted means over t_1..t_N: row k - 1 is the mean of the state
+            at t_k given y_1..y_{k-1} (before the update with y_k); None where the estimator does not
+            keep them (a graph's subsystem run by message passing keeps them).
+        pred_covs: (N, n, n) the covariances of those predictions over t_1..t_N (None without).
+        step_logliks: (N,) the log-likelihood terms over t_1..t_N, row k - 1 the log density of y_k
+            given y_1..y_{k-1}; they sum to ``loglik`` (None without).
+        step_nis: (N,) the normalised innovation squared ``v^T S^-1 v`` per step over t_1..t_N, over the
+            outputs observed at t_k (0 at a step without an update; None without).
 
     """
 
@@ -58,6 +66,10 @@ class Estimate:
     log_scale: tuple[str, ...] = ()
     log_means: Any = None
     log_stds: Any = None
+    pred_means: Any = None
+    pred_covs: Any = None
+    step_logliks: Any = None
+    step_nis: Any = None
 
     def __post_init__(self) -> None:
         n = len(self.state_names)
@@ -90,6 +102,19 @@ class Estimate:
                 raise ValueError(
                     f"Estimate {field}: expected shape {(rows, len(self.log_scale))} (times x log_scale) "
                     f"with log_scale, None without; received {shape} for log_scale {self.log_scale}."
+                )
+        steps = max(rows - 1, 0)
+        for field, expected in (
+            ("pred_means", (steps, n)),
+            ("pred_covs", (steps, n, n)),
+            ("step_logliks", (steps,)),
+            ("step_nis", (steps,)),
+        ):
+            value = getattr(self, field)
+            if value is not None and np.shape(value) != expected:
+                raise ValueError(
+                    f"Estimate {field}: expected shape {expected} (the steps t_1..t_N of {rows} times"
+                    f"{' x state_names' if len(expected) > 1 else ''}) or None; received {np.shape(value)}."
                 )
         for field, names in (("stds", self.state_names), ("log_stds", self.log_scale)):
             _check_sds(field, getattr(self, field), names)
@@ -309,8 +334,10 @@ class Estimate:
         """An :class:`xarray.Dataset`: ``mean`` and ``sd`` over ``(time, state)``.
 
         Also ``cov`` over ``(time, state, state_)`` when kept, ``log_mean`` and ``log_sd`` over
-        ``(time, log_column)`` for the ``log_scale`` columns; attributes ``loglik``, ``nis`` and
-        ``parameters`` (comma-separated).
+        ``(time, log_column)`` for the ``log_scale`` columns, and, when kept, the per-step fields over
+        ``step`` (the times t_1..t_N): ``pred_mean`` over ``(step, state)``, ``pred_cov`` over
+        ``(step, state, state_)``, ``step_loglik`` and ``step_nis`` over ``(step,)``; attributes
+        ``loglik``, ``nis`` and ``parameters`` (comma-separated).
         """
         import xarray as xr
 
@@ -326,6 +353,18 @@ class Estimate:
             data["log_mean"] = (("time", "log_column"), np.asarray(self.log_means))
             data["log_sd"] = (("time", "log_column"), np.asarray(self.log_stds))
             coords["log_column"] = list(self.log_scale)
+        per_step = {
+            "pred_mean": (("step", "state"), self.pred_means),
+            "pred_cov": (("step", "state", "state_"), self.pred_covs),
+            "step_loglik": (("step",), self.step_logliks),
+            "step_nis": (("step",), self.step_nis),
+        }
+        for name, (dims, value) in per_step.items():
+            if value is not None:
+                data[name] = (dims, np.asarray(value))
+                coords["step"] = np.asarray(self.times)[1:]
+                if "state_" in dims:
+                    coords["state_"] = list(self.state_names)
         attrs = {"loglik": float(self.loglik), "parameters": ",".join(self.parameters)}
         if self.nis is not None:
             attrs["nis"] = float(self.nis)
@@ -380,7 +419,20 @@ def _check_sds(field: str, value: Any, names: Sequence[str]) -> None:
         )
 
 
-_DATA = ("times", "means", "stds", "covs", "loglik", "nis", "log_means", "log_stds")
+_DATA = (
+    "times",
+    "means",
+    "stds",
+    "covs",
+    "loglik",
+    "nis",
+    "log_means",
+    "log_stds",
+    "pred_means",
+    "pred_covs",
+    "step_logliks",
+    "step_nis",
+)
 _META = ("state_names", "parameters", "log_scale")
 
 

@@ -23,6 +23,7 @@ from jaxtyping import Array
 
 from twinfer.models import AbstractModel, Params
 from twinfer.models._base import Input, Output, State
+from twinfer.models.bouncing_ball import AbstractPlanarMotion
 
 _ACT = {"tanh": jnp.tanh, "identity": lambda v: v, "relu": jax.nn.relu}
 
@@ -159,7 +160,7 @@ class _EventsFrom(AbstractModel):
         return (x, z) if m is None else m.event_update(t, x, z, u, m.params, which)
 
 
-class SecondOrderNeuralODE(_EventsFrom):
+class SecondOrderNeuralODE(_EventsFrom, AbstractPlanarMotion):
     """Neural ODE of a 2-D mechanical state ``[s_x, v_x, s_y, v_y]``: dx/dt = [v_x, NN_1(x), v_y, NN_2(x)].
 
     With ``event_model`` (e.g. the bouncing ball) its state events act on the state ("Cont. + Eve.").
@@ -191,24 +192,9 @@ class SecondOrderNeuralODE(_EventsFrom):
         self.params = {"theta": init_mlp(key, self.sizes)}
         self.event_model = event_model
 
-    @property
-    def state_names(self) -> tuple[str, ...]:
-        return ("s_x", "v_x", "s_y", "v_y")
-
-    @property
-    def input_names(self) -> tuple[str, ...]:
-        return ()
-
-    @property
-    def output_names(self) -> tuple[str, ...]:
-        return self.state_names
-
     def vector_field(self, t: Any, x: State, u: Input, params: Params) -> State:
         acc = apply_mlp(params["theta"], self.sizes, self.activations, x)
         return jnp.stack([x[1], acc[0], x[3], acc[1]])
-
-    def output(self, t: Any, x: State, u: Input, params: Params) -> Output:
-        return x
 
 
 class RNN(AbstractModel):

@@ -11,12 +11,13 @@ from twinfer.models._base import AbstractModel, Connection, Params
 from twinfer.models._combine import BLOCKS, TOPOLOGIES, Combination, System, noisy, psd
 from twinfer.models._combine_model import CombinedModel
 from twinfer.models._params import get_param, locate, param_names, set_params
+from twinfer.models._state_space import StateSpace
 from twinfer.models.boucwen import BoucWen
 from twinfer.models.bouncing_ball import BouncingBall2D
 from twinfer.models.chain import Chain, ShearFrame, spring_damper_law
 from twinfer.models.emps import EMPS
 from twinfer.models.kuramoto import KuramotoNetwork, draw_grid_parameters, wrap_angle
-from twinfer.models.network import Link, SpringNetwork
+from twinfer.models.network import Link, SpringNetwork, defects_along
 from twinfer.models.turbine import (
     PeltonParams,
     PeltonTurbine,
@@ -77,12 +78,14 @@ __all__ = [
     "PeltonParams",
     "PeltonTurbine",
     "ShearFrame",
+    "StateSpace",
     "SpringNetwork",
     "System",
     "TorqueBalance",
     "TurbineGrid",
     "bus_rate",
     "coi_angle",
+    "defects_along",
     "generator_acceleration",
     "generator_matrix",
     "generator_rhs",

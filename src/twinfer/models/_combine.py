@@ -85,7 +85,8 @@ class System(eqx.Module):
         """Whether gamma depends on upsilon (D_a / D_b of eq. 13), from the Jacobian at a random point."""
         v = jax.random.normal(jax.random.key(17), (self.n_in,))
         z = self.model.initial_discrete_state(self.model.params)
-        jac = jax.jacfwd(lambda v: self(0.0, v, z, self.model.params))(v)
+        # compiled as one program: taken op by op, each operation is dispatched and compiled on its own
+        jac = jax.jit(jax.jacfwd(lambda v: self(0.0, v, z, self.model.params)))(v)
         return bool(np.any(np.asarray(jac) != 0))
 
 

@@ -25,9 +25,35 @@ from jaxtyping import Array
 from twinfer.models._base import AbstractModel, Input, Output, Params, State
 
 WALLS = ("left", "right", "bottom", "top")
+PLANAR_STATES = ("s_x", "v_x", "s_y", "v_y")
+"""The state (and outputs) of :class:`AbstractPlanarMotion`: positions and velocities in x and y."""
 
 
-class BouncingBall2D(AbstractModel):
+class AbstractPlanarMotion(AbstractModel):
+    """A body moving in a plane, observed whole, driven by no input: ``[s_x, v_x, s_y, v_y]``.
+
+    The state and the outputs are the positions and velocities. The bouncing ball and the neural ODEs
+    learned in its place (model-combination paper A.9) share this interface, so a learned model stands
+    in for the physics one column for column.
+    """
+
+    @property
+    def state_names(self) -> tuple[str, ...]:
+        return PLANAR_STATES
+
+    @property
+    def input_names(self) -> tuple[str, ...]:
+        return ()
+
+    @property
+    def output_names(self) -> tuple[str, ...]:
+        return PLANAR_STATES
+
+    def output(self, t: Any, x: State, u: Input, params: Params) -> Output:
+        return x
+
+
+class BouncingBall2D(AbstractPlanarMotion):
     """The bouncing ball of experiment 1 (ground truth with ``mu = 0.15``, physics model with ``mu = 0``).
 
     Args:
@@ -54,18 +80,6 @@ class BouncingBall2D(AbstractModel):
         }
 
     @property
-    def state_names(self) -> tuple[str, ...]:
-        return ("s_x", "v_x", "s_y", "v_y")
-
-    @property
-    def input_names(self) -> tuple[str, ...]:
-        return ()
-
-    @property
-    def output_names(self) -> tuple[str, ...]:
-        return ("s_x", "v_x", "s_y", "v_y")
-
-    @property
     def discrete_state_names(self) -> tuple[str, ...]:
         return ("n",)
 
@@ -78,9 +92,6 @@ class BouncingBall2D(AbstractModel):
         speed = jnp.sqrt(x[1] ** 2 + x[3] ** 2)
         drag = params["mu"] / params["m"] * speed
         return jnp.stack([x[1], -x[1] * drag, x[3], -params["g"] - x[3] * drag])
-
-    def output(self, t: Any, x: State, u: Input, params: Params) -> Output:
-        return x
 
     def event_indicators(self, t: Any, x: State, z: Array, u: Input, params: Params) -> Array:
         """Eq. (27): distance of the ball's surface to each wall."""

@@ -29,12 +29,13 @@ from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
 import equinox as eqx
+import jax
 import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array
 
 from twinfer.models._base import Connection, Input, Output, Params, State
-from twinfer.models._params import get_param
+from twinfer.models._params import get_param, set_params
 from twinfer.models.chain import (
     MechanicalModel,
     kinematic_output_rows,
@@ -294,3 +295,50 @@ class SpringNetwork(MechanicalModel):
         b_mat = jnp.concatenate([jnp.zeros((n, len(self.forced_dofs))), m_inv @ select])
         c_mat, d_mat = kinematic_output_rows(self.outputs, a_mat, b_mat)
         return a_mat, b_mat, c_mat, d_mat
+
+
+@eqx.filter_jit
+def defects_along(
+    model: SpringNetwork,
+    states: Any,
+    inputs: Any,
+    names: tuple[str, ...],
+    values: Any,
+    interfaces: tuple[tuple[int, int], ...],
+    removed: tuple[str, ...],
+    mass: int,
+) -> tuple[Array, Array]:
+    """Interface forces and the defects of removed parameters on one mass, along a trajectory.
+
+    With the parameters ``names`` set to ``values`` (substituted inside the program, so estimates change
+    nothing that is compiled), at every row ``(x_k, u_k)``: the forces of the links joining the mass pairs
+    ``interfaces`` (:meth:`SpringNetwork.link_forces`, the interface weights of SI eq. (S62)) and the
+    force that each parameter in ``removed`` exerts on mass ``mass`` (:meth:`SpringNetwork.parameter_forces`,
+    the defects ``delta f`` of eq. (S60)-(S61)).
+
+    Args:
+        model: the network.
+        states: (T, 2 n) states.
+        inputs: (T, n_input) inputs.
+        names: the parameters to substitute.
+        values: (len(names),) their values.
+        interfaces: ``(i, j)`` mass pairs (1-based, as the links are declared) of the interface links.
+        removed: the parameters whose terms are the defects.
+        mass: the 1-based mass the defects act on.
+
+    Returns:
+        ``(forces (T, len(interfaces)), defects (T, len(removed)))``.
+
+    References:
+        Ghorbani & Hackl, SI section 3.4, eq. (S60)-(S62).
+
+    """
+    params = set_params(model.params, dict(zip(names, values, strict=True)))
+    pairs = [(lk.i, lk.j) for lk in model.links]
+    links = jnp.asarray([pairs.index(pair) for pair in interfaces])
+
+    def one(x: Any, u: Any) -> tuple[Any, Any]:
+        parts = [model.parameter_forces(p, x, u, params)[mass - 1] for p in removed]
+        return model.link_forces(x, params)[links], jnp.stack(parts)
+
+    return jax.vmap(one)(states, inputs)

@@ -275,6 +275,24 @@ def kuramoto_operating_point(
 
 
 # -- interface laws --------------------------------------------------------------------------------
+def identity_law(s_send: Any, s_recv: Any, gamma: Any) -> Any:
+    """An interface law that passes the sender's interface variables on (a module's message as it is)."""
+    return s_send
+
+
+def line_law(s_send: Any, s_recv: Any, gamma: Any) -> Any:
+    """One line's term ``gamma sin(delta_j - delta_i)`` on the receiver ``i`` from the sender ``j``.
+
+    ``gamma = K_ij`` for a bus (its power, S146), ``-(S_base / omega_rated) K_ij`` for a generator (its
+    torque, S147-S148): summed over a node's lines it is :func:`power_inflow` or :func:`grid_torque`.
+
+    References:
+        compositional-inference paper, SI (S146)-(S148).
+
+    """
+    return gamma * jnp.sin(s_send - s_recv)
+
+
 def power_inflow(K_row: Any, delta_i: Any, delta_neighbours: Any) -> Any:
     """Power flowing into bus i from the network, ``P_e,i = sum_j K_ij sin(delta_j - delta_i)`` (S146).
 

@@ -24,7 +24,9 @@ import functools
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
+import jax
 import jax.numpy as jnp
+import numpy as np
 
 from twinfer.models import turbine as pelton
 from twinfer.models.turbine import PeltonParams, PeltonTurbine
@@ -181,6 +183,40 @@ def grid_rotational_rhs(p: PeltonParams, core: Any, h: Any, q: Any, t_e: Any) ->
     m_t = pelton.turbine_torque(p, core[0], q, h)
     d = pelton.rotational_rhs(p, core, m_t, t_e)
     return d.at[2].set(core[1] - p.omega_rated), m_t
+
+
+def generator_prior(
+    p: PeltonParams, gen0: Any, x_R: Any, y_R: Any, omega: Any, phi1: Any, cov0: Any
+) -> tuple[Any, Any]:
+    """M4's derived accelerations at ``gen0`` and the prior covariance of ``[x_gen, a_gen]`` they induce.
+
+    The accelerations (S121-S125) are derived states after M4's four; their prior is the linearised image
+    of the state's, ``J cov0 J^T`` with ``J = [I_4; d a / d x_gen]`` (a singular port covariance cannot
+    be factored for a probabilistic split message, so the derived block must be consistent with the
+    state's).
+
+    Args:
+        p: the unit's constants.
+        gen0: ``[x_G, y_G, vx_G, vy_G]`` (4,) at the record's start.
+        x_R: runner x displacement [m].
+        y_R: runner y displacement [m].
+        omega: angular speed [rad/s].
+        phi1: rotor angle [rad] at the record's start.
+        cov0: (4, 4) the state block's prior covariance.
+
+    Returns:
+        ``(a0, cov)``: the accelerations (2,) at ``gen0`` and the (6, 6) covariance of ``[x_gen, a_gen]``.
+
+    References:
+        compositional-inference paper, SI (S121)-(S125) (the accelerations) and Table S12 (P0_gen).
+
+    """
+
+    def acc(c: Any) -> Any:
+        return jnp.stack(pelton.generator_acceleration(p, c, x_R, y_R, omega, phi1))
+
+    lift = np.vstack([np.eye(4), np.asarray(jax.jacfwd(acc)(gen0))])
+    return acc(gen0), lift @ np.asarray(cov0) @ lift.T
 
 
 @functools.cache

@@ -5,13 +5,14 @@ from twinfer.sim._dataset import simulate_dataset
 from twinfer.sim._discretise import METHODS, DiscreteModel, discretise, exact_matrices, integrator_step
 from twinfer.sim._grid import simulate_grid
 from twinfer.sim._node import Dynamics, GraphNode, StagedNode, graph_node, heun_node
-from twinfer.sim._noise import add_noise, add_noise_numpy_legacy, noise_std_for_snr
+from twinfer.sim._noise import add_noise, add_noise_numpy_legacy, noise_sd_for_snr
 from twinfer.sim._particles import (
     fine_input,
     particle_simulator,
     simulate_particles,
     simulate_particles_feedback,
 )
+from twinfer.sim._records import accelerations, measured_inputs
 from twinfer.sim._signals import (
     bandlimited_noise,
     bandlimited_noise_dynasim,
@@ -29,6 +30,7 @@ __all__ = [
     "Dynamics",
     "GraphNode",
     "Trajectory",
+    "accelerations",
     "add_noise",
     "add_noise_numpy_legacy",
     "bandlimited_noise",
@@ -41,8 +43,9 @@ __all__ = [
     "heun_node",
     "integrator_step",
     "heun_step",
+    "measured_inputs",
     "multisine",
-    "noise_std_for_snr",
+    "noise_sd_for_snr",
     "rk4_step",
     "semi_implicit_euler_step",
     "substep_loop",

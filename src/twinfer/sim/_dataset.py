@@ -33,6 +33,7 @@ import numpy as np
 
 from twinfer._config import ensure
 from twinfer.data import Dataset
+from twinfer.linalg import psd_factor
 from twinfer.models import AbstractModel
 from twinfer.sim._discretise import METHODS, discretise
 from twinfer.sim._simulate import simulate, simulate_discrete
@@ -278,8 +279,6 @@ def _with_process_noise(
 
     ``us``: (T fine, n_input) inputs, ``fine`` steps of ``dt / fine`` per interval.
     """
-    from twinfer.infer.gaussian import psd_factor
-
     q = np.asarray(cov, dtype=np.float64)
     n = model.n_state
     if q.shape != (n, n) or not np.all(np.isfinite(q)) or not np.allclose(q, q.T, rtol=1e-12, atol=0.0):

@@ -26,7 +26,7 @@ import numpy as np
 
 from twinfer.errors import TwinferRuntimeError
 from twinfer.models import AbstractModel
-from twinfer.sim._events_rk4 import simulate_rk4
+from twinfer.sim._events_rk4 import event_carry, simulate_rk4
 from twinfer.sim._trajectory import check_array
 
 
@@ -263,14 +263,7 @@ def _simulate(
         t_f = jnp.where(skip, t_next, t_f)
         return (t_f, x, z, n, ev_t, ev_w), (x, z)
 
-    init = (
-        tsj[0],
-        x0,
-        z0,
-        jnp.asarray(0, dtype=jnp.int32),
-        jnp.full((max_events,), jnp.inf, dtype=tsj.dtype),
-        jnp.zeros((max_events, n_ev), dtype=bool),
-    )
+    init = event_carry(tsj, x0, z0, max_events, n_ev)
     (_, _, _, n, ev_t, ev_w), (xs, zs) = jax.lax.scan(interval, init, tsj[1:])
     states = jnp.concatenate([x0[None], xs])
     discrete = jnp.concatenate([z0[None], zs])

@@ -34,6 +34,22 @@ from twinfer.models import AbstractModel
 from twinfer.sim._steps import rk4_step
 
 
+def event_carry(tsj: Any, x0: Any, z0: Any, max_events: int, n_ev: int) -> tuple[Any, ...]:
+    """The start of an event-locating scan over the save times ``tsj``.
+
+    ``(t, x, z, events found, their times (inf: none yet), which of the n_ev events fired)`` at
+    ``tsj[0]``: the carry both the adaptive and the fixed-step RK4 event solvers advance.
+    """
+    return (
+        tsj[0],
+        x0,
+        z0,
+        jnp.asarray(0, dtype=jnp.int32),
+        jnp.full((max_events,), jnp.inf, dtype=tsj.dtype),
+        jnp.zeros((max_events, n_ev), dtype=bool),
+    )
+
+
 def _indicator_after(
     model: AbstractModel, u_fn: Callable[[Any], Any], i: Any, tau: Any, t: Any, x: Any, z: Any, p: Any
 ) -> Any:
@@ -224,15 +240,7 @@ def simulate_rk4(
     def step(carry: Any, t_end: Any) -> tuple[Any, None]:
         return _fixed_step(advance, carry, t_end, max_pieces, lambda rest: rest), None
 
-    init = (
-        tsj[0],
-        x0,
-        z0,
-        jnp.asarray(0, dtype=jnp.int32),
-        jnp.full((max_events,), jnp.inf, dtype=tsj.dtype),
-        jnp.zeros((max_events, n_ev), dtype=bool),
-        jnp.asarray(False),
-    )
+    init = (*event_carry(tsj, x0, z0, max_events, n_ev), jnp.asarray(False))
     (_, _, _, n, ev_t, ev_w, short), (xs, zs) = _march(step, init, tsj, stop, substeps, lambda c: c[1:3])
     xs = eqx.error_if(
         xs,

@@ -184,8 +184,22 @@ def stability(
     """The growth ``integrator`` at step ``dt`` adds to ``model`` linearised at ``(t, x, u)``.
 
     Exact for a linear model (its step matrix is ``R(dt A)``); for a nonlinear one, the local picture at
-    the operating point. None when the Jacobian cannot be formed (no state, more than
-    :data:`MAX_STATES` states, non-finite).
+    the operating point.
+
+    Args:
+        model: a continuous-time twinfer model.
+        dt: the step between records (each taken as ``substeps`` steps).
+        integrator: ``"euler"``, ``"semi-implicit-euler"``, ``"heun"``, ``"rk4"`` or ``"exact"``.
+        x: (n_state,) the operating point (a filter's prior mean, a simulation's initial state).
+        u: (n_input,) input there (None: zeros).
+        substeps: integrator steps per ``dt``.
+        n_steps: steps of ``dt`` in the record.
+        params: the parameters (default the model's own).
+        t: time of the operating point.
+
+    Returns:
+        The :class:`Stability`, or None when the Jacobian cannot be formed (no state, more than
+        :data:`MAX_STATES` states, non-finite).
 
     References:
         Hairer & Wanner, Solving Ordinary Differential Equations II, 2nd ed., sec. IV.2 (stability
@@ -263,13 +277,13 @@ def step_problem(
     x: Any,
     u: Any = None,
     *,
+    substeps_name: str = "substeps",
+    at: str = "the prior",
+    name: str | None = None,
     substeps: int = 1,
     n_steps: int = 1,
     params: Params | None = None,
     t: float = 0.0,
-    substeps_name: str = "substeps",
-    at: str = "the prior",
-    name: str | None = None,
 ) -> StepProblem | Stability | None:
     """Whether the step is one the integrator cannot take on this model, with the message saying why.
 
@@ -281,19 +295,19 @@ def step_problem(
 
     Args:
         where: the calling function, for the message.
-        model: a continuous-time twinfer model.
-        dt: the step between records (each taken as ``substeps`` steps).
-        integrator: ``"euler"``, ``"semi-implicit-euler"``, ``"heun"``, ``"rk4"`` or ``"exact"``
-            (never refused: the matrix exponential is stable at any step).
-        x: (n_state,) the operating point (a filter's prior mean, a simulation's initial state).
-        u: (n_input,) input there (None: zeros).
-        substeps: integrator steps per ``dt``.
-        n_steps: steps of ``dt`` in the record.
-        params: the parameters (default the model's own).
-        t: time of the operating point.
+        model: the model, as for :func:`stability` (and ``dt``, ``integrator``, ``x``, ``u``, ``substeps``,
+            ``n_steps``, ``params``, ``t`` below).
+        dt: the step between records.
+        integrator: the method; ``"exact"`` is never refused (the matrix exponential is stable at any step).
+        x: the operating point.
+        u: the input there.
         substeps_name: how the caller's argument for substeps is spelled in the suggestion.
         at: the operating point, in words.
         name: the model's name in the message (default its class name).
+        substeps: integrator steps per ``dt``.
+        n_steps: steps of ``dt`` in the record.
+        params: the parameters.
+        t: the time of the operating point.
 
     Returns:
         A :class:`StepProblem`; else the :class:`Stability` found (growth within :data:`GROWTH_WARN`), or

@@ -45,8 +45,8 @@ from twinfer.infer.filters._errors import (
 from twinfer.infer.filters._program import CentralProgram, _filtered_summary, _unscented
 from twinfer.infer.filters._smoother import rts_smooth
 from twinfer.infer.filters._tune import AUTO, attach, filter_loglik, is_auto, noise_floor, tune_noise
-from twinfer.infer.gaussian import UnscentedWeights, linear, taylor
-from twinfer.models import AbstractModel
+from twinfer.infer.gaussian import UnscentedWeights, linear, psd_factor, taylor
+from twinfer.models import AbstractModel, StateSpace
 from twinfer.sim import METHODS as INTEGRATORS
 from twinfer.sim import StepProblem, StepSizeError, StepSizeWarning, discretise, step_problem, unit_hint
 
@@ -77,6 +77,9 @@ class EstimateOptions(TypedDict, total=False):
     state_sd: Float[ArrayLike, " n"] | Sequence[float]
     process_sd: Float[ArrayLike, " n"] | Sequence[float] | Literal["auto"]
     noise_sd: Float[ArrayLike, " m"] | Sequence[float] | Literal["auto"]
+    state_cov: Float[ArrayLike, "n n"] | None
+    process_cov: Float[ArrayLike, "n n"] | None
+    noise_cov: Float[ArrayLike, "m m"] | None
     unknown: Mapping[str, tuple[float, float, float] | tuple[float, float, float, Scale]] | None
     estimator: Estimator
     linearisation: LinearisationName | None
@@ -94,6 +97,9 @@ class _Settings(NamedTuple):
     state_sd: Any = 1.0
     process_sd: Any = 1e-6
     noise_sd: Any = 1.0
+    state_cov: Any = None
+    process_cov: Any = None
+    noise_cov: Any = None
     unknown: Any = None
     estimator: str = "ukf"
     linearisation: str | None = None
@@ -212,18 +218,105 @@ def _vector(where: str, name: str, value: Any, names: tuple[str, ...], *, lower:
     return arr
 
 
+_COVARIANCES = {"state_cov": "state_sd", "process_cov": "process_sd", "noise_cov": "noise_sd"}
+"""Each full covariance keyword and the standard deviations it stands in for."""
+
+
+def _covariance(where: str, name: str, value: Any, names: tuple[str, ...]) -> np.ndarray:
+    """The lower factor ``L L^T = value`` of a user's full covariance over ``names``, validated.
+
+    ``process_cov`` may be singular (a state without process noise); ``state_cov`` and ``noise_cov``
+    must be positive-definite (a noise-free sensor, or a state known exactly, makes a factor singular).
+    """
+    n = len(names)
+    try:
+        arr = np.asarray(value)
+    except ValueError:
+        raise ValueError(f"{where} {name}: expected an ({n}, {n}) matrix; received {value!r}.") from None
+    if arr.dtype.kind not in "fiu" or arr.dtype in (np.float16, np.float32):
+        raise ValueError(f"{where} {name}: expected a float64 matrix; received dtype {arr.dtype}.")
+    if arr.shape != (n, n):
+        raise ValueError(
+            f"{where} {name}: expected shape ({n}, {n}), rows and columns {', '.join(names)}; received "
+            f"shape {arr.shape}."
+        )
+    arr = arr.astype(np.float64)
+    if not np.all(np.isfinite(arr)):
+        raise ValueError(f"{where} {name}: expected finite entries; received {arr.tolist()}.")
+    scale = max(float(np.max(np.abs(arr), initial=0.0)), np.finfo(np.float64).tiny)
+    if np.max(np.abs(arr - arr.T), initial=0.0) > 1e-10 * scale:
+        i, j = divmod(int(np.argmax(np.abs(arr - arr.T))), n)
+        raise ValueError(
+            f"{where} {name}: expected a symmetric matrix; entry ({i}, {j}) differs from its transpose."
+        )
+    factor = np.asarray(psd_factor(arr, f"{where} {name}"))
+    if name != "process_cov" and np.min(np.abs(np.diag(factor)), initial=np.inf) <= 1e-12 * np.sqrt(scale):
+        raise ValueError(
+            f"{where} {name}: expected a positive-definite covariance; received a singular one."
+            + _ZERO_HINT[_COVARIANCES[name]]
+        )
+    return factor
+
+
+def _factors(
+    where: str, options: Mapping[str, Any], opts: Any, names: tuple[str, ...], outputs: tuple[str, ...]
+) -> dict[str, np.ndarray]:
+    """The full covariances given (``state_cov``, ...) as factors, each alone (not with its ``*_sd``)."""
+    out: dict[str, np.ndarray] = {}
+    for name, sd in _COVARIANCES.items():
+        value = getattr(opts, name)
+        if value is None:
+            continue
+        if options.get(sd) is not None:
+            raise ValueError(
+                f"{where} {name}: the full covariance stands in for {sd}; received both (give one)."
+            )
+        out[name] = _covariance(where, name, value, outputs if name == "noise_cov" else names)
+    return out
+
+
+def _block(factor: np.ndarray | None, diagonal: np.ndarray, tail: np.ndarray) -> Any:
+    """``blockdiag(factor or diag(diagonal), diag(tail))``: a base factor with the unknowns' walks."""
+    base = np.diag(diagonal) if factor is None else factor
+    n, k = base.shape[0], tail.shape[0]
+    out = np.zeros((n + k, n + k))
+    out[:n, :n] = base
+    out[n:, n:] = np.diag(tail)
+    return jnp.asarray(out)
+
+
+class _StepOf(eqx.Module):
+    """A discrete-time system's transition ``(x, u pair) -> x_next`` (reads ``u_k``, :class:`_Transition`)."""
+
+    system: StateSpace
+
+    def __call__(self, x: Any, u: Any) -> Any:
+        return self.system.transition(x, u[: u.shape[-1] // 2])
+
+
+class _ReadOf(eqx.Module):
+    """A discrete-time system's measurement ``(x, u pair) -> y`` (reads the measurement's input)."""
+
+    system: StateSpace
+
+    def __call__(self, x: Any, u: Any) -> Any:
+        return self.system.output(x, u[u.shape[-1] // 2 :])
+
+
 _ARGS_HINT = (
     "In filter terms: Q comes from process_sd (and the random-walk sd in unknown), R from noise_sd, the "
     "initial covariance from state_sd (and the prior sd in unknown), the initial mean from x0."
 )
 
 
-def _time_hint(model: AbstractModel, data: Dataset, integrator: str, x_init: Any) -> str:
+def _time_hint(model: AbstractModel | StateSpace, data: Dataset, integrator: str, x_init: Any) -> str:
     """A divergence message's sentence on the record's step against the model's time scales, or ``""``.
 
     The model's fastest time scale at the prior (:func:`twinfer.sim.unit_hint`): a time column in
-    milliseconds shows there.
+    milliseconds shows there. A discrete-time system has no time scale to compare.
     """
+    if isinstance(model, StateSpace):
+        return ""
     return unit_hint(model, data.dt, integrator, x_init, None if data.inputs is None else data.inputs[0])
 
 
@@ -323,11 +416,12 @@ def _unknown(
     return out
 
 
-def _check_data(where: str, model: AbstractModel, data: Any) -> None:
+def _check_data(where: str, model: AbstractModel | StateSpace, data: Any) -> None:
     """The dataset against the model: its type, at least two steps, the inputs' count and names, outputs."""
-    if not isinstance(model, AbstractModel):
+    if not isinstance(model, AbstractModel | StateSpace):
         raise TypeError(
-            f"{where} model: expected a twinfer model (AbstractModel); received {type(model).__name__}."
+            f"{where} model: expected a twinfer model (AbstractModel) or a StateSpace; received "
+            f"{type(model).__name__}."
         )
     if not isinstance(data, Dataset):
         raise TypeError(f"{where} data: expected a twinfer.data.Dataset; received {type(data).__name__}.")
@@ -340,10 +434,10 @@ def _check_data(where: str, model: AbstractModel, data: Any) -> None:
             f"outputs={dict(zip(model.output_names, data.output_names, strict=False))})."
         )
     n_u = 0 if data.inputs is None else data.inputs.shape[1]
-    if n_u != model.n_input:
+    if n_u != len(model.input_names):
         raise ValueError(
-            f"{where} dataset inputs: expected {model.n_input} columns {model.input_names} (the model's "
-            f"inputs); received {n_u} columns {data.input_names}."
+            f"{where} dataset inputs: expected {len(model.input_names)} columns {model.input_names} (the "
+            f"model's inputs); received {n_u} columns {data.input_names}."
         )
     default = tuple(f"u{i + 1}" for i in range(n_u))
     if data.input_names not in (default, model.input_names):
@@ -367,7 +461,7 @@ class Layout(NamedTuple):
 
 
 def _run(
-    model: AbstractModel,
+    model: AbstractModel | StateSpace,
     data: Dataset | None,
     where: str,
     options: Mapping[str, Any],
@@ -375,8 +469,11 @@ def _run(
 ) -> Any:
     """The body of :func:`run_filter` (``where="filter"``) and :func:`smooth` (``where="smooth"``).
 
-    With ``data`` None, the :class:`CentralProgram` for records of ``layout`` (``twinfer.compile``).
+    With ``data`` None, the :class:`CentralProgram` for records of ``layout`` (``twinfer.compile``). A
+    :class:`~twinfer.models.StateSpace` is filtered as it is written: its transition is the step (no
+    integrator, no step check), and it has no parameters to estimate.
     """
+    discrete = isinstance(model, StateSpace)
     opts = _settings(where, options)
     estimator = _choice(where, "estimator", opts.estimator, ESTIMATORS)
     allowed = LINEARISATIONS[estimator]
@@ -387,16 +484,21 @@ def _run(
         _check_data(where, model, data)
     elif layout is None:
         raise TypeError(f"{where}: expected a dataset or a layout (the step and time convention).")
-    unknown = _unknown(where, model, opts.unknown, log_default=True)
+    if discrete and opts.unknown:
+        raise ValueError(
+            f"{where} unknown: a StateSpace has no parameters to estimate; received {opts.unknown!r} (append "
+            "the unknown to the state, with a transition that keeps it)."
+        )
+    unknown = {} if discrete else _unknown(where, model, opts.unknown, log_default=True)  # type: ignore[arg-type]
     scales = {name: v[3] for name, v in unknown.items()}
-    aug = augment(model, list(unknown), [v == "log" for v in scales.values()]) if unknown else model
+    aug = augment(model, list(unknown), [v == "log" for v in scales.values()]) if unknown else model  # type: ignore[arg-type]
     if estimator == "kf" and not aug.is_linear:
         reason = " (its unknown parameters, in the state, multiply states)" if unknown else ""
         raise ValueError(
             f"{where} estimator: 'kf' needs a linear model (linear_matrices not None); received "
             f"{type(model).__name__}{reason}, which is nonlinear. Use estimator 'ekf' or 'ukf'."
         )
-    n_base = model.n_state
+    n_base = len(model.state_names)
     base_names = model.state_names
     # host (numpy) arrays up to the jitted filter: no eager device op per argument on a warm call
     prior = np.asarray([v[:3] for v in unknown.values()], dtype=np.float64).reshape(-1, 3)
@@ -410,8 +512,15 @@ def _run(
             "does not)."
         )
     q_base = sd0[:n_base] if auto_q else _vector(where, "process_sd", opts.process_sd, base_names)
-    sdq = np.concatenate([q_base, prior[:, 2]])
     sdr = _vector(where, "noise_sd", 1.0 if auto_r else opts.noise_sd, model.output_names, lower="> 0")
+    factors = _factors(where, options, opts, base_names, model.output_names)
+    if factors and (auto_q or auto_r):
+        raise ValueError(
+            f"{where} {'process_sd' if auto_q else 'noise_sd'}: {AUTO!r} tunes standard deviations; received "
+            f"it with {', '.join(factors)} (give the covariances, or 'auto' and standard deviations)."
+        )
+    if "state_cov" in factors:  # the step check and the prior's spread read the marginal sds
+        sd0[:n_base] = np.sqrt(np.sum(factors["state_cov"] ** 2, axis=1))
     weights = opts.weights
     if weights is not None and not isinstance(weights, UnscentedWeights):
         raise TypeError(
@@ -430,29 +539,34 @@ def _run(
         raise ValueError(
             f"{where} substeps: expected 1 with integrator 'exact' (exact for any step); received {substeps}."
         )
-    try:
-        step = discretise(aug, dt, integrator, int(substeps))
-    except ValueError as error:
-        raise ValueError(f"{where} integrator: {error}") from None
-    params = aug.params
-    u_first = None if data is None or data.inputs is None else data.inputs[0]
-    n_steps = layout.n_steps if data is None else data.n_steps - 1  # type: ignore[union-attr]
-    check = functools.partial(
-        step_problem,
-        where,
-        aug,
-        dt,
-        integrator,
-        substeps=int(substeps),
-        n_steps=n_steps,
-        name=type(model).__name__,
-    )
-    at_prior = check(x_init, u_first, at="the prior")
-    deferred = at_prior if isinstance(at_prior, StepProblem) and unknown and data is not None else None
-    if deferred is None:  # with unknowns, the data may move them to where the step is fine: judged after
-        _step_verdict(at_prior)
-    f = _Transition(step, params)
-    h = _Output(aug, params)
+    if discrete:
+        check, deferred = None, None
+        f: Any = _StepOf(model)  # type: ignore[arg-type]
+        h: Any = _ReadOf(model)  # type: ignore[arg-type]
+    else:
+        try:
+            step = discretise(aug, dt, integrator, int(substeps))  # type: ignore[arg-type]
+        except ValueError as error:
+            raise ValueError(f"{where} integrator: {error}") from None
+        params = aug.params  # type: ignore[union-attr]
+        u_first = None if data is None or data.inputs is None else data.inputs[0]
+        n_steps = layout.n_steps if data is None else data.n_steps - 1  # type: ignore[union-attr]
+        check = functools.partial(
+            step_problem,
+            where,
+            aug,  # type: ignore[arg-type]
+            dt,
+            integrator,
+            substeps=int(substeps),
+            n_steps=n_steps,
+            name=type(model).__name__,
+        )
+        at_prior = check(x_init, u_first, at="the prior")
+        deferred = at_prior if isinstance(at_prior, StepProblem) and unknown and data is not None else None
+        if deferred is None:  # with unknowns, the data may move them to where the step is fine: judged after
+            _step_verdict(at_prior)
+        f = _Transition(step, params)
+        h = _Output(aug, params)  # type: ignore[arg-type]
     if lin_name == "propagated":
         lin = None
     elif lin_name == "redrawn":
@@ -476,7 +590,6 @@ def _run(
             output_names=model.output_names,
         )
         q_base = q_base if tuning.process_sd is None else tuning.process_sd
-        sdq = np.concatenate([q_base, prior[:, 2]])
         sdr = sdr if tuning.noise_sd is None else tuning.noise_sd
     program = CentralProgram(
         state_names=tuple(aug.state_names),
@@ -488,9 +601,9 @@ def _run(
         f=f,
         h=h,
         x0=jnp.asarray(x_init),
-        chol_P0=jnp.diag(jnp.asarray(sd0)),
-        chol_Q=jnp.diag(jnp.asarray(sdq)),
-        chol_R=jnp.diag(jnp.asarray(sdr)),
+        chol_P0=_block(factors.get("state_cov"), sd0[:n_base], prior[:, 1]),
+        chol_Q=_block(factors.get("process_cov"), q_base, prior[:, 2]),
+        chol_R=jnp.asarray(factors.get("noise_cov", np.diag(sdr))),
         linearisation=lin_name,
         weights=weights,
         log_cols=tuple(n_base + i for i, s in enumerate(scales.values()) if s == "log"),
@@ -511,7 +624,7 @@ def _run(
             f"or covariance (a covariance no longer positive-definite). Check the model."
             f"{_time_hint(aug, data, integrator, x_init)} {_ARGS_HINT}"
         )
-    cov0 = np.diag(sd0**2)
+    cov0 = np.diag(sd0**2) if "state_cov" not in factors else np.asarray(program.chol_P0 @ program.chol_P0.T)
     if where == "smooth":
         sm = rts_smooth(out, x_init, cov0)
         means, covs = sm.means, sm.covs
@@ -528,7 +641,7 @@ def _run(
         stds = jnp.sqrt(jnp.maximum(jnp.diagonal(covs, axis1=1, axis2=2), 0.0))
     else:
         means, covs, stds = _filtered_summary(x_init, cov0, out.means, out.chols)
-    if integrator != "exact":
+    if integrator != "exact" and check is not None:
         _step_verdict(_check_along(check, data, n_base, np.asarray(means)), deferred)
     n_obs = int(np.asarray(data.mask[1:]).sum())
     nis = float(out.nis) if n_obs and out.nis is not None else None
@@ -572,8 +685,9 @@ def _run(
         loglik=float(out.loglik),
         nis=nis,
     )
-    est = natural_estimate(est, aug, where)  # log-scale unknowns in their own units
-    warn_if_out_of_bounds(where, model, est, scales)
+    if not discrete:
+        est = natural_estimate(est, aug, where)  # log-scale unknowns in their own units  # type: ignore[arg-type]
+        warn_if_out_of_bounds(where, model, est, scales)  # type: ignore[arg-type]
     return est if tuning is None else attach(est, tuning)
 
 

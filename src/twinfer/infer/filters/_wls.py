@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike, Bool, Float, Int
@@ -44,7 +45,7 @@ def _inverse(cov: Any, name: str) -> Any:
         return 1.0 / cov
     if jnp.ndim(cov) != 2 or cov.shape[0] != cov.shape[1]:
         raise ValueError(
-            f"wls_step/wnls_step {name}: expected a covariance (n, n) or its variances (n,); received "
+            f"StaticStep {name}: expected a covariance (n, n) or its variances (n,); received "
             f"shape {jnp.shape(cov)}."
         )
     return spd_inverse(cov)
@@ -92,123 +93,111 @@ def _information(
     return prior + weighted @ jac, weighted @ innov - _times(q_inv, x - x_bar)
 
 
-def wls_step(
-    f: Transition,
-    h: Measurement | Float[Array, "m n"],
-    mean: Float[Array, " n"],
-    q: Float[Array, "n n"] | Float[Array, " n"],
-    r: Float[Array, "m m"] | Float[Array, " m"],
-    u: Float[ArrayLike, " n_u"],
-    y: Float[Array, " m"],
-    mask: Bool[Array, " m"],
-    *,
-    innovation: Innovation | None = None,
-) -> WlsStep:
-    """Predict with ``f``, then one weighted Gauss-Newton step towards ``y`` (pure; vmaps over subsystems).
+class StaticStep(eqx.Module):
+    """A static estimator's step, WLS or WNLS: predict with ``f``, then Gauss-Newton towards ``y``.
 
+    WLS (``iterate=False``): one weighted Gauss-Newton step from the prediction,
     ``x = x_bar + (Q^-1 + H^T R^-1 H)^-1 H^T R^-1 (y - h(x_bar))`` with ``x_bar = f(mean, u)`` and
     ``H = dh/dx`` at ``x_bar`` (exact, by forward-mode differentiation, where the authors' code uses
-    central differences).
+    central differences); the covariance is the inverse precision at ``x_bar``.
 
-    Args:
-        f: transition ``(x, u) -> x_next``.
-        h: measurement ``(x, u) -> y``, or a matrix (m, n) for a linear one (then its own Jacobian).
-        mean: previous estimate (n,).
-        q: process-noise covariance (n, n), the prior weight of the prediction, or its variances (n,)
-            when it is diagonal (inverted element-wise, no factorisation).
-        r: measurement-noise covariance (m, m), or its variances (m,) when it is diagonal.
-        u: input of this step.
-        y: measurement (m,); entries with ``mask`` False are ignored.
-        mask: boolean (m,).
-        innovation: ``(y, y_pred) -> residual`` (a wrapped difference for angles), default ``y - y_pred``.
+    WNLS (``iterate=True``): damped Gauss-Newton to the minimiser of ``J``. From ``x_0 = x_bar``,
+    ``x_{i+1} = x_i + (Q^-1 + H_i^T R^-1 H_i + damping I)^-1 (H_i^T R^-1 (y - h(x_i)) - Q^-1 (x_i -
+    x_bar))`` with ``H_i = dh/dx`` at ``x_i``, until the step's Euclidean norm is below ``tol`` (that step
+    is still taken) or after ``max_iter`` steps (a ``lax.while_loop``; vmapped, it runs until every member
+    has stopped, each member's iterate frozen once it has). The covariance is ``(Q^-1 + H^T R^-1 H)^-1``
+    at the solution. With a linear ``h`` the undamped first step is exact, so WNLS equals WLS up to the
+    damping (a relative 1e-8 of the first step, removed by the second).
 
-    Returns:
-        :class:`WlsStep`.
-
-    References:
-        specs/compositional-inference.md 3.5, "WLS step" (the authors' code, script 06).
-
-    """
-    x_bar = f(mean, u)
-    precision, rhs = _information(h, x_bar, x_bar, _inverse(q, "q"), _inverse(r, "r"), u, y, mask, innovation)
-    cov = spd_inverse(precision)
-    new_mean = x_bar + cov @ rhs
-    ok = jnp.all(jnp.isfinite(new_mean)) & jnp.all(jnp.isfinite(cov))
-    return WlsStep(new_mean, cov, ok, jnp.ones((), jnp.int32))
-
-
-def wnls_step(
-    f: Transition,
-    h: Measurement | Float[Array, "m n"],
-    mean: Float[Array, " n"],
-    q: Float[Array, "n n"] | Float[Array, " n"],
-    r: Float[Array, "m m"] | Float[Array, " m"],
-    u: Float[ArrayLike, " n_u"],
-    y: Float[Array, " m"],
-    mask: Bool[Array, " m"],
-    *,
-    innovation: Innovation | None = None,
-    damping: float = 1e-8,
-    max_iter: int = 5,
-    tol: float = 1e-7,
-) -> WlsStep:
-    """Predict with ``f``, then damped Gauss-Newton to the minimiser of ``J`` (pure; vmaps over subsystems).
-
-    From ``x_0 = x_bar = f(mean, u)``, ``x_{i+1} = x_i + (Q^-1 + H_i^T R^-1 H_i + damping I)^-1
-    (H_i^T R^-1 (y - h(x_i)) - Q^-1 (x_i - x_bar))`` with ``H_i = dh/dx`` at ``x_i``, until the step's
-    Euclidean norm is below ``tol`` (that step is still taken) or after ``max_iter`` steps (a
-    ``lax.while_loop``; vmapped, it runs until every member has stopped, each member's iterate frozen
-    once it has). The covariance is ``(Q^-1 + H^T R^-1 H)^-1`` at the solution. With a linear ``h`` the
-    undamped first step is exact, so WNLS equals :func:`wls_step` up to the damping (a relative 1e-8 of
-    the first step, removed by the second).
-
-    Args:
-        f: transition ``(x, u) -> x_next``.
-        h: measurement ``(x, u) -> y``, or a matrix (m, n) for a linear one (then its own Jacobian).
-        mean: previous estimate (n,).
-        q: process-noise covariance (n, n), the prior weight of the prediction, or its variances (n,)
-            when it is diagonal (inverted element-wise, no factorisation).
-        r: measurement-noise covariance (m, m), or its variances (m,) when it is diagonal.
-        u: input of this step.
-        y: measurement (m,); entries with ``mask`` False are ignored.
-        mask: boolean (m,).
-        innovation: ``(y, y_pred) -> residual`` (a wrapped difference for angles), default ``y - y_pred``.
-        damping: Levenberg damping added to the precision's diagonal (the authors' 1e-8).
-        max_iter: largest number of Gauss-Newton steps (the authors' 5).
-        tol: stop once a step's norm is below this (the authors' 1e-7).
-
-    Returns:
-        :class:`WlsStep`, with ``iterations`` the steps taken.
+    Attributes:
+        iterate: False: WLS; True: WNLS.
+        damping: WNLS's Levenberg damping added to the precision's diagonal (the authors' 1e-8).
+        max_iter: WNLS's largest number of Gauss-Newton steps (the authors' 5).
+        tol: WNLS stops once a step's norm is below this (the authors' 1e-7).
 
     References:
-        specs/compositional-inference.md 3.5, "WNLS" (the authors' code, script 06); Nocedal & Wright,
-        Numerical Optimization (2nd ed.), eqs. (10.23) and (10.31) (Gauss-Newton step; Levenberg).
+        specs/compositional-inference.md 3.5, "WLS step" and "WNLS" (the authors' code, script 06);
+        Nocedal & Wright, Numerical Optimization (2nd ed.), eqs. (10.23) and (10.31) (Gauss-Newton step;
+        Levenberg).
 
     """
-    if max_iter < 1:
-        raise ValueError(f"wnls_step max_iter: expected at least 1 Gauss-Newton step; received {max_iter}.")
-    x_bar = f(mean, u)
-    q_inv, r_inv = _inverse(q, "q"), _inverse(r, "r")
-    eye = jnp.eye(x_bar.shape[0], dtype=x_bar.dtype)
 
-    def info(x: Any) -> tuple[Any, Any]:
-        return _information(h, x, x_bar, q_inv, r_inv, u, y, mask, innovation)
+    iterate: bool = eqx.field(static=True, default=False)
+    damping: float = eqx.field(static=True, default=1e-8)
+    max_iter: int = eqx.field(static=True, default=5)
+    tol: float = eqx.field(static=True, default=1e-7)
 
-    def cond(carry: Any) -> Any:
-        _, i, done = carry
-        return (i < max_iter) & ~done
+    def __check_init__(self) -> None:
+        if self.max_iter < 1:
+            raise ValueError(
+                f"StaticStep max_iter: expected at least 1 Gauss-Newton step; received {self.max_iter}."
+            )
 
-    def body(carry: Any) -> Any:
-        x, i, _ = carry
-        precision, rhs = info(x)
-        delta = spd_solve(precision + damping * eye, rhs)
-        return x + delta, i + 1, ~(jnp.linalg.norm(delta) >= tol)  # a NaN step stops too
+    def __call__(
+        self,
+        f: Transition,
+        h: Measurement | Float[Array, "m n"],
+        mean: Float[Array, " n"],
+        q: Float[Array, "n n"] | Float[Array, " n"],
+        r: Float[Array, "m m"] | Float[Array, " m"],
+        u: Float[ArrayLike, " n_u"],
+        y: Float[Array, " m"],
+        mask: Bool[Array, " m"],
+        *,
+        innovation: Innovation | None = None,
+    ) -> WlsStep:
+        """One step from the previous estimate ``mean`` (pure; vmaps over subsystems).
 
-    x, iterations, _ = jax.lax.while_loop(cond, body, (x_bar, jnp.zeros((), jnp.int32), jnp.array(False)))
-    cov = spd_inverse(info(x)[0])
-    ok = jnp.all(jnp.isfinite(x)) & jnp.all(jnp.isfinite(cov))
-    return WlsStep(x, cov, ok, iterations)
+        Args:
+            f: transition ``(x, u) -> x_next``.
+            h: measurement ``(x, u) -> y``, or a matrix (m, n) for a linear one (then its own Jacobian).
+            mean: previous estimate (n,).
+            q: process-noise covariance (n, n), the prior weight of the prediction, or its variances (n,)
+                when it is diagonal (inverted element-wise, no factorisation).
+            r: measurement-noise covariance (m, m), or its variances (m,) when it is diagonal.
+            u: input of this step.
+            y: measurement (m,); entries with ``mask`` False are ignored.
+            mask: boolean (m,).
+            innovation: ``(y, y_pred) -> residual`` (a wrapped difference for angles), default
+                ``y - y_pred``.
+
+        Returns:
+            :class:`WlsStep`, with ``iterations`` the Gauss-Newton steps taken (1 for WLS).
+
+        """
+        x_bar = f(mean, u)
+        q_inv, r_inv = _inverse(q, "q"), _inverse(r, "r")
+
+        def info(x: Any) -> tuple[Any, Any]:
+            return _information(h, x, x_bar, q_inv, r_inv, u, y, mask, innovation)
+
+        if not self.iterate:
+            precision, rhs = info(x_bar)
+            cov = spd_inverse(precision)
+            x, iterations = x_bar + cov @ rhs, jnp.ones((), jnp.int32)
+        else:
+            eye = jnp.eye(x_bar.shape[0], dtype=x_bar.dtype)
+
+            def cond(carry: Any) -> Any:
+                _, i, done = carry
+                return (i < self.max_iter) & ~done
+
+            def body(carry: Any) -> Any:
+                x, i, _ = carry
+                precision, rhs = info(x)
+                delta = spd_solve(precision + self.damping * eye, rhs)
+                return x + delta, i + 1, ~(jnp.linalg.norm(delta) >= self.tol)  # a NaN step stops too
+
+            start = (x_bar, jnp.zeros((), jnp.int32), jnp.array(False))
+            x, iterations, _ = jax.lax.while_loop(cond, body, start)
+            cov = spd_inverse(info(x)[0])
+        ok = jnp.all(jnp.isfinite(x)) & jnp.all(jnp.isfinite(cov))
+        return WlsStep(x, cov, ok, iterations)
 
 
+wls_step = StaticStep()
+"""WLS: one weighted Gauss-Newton step from the prediction (:class:`StaticStep`)."""
+wnls_step = StaticStep(iterate=True)
+"""WNLS: damped Gauss-Newton to the minimiser, the authors' settings (:class:`StaticStep`)."""
 STATIC_STEPS = {"wls": wls_step, "wnls": wnls_step}
 """The static estimators by the name a :class:`~twinfer.infer.graph.Subsystem` gives as its ``estimator``."""

@@ -29,7 +29,6 @@ from twinfer.infer.gaussian._linalg import (
     UNROLL_MAX,
     cho_solve,
     cholesky,
-    psd_factor,
     solve_lower,
     solve_upper_t,
     tria,
@@ -44,6 +43,7 @@ from twinfer.infer.gaussian._linearise import (
     taylor,
     unscented,
 )
+from twinfer.linalg import psd_factor
 
 __all__ = [
     "HOUSEHOLDER_MAX",

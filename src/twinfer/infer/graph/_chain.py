@@ -14,12 +14,14 @@ References:
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 import jax.numpy as jnp
 import numpy as np
 
+from twinfer.errors import TwinferValueError
 from twinfer.infer.filters import augment
 from twinfer.infer.filters._api import _unknown as _checked_unknown
 from twinfer.infer.gaussian import UnscentedWeights
@@ -30,6 +32,102 @@ from twinfer.models import Chain
 from twinfer.models._params import locate
 from twinfer.models.chain import EstimatedConnectionLaw, connection_law
 from twinfer.sim import Dynamics, GraphNode, graph_node
+
+
+class GraphKeywords(TypedDict, total=False):
+    """The keywords :func:`chain_graph` and :func:`model_graph` share (``Graph.from_model`` passes them on).
+
+    Defaults and checks: :class:`GraphOptions`.
+
+    Attributes:
+        integrator: a :func:`twinfer.sim.discretise` method (``"rk4"``).
+        substeps: integrator steps per data step (1).
+        estimator: one for every subsystem or one per subsystem (``"ukf"``, ``"ekf"``, ``"kf"``,
+            ``"none"``; default ``"ukf"``).
+        messages: one kind for every interface or one per interface (``"deterministic"``,
+            ``"probabilistic"``, ``"learned"``; default ``"probabilistic"``).
+        rule: where the laws are evaluated and which variance probabilistic messages inject
+            (:class:`~twinfer.infer.graph.Interface`): ``"split"`` (default: each receiver evaluates
+            the connection at its own sigma points and integrator stages, a probabilistic sender's
+            error a consider state of the receiver; bounded for Duffing and Van der Pol connections),
+            ``"shared"`` (``"split"`` with the part of a sender's error correlated with the receiver's
+            read through the receiver's own deviation: calibrated positions along a chain) or
+            ``"paper"`` (the law at the means, both sides' variance by the incremental rule S46, for
+            reproduction).
+        unknown: ``{global name: (initial value, prior sd > 0, random-walk sd per step >= 0)}`` of the
+            model's parameters to estimate; each initial value is checked as
+            :func:`~twinfer.infer.filters.run_filter` checks it (the model must take it).
+        x0: prior mean per model state (a scalar or one value per state; 0).
+        state_sd: prior standard deviation per model state (scalar or one per state), > 0 (1).
+        process_sd: process-noise standard deviation per step per model state (scalar or one per state),
+            >= 0 (1e-6).
+        noise_sd: measurement-noise standard deviation per output (scalar or one per output), > 0 (1).
+        weights: UKF sigma-point weights (default Merwe alpha=1, beta=2, kappa=0).
+
+    """
+
+    integrator: str
+    substeps: int
+    estimator: str | Sequence[str]
+    messages: str | Sequence[str]
+    rule: str
+    unknown: Mapping[str, tuple[float, float, float]] | None
+    x0: Any
+    state_sd: Any
+    process_sd: Any
+    noise_sd: Any
+    weights: UnscentedWeights | None
+
+
+@dataclasses.dataclass(frozen=True)
+class GraphOptions:
+    """:class:`GraphKeywords` resolved: their defaults filled in, the rule and the names checked."""
+
+    integrator: str = "rk4"
+    substeps: int = 1
+    estimator: str | Sequence[str] = "ukf"
+    messages: str | Sequence[str] = "probabilistic"
+    rule: str = "split"
+    unknown: Mapping[str, tuple[float, float, float]] | None = None
+    x0: Any = 0.0
+    state_sd: Any = 1.0
+    process_sd: Any = 1e-6
+    noise_sd: Any = 1.0
+    weights: UnscentedWeights | None = None
+
+    @classmethod
+    def of(cls, fn: str, keywords: GraphKeywords) -> GraphOptions:
+        """The options of the builder ``fn`` from its keywords.
+
+        Raises:
+            TwinferValueError: for a keyword that is not one of :class:`GraphKeywords`, or a rule that is
+                not one of ``MESSAGE_RULES``.
+
+        """
+        names = [f.name for f in dataclasses.fields(cls)]
+        unexpected = sorted(set(keywords) - set(names))
+        if unexpected:
+            raise TwinferValueError(f"{fn}: expected keywords among {names}; received {unexpected}.")
+        options = cls(**keywords)
+        if options.rule not in MESSAGE_RULES:
+            raise TwinferValueError(f"{fn} rule: expected one of {MESSAGE_RULES}; received {options.rule!r}.")
+        return options
+
+    def estimators(self, fn: str, count: int) -> list[str]:
+        """One estimator for each of ``count`` subsystems."""
+        return _per("estimator", self.estimator, count, "subsystem", fn)
+
+    def message_kinds(self, fn: str, count: int, what: str) -> list[str]:
+        """One message kind for each of ``count`` interfaces (``what``: what one stands for), checked."""
+        kinds = _per("messages", self.messages, count, what, fn)
+        for kind in kinds:
+            if kind not in MESSAGE_KINDS:
+                raise TwinferValueError(f"{fn} messages: expected one of {MESSAGE_KINDS}; received {kind!r}.")
+        return kinds
+
+    def sigma_weights(self) -> UnscentedWeights:
+        """The UKF weights given, or Merwe's (alpha=1, beta=2, kappa=0)."""
+        return UnscentedWeights.merwe() if self.weights is None else self.weights
 
 
 def auto_partition(chain: Chain, size: int = 2) -> list[tuple[int, ...]]:
@@ -70,19 +168,9 @@ def chain_graph(
     partition: Sequence[Sequence[int]] | str,
     *,
     dt: float,
-    integrator: str = "rk4",
-    substeps: int = 1,
-    estimator: str | Sequence[str] = "ukf",
-    messages: str | Sequence[str] = "probabilistic",
-    rule: str = "split",
-    unknown: Mapping[str, tuple[float, float, float]] | None = None,
-    x0: Any = 0.0,
-    state_sd: Any = 1.0,
-    process_sd: Any = 1e-6,
-    noise_sd: Any = 1.0,
     input_sd: Any = 0.0,
-    weights: UnscentedWeights | None = None,
     name: str = "chain",
+    **options: Unpack[GraphKeywords],
 ) -> Graph:
     """The graph of ``chain`` cut into the segments of ``partition``.
 
@@ -93,33 +181,6 @@ def chain_graph(
             (``[(1, 2, 3), (4, 5, 6)]``; a group lists its DOFs, it is not a range), or ``"auto"``
             (:func:`auto_partition`: two masses each, every subsystem measured).
         dt: step length of the data.
-        integrator: a :func:`twinfer.sim.discretise` method.
-        substeps: integrator steps per data step.
-        estimator: one for every subsystem or one per subsystem (``"ukf"``, ``"ekf"``, ``"kf"``,
-            ``"none"``).
-        messages: one kind for every cut connection or one per cut (``"deterministic"``,
-            ``"probabilistic"``, ``"learned"``), used in both directions.
-        rule: where the laws are evaluated and which variance probabilistic messages inject
-            (:class:`~twinfer.infer.graph.Interface`): ``"split"`` (default: each receiver evaluates
-            the connection at its own sigma points and integrator stages, a probabilistic sender's
-            error a consider state of the receiver; bounded for Duffing and Van der Pol connections),
-            ``"shared"`` (``"split"`` with the part of a sender's error correlated with the receiver's
-            read through the receiver's own deviation: calibrated positions along a chain) or
-            ``"paper"`` (the law at the
-            means, both sides' variance by the incremental rule S46, for reproduction).
-        unknown: ``{global name: (initial value, prior sd > 0, random-walk sd per step >= 0)}`` of the
-            chain's parameters to estimate (``"k4"``, ``"m2"``, ``"kappa3"``); each joins the state of the
-            subsystem that holds it. A cut connection's parameter (connection d joins masses d - 1 and d)
-            joins the state of one of the two subsystems it joins, and its port: the one that measures
-            its end mass (d - 1 or d) when only one does, else the one starting at mass d. Both directions
-            of the interface read it from there (:class:`twinfer.models.chain.EstimatedConnectionLaw`), the
-            other side through the message (with its uncertainty, for probabilistic messages). Each
-            initial value is checked as :func:`~twinfer.infer.filters.run_filter` checks it: the chain
-            must take it (``chain.with_params``; a negative mass is refused).
-        x0: prior mean of the chain's state ``[x1..xn, v1..vn]`` (a scalar or 2n values).
-        state_sd: prior standard deviation of each state (scalar or 2n values), > 0.
-        process_sd: process-noise standard deviation per step of each state (scalar or 2n), >= 0.
-        noise_sd: measurement-noise standard deviation of each output (scalar or one per output), > 0.
         input_sd: standard deviation of each input's error (scalar or one per forced DOF), >= 0: a
             measured force's noise, or an unmeasured force's. A force error w held over a step moves a
             mass m by ``g = [dt^2 / (2 m), dt / m] w`` (position, velocity; the leading order in dt), so
@@ -131,8 +192,17 @@ def chain_graph(
             (the accelerometer reads the held force), correlated with this Q, which the filters do not
             model: give such a force no input_sd, or add ``(input_sd / m)^2`` to its sensor's variance
             (which then over-covers, the correlation left out).
-        weights: UKF sigma-point weights (default Merwe alpha=1, beta=2, kappa=0).
         name: the graph's name.
+        **options: the keywords of :class:`GraphKeywords`. On a chain, ``messages`` gives one kind for
+            every cut connection or one per cut, used in both directions; ``x0``, ``state_sd`` and
+            ``process_sd`` are per state of ``[x1..xn, v1..vn]`` (a scalar or 2n values); ``unknown``
+            names the chain's parameters (``"k4"``, ``"m2"``, ``"kappa3"``), each joining the state of
+            the subsystem that holds it. A cut connection's parameter (connection d joins masses d - 1
+            and d) joins the state of one of the two subsystems it joins, and its port: the one that
+            measures its end mass (d - 1 or d) when only one does, else the one starting at mass d. Both
+            directions of the interface read it from there
+            (:class:`twinfer.models.chain.EstimatedConnectionLaw`), the other side through the message
+            (with its uncertainty, for probabilistic messages); a negative mass is refused.
 
     Returns:
         A :class:`~twinfer.infer.graph.Graph` with subsystems ``S1..Sp`` (states ``[x, v]`` of their
@@ -160,19 +230,16 @@ def chain_graph(
             f"received {[list(s) for s in segments]}."
         )
     p = len(segments)
-    if rule not in MESSAGE_RULES:
-        raise ValueError(f"chain_graph rule: expected one of {MESSAGE_RULES}; received {rule!r}.")
-    estimators = _per("estimator", estimator, p, "subsystem")
-    kinds = _per("messages", messages, p - 1, "cut connection")
-    for kind in kinds:
-        if kind not in MESSAGE_KINDS:
-            raise ValueError(f"chain_graph messages: expected one of {MESSAGE_KINDS}; received {kind!r}.")
-    mean0 = _values("x0", x0, 2 * n, "any")
-    sd0 = _values("state_sd", state_sd, 2 * n, "> 0")
-    sdq = _values("process_sd", process_sd, 2 * n, ">= 0")
-    sdr = _values("noise_sd", noise_sd, len(chain.outputs), "> 0")
+    o = GraphOptions.of("chain_graph", options)
+    rule, integrator, substeps = o.rule, o.integrator, o.substeps
+    estimators = o.estimators("chain_graph", p)
+    kinds = o.message_kinds("chain_graph", p - 1, "cut connection")
+    mean0 = _values("x0", o.x0, 2 * n, "any")
+    sd0 = _values("state_sd", o.state_sd, 2 * n, "> 0")
+    sdq = _values("process_sd", o.process_sd, 2 * n, ">= 0")
+    sdr = _values("noise_sd", o.noise_sd, len(chain.outputs), "> 0")
     sdu = _values("input_sd", input_sd, len(chain.forced_dofs), ">= 0")
-    unknown = dict(unknown or {})
+    unknown = dict(o.unknown or {})
     local, at_cut = _local_unknowns(chain, segments, unknown)
     _checked_unknown("chain_graph", chain, unknown)  # as run_filter: finite, float64, a value the chain takes
     if at_cut and rule not in ("split", "shared"):
@@ -187,7 +254,7 @@ def chain_graph(
     holder = {
         s: s - 1 if segments[s][0] - 1 in measured and segments[s][0] not in measured else s for s in at_cut
     }
-    weights = UnscentedWeights.merwe() if weights is None else weights
+    weights = o.sigma_weights()
     forced = {d: i for i, d in enumerate(chain.forced_dofs)}
     out_col = {o: i for i, o in enumerate(chain.outputs)}
     params = chain.params

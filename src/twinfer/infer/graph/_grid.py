@@ -12,6 +12,7 @@ References:
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -52,12 +53,13 @@ GRID_LABELS = {
 class GridSettings:
     """The grid study's settings (Table S4; the distributed Q_Omega from the authors' code).
 
-    ``q_*`` are process-noise variances, ``sigma`` the measurement noise's standard deviation, ``bond``
-    the limit of :func:`partition_for`, ``ukf_gamma`` the paper-code UKF's gamma (c = L + gamma).
+    ``q_*`` are process-noise variances (as the paper's table gives them; :meth:`process_sd` their
+    standard deviations), ``noise_sd`` the measurement noise's standard deviation, ``bond`` the limit of
+    :func:`partition_for`, ``ukf_gamma`` the paper-code UKF's gamma (c = L + gamma).
     """
 
     dt: float = 0.01
-    sigma: float = 0.02
+    noise_sd: float = 0.02
     s_max: int = 5
     bond: float = 1.0
     q_theta: float = 1e-4
@@ -65,6 +67,11 @@ class GridSettings:
     q_Omega_central: float = 1e-4
     q_Omega_distributed: float = 1e-6
     ukf_gamma: float = 1.0
+
+    def process_sd(self, central: bool) -> tuple[float, float, float]:
+        """Process-noise standard deviations of (theta, omega, Omega), the central or distributed Omega's."""
+        q_big_omega = self.q_Omega_central if central else self.q_Omega_distributed
+        return math.sqrt(self.q_theta), math.sqrt(self.q_omega), math.sqrt(q_big_omega)
 
 
 GRID_DEFAULTS = GridSettings()
@@ -127,8 +134,8 @@ def grid_estimator(
     init: np.ndarray,
     *,
     dt: float,
-    q: tuple[float, float, float],
-    r: float,
+    process_sd: tuple[float, float, float],
+    noise_sd: float,
     gamma: float = 1.0,
     substeps: int | None = None,
     method: GridMethod = "ukf",
@@ -139,15 +146,16 @@ def grid_estimator(
 
     The partitioned network is a compositional graph (:func:`~twinfer.infer.graph.kuramoto_graph`:
     the UKF of S82-S84, S88-S92, or the static baselines WLS / WNLS, all on the same clusters and phase
-    register) with the prior variances (0.25, 0.25, 1.0) of Table S4.
+    register) with the prior standard deviations (0.5, 0.5, 1.0), the variances (0.25, 0.25, 1.0) of
+    Table S4.
 
     Args:
         model: the network.
         partition: its clusters (:func:`whole_network` for the centralised estimator).
         init: the initial estimate (2N,) of phases and frequencies; the natural frequencies start at 0.
         dt: the time step.
-        q: process-noise variances of theta, omega and Omega.
-        r: the measurement-noise variance.
+        process_sd: process-noise standard deviations of theta, omega and Omega.
+        noise_sd: the measurement noise's standard deviation.
         gamma: the paper-code UKF's gamma.
         substeps: Heun sub-steps per step (None: the fewest stable ones per cluster).
         method: ``"ukf"``, ``"wls"`` or ``"wnls"``.
@@ -165,9 +173,9 @@ def grid_estimator(
         partition,
         dt=dt,
         x0=x0,
-        var0=(0.25, 0.25, 1.0),
-        q=q,
-        r=r,
+        state_sd=(0.5, 0.5, 1.0),
+        process_sd=process_sd,
+        noise_sd=noise_sd,
         gamma=gamma,
         substeps=substeps,
         estimator=method,

@@ -32,6 +32,7 @@ from typing import Any, Literal, NamedTuple
 import jax.numpy as jnp
 import numpy as np
 
+from twinfer.errors import TwinferValueError
 from twinfer.infer.gaussian import UnscentedWeights
 from twinfer.infer.graph._graph import Graph
 from twinfer.infer.graph._numbers import Compiled
@@ -123,15 +124,25 @@ def wrapped_innovation(y: Any, y_pred: Any) -> Any:
     return jnp.concatenate([wrap_angle(y[:s] - y_pred[:s]), y[s:] - y_pred[s:]])
 
 
+def _squared(field: str, sd: Any) -> np.ndarray:
+    """The variances of the standard deviations ``sd`` of ``kuramoto_graph``'s ``field``: finite and >= 0."""
+    sd = np.asarray(sd, dtype=np.float64)
+    if not (np.all(np.isfinite(sd)) and np.all(sd >= 0)):
+        raise TwinferValueError(
+            f"kuramoto_graph {field}: expected finite standard deviations >= 0; received {sd.tolist()}."
+        )
+    return sd**2
+
+
 def kuramoto_graph(
     network: KuramotoNetwork,
     partition: Partition,
     *,
     dt: float,
     x0: Any,
-    var0: tuple[float, float, float],
-    q: tuple[float, float, float],
-    r: float,
+    state_sd: tuple[float, float, float],
+    process_sd: tuple[float, float, float],
+    noise_sd: float,
     gamma: float = 1.0,
     substeps: int | None = None,
     estimator: Literal["ukf", "wls", "wnls"] = "ukf",
@@ -147,9 +158,10 @@ def kuramoto_graph(
         partition: clusters of the buses (one cluster of all buses: the centralised filter).
         dt: time step.
         x0: initial estimate (N, 3) of ``[theta, omega, Omega]`` per bus.
-        var0: initial variances of (theta, omega, Omega).
-        q: process-noise variances of (theta, omega, Omega) per step (WLS/WNLS: the prediction's weight).
-        r: measurement-noise variance.
+        state_sd: initial standard deviations of (theta, omega, Omega).
+        process_sd: process-noise standard deviations of (theta, omega, Omega) per step (WLS/WNLS: the
+            prediction's weight).
+        noise_sd: measurement-noise standard deviation (phases and frequencies alike).
         gamma: paper-code sigma-point parameter (c = L + gamma, specs 7 item 1).
         substeps: Heun sub-steps of every cluster, or None: each cluster's own stable count
             (:func:`substep_groups`).
@@ -186,9 +198,9 @@ def kuramoto_graph(
         "theta": Port(tuple(range(size)), tuple(range(2 * size))),
         "omega": Port(tuple(range(size, 2 * size))),
     }
-    p0 = np.diag(np.repeat(np.asarray(var0, dtype=np.float64), size))
-    q_mat = np.diag(np.repeat(np.asarray(q, dtype=np.float64), size))
-    r_mat = r * np.eye(2 * size)
+    p0 = np.diag(np.repeat(_squared("state_sd", state_sd), size))
+    q_mat = np.diag(np.repeat(_squared("process_sd", process_sd), size))
+    r_mat = _squared("noise_sd", noise_sd) * np.eye(2 * size)
     place = {}  # bus -> (cluster name, slot)
     ordered: list[tuple[str, np.ndarray, int]] = []
     for g, (part, k) in enumerate(groups):

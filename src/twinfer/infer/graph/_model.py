@@ -13,8 +13,8 @@ References:
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, Unpack
 
 import equinox as eqx
 import jax
@@ -23,11 +23,10 @@ import numpy as np
 
 from twinfer.infer.filters import augment
 from twinfer.infer.filters._api import _unknown as _checked_unknown
-from twinfer.infer.gaussian import UnscentedWeights
 from twinfer.infer.graph._cache import GROUP_NODES, JACOBIANS
-from twinfer.infer.graph._chain import _per, _values
+from twinfer.infer.graph._chain import GraphKeywords, GraphOptions, _values
 from twinfer.infer.graph._graph import Graph
-from twinfer.infer.graph._parts import MESSAGE_KINDS, MESSAGE_RULES, Interface, Port, Subsystem
+from twinfer.infer.graph._parts import Interface, Port, Subsystem
 from twinfer.models import AbstractModel, Connection
 from twinfer.sim import Dynamics, GraphNode, discretise
 
@@ -48,18 +47,8 @@ def model_graph(
     *,
     dt: float,
     connections: Sequence[Connection] | None = None,
-    integrator: str = "rk4",
-    substeps: int = 1,
-    estimator: str | Sequence[str] = "ukf",
-    messages: str | Sequence[str] = "probabilistic",
-    rule: str = "split",
-    unknown: Mapping[str, tuple[float, float, float]] | None = None,
-    x0: Any = 0.0,
-    state_sd: Any = 1.0,
-    process_sd: Any = 1e-6,
-    noise_sd: Any = 1.0,
-    weights: UnscentedWeights | None = None,
     name: str = "model",
+    **options: Unpack[GraphKeywords],
 ) -> Graph:
     """The graph of any model that declares its interface coupling, cut into the groups of ``partition``.
 
@@ -92,26 +81,16 @@ def model_graph(
             once; at least two groups.
         dt: step length of the data.
         connections: the interface coupling (default ``model.connections``).
-        integrator: a :func:`twinfer.sim.discretise` method (not ``"exact"``: a group is nonlinear in
-            its messages in general).
-        substeps: integrator steps per data step.
-        estimator: one for every subsystem or one per subsystem, as :func:`chain_graph`.
-        messages: one kind for every directed interface or one per interface in creation order (for
-            each pair of groups in order, the lower's to the higher's, then back).
-        rule: as :func:`chain_graph`; ``"split"`` (default) evaluates the coupling in the receiver.
-        weights: UKF sigma-point weights (default Merwe alpha=1, beta=2, kappa=0).
         name: the graph's name.
-        unknown: ``{parameter name: (initial value, prior sd > 0, random-walk sd per step >= 0)}``; each
-            joins the state of the subsystem whose equations read it. One read by several (a storey
-            stiffness at a cut) is estimated as :func:`chain_graph` estimates a cut connection's: one
-            reader holds it (the one whose outputs measure it best, :func:`_holder`) and sends it with
-            its port to the others, which read it as a message (with its uncertainty, for probabilistic
-            messages). Each initial value must be one the model takes (``model.with_params``), as
-            :func:`~twinfer.infer.filters.run_filter` checks.
-        x0: prior mean per model state (scalar or ``n_state`` values).
-        state_sd: prior standard deviation per model state, > 0.
-        process_sd: process-noise standard deviation per step per model state, >= 0.
-        noise_sd: per output (scalar or ``n_output`` values), > 0.
+        **options: the keywords of :class:`~twinfer.infer.graph._chain.GraphKeywords`. Here the
+            ``integrator`` may not be ``"exact"`` (a group is nonlinear in its messages in general);
+            ``messages`` gives one kind for every directed interface or one per interface in creation
+            order (for each pair of groups in order, the lower's to the higher's, then back); each
+            ``unknown`` joins the state of the subsystem whose equations read it. One read by several (a
+            storey stiffness at a cut) is estimated as :func:`chain_graph` estimates a cut connection's:
+            one reader holds it (the one whose outputs measure it best, :func:`_holder`) and sends it
+            with its port to the others, which read it as a message (with its uncertainty, for
+            probabilistic messages).
 
     Returns:
         A :class:`~twinfer.infer.graph.Graph` with subsystems ``S1..Sp`` in partition order, ports named
@@ -139,8 +118,8 @@ def model_graph(
         )
     owner = {s: i for i, part in enumerate(groups) for s in part}
     p = len(groups)
-    if rule not in MESSAGE_RULES:
-        raise ValueError(f"model_graph rule: expected one of {MESSAGE_RULES}; received {rule!r}.")
+    o = GraphOptions.of("model_graph", options)
+    integrator, substeps, rule = o.integrator, o.substeps, o.rule
     conns = tuple(model.connections if connections is None else connections)
     reads: list[dict[int, list[str]]] = [{} for _ in groups]  # reads[i][j]: j's states i reads
     for c in conns:
@@ -160,7 +139,7 @@ def model_graph(
             for i, j, side in ((ga, gb, sb), (gb, ga, sa)):
                 got = reads[i].setdefault(j, [])
                 got += [s for s in side if s not in got]
-    unknown = dict(unknown or {})
+    unknown = dict(o.unknown or {})
     for key, value in unknown.items():
         if len(value) != 3 or not value[1] > 0 or not value[2] >= 0:
             raise ValueError(
@@ -170,14 +149,14 @@ def model_graph(
     _checked_unknown("model_graph", model, unknown)  # as run_filter: finite, float64, a value the model takes
     full = augment(model, list(unknown)) if unknown else model
     n_full = n + len(unknown)
-    mean0 = np.concatenate([_values("x0", x0, n, "any", "model_graph"), [v[0] for v in unknown.values()]])
+    mean0 = np.concatenate([_values("x0", o.x0, n, "any", "model_graph"), [v[0] for v in unknown.values()]])
     sd0 = np.concatenate(
-        [_values("state_sd", state_sd, n, "> 0", "model_graph"), [v[1] for v in unknown.values()]]
+        [_values("state_sd", o.state_sd, n, "> 0", "model_graph"), [v[1] for v in unknown.values()]]
     )
     sdq = np.concatenate(
-        [_values("process_sd", process_sd, n, ">= 0", "model_graph"), [v[2] for v in unknown.values()]]
+        [_values("process_sd", o.process_sd, n, ">= 0", "model_graph"), [v[2] for v in unknown.values()]]
     )
-    sdr = _values("noise_sd", noise_sd, full.n_output, "> 0", "model_graph")
+    sdr = _values("noise_sd", o.noise_sd, full.n_output, "> 0", "model_graph")
     u0 = np.zeros(full.n_input)
 
     # the dependence structure at three draws from the prior: which states each equation and output reads
@@ -243,12 +222,9 @@ def model_graph(
             )
         out_of[int(placed[k]) if placed[k] in fits else fits[0]].append(k)
     pairs = [(i, j) for i in range(p) for j in range(i + 1, p) if j in reads[i] or i in reads[j]]
-    kinds = _per("messages", messages, 2 * len(pairs), "directed interface", "model_graph")
-    for kind in kinds:
-        if kind not in MESSAGE_KINDS:
-            raise ValueError(f"model_graph messages: expected one of {MESSAGE_KINDS}; received {kind!r}.")
-    estimators = _per("estimator", estimator, p, "subsystem", "model_graph")
-    weights = UnscentedWeights.merwe() if weights is None else weights
+    kinds = o.message_kinds("model_graph", 2 * len(pairs), "directed interface")
+    estimators = o.estimators("model_graph", p)
+    weights = o.sigma_weights()
     subs = []
     for i in range(p):
         shape = (tuple(own[i]), tuple(read_idx[i]), tuple(out_of[i]), integrator, float(dt), int(substeps))

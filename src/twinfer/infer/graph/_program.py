@@ -13,7 +13,7 @@ References:
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 import equinox as eqx
@@ -119,7 +119,7 @@ class GraphProgram(Program):
         """The engine's whole-record run with this program's numbers: what ``twinfer.estimate`` returns."""
         graph: Graph = self.graph.value
         if self.kind == "banded":
-            return banded_result(graph, data, self.engine.value, self.numbers, jnp.asarray(self.x0))[0]
+            return banded_result(graph, data, self.engine.value, self.numbers, jnp.asarray(self.x0))
         numbers = None if self.kind == "field" else self.numbers  # the field engine runs its own numbers
         return estimate_with(graph, data, self.schedule, compiled=self.engine.value.compiled, numbers=numbers)
 
@@ -158,6 +158,22 @@ class _Engine:
         self.step: Callable[..., Any] = compiled.engine.step
 
 
+def _group_layout(
+    compiled: Compiled, widths: Sequence[int]
+) -> tuple[dict[str, tuple[int, int, int]], tuple[tuple[int, int, int], ...]]:
+    """Where each subsystem's estimated block sits in a grouped engine's stacked state.
+
+    ``widths[g]``: the estimated columns of one member of group ``g``. Returns ``blocks`` (subsystem name
+    -> (group, member, width)) and ``flat`` ((group, members, width) per group, in group order).
+    """
+    blocks = {
+        compiled.names[i]: (gi, j, widths[gi])
+        for gi, g in enumerate(compiled.groups)
+        for j, i in enumerate(g.members)
+    }
+    return blocks, tuple((gi, len(g.members), widths[gi]) for gi, g in enumerate(compiled.groups))
+
+
 def graph_program(
     graph: Graph,
     kind: str,
@@ -188,14 +204,9 @@ def graph_program(
         compiled = compiled_for(graph, schedule or Schedule())
         numbers: Any = with_numbers(compiled, graph)
         engine: Any = _Engine(compiled)
-        blocks = {
-            compiled.names[i]: (gi, j, numbers.groups[gi]["x0"].shape[-1] - g.template.memory)
-            for gi, g in enumerate(compiled.groups)
-            for j, i in enumerate(g.members)
-        }
-        flat = tuple(
-            (gi, len(g.members), numbers.groups[gi]["x0"].shape[-1] - g.template.memory)
-            for gi, g in enumerate(compiled.groups)
+        blocks, flat = _group_layout(
+            compiled,
+            [numbers.groups[gi]["x0"].shape[-1] - g.template.memory for gi, g in enumerate(compiled.groups)],
         )
     elif kind == "field":
         compiled = compile_engine(graph)
@@ -205,15 +216,7 @@ def graph_program(
             )
         numbers = compiled.numbers
         engine = _Engine(compiled)
-        blocks = {
-            compiled.names[i]: (gi, j, np.asarray(numbers.groups[gi]["x0"]).shape[-1])
-            for gi, g in enumerate(compiled.groups)
-            for j, i in enumerate(g.members)
-        }
-        flat = tuple(
-            (gi, len(g.members), np.asarray(numbers.groups[gi]["x0"]).shape[-1])
-            for gi, g in enumerate(compiled.groups)
-        )
+        blocks, flat = _group_layout(compiled, [np.shape(group["x0"])[-1] for group in numbers.groups])
     elif kind == "banded":
         if data is None:
             raise ValueError(

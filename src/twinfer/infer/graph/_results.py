@@ -1,7 +1,9 @@
 """A graph run's results: per-subsystem estimates, merged into one Estimate, checked for divergence and fit.
 
-Shared by the engines: the stacked outputs of a compiled scan split by subsystem (:func:`unpack`,
-:func:`unpack_moments`, :func:`field_estimates`), the subsystems' moments merged into one
+Shared by the engines: the stacked outputs of a compiled scan split by subsystem, each an
+:class:`~twinfer.infer.Estimate` of its own columns (:func:`unpack` with the one-step predictions and the
+per-step log-likelihoods and NIS, :func:`field_estimates`) or its bare moments on the way to the merged
+estimate (:func:`unpack_moments`), the subsystems' moments merged into one
 :class:`~twinfer.infer.Estimate` in the graph's state order (:func:`_merged`), the central filter's
 consistency rule on the normalised innovation squared applied to the subsystems' updates
 (:func:`_warn_inconsistent`), and the first diverged subsystem named (:func:`_check_divergence`).
@@ -16,7 +18,8 @@ from __future__ import annotations
 
 import dataclasses
 import warnings
-from typing import Any, NamedTuple
+from collections.abc import Mapping
+from typing import Any
 
 import jax
 import numpy as np
@@ -36,34 +39,10 @@ from twinfer.infer.filters._errors import (
 )
 from twinfer.infer.graph._graph import Graph
 from twinfer.infer.graph._numbers import Compiled, Numbers
+from twinfer.infer.graph._parts import Subsystem
 
 EARLY_STEPS = 10
 """A divergence before this step is blamed on the prior first (:func:`_check_divergence`)."""
-
-
-class GraphResult(NamedTuple):
-    """One subsystem's estimates.
-
-    ``means``/``covs`` over t_0..t_T (row 0 the prior), one-step predictive ``pred_means``/``pred_covs``
-    over t_1..t_T, the log-likelihood of its measurements and its terms per step ``step_logliks``
-    over t_1..t_T, and its normalised innovation squared per step ``step_nis`` over t_1..t_T
-    (``v^T S^-1 v`` over the outputs observed at that step; 0 for an estimator without an update).
-    """
-
-    means: Any
-    covs: Any
-    pred_means: Any
-    pred_covs: Any
-    loglik: Any
-    step_logliks: Any = None
-    step_nis: Any = None
-
-
-class FieldEstimate(NamedTuple):
-    """One subsystem's filtered means (T+1, n) over t_0..t_T (row 0 the prior) and standard deviations."""
-
-    means: Any
-    stds: Any
 
 
 NIS_ESTIMATORS = ("ukf", "kf", "ekf")
@@ -256,30 +235,74 @@ def unpack_moments(compiled: Compiled, numbers: Numbers, outs: Any) -> dict[str,
     return out
 
 
-def unpack(compiled: Compiled, numbers: Numbers, outs: Any) -> dict[str, GraphResult]:
-    """Split the stacked outputs of ``compiled.scan`` into one :class:`GraphResult` per subsystem."""
-    means, chols, pm, pchols, ll, nis = jax.tree_util.tree_map(np.asarray, outs)  # index on the host
+def _subsystem_estimate(
+    name: str, sub: Subsystem | None, times: Any, means: Any, stds: Any, **fields: Any
+) -> Estimate:
+    """One subsystem's rows t_0..t_T as an :class:`Estimate` of its own columns.
+
+    The columns are the subsystem's ``names`` (its estimated states; ``"<name>[i]"`` without ``sub``),
+    its unknown parameters among them; times are ``times`` or the step numbers 0..T.
+    """
+    k = np.shape(means)[1]
+    names = sub.names[:k] if sub is not None else tuple(f"{name}[{i}]" for i in range(k))
+    t = np.arange(np.shape(means)[0], dtype=np.float64) if times is None else np.asarray(times)
+    parameters = () if sub is None else tuple(p for p in sub.parameters if p in names)
+    return Estimate(t, means, stds, state_names=tuple(names), parameters=parameters, **fields)
+
+
+def unpack(
+    compiled: Compiled,
+    numbers: Numbers,
+    outs: Any,
+    subs: Mapping[str, Subsystem] | None = None,
+    times: Any = None,
+) -> dict[str, Estimate]:
+    """Split the stacked outputs of ``compiled.scan`` into one :class:`Estimate` per subsystem, by name.
+
+    Each holds its subsystem's means, standard deviations (the row norms of the square-root factors, as
+    :func:`unpack_moments`) and covariances over t_0..t_T (row 0 its prior), its one-step predicted
+    ``pred_means``/``pred_covs``, its log-likelihood with its terms ``step_logliks`` and its
+    ``step_nis`` over t_1..t_T. Columns are named by ``subs`` (the graph's subsystems by name;
+    ``"<subsystem>[i]"`` without), times are ``times`` (t_0..t_T) or the step numbers.
+
+    Raises:
+        ValueError: for moments that are not an estimate's (a diverged run: check it first with
+            :func:`_check_divergence`).
+
+    """
+    moments = unpack_moments(compiled, numbers, outs)
+    _, chols, pm, pchols, _, nis = jax.tree_util.tree_map(np.asarray, outs)  # index on the host
     gram = lambda c: np.einsum("...ij,...kj->...ik", c, c)  # noqa: E731
     covs, pc = [gram(c) for c in chols], [gram(c) for c in pchols]
-    out: dict[str, GraphResult] = {}
+    out: dict[str, Estimate] = {}
     for gi, g in enumerate(compiled.groups):
-        x0, P0 = np.asarray(numbers.groups[gi]["x0"]), np.asarray(numbers.groups[gi]["P0"])
-        x0 = x0[:, : P0.shape[-1]]  # without a learned node's memory
+        P0 = np.asarray(numbers.groups[gi]["P0"])
         for j, i in enumerate(g.members):
-            out[compiled.names[i]] = GraphResult(
-                np.concatenate([x0[j][None], means[gi][:, j]]),
-                np.concatenate([P0[j][None], covs[gi][:, j]]),
-                pm[gi][:, j],
-                pc[gi][:, j],
-                float(np.sum(ll[gi][:, j])),
-                ll[gi][:, j],
-                nis[gi][:, j],
+            name = compiled.names[i]
+            means, stds, ll = moments[name]
+            out[name] = _subsystem_estimate(
+                name,
+                None if subs is None else subs[name],
+                times,
+                means,
+                stds,
+                covs=np.concatenate([P0[j][None], covs[gi][:, j]]),
+                loglik=float(np.sum(ll)),
+                pred_means=pm[gi][:, j],
+                pred_covs=pc[gi][:, j],
+                step_logliks=ll,
+                step_nis=nis[gi][:, j],
             )
     return out
 
 
-def field_estimates(compiled: Compiled, means: Any, stds: Any) -> dict[str, FieldEstimate]:
-    """Split the per-group outputs of a field graph's ``scan`` by subsystem, the prior prepended."""
+def field_moments(compiled: Compiled, means: Any, stds: Any) -> dict[str, tuple[Any, Any]]:
+    """Split the per-group outputs of a field graph's ``scan`` by subsystem, the prior prepended.
+
+    Each subsystem's ``(means, stds)`` over t_0..t_T: the bare arrays that :func:`field_estimates`
+    wraps and a graph's merged estimate reads (a network of thousands of subsystems need not build an
+    estimate for each on the way).
+    """
     means, stds = jax.tree_util.tree_map(np.asarray, (means, stds))
     out = {}
     for gi, g in enumerate(compiled.groups):
@@ -287,7 +310,26 @@ def field_estimates(compiled: Compiled, means: Any, stds: Any) -> dict[str, Fiel
         x0 = np.asarray(arr["x0"])
         sd0 = np.sqrt(np.diagonal(np.asarray(arr["P0"]), axis1=1, axis2=2))
         for j, i in enumerate(g.members):
-            out[compiled.names[i]] = FieldEstimate(
-                np.concatenate([x0[j][None], means[gi][:, j]]), np.concatenate([sd0[j][None], stds[gi][:, j]])
+            out[compiled.names[i]] = (
+                np.concatenate([x0[j][None], means[gi][:, j]]),
+                np.concatenate([sd0[j][None], stds[gi][:, j]]),
             )
     return out
+
+
+def field_estimates(
+    compiled: Compiled,
+    means: Any,
+    stds: Any,
+    subs: Mapping[str, Subsystem] | None = None,
+    times: Any = None,
+) -> dict[str, Estimate]:
+    """A field graph's filtered means and standard deviations, one :class:`Estimate` per subsystem.
+
+    Over t_0..t_T (row 0 the prior), without covariances or a log-likelihood (the field engine keeps the
+    marginals only); columns and times as :func:`unpack`.
+    """
+    return {
+        name: _subsystem_estimate(name, None if subs is None else subs[name], times, m, sd, covs=None)
+        for name, (m, sd) in field_moments(compiled, means, stds).items()
+    }

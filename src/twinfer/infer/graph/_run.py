@@ -3,8 +3,9 @@
 :func:`compile` picks the engine (local message passing for a graph of interfaces, the field engine for
 a graph coupled by a :class:`~twinfer.infer.graph.Field`); :func:`compiled_for` reuses one compiled
 program for every graph of one structure; :func:`run` and :func:`run_field` scan it over a record and
-return each subsystem's estimates; :func:`estimate` merges them into one
-:class:`~twinfer.infer.Estimate` in the graph's state order.
+return each subsystem's :class:`~twinfer.infer.Estimate`; :func:`estimate` merges them into one in the
+graph's state order. The scan is marked as the run's kernel (:func:`twinfer.timing.kernel`), so
+:func:`twinfer.timing.timed` times it apart from the host-side work around it.
 
 References:
     Ghorbani & Hackl, "Subsystem structure as an inferential resource for coupled engineered systems",
@@ -27,20 +28,20 @@ from twinfer.infer.graph._field import FieldEngine, check_field_run, compile_fie
 from twinfer.infer.graph._graph import Graph
 from twinfer.infer.graph._messages import Schedule, _group_key, compile_messages
 from twinfer.infer.graph._numbers import Compiled, Numbers, numbers_of
+from twinfer.infer.graph._parts import Subsystem
 from twinfer.infer.graph._record import _prepare_record
 from twinfer.infer.graph._results import (
-    FieldEstimate,
-    GraphResult,
     _check_divergence,
     _merged,
     _subsystem_nis,
     _total_nis,
     _warn_inconsistent,
     field_estimates,
+    field_moments,
     unpack,
     unpack_moments,
 )
-from twinfer.timing import BenchResult, time_jitted
+from twinfer.timing import kernel
 
 
 def compile(  # noqa: A001
@@ -128,8 +129,13 @@ def run(
     ys: Any = None,
     compiled: Compiled | None = None,
     numbers: Numbers | None = None,
-) -> dict[str, GraphResult]:
-    """Run the compiled graph over a record and return each subsystem's estimates by name.
+) -> dict[str, Estimate]:
+    """Run the compiled graph over a record and return each subsystem's :class:`Estimate` by name.
+
+    Each holds the subsystem's own columns (its ``state_names``, ``"<subsystem>[i]"`` where unnamed, its
+    padding states included) over the record's times (the step numbers 0..T with arrays): means,
+    standard deviations and covariances, the one-step predictions ``pred_means``/``pred_covs``, the
+    log-likelihood and its terms ``step_logliks``, and ``step_nis`` (:func:`~._results.unpack`).
 
     The record is a :class:`twinfer.data.Dataset` (step k applies ``inputs[k]`` over [t_k, t_{k+1}) and
     updates with ``observations[k+1]``, read with the input its ``alignment`` says:
@@ -154,9 +160,13 @@ def run(
     """
     graph.check_dataset(dataset, "run")
     compiled, chosen, outs, times, _ = _scan_record(graph, dataset, schedule, us, ys, compiled, numbers)
-    result = unpack(compiled, chosen, outs)
-    _check_divergence(graph, {k: (r.means, r.covs, r.step_logliks) for k, r in result.items()}, times)
-    return result
+    _check_divergence(graph, unpack_moments(compiled, chosen, outs), times)
+    return unpack(compiled, chosen, outs, _subsystems(graph), times)
+
+
+def _subsystems(graph: Graph) -> dict[str, Subsystem]:
+    """The graph's subsystems (nested graphs flattened) by name."""
+    return {s.name: s for s in graph.flatten()[0]}
 
 
 def _scan_record(
@@ -174,7 +184,9 @@ def _scan_record(
         )
     chosen: Numbers = compiled.numbers if numbers is None else numbers
     us, ys, masks, times, us_meas = _prepare_record(compiled, chosen, dataset, us, ys)
-    outs = compiled.scan(chosen, jnp.asarray(us), jnp.asarray(ys), jnp.asarray(masks), us_meas=us_meas)
+    outs = kernel(
+        compiled.scan, chosen, jnp.asarray(us), jnp.asarray(ys), jnp.asarray(masks), us_meas=us_meas
+    )
     return compiled, chosen, outs, times, masks
 
 
@@ -234,8 +246,8 @@ def estimate_with(
     graph.check_dataset(dataset, "estimate")
     nis = None
     if graph.fields:
-        fields = run_field(graph, dataset, us=us, ys=ys, compiled=compiled)
-        result = {k: (np.asarray(v.means), np.asarray(v.stds), float("nan")) for k, v in fields.items()}
+        fields, _ = _field_scan(graph, dataset, us, ys, compiled, None)
+        result = {k: (means, stds, float("nan")) for k, (means, stds) in field_moments(*fields).items()}
     else:  # the marginals straight from the factors: no (T, n, n) covariance formed, O(T n^2) on the host
         compiled, chosen, outs, times_, masks = _scan_record(
             graph, dataset, schedule or "jacobi", us, ys, compiled, numbers
@@ -246,38 +258,6 @@ def estimate_with(
         loglik = float(sum(r[2] for r in result.values()))
         _warn_inconsistent("graph estimate", nis, per, loglik)
     return dataclasses.replace(_merged(graph, result, dataset, times), nis=nis)
-
-
-def timed_estimate(
-    graph: Graph, dataset: Any, schedule: Schedule | str = "jacobi", *, repeats: int = 1
-) -> tuple[Estimate, BenchResult]:
-    """:func:`estimate` with the compiled scan timed: its first call apart from ``repeats`` more.
-
-    The first call traces, compiles and runs; the program is then run ``repeats`` times more, and the
-    estimate is the last run's. For benchmarks and the cases that report run times (``chain-scaling``).
-    The estimate's ``nis`` is :func:`estimate`'s; no :class:`FilterConsistencyWarning` is raised, since
-    the cases set their filters' noise levels apart from the data's on purpose (``chain-scaling``'s R
-    is 1000x the sensor variance, as in the paper) and score the calibration themselves.
-
-    Raises:
-        ValueError: as :func:`estimate`; for a graph coupled by a field (time :func:`run_field`).
-
-    """
-    graph.check_dataset(dataset, "timed_estimate")
-    compiled = compiled_for(graph, schedule)
-    if isinstance(compiled.engine, FieldEngine):
-        raise ValueError(
-            f"timed_estimate: graph {graph.name!r} is coupled by a field; time run_field instead."
-        )
-    chosen = with_numbers(compiled, graph)
-    us, ys, masks, times, us_meas = _prepare_record(compiled, chosen, dataset, None, None)
-    args = (jnp.asarray(us), jnp.asarray(ys), jnp.asarray(masks), us_meas)
-    timed = time_jitted(
-        lambda u, y, k, um: compiled.scan(chosen, u, y, k, us_meas=um), *args, repeats=repeats
-    )
-    result = _checked_moments(graph, compiled, chosen, timed.value, times)
-    nis = _total_nis(_subsystem_nis(compiled, chosen, timed.value, masks))
-    return dataclasses.replace(_merged(graph, result, dataset, None), nis=nis), timed
 
 
 def _checked_moments(graph: Graph, compiled: Compiled, chosen: Numbers, outs: Any, times: Any) -> dict:
@@ -294,8 +274,11 @@ def run_field(
     ys: Any = None,
     compiled: Compiled | None = None,
     mesh: jax.sharding.Mesh | None = None,
-) -> dict[str, FieldEstimate]:
+) -> dict[str, Estimate]:
     """Run a field graph over a record; each subsystem's filtered means and standard deviations by name.
+
+    Each subsystem's :class:`Estimate` holds its own columns (as :func:`run`'s) over the record's times
+    (the step numbers 0..T with arrays), without covariances or a log-likelihood.
 
     The record is a :class:`twinfer.data.Dataset` or arrays ``us`` (T, n_u) and ``ys`` (T, n_y), aligned
     as in :func:`twinfer.infer.graph._run.run` (NaN observations are missing). Only marginal standard
@@ -309,10 +292,23 @@ def run_field(
 
     """
     graph.check_dataset(dataset, "run_field")
+    fields, times = _field_scan(graph, dataset, us, ys, compiled, mesh)
+    return field_estimates(*fields, _subsystems(graph), times)
+
+
+def _field_scan(
+    graph: Graph, dataset: Any, us: Any, ys: Any, compiled: Compiled | None, mesh: Any
+) -> tuple[tuple[Compiled, Any, Any], Any]:
+    """The field engine's checked scan over a record: ``((compiled, means, stds), times)``.
+
+    Raises:
+        DivergenceError: as :func:`run_field` (:func:`check_field_run`).
+
+    """
     compiled = compile(graph, mesh=mesh) if compiled is None else compiled
     us, ys, masks, times, us_meas = _prepare_record(compiled, compiled.numbers, dataset, us, ys)
-    means, stds, ok = compiled.scan(
-        compiled.numbers, jnp.asarray(us), jnp.asarray(ys), jnp.asarray(masks), us_meas=us_meas
+    means, stds, ok = kernel(
+        compiled.scan, compiled.numbers, jnp.asarray(us), jnp.asarray(ys), jnp.asarray(masks), us_meas=us_meas
     )
     check_field_run(compiled, jax.tree_util.tree_map(np.asarray, ok), times)
-    return field_estimates(compiled, means, stds)
+    return (compiled, means, stds), times

@@ -13,7 +13,7 @@ References:
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any, NamedTuple
 
@@ -24,6 +24,7 @@ import numpy as np
 from jaxtyping import Array, ArrayLike, Float, PRNGKeyArray
 
 from twinfer._config import ensure
+from twinfer.infer._estimate import Estimate
 
 Progress = Callable[[str, float, float], None]
 LogDensity = Callable[[Float[Array, " dim"]], Float[Array, ""]]
@@ -54,6 +55,57 @@ class NutsResult(NamedTuple):
     sample_s: float
     sample_cpu_s: float = float("nan")
     steps_mean: float = float("nan")
+
+    def to_estimate(
+        self,
+        names: Sequence[str] | None = None,
+        transform: Callable[[np.ndarray], np.ndarray] | None = None,
+    ) -> Estimate:
+        """The posterior of the sampled vector as a one-row :class:`~twinfer.infer.Estimate`.
+
+        The draws of every chain are pooled; each column is a parameter with the draws' mean, standard
+        deviation and covariance (``np.cov``, ddof 1) at time 0 (a static posterior, as
+        :meth:`twinfer.infer.smc.IBISResult.to_estimate` gives). ``transform`` maps the draws from the
+        sampler's unconstrained space to the parameters' own, draw by draw (``(S, dim) -> (S, p)``, e.g.
+        ``np.exp`` for log-parameters), before the moments are taken, so the moments are those of the
+        parameters themselves. ``interval`` is then the Gaussian interval of those two moments; the
+        draws' own quantiles are in ``samples``. ``loglik`` is NaN (NUTS evaluates the target only).
+
+        Args:
+            names: a name per column (default ``"theta[i]"``).
+            transform: the map of the draws (default none: the sampled coordinates).
+
+        Raises:
+            ValueError: when ``names`` does not name every column, when ``transform`` does not return
+                one row per draw, or when there are fewer than two draws.
+
+        """
+        draws = np.asarray(self.samples, np.float64).reshape(-1, np.shape(self.samples)[-1])
+        if draws.shape[0] < 2:
+            raise ValueError(
+                f"NutsResult.to_estimate samples: expected at least 2 draws; received {draws.shape[0]}."
+            )
+        if transform is not None:
+            mapped = np.asarray(transform(draws), np.float64)
+            if mapped.ndim != 2 or mapped.shape[0] != draws.shape[0]:
+                raise ValueError(
+                    f"NutsResult.to_estimate transform: expected ({draws.shape[0]}, p) values (one row per "
+                    f"draw); received shape {mapped.shape}."
+                )
+            draws = mapped
+        dim = draws.shape[1]
+        labels = tuple(f"theta[{i}]" for i in range(dim)) if names is None else tuple(names)
+        if len(labels) != dim:
+            raise ValueError(f"NutsResult.to_estimate names: expected {dim} names; received {len(labels)}.")
+        cov = np.atleast_2d(np.cov(draws, rowvar=False))
+        return Estimate(
+            np.zeros(1),
+            draws.mean(axis=0)[None],
+            np.sqrt(np.diag(cov))[None],
+            cov[None],
+            labels,
+            parameters=labels,
+        )
 
 
 @partial(jax.jit, static_argnums=(0, 1, 2))

@@ -18,16 +18,20 @@ References:
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple
 
 import equinox as eqx
 import jax
 import numpy as np
 import optax
+from jaxtyping import ArrayLike, Float
 
 from twinfer._config import ensure
 from twinfer.checkpoint import Checkpoint, array_digest, as_checkpoint, digest
+from twinfer.infer._estimate import Estimate
+from twinfer.infer.pinn._network import StateNetwork
+from twinfer.infer.pinn._physics import PositiveParameters
 
 Progress = Callable[[str, float, float], None]
 LossFn = Callable[[Any], tuple[Any, dict[str, Any]]]
@@ -72,6 +76,37 @@ class TrainResult(NamedTuple):
     resumed_from: int
     train_s: float
     """Seconds of training, summed over the interrupted and the resumed parts."""
+
+    def to_estimate(
+        self,
+        times: Float[ArrayLike, " T"],
+        state_names: Sequence[str],
+        parameters: Mapping[str, Float[ArrayLike, "..."]] | None = None,
+    ) -> Estimate:
+        """The trained network's states at ``times`` as a point :class:`~twinfer.infer.Estimate`.
+
+        The states' standard deviations are NaN (a trained PINN carries no uncertainty,
+        :meth:`StateNetwork.to_estimate`); the learned system parameters (the trainable
+        :class:`PositiveParameters` among the extras) follow as constant columns with NaN sds, unless
+        ``parameters`` gives the columns to append (values, or a posterior's samples).
+
+        Raises:
+            ValueError: when the first trainable is not a :class:`StateNetwork`, or ``state_names`` does
+                not name every output.
+
+        """
+        network = self.trainable[0]
+        if not isinstance(network, StateNetwork):
+            raise ValueError(
+                "TrainResult.to_estimate trainable: expected a StateNetwork first (network, *extras); "
+                f"received {type(network).__name__}."
+            )
+        if parameters is None:
+            parameters = {
+                k: v for extra in self.trainable[1:] if isinstance(extra, PositiveParameters)
+                for k, v in extra.as_dict().items()
+            }  # fmt: skip
+        return network.to_estimate(times, state_names, parameters)
 
 
 def _check(settings: TrainSettings) -> None:

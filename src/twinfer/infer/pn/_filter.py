@@ -209,7 +209,7 @@ class PNFilter(eqx.Module):
         self,
         params: Any,
         x0: Float[ArrayLike, " d"],
-        x0_std: Float[ArrayLike, " d"],
+        state_sd: Float[ArrayLike, " d"],
         u0: Float[Array, " n_u"],
         t0: float = 0.0,
     ) -> PNState:
@@ -218,7 +218,7 @@ class PNFilter(eqx.Module):
         Args:
             params: model parameters.
             x0: initial ODE state ``(d,)``.
-            x0_std: standard deviation of each component of ``x0`` ``(d,)`` (zero where known).
+            state_sd: standard deviation of each component of ``x0`` ``(d,)`` (zero where known).
             u0: input at ``t0``.
             t0: initial time.
 
@@ -235,7 +235,7 @@ class PNFilter(eqx.Module):
         f0 = lambda x: self._f(t0, x, u0, params)
         dx, ddx = jax.jvp(f0, (x0,), (f0(x0),))
         blocks = [x0, dx] + ([ddx] if q >= 2 else []) + [jnp.zeros(d)] * max(q - 2, 0)
-        std0 = jnp.broadcast_to(jnp.asarray(x0_std, jnp.float64), (d,))
+        std0 = jnp.broadcast_to(jnp.asarray(state_sd, jnp.float64), (d,))
         if self.blocks(params, u0) is not None:
             chol = jnp.zeros((d, q + 1, q + 1)).at[:, 0, 0].set(std0)
         else:
@@ -428,7 +428,7 @@ def pn_solve(
     pn: PNFilter,
     params: Any,
     x0: Float[ArrayLike, " d"],
-    x0_std: Float[ArrayLike, " d"],
+    state_sd: Float[ArrayLike, " d"],
     h: Float[ArrayLike, ""] | Float[ArrayLike, " T-1"],
     us: Float[ArrayLike, "T n_u"],
     ys: Float[ArrayLike, "T n_y"] | None = None,
@@ -445,7 +445,7 @@ def pn_solve(
         pn: the filter.
         params: model parameters.
         x0: initial ODE state ``(d,)``.
-        x0_std: standard deviations of ``x0`` ``(d,)``.
+        state_sd: standard deviations of ``x0`` ``(d,)``.
         h: grid step, or per-step lengths ``(T-1,)``; a zero step is skipped (no prediction, no ODE or
             data update), which lets grids of different lengths share one compiled solve.
         us: inputs at the grid points ``(T, n_u)``.
@@ -457,7 +457,7 @@ def pn_solve(
         :class:`PNSolution` with ``mean``/``std`` ``(T, d)`` and the total data log-likelihood.
 
     """
-    ensure("pn_solve", pn=pn, params=params, x0=x0, x0_std=x0_std, us=us, ys=ys)
+    ensure("pn_solve", pn=pn, params=params, x0=x0, state_sd=state_sd, us=us, ys=ys)
     us = jnp.asarray(us, jnp.float64)
     n_steps = us.shape[0]
     if ys is None:
@@ -476,7 +476,7 @@ def pn_solve(
         )
     d = pn.d
     E0 = projection(pn.q, d, 0)
-    state0 = pn.init(params, x0, x0_std, us[0])
+    state0 = pn.init(params, x0, state_sd, us[0])
     state0, info0 = pn.step(state0, params, 0.0, us[0], ys[0], y_mask[0], chol_R, ode_update=False)
 
     hs = jnp.broadcast_to(jnp.asarray(h, jnp.float64), (n_steps - 1,))

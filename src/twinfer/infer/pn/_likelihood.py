@@ -33,7 +33,7 @@ class PNLikelihood(eqx.Module):
         pn: the PN filter (model, q, EK0/EK1, measurement function).
         base_params: the model's parameters; ``names`` are replaced by ``theta``.
         names: scalar parameter names that ``theta`` holds, in order.
-        x0: initial ODE state; ``x0_std`` its standard deviations.
+        x0: initial ODE state; ``state_sd`` its standard deviations.
         h: grid step (the data period, specs 6.4).
         us: inputs at the grid points ``(T, n_u)``; ys: measurements ``(T, n_y)``; y_mask: observed.
         chol_R: measurement-noise Cholesky factor.
@@ -46,7 +46,7 @@ class PNLikelihood(eqx.Module):
     base_params: Any
     names: tuple[str, ...] = eqx.field(static=True)
     x0: Float[Array, " d"]
-    x0_std: Float[Array, " d"]
+    state_sd: Float[Array, " d"]
     h: float = eqx.field(static=True)
     us: Float[Array, "T n_u"]
     ys: Float[Array, "T n_y"]
@@ -72,7 +72,7 @@ class PNLikelihood(eqx.Module):
         return set_params(self.base_params, {name: theta[i] for i, name in enumerate(self.names)})
 
     def init(self, theta: Float[Array, " p"]) -> PNState:
-        return self.pn.init(self.params(theta), self.x0, self.x0_std, self.us[0])
+        return self.pn.init(self.params(theta), self.x0, self.state_sd, self.us[0])
 
     def step(
         self, carry: PNState, theta: Float[Array, " p"], k: Int[Array, ""] | int
@@ -123,6 +123,14 @@ class PNLikelihood(eqx.Module):
 
         last, (means, stds, lls) = jax.lax.scan(body, self.init(theta), jnp.arange(self.n_steps))
         return PNSolution(mean=means, std=stds, diffusion=last.diffusion, loglik=jnp.sum(lls))
+
+    @eqx.filter_jit
+    def filtered_means(self, thetas: Float[Array, "P p"], component: int = 0) -> Float[Array, "P T"]:
+        """Each particle's filtered mean of ODE-state ``component`` at every data time (:meth:`solve`).
+
+        One compiled program for every call with the same shapes (the particles are vmapped).
+        """
+        return jax.vmap(lambda th: self.solve(th).mean[:, component])(thetas)
 
     def posterior_states(
         self, thetas: Float[ArrayLike, "P p"], times: Any, state_names: Any = None, batch: int | None = None

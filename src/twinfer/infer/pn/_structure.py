@@ -11,7 +11,7 @@ blocks through a step when
 - each measured component depends on one block and the sensors are independent (diagonal ``R``): a
   sequence of scalar updates, each touching one block, equals the joint update (the joint innovation
   density factorises into the sequential ones when every row is linearised at the same mean);
-- the initial covariance is block-diagonal: ``x0_std`` is per component.
+- the initial covariance is block-diagonal: ``state_sd`` is per component.
 
 Then a step is ``d`` independent square-root steps of size ``q + 1`` (QR of ``(q+1) x 2(q+1)``
 instead of ``d(q+1) x 2d(q+1)``): the same numbers, far fewer operations. Which block each measured
