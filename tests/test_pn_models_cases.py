@@ -91,7 +91,7 @@ def test_boucwen_quick_end_to_end(tmp_path):
     import tomllib
 
     from twinfer.experiments.boucwen import FS_TEST, FS_TEST_SIM, NAMES, BoucWenConfig, test_signals
-    from twinfer.sim import simulate_particles
+    from twinfer.sim import particle_simulator
 
     config = BoucWenConfig.model_validate(tomllib.loads((run_dir / "config.toml").read_text()))
     prior = np.random.default_rng(0).normal(
@@ -101,9 +101,9 @@ def test_boucwen_quick_end_to_end(tmp_path):
     with np.load(run_dir / "arrays.npz") as arrays:
         truth = {s: np.asarray(arrays[f"{s}_truth"]) for s in ("sinesweep", "multisine")}
     for signal, force in test_signals(config).items():
-        draws = simulate_particles(
-            BoucWen(), BoucWen().params, NAMES, prior, jnp.zeros(3), force[:, None], 1.0 / FS_TEST_SIM, sub, 0
-        )[:, -n:]
+        draws = particle_simulator(
+            BoucWen(), BoucWen().params, NAMES, jnp.zeros(3), force[:, None], 1.0 / FS_TEST_SIM, sub, 0
+        )(prior)[:, -n:]
         prior_rmse = np.sqrt(np.mean((draws - truth[signal][None]) ** 2, axis=1))
         assert metrics[f"{signal}.test.rmse_max"] < 0.5 * np.median(prior_rmse), signal
     assert metrics["sinesweep.test.rmse_max"] < 0.08 * np.sqrt(np.mean(truth["sinesweep"] ** 2))

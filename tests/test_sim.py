@@ -16,12 +16,12 @@ from twinfer.sim import (
     graph_node,
     heun_step,
     multisine,
+    particle_simulator,
     rk4_step,
     semi_implicit_euler_step,
     simulate,
     simulate_dataset,
     simulate_discrete,
-    simulate_particles,
     sine_sweep,
 )
 
@@ -210,27 +210,24 @@ def test_graph_node_adds_the_message_to_the_input_of_the_discretised_model():
         node.transition(x, u, jnp.zeros(3), seg.params)
 
 
-def test_simulate_particles_equals_one_simulation_per_particle():
+def test_particle_simulator_equals_one_simulation_per_particle():
     """Each particle's row is the fixed-step RK4 simulation with its parameters, sampled every substeps."""
     duff = Chain(1.0, 4.0, 0.1, cubic_stiffness=1.0, n_dof=1, outputs=["x1"])
     thetas = np.array([[4.0, 0.1], [9.0, 0.3], [1.0, 0.0]])
     us = np.sin(0.05 * np.arange(40))[:, None]
     x0 = jnp.array([0.2, 0.0])
-    sims = simulate_particles(duff, duff.params, ("k1", "c1"), thetas, x0, us, 0.01, 4, 0, chunk=2)
+    simulate = particle_simulator(duff, duff.params, ("k1", "c1"), x0, us, 0.01, 4, 0, chunk=2)
+    sims = simulate(thetas)
     assert sims.shape == (3, 10)
     for row, (k, c) in zip(sims, thetas, strict=True):
         p = {**duff.params, "k": jnp.array([k]), "c": jnp.array([c])}
         ref = simulate_discrete(discretise(duff, 0.01, "rk4"), x0, us, params=p).states[:-1:4, 0]
         np.testing.assert_allclose(row, np.asarray(ref), rtol=1e-13, atol=1e-15)
-    with pytest.raises(ValueError, match=r"thetas: expected shape \(N, 2\).*received \(3,\)"):
-        simulate_particles(duff, duff.params, ("k1", "c1"), thetas[:, 0], x0, us, 0.01, 4, 0)
-    with pytest.raises(ValueError, match=r"us: expected shape \(T \* 3, 1\).*received \(40, 1\)"):
-        simulate_particles(duff, duff.params, ("k1", "c1"), thetas, x0, us, 0.01, 3, 0)
-    # compiled once, called again with new particles: the same rows as simulate_particles
-    from twinfer.sim import particle_simulator
-
-    simulate = particle_simulator(duff, duff.params, ("k1", "c1"), x0, us, 0.01, 4, 0, chunk=2)
-    np.testing.assert_array_equal(simulate(thetas), sims)
+    with pytest.raises(
+        ValueError, match=r"particle_simulator us: expected shape \(T \* 3, 1\).*received \(40, 1\)"
+    ):
+        particle_simulator(duff, duff.params, ("k1", "c1"), x0, us, 0.01, 3, 0)
+    # compiled once, called again with new particles: the same rows
     np.testing.assert_array_equal(simulate(thetas[::-1]), sims[::-1])
     with pytest.raises(
         ValueError, match=r"particle_simulator thetas: expected shape \(N, 2\).*received \(3,\)"

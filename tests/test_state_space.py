@@ -130,6 +130,10 @@ def test_a_diagonal_covariance_equals_the_standard_deviations_on_a_model():
         ),
         (lambda d: twinfer.estimate(StateSpace.linear(F, H, B, D), d, "banded"), "Central method"),
         (
+            lambda d: twinfer.estimate(StateSpace.linear(F, H, B, D), d, Central(integrator="euler")),
+            "nothing is integrated",
+        ),
+        (
             lambda d: twinfer.estimate(StateSpace.linear(F, H, B, D), d, unknown={"k": (1.0, 0.1, 0.0)}),
             "no parameters",
         ),

@@ -258,7 +258,7 @@ def bench_turbine(quick: bool, progress: Progress) -> dict[str, float]:
     model = PeltonTurbine(params)
     x0 = np.asarray(model.initial_state(), dtype=np.float64)
     progress(f"simulate the turbine ({steps} steps)")
-    sd = np.asarray([settings.sigma_omega, settings.sigma_q] + [settings.sigma_lateral] * 4)
+    sd = np.asarray([settings.omega_noise_sd, settings.q_noise_sd] + [settings.lateral_noise_sd] * 4)
     sim = simulate_dataset(
         model, None, dt, sd, jax.random.key(7), x0=x0, n_steps=steps, truth="rk4", substeps=4
     )

@@ -1,6 +1,6 @@
 """Shared pieces of the PN-SMC cases (boucwen, silverbox, emps): run the sampler, score, plot.
 
-The particles' test simulations are :func:`twinfer.sim.simulate_particles` (and its feedback variant).
+The particles' test simulations are :func:`twinfer.sim.particle_simulator` (and its feedback variant).
 
 References:
     Longbottom, Champneys & Rogers, Sec. 3-4 and Table 2 (specs/pn-smc.md 2, 4, 5).

@@ -26,7 +26,7 @@ from twinfer.learn import gain_fit, output_error_fit
 from twinfer.models import EMPS
 from twinfer.models.emps import pd_law, pd_voltage
 from twinfer.report import PaperValue, RunArtifacts, at_most, posterior_figures
-from twinfer.sim import fine_input, particle_simulator, simulate_particles, simulate_particles_feedback
+from twinfer.sim import fine_input, particle_simulator, simulate_particles_feedback
 
 NAMES = ("M", "Fv", "Fc", "offset")
 FS = 1000.0
@@ -318,7 +318,7 @@ def simulate_open_loop(
     u_fine = fine_input(data["force"][:m], substeps, hold)
     x0 = jnp.array([data["q"][0], 0.0])
     dt = 1.0 / FS / substeps
-    return simulate_particles(model, model.params, NAMES, thetas, x0, u_fine, dt, substeps, 0)
+    return particle_simulator(model, model.params, NAMES, x0, u_fine, dt, substeps, 0)(thetas)
 
 
 def open_loop_floor(

@@ -40,7 +40,7 @@ from twinfer.learn import duffing_equation_error_fit
 from twinfer.metrics import coverage
 from twinfer.models import Chain
 from twinfer.report import PaperValue, RunArtifacts, at_most, near, posterior_figures
-from twinfer.sim import fine_input, simulate_particles
+from twinfer.sim import fine_input, particle_simulator
 
 NAMES = ("m1", "c1", "k1", "kappa1")
 
@@ -97,9 +97,9 @@ def run(config: SilverboxConfig, progress: Progress) -> RunArtifacts:
     progress("test simulation (arrow head)", 0, 1)
     test_start = time.perf_counter()
     u_fine = fine_input(u[: config.test_end], config.substeps, config.input_hold)
-    sims = simulate_particles(
-        model, model.params, NAMES, thetas, jnp.zeros(2), u_fine, h / config.substeps, config.substeps, 0
-    )
+    sims = particle_simulator(
+        model, model.params, NAMES, jnp.zeros(2), u_fine, h / config.substeps, config.substeps, 0
+    )(thetas)
     window = slice(config.test_start, config.test_end)
     metrics.update(_pnsmc.rmse_metrics("test.", _pnsmc.rmse_per_particle(sims[:, window], y[window])))
     # the paper's claim (section 4.2): the measured output "always falls comfortably inside 2 sigma" of the

@@ -84,14 +84,14 @@ class TurbineConfig(CheckpointSettings):
         TURBINE_DEFAULTS.dt, description="Estimators' step [s] ([REPO] 0.002)."
     )
     truth_substeps: int = pydantic.Field(4, ge=1, le=64, description="RK4 truth steps per estimator step.")
-    sigma_omega: pydantic.PositiveFloat = pydantic.Field(
-        TURBINE_DEFAULTS.sigma_omega, description="Speed sensor sd [rad/s]."
+    omega_noise_sd: pydantic.PositiveFloat = pydantic.Field(
+        TURBINE_DEFAULTS.omega_noise_sd, description="Speed sensor sd [rad/s]."
     )
-    sigma_q: pydantic.PositiveFloat = pydantic.Field(
-        TURBINE_DEFAULTS.sigma_q, description="Flow sensor sd [p.u.]."
+    q_noise_sd: pydantic.PositiveFloat = pydantic.Field(
+        TURBINE_DEFAULTS.q_noise_sd, description="Flow sensor sd [p.u.]."
     )
-    sigma_lateral: pydantic.PositiveFloat = pydantic.Field(
-        TURBINE_DEFAULTS.sigma_lateral, description="Displacement sensor sd [m]."
+    lateral_noise_sd: pydantic.PositiveFloat = pydantic.Field(
+        TURBINE_DEFAULTS.lateral_noise_sd, description="Displacement sensor sd [m]."
     )
     initial_factor: pydantic.PositiveFloat = pydantic.Field(
         TURBINE_DEFAULTS.initial_factor,
@@ -220,7 +220,7 @@ def simulate(
     """
     model = PeltonTurbine(params)
     steps = int(round(config.t_end / config.dt))
-    sd = [config.sigma_omega, config.sigma_q] + [config.sigma_lateral] * 4
+    sd = [config.omega_noise_sd, config.q_noise_sd] + [config.lateral_noise_sd] * 4
     data = simulate_dataset(
         model,
         None,
@@ -298,7 +298,7 @@ def hydraulic_scenarios(config: TurbineConfig, key: Any) -> list[tuple[np.ndarra
     )
     names = tuple(PeltonTurbine(units[0]).state_names)
     x_n, h, q = (states[:, :, names.index(n)] for n in ("x_n", "h", "q"))
-    q_meas = q + config.sigma_q * np.asarray(jax.random.normal(k_noise, q.shape))
+    q_meas = q + config.q_noise_sd * np.asarray(jax.random.normal(k_noise, q.shape))
     s = config.narx_spacing
     out = []
     for i, p in enumerate(units):
@@ -322,7 +322,7 @@ def train_narx(config: TurbineConfig, progress: Progress) -> Any:
         stride=config.narx_stride,
         seed=config.seed,
     )
-    keep = ("narx_", "scenario", "dt", "truth_substeps", "sigma_q", "seed")
+    keep = ("narx_", "scenario", "dt", "truth_substeps", "q_noise_sd", "seed")
     exclude = [k for k in TurbineConfig.model_fields if not k.startswith(keep)]
     ckpt = case_checkpoint(
         "turbine", config, "narx", data=[(d, s, t) for d, s, t in scenarios], exclude=exclude
@@ -506,7 +506,8 @@ def run(config: TurbineConfig, progress: Progress) -> RunArtifacts:
     progress("turbine", 1, 1)
     notes = [
         f"{config.t_end:g} s at {config.dt:g} s; truth RK4 x {config.truth_substeps}; sensors omega "
-        f"{config.sigma_omega:g} rad/s, q {config.sigma_q:g} p.u., lateral {config.sigma_lateral:g} m.",
+        f"{config.omega_noise_sd:g} rad/s, q {config.q_noise_sd:g} p.u., lateral "
+        f"{config.lateral_noise_sd:g} m.",
         f"NARX: {config.scenarios} simulated scenarios of {config.scenario_length:g} s, L = "
         f"{config.narx_lags} samples {config.narx_spacing * config.dt:g} s apart, hidden "
         f"{config.narx_hidden}; "
@@ -527,7 +528,8 @@ def run(config: TurbineConfig, progress: Progress) -> RunArtifacts:
             else "the shaft's Q is one torque disturbance (rotational_noise = 'shaft'), so n, omega and "
             "phi1 stay consistent as in the truth; "
         )
-        + f"R adds r_floor = {config.r_floor:g} to the lateral sensors' {config.sigma_lateral**2:.3g} m^2; "
+        + f"R adds r_floor = {config.r_floor:g} to the lateral sensors' "
+        + f"{config.lateral_noise_sd**2:.3g} m^2; "
         + (
             "the filters start at a draw from their prior (initial = 'draw'). "
             if config.initial == "draw"

@@ -86,7 +86,8 @@ class Central(eqx.Module):
         linearisation: the UKF's ``"propagated"`` (default: the measurement read at the propagated sigma
             points, Alg. 6) or ``"redrawn"`` (statistical linear regression); None: the filter's first.
         smoother: the RTS smoother after the filter (each estimate uses the whole record; not a Program).
-        integrator: ``"euler"``, ``"heun"``, ``"rk4"`` or ``"exact"`` (a linear model's exponential).
+        integrator: ``"euler"``, ``"heun"``, ``"rk4"`` or ``"exact"`` (a linear model's exponential); a
+            StateSpace is not integrated (its transition is one record step) and takes the default.
         substeps: integrator steps per record step (1..100000; 1 with ``"exact"``).
         weights: sigma-point weights of the UKF (None: Merwe alpha 1, beta 2, kappa 0).
 
@@ -428,10 +429,11 @@ def _problem(where: str, system: Any, method: Method, problem: Mapping[str, Any]
                 f"{where} input_sd: a StateSpace's input noise belongs in its process_cov (B Cov(u) B^T "
                 f"for a linear one); received input_sd={given['input_sd']!r}."
             )
-        if method.substeps != 1:
+        if method.substeps != 1 or method.integrator != "rk4":
             raise ValueError(
-                f"{where} method substeps: a StateSpace's transition is one record step (nothing is "
-                f"integrated); expected 1, received {method.substeps}."
+                f"{where} method: a StateSpace's transition is one record step (nothing is integrated); "
+                f"expected the default integrator and substeps=1, received integrator={method.integrator!r}, "
+                f"substeps={method.substeps}."
             )
     return given
 

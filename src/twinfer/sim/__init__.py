@@ -9,7 +9,6 @@ from twinfer.sim._noise import add_noise, add_noise_numpy_legacy, noise_sd_for_s
 from twinfer.sim._particles import (
     fine_input,
     particle_simulator,
-    simulate_particles,
     simulate_particles_feedback,
 )
 from twinfer.sim._records import accelerations, measured_inputs
@@ -55,7 +54,6 @@ __all__ = [
     "simulate_discrete",
     "simulate_grid",
     "particle_simulator",
-    "simulate_particles",
     "simulate_particles_feedback",
     "StagedNode",
     "sine_sweep",

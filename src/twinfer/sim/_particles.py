@@ -52,43 +52,6 @@ def _check(where: str, names: tuple[str, ...], thetas: Any, substeps: int, chunk
     return thetas
 
 
-def simulate_particles(
-    model: AbstractModel,
-    base_params: Mapping[str, Any],
-    names: tuple[str, ...],
-    thetas: Any,
-    x0: Any,
-    us: Any,
-    dt: float,
-    substeps: int,
-    output_index: int,
-    chunk: int = 256,
-) -> np.ndarray:
-    """Open-loop RK4 simulation of every particle, output sampled every ``substeps`` steps.
-
-    Args:
-        model: the model.
-        base_params: its parameters.
-        names: the scalar parameters each particle sets (``"k"``, ``"kappa1"``, ...).
-        thetas: ``(N, p)`` natural-scale parameters, column ``i`` for ``names[i]``.
-        x0: initial state.
-        us: inputs at the fine step ``(T * substeps, n_u)``, ``us[j]`` held over fine step ``j``.
-        dt: fine step.
-        substeps: fine steps per output sample.
-        output_index: which model output to return.
-        chunk: particles simulated at once (bounds memory).
-
-    Returns:
-        ``(N, T)`` outputs at the coarse samples ``t = k * substeps * dt``, k = 0..T-1.
-
-    References:
-        PN-SMC paper, Sec. 4, Table 2 (specs/pn-smc.md 6.25-6.26).
-
-    """
-    thetas = _check("simulate_particles", names, thetas, substeps, chunk)
-    return particle_simulator(model, base_params, names, x0, us, dt, substeps, output_index, chunk)(thetas)
-
-
 def particle_simulator(
     model: AbstractModel,
     base_params: Mapping[str, Any],
@@ -100,18 +63,36 @@ def particle_simulator(
     output_index: int,
     chunk: int = 256,
 ) -> Callable[[Any], np.ndarray]:
-    """:func:`simulate_particles` as a function of the particles alone, compiled once for every call.
+    """Open-loop RK4 simulation of particles, output sampled every ``substeps`` steps, as a function of them.
 
-    For repeated simulations of the same model, input and start under new parameters (a least-squares
-    fit's residual, evaluated a hundred times): ``simulate_particles`` compiles anew on each call, this
-    once per particle-chunk shape. Arguments as :func:`simulate_particles`; the returned function takes
-    ``thetas`` ``(N, p)`` and returns ``(N, T)``.
+    Compiled once per particle-chunk shape, so repeated simulations of the same model, input and start
+    under new parameters (a least-squares fit's residual, evaluated a hundred times) reuse it:
+    ``particle_simulator(...)(thetas)``.
+
+    Args:
+        model: the model.
+        base_params: its parameters.
+        names: the scalar parameters each particle sets (``"k"``, ``"kappa1"``, ...).
+        x0: initial state.
+        us: inputs at the fine step ``(T * substeps, n_u)``, ``us[j]`` held over fine step ``j``.
+        dt: fine step.
+        substeps: fine steps per output sample.
+        output_index: which model output to return.
+        chunk: particles simulated at once (bounds memory).
+
+    Returns:
+        A function of ``thetas`` ``(N, p)`` (natural-scale parameters, column ``i`` for ``names[i]``)
+        returning ``(N, T)`` outputs at the coarse samples ``t = k * substeps * dt``, k = 0..T-1.
+
+    References:
+        PN-SMC paper, Sec. 4, Table 2 (specs/pn-smc.md 6.25-6.26).
+
     """
     _check_settings("particle_simulator", substeps, chunk)
     us = jnp.asarray(us, jnp.float64)
     if us.ndim != 2 or us.shape[1] != model.n_input or us.shape[0] % substeps:
         raise ValueError(
-            f"simulate_particles us: expected shape (T * {substeps}, {model.n_input}) (fine-step inputs, "
+            f"particle_simulator us: expected shape (T * {substeps}, {model.n_input}) (fine-step inputs, "
             f"{substeps} per output sample); received {tuple(us.shape)}."
         )
     step = discretise(model, dt, "rk4")
@@ -209,7 +190,7 @@ def fine_input(u: Any, substeps: int, hold: str) -> np.ndarray:
         hold: ``"linear"`` or ``"zoh"``.
 
     Returns:
-        ``(T * substeps, 1)`` fine-step inputs for :func:`simulate_particles`.
+        ``(T * substeps, 1)`` fine-step inputs for :func:`particle_simulator`.
 
     """
     u = np.asarray(u, np.float64)

@@ -23,7 +23,8 @@ from __future__ import annotations
 
 import math
 import warnings
-from typing import Any, NamedTuple
+from collections.abc import Callable
+from typing import Any, NamedTuple, ParamSpec
 
 import equinox as eqx
 import jax
@@ -32,6 +33,8 @@ import numpy as np
 
 from twinfer.errors import TwinferValueError, TwinferWarning
 from twinfer.models import AbstractModel, Params
+
+P = ParamSpec("P")
 
 STEP_LIMITS: dict[str, float] = {
     "euler": 2.0,
@@ -364,31 +367,31 @@ def step_problem(
     return StepProblem(found.over_record > GROWTH_ERROR, text, found)
 
 
-def check_step(
-    where: str,
-    model: AbstractModel,
-    dt: float,
-    integrator: str,
-    x: Any,
-    u: Any = None,
-    **options: Any,
-) -> Stability | None:
-    """Refuse a step the integrator cannot take on this model; warn when it adds growth over the record.
+def _enforced(find: Callable[P, StepProblem | Stability | None]) -> Callable[P, Stability | None]:
+    """``find``'s verdict enforced: a :class:`StepProblem` that is an error raised, one that is not warned."""
 
-    :func:`step_problem` (the same arguments), raised as :class:`StepSizeError` or warned as
-    :class:`StepSizeWarning`.
+    def check_step(*args: P.args, **kwargs: P.kwargs) -> Stability | None:
+        """Refuse a step the integrator cannot take on this model; warn when it adds growth over the record.
 
-    Returns:
-        The :class:`Stability` found (None when nothing could be checked).
+        :func:`step_problem` (the same arguments), raised as :class:`StepSizeError` or warned as
+        :class:`StepSizeWarning`.
 
-    """
-    found = step_problem(where, model, dt, integrator, x, u, **options)
-    if found is None or isinstance(found, Stability):
-        return found
-    if found.error:
-        raise StepSizeError(found.text)
-    warnings.warn(found.text, StepSizeWarning, stacklevel=3)
-    return found.stability
+        Returns:
+            The :class:`Stability` found (None when nothing could be checked).
+
+        """
+        found = find(*args, **kwargs)
+        if found is None or isinstance(found, Stability):
+            return found
+        if found.error:
+            raise StepSizeError(found.text)
+        warnings.warn(found.text, StepSizeWarning, stacklevel=3)
+        return found.stability
+
+    return check_step
+
+
+check_step = _enforced(step_problem)
 
 
 def _times(factor: float) -> str:

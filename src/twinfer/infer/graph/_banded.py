@@ -234,16 +234,8 @@ def _sparsity(
     )
 
 
-def _scan_of(
-    transition: Any,
-    output: Any,
-    lay: _Layout,
-    pad_index: np.ndarray,
-    prediction: str,
-    update: str,
-) -> Any:
-    """The scan over a record for one structure; every number (the sparsity tables too) is an argument."""
-    step = _step_of(transition, output, lay, pad_index, prediction, update)
+def _scan_of(step: Any) -> Any:
+    """The scan of ``step`` (:func:`_step_of`) over a record; every number is an argument."""
 
     def scan(numbers: Any, x_init: Any, cl_init: Any, us: Any, ys: Any, masks: Any) -> Any:
         return jax.lax.scan(lambda c, i: step(numbers, c, i), (x_init, cl_init), (us, ys, masks))[1]
@@ -522,6 +514,7 @@ def banded_setup(
             *(jnp.asarray(a) for a in _sparsity(lay, f_blocks, h_blocks, pad_index, Q_pad, mono.weights))
         ),
     }
+    step = _step_of(mono.transition, mono.output, lay, pad_index, prediction, update)
     run = BANDED.get(
         lambda: (
             mono.transition,
@@ -531,9 +524,8 @@ def banded_setup(
             prediction,
             update,
         ),
-        lambda: jax.jit(_scan_of(mono.transition, mono.output, lay, pad_index, prediction, update)),
+        lambda: jax.jit(_scan_of(step)),
     )
-    step = _step_of(mono.transition, mono.output, lay, pad_index, prediction, update)
     return BandedSetup(step, run, (numbers, cliques0), x0, outputs, subs, slices, P0)
 
 

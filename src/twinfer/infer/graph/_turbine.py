@@ -46,7 +46,7 @@ TURBINE_COEFFICIENTS = ("e_x", "e_y", "K_seal")
 class TurbineSettings:
     """The estimators' settings of the turbine graphs; the defaults are the ``turbine`` case's.
 
-    ``sigma_*`` are the sensors' standard deviations; ``q_*`` and ``p0_*`` the process-noise and prior
+    ``*_noise_sd`` are the sensors' standard deviations; ``q_*`` and ``p0_*`` the process-noise and prior
     variances of Table S8 per module (M3: n, omega, phi1, e_x, e_y; M4: x, y, vx, vy; M5: x, y, vx, vy,
     alpha, beta, K_seal), every ``Q`` scaled by ``q_scale``; ``r_floor`` is added to each sensor
     variance; ``q_governor`` is M1's (and the central filter's governor and hydraulics') variance per
@@ -59,9 +59,9 @@ class TurbineSettings:
     """
 
     dt: float = 2e-3
-    sigma_omega: float = 0.02
-    sigma_q: float = 0.01
-    sigma_lateral: float = 5e-6
+    omega_noise_sd: float = 0.02
+    q_noise_sd: float = 0.01
+    lateral_noise_sd: float = 5e-6
     initial_factor: float = 0.7
     rotational_head: bool = True
     q_rotational: tuple[float, float, float, float, float] = (1e-10, 1e-10, 1e-10, 1e-15, 1e-14)
@@ -171,8 +171,8 @@ def _hydraulics(
         output=np.zeros((0, 2 + 2 * size)),
         params={},
         x0=jnp.concatenate([jnp.asarray([0.0, first[1]]), memory0]),
-        P0=_diag([sd_h**2, settings.sigma_q**2]),
-        Q=_diag([sd_h**2, settings.sigma_q**2]),
+        P0=_diag([sd_h**2, settings.q_noise_sd**2]),
+        Q=_diag([sd_h**2, settings.q_noise_sd**2]),
         R=np.zeros((0, 0)),
         inputs=(0, 1),
         outputs=(),
@@ -188,7 +188,7 @@ def _rotational(settings: TurbineSettings, params: PeltonParams, x0: Any) -> Sub
     """M3: the EKF on [n, omega, phi1, e_x, e_y] (S108-S117), with dn/dt, M_t, M_g derived after them."""
     step = integrator_step(settings.integrator)
     transition = parts.rotational_transition(params, settings.dt, step, settings.rotational_head)
-    r = settings.sigma_omega**2 + settings.r_floor
+    r = settings.omega_noise_sd**2 + settings.r_floor
     q_shaft, p0_shaft = shaft_covariances(settings, params)
     q_m3 = _diag([0.0, 0.0, 0.0, *settings.q_rotational[3:], 0.0, 0.0, 0.0])
     p0_m3 = _diag([0.0, 0.0, 0.0, *settings.p0_rotational[3:], 0.0, 0.0, 0.0])
@@ -223,7 +223,7 @@ def _generator(settings: TurbineSettings, params: PeltonParams, x0: Any) -> Subs
     Messages: x_R, y_R from M5, omega, phi1 from M3.
     """
     transition = parts.generator_transition(params, settings.dt, integrator_step(settings.integrator))
-    r = settings.sigma_lateral**2 + settings.r_floor
+    r = settings.lateral_noise_sd**2 + settings.r_floor
     return Subsystem(
         name="M4",
         transition=transition,
@@ -248,7 +248,7 @@ def _runner(settings: TurbineSettings, params: PeltonParams, x0: Any) -> Subsyst
     Messages: h, q from M2; omega, phi1, M_t, M_g from M3; x_G, y_G and their accelerations from M4.
     """
     transition = parts.runner_transition(params, settings.dt, integrator_step(settings.integrator))
-    r = settings.sigma_lateral**2 + settings.r_floor
+    r = settings.lateral_noise_sd**2 + settings.r_floor
     return Subsystem(
         name="M5",
         transition=transition,
@@ -391,7 +391,7 @@ def turbine_central(params: PeltonParams, x0: Any, settings: TurbineSettings = T
     q += [s.q_rotational[3], s.q_rotational[4], s.q_runner[6]]
     p0 += [s.p0_rotational[3], s.p0_rotational[4], s.p0_runner[6]]
     start = np.concatenate([x0, [s.initial_factor] * 3])
-    sd = np.asarray([s.sigma_omega, s.sigma_q] + [s.sigma_lateral] * 4)
+    sd = np.asarray([s.omega_noise_sd, s.q_noise_sd] + [s.lateral_noise_sd] * 4)
     rows = [names.index(o) for o in TURBINE_OUTPUTS]
     q_central, p0_central = _diag(q), _diag(p0)
     rot = np.asarray([names.index(n) for n in ("n", "omega", "phi1")])
