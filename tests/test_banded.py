@@ -235,7 +235,10 @@ def test_banded_is_the_kalman_filter_whose_prediction_is_projected_on_the_band(b
     assert np.max(np.abs(np.sqrt(np.diag(full)) / sds[-1] - 1.0)) > 1e-3
 
 
-@pytest.mark.parametrize("bandwidth", [1, 2])
+@pytest.mark.parametrize(
+    "bandwidth",
+    [1, pytest.param(2, marks=pytest.mark.acceptance)],  # L = 2 the same check: make accept
+)
 def test_global_unknowns_are_held_in_every_clique(bandwidth):
     """Two unknown stiffnesses at the chain's ends (subsystems 1 and 5 of five) with parameters="global":
     banded_estimate equals a dense EKF whose predicted covariance is replaced by the maximum-entropy

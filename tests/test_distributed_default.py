@@ -133,6 +133,7 @@ def _duffing_chain(seed: int = 2) -> tuple[Graph, Dataset]:
     return graph, data
 
 
+@pytest.mark.acceptance  # the warning itself: test_partitions, test_spec and test_configure in make test
 def test_item3_the_check_warns_on_a_duffing_cut_chain():
     """Message passing on a chain with Duffing springs at its cuts, the force's noise really in the data:
     it fits the record worse than the banded filter by more than GAP_WARN nats per measured value, and

@@ -96,6 +96,7 @@ def _estimate(folder: Path, csv: Path, kind: str) -> tuple[dict, list[str]]:
     return json.loads((run / "metrics.json").read_text()), said
 
 
+@pytest.mark.acceptance  # 12 spec runs (4 min); make test covers the paths: test_spec, test_time_convention
 def test_item2_a_building_from_an_acquired_csv_covers_with_central_and_default_distributed(tmp_path):
     """Five noise seeds of 10 s: each method pools 95 % state coverage in [0.90, 0.99] and holds k3 in at
     least four of five intervals; the same record with its outputs one row late warns (NIS)."""

@@ -115,7 +115,8 @@ def test_midstep_collocation_removes_the_zero_order_hold_delay():
     force half a step late and the least-squares damping is biased; at mid-steps ``t_i + dt/2`` with the
     held ``f_i`` the same data give the damping back (the reason for ``collocation = "midstep"``)."""
     from twinfer.experiments._pinn_data import chain_of
-    from twinfer.experiments.pinn_bayes import PinnBayesConfig, collocation_points
+    from twinfer.experiments.pinn_bayes import PinnBayesConfig
+    from twinfer.infer.pinn import held_force_collocation
     from twinfer.sim import bandlimited_noise_dynasim, discretise, simulate_discrete
 
     config = PinnBayesConfig(n_samples=2048, horizon=60.0, obs_stride=1)
@@ -135,7 +136,7 @@ def test_midstep_collocation_removes_the_zero_order_hold_delay():
 
     i = np.arange(1, config.n_samples - 1)  # samples: central differences, force f_i
     at_samples = damping(x[i], (x[i + 1] - x[i - 1]) / (2 * dt), force[i])
-    idx, t_mid = collocation_points(config, ts)
+    idx, t_mid = held_force_collocation(ts, config.obs_stride, midstep=True)
     np.testing.assert_allclose(t_mid, ts[idx] + dt / 2)
     mid = 0.5 * (x[idx] + x[idx + 1])
     at_mid = damping(mid, (x[idx + 1] - x[idx]) / dt, force[idx])

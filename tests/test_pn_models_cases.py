@@ -238,7 +238,7 @@ def test_emps_closed_loop_simulation_matches_exact_zoh_discretisation():
 
 def test_cosine_sum_matches_direct_sum():
     """The blocked angle-addition multisine equals the direct sum of cosines (n not a multiple of B)."""
-    from twinfer.experiments.boucwen import cosine_sum
+    from twinfer.sim._cosine_sum import cosine_sum
 
     rng = np.random.default_rng(0)
     f, p, n, dt = rng.uniform(0.5, 100.0, 37), rng.uniform(0, 2 * np.pi, 37), 1234, 1.0 / 4096

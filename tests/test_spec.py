@@ -95,6 +95,7 @@ def test_a_banded_spec_keeps_neighbours_correlation_and_agrees_with_the_central_
 
 
 @pytest.mark.filterwarnings("ignore::twinfer.infer.graph.MessageFitWarning")  # the check: messages fit worse
+@pytest.mark.acceptance  # three 3000-step runs; input_sd's paths: test_program, test_state_space
 def test_a_load_cells_noise_in_the_record_and_in_q_calibrates_central_and_banded_but_not_messages(tmp_path):
     """[simulate] input_noise_sd records the force with a load cell's noise (the truth driven by the
     applied force) and [estimator] input_sd puts that noise in Q: a process noise really in the data.

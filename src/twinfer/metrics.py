@@ -14,6 +14,7 @@ References:
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 from statistics import NormalDist
 from typing import Any, Literal
 
@@ -293,6 +294,44 @@ def fitness(
     return _out((1.0 - error / scale) * 100.0)
 
 
+def fitness_by_dof(
+    estimate: Mapping[str, Any], truth: Mapping[str, Any], observed: Sequence[int], prefix: str = "fitness"
+) -> dict[str, float]:
+    """Per-quantity fitness of a chain's response, averaged over DOF groups (the PINN paper's tables).
+
+    For each quantity ``q`` in ``("u", "udot", "uddot")`` (arrays (T, n) in ``estimate`` and ``truth``),
+    the per-DOF :func:`fitness` averaged over all, the observed and the unobserved DOFs, and at the first
+    and the last DOF.
+
+    Args:
+        estimate: the estimated ``u``, ``udot``, ``uddot`` (T, n) each.
+        truth: the true ones, the same shapes.
+        observed: the observed DOFs, 1-based.
+        prefix: the keys' first part.
+
+    Returns:
+        ``{prefix}.all_u``, ``.obs_udot``, ``.unobs_uddot`` (only with unobserved DOFs), ``.first_u``,
+        ``.last_u``, ... in percent.
+
+    References:
+        specs/pinn.md, section 6 (Tables 2 and 5).
+
+    """
+    out: dict[str, float] = {}
+    n_dof = np.shape(truth["u"])[1]
+    obs = [d - 1 for d in observed]
+    unobs = [i for i in range(n_dof) if i not in obs]
+    for q in ("u", "udot", "uddot"):
+        per_dof = np.asarray(fitness(estimate[q], truth[q]))
+        out[f"{prefix}.all_{q}"] = float(per_dof.mean())
+        out[f"{prefix}.obs_{q}"] = float(per_dof[obs].mean())
+        if unobs:
+            out[f"{prefix}.unobs_{q}"] = float(per_dof[unobs].mean())
+        out[f"{prefix}.first_{q}"] = float(per_dof[0])
+        out[f"{prefix}.last_{q}"] = float(per_dof[-1])
+    return out
+
+
 # -- calibration metrics -------------------------------------------------------------------------
 def band_z(level: float) -> float:
     """The half-width in standard deviations of a Gaussian's central ``level`` band.
@@ -342,6 +381,37 @@ def coverage(mean: Any, std: Any, truth: Any, level: float | None = None, *, z: 
     _same_shape(fn, mean=m, std=s, truth=t)
     _positive(s, fn)
     return float(np.mean(np.abs(m - t) <= z * s))
+
+
+def coverage_by_name(
+    mean: Any, std: Any, names: Sequence[str], truth: Any, truth_names: Sequence[str], level: float = 0.95
+) -> dict[str, float]:
+    """Per-column :func:`coverage` of an estimate whose columns are named, against a named truth.
+
+    A column is scored when the truth has its name and its sd is positive at every row (a column the
+    estimator holds fixed, zero sd, has no band to score).
+
+    Args:
+        mean: the estimate's means (T, n).
+        std: their standard deviations (T, n).
+        names: the estimate's column names (n).
+        truth: the true values (T, m).
+        truth_names: the truth's column names (m).
+        level: nominal coverage in (0, 1).
+
+    Returns:
+        ``{name: coverage}`` in the estimate's column order.
+
+    References:
+        specs/compositional-inference.md, section 5 "Empirical coverage".
+
+    """
+    m, s, t = np.asarray(mean), np.asarray(std), np.asarray(truth)
+    out: dict[str, float] = {}
+    for j, name in enumerate(names):
+        if name in truth_names and np.all(s[:, j] > 0):
+            out[name] = coverage(m[:, j], s[:, j], t[:, list(truth_names).index(name)], level)
+    return out
 
 
 def gaussian_nll_diag(mean: Any, std: Any, truth: Any) -> float:

@@ -55,7 +55,7 @@ from twinfer.data._checks import did_you_mean as _did_you_mean
 from twinfer.errors import TwinferRuntimeError, TwinferValueError
 from twinfer.report._run import RUN_NAME_MAX
 
-__all__ = ["Spec", "SpecError", "load_spec", "run_spec"]
+__all__ = ["LiveSetup", "Spec", "SpecError", "live_setup", "load_spec", "run_spec"]
 
 
 class SpecError(TwinferValueError):
@@ -201,6 +201,29 @@ class Simulation(_Strict):
                 f"received {value}"
             )
         return value
+
+
+class Live(_Strict):
+    """How ``twinfer live`` takes a stream of frames (:class:`twinfer.live.Twin`, docs/live.md).
+
+    ``dt`` is the model's step (default: ``[simulate] dt``); frames within ``tolerance`` of a step snap
+    to it and a step waits ``window`` steps for late channels. ``snapshot_every`` seconds (wall clock)
+    the twin writes its snapshot. The alarms: an unknown's drift beyond ``drift_level`` (in sds of its
+    change from the baseline taken after ``learning`` seconds) for ``persistence`` seconds; a sensor's
+    or a group's innovations over ``innovation_window`` seconds with a chi-square tail below
+    ``innovation_p``; ``groups`` names sets of outputs (as the model names them) tested together.
+    """
+
+    dt: Real | None = pydantic.Field(default=None, gt=0)
+    tolerance: Real = pydantic.Field(default=0.25, gt=0, lt=0.5)
+    window: int = pydantic.Field(default=0, ge=0, le=100_000)
+    snapshot_every: Real = pydantic.Field(default=10.0, gt=0)
+    learning: Real = pydantic.Field(default=60.0, ge=0)
+    drift_level: Real = pydantic.Field(default=5.0, gt=0)
+    persistence: Real = pydantic.Field(default=2.0, ge=0)
+    innovation_window: Real = pydantic.Field(default=1.0, gt=0)
+    innovation_p: Real = pydantic.Field(default=1e-9, gt=0, lt=1e-2)
+    groups: dict[str, list[str]] = {}
 
 
 _MESSAGE_KEYS = ("messages", "rule", "schedule")
@@ -359,6 +382,7 @@ class Spec(_Strict):
     simulate: Simulation | None = None
     estimator: Estimator = Estimator()
     unknown: dict[str, tuple[float, float, float]] = {}
+    live: Live = Live()
 
     @pydantic.model_validator(mode="before")
     @classmethod
@@ -988,6 +1012,73 @@ def run_spec(spec: Spec, base: str | Path = ".") -> tuple[Any, Any, Any, Any]:
     notes += route_notes
     artifacts = RunArtifacts(out, arrays, notes=tuple(notes))
     return est, data, artifacts, lambda: est.plot(truth=data)
+
+
+class LiveSetup(typing.NamedTuple):
+    """What a live twin of a spec needs: its compiled program, step, and the stream's column names.
+
+    ``columns`` maps each stream column to the program's input or output name (``[data]``'s columns,
+    or the model's own names); ``time`` is the stream's time column.
+    """
+
+    program: Any
+    dt: float
+    time: str
+    columns: dict[str, str]
+
+
+def live_setup(spec: Spec) -> LiveSetup:
+    """The compiled central estimator of a chain spec and its stream's layout (``twinfer live``).
+
+    Raises:
+        SpecError: a spec the live twin cannot run (a grid, a distributed or banded estimator, noise
+            levels "auto", no step), naming the key.
+
+    """
+    from twinfer.infer import Central, compile
+
+    if not isinstance(spec.model, ChainModel):
+        raise SpecError('spec model.kind: expected "chain" for twinfer live (a grid twin is not there yet).')
+    e = spec.estimator
+    if e.kind != "central":
+        raise SpecError(f'spec estimator.kind: expected "central" for twinfer live; received "{e.kind}".')
+    noise_sd = e.noise_sd if e.noise_sd is not None else spec.simulate.noise_sd  # type: ignore[union-attr]
+    if noise_sd == "auto" or e.process_sd == "auto":
+        raise SpecError(
+            'spec estimator: twinfer live needs numbers for noise_sd and process_sd; received "auto".'
+        )
+    dt = spec.live.dt if spec.live.dt is not None else (spec.simulate.dt if spec.simulate else None)
+    if dt is None:
+        raise SpecError(
+            "spec live.dt: expected the model's step [s] (the stream's sampling interval); received none."
+        )
+    chain = _chain(spec)
+    input_sd = np.asarray(e.input_sd, dtype=np.float64)
+    hold = spec.data.input_hold if spec.data is not None else "zoh"
+    program = compile(
+        chain,
+        Central(filter=e.estimator, smoother=False, integrator=e.integrator, substeps=e.substeps),
+        dt=float(dt),
+        input_hold=hold,
+        noise_sd=noise_sd,
+        state_sd=e.state_sd,
+        process_sd=e.process_sd,
+        x0=e.x0,
+        unknown=spec.unknown or None,
+        input_sd=input_sd if np.any(input_sd) else None,
+    )
+    if spec.data is not None:
+        names = [*(spec.data.inputs or []), *spec.data.outputs]
+        time = spec.data.time
+    else:
+        names, time = [*chain.input_names, *chain.output_names], "t"
+    columns = dict(zip(names, [*program.input_names, *program.output_names], strict=True))
+    unknown = sorted({s for group in spec.live.groups.values() for s in group} - set(program.output_names))
+    if unknown:
+        raise SpecError(
+            f"spec live.groups: expected outputs among {list(program.output_names)}; received {unknown}."
+        )
+    return LiveSetup(program, float(dt), time, columns)
 
 
 _CENTRAL_UKF_COPIES = 12

@@ -36,6 +36,15 @@ def _fail(message: str, code: int = 2) -> NoReturn:
     raise typer.Exit(code)
 
 
+def _failed(what: str, exc: BaseException) -> NoReturn:
+    """Exit 1 with one line naming the command, the error's type and its first line."""
+    line = escape(f"{what} failed: {type(exc).__name__}: {exc}".splitlines()[0])
+    console.print(
+        f"[bold red]error:[/] {line} (--debug shows the traceback)", highlight=False, soft_wrap=True
+    )
+    raise typer.Exit(1) from None
+
+
 class _Interrupts:
     """Ctrl-C that cannot be lost: a SIGINT is remembered as well as raised.
 
@@ -401,11 +410,7 @@ def estimate(
     except Exception as exc:
         if debug:
             raise
-        line = escape(f"estimate {spec} failed: {type(exc).__name__}: {exc}".splitlines()[0])
-        console.print(
-            f"[bold red]error:[/] {line} (--debug shows the traceback)", highlight=False, soft_wrap=True
-        )
-        raise typer.Exit(1) from None
+        _failed(f"estimate {spec}", exc)
     _print_metrics(parsed.name, dict(artifacts.metrics), {})
     _print_run_folder(run_dir, start)
 
@@ -627,6 +632,159 @@ def _print_metrics(case: str, metrics: dict[str, float], paper: dict | object) -
         row = [escape(name), f"{metrics[name]:.4g}"]
         table.add_row(*row, *([f"{ref.value:.4g}" if ref else ""] if with_paper else []))
     out.print(table)
+
+
+def _live_source(
+    text: str, columns: list[str], time_key: str, name: str, fmt: str | None, start: Any = None
+) -> Any:
+    """A source from ``--source``: ``-`` (standard input), an MQTT address, or a file path."""
+    from twinfer.live._sources import FileSource, MqttSource, StreamSource
+
+    if fmt not in (None, "csv", "jsonl"):
+        _fail(f"--format: expected csv or jsonl; received {fmt!r}.")
+    if text == "-":
+        return StreamSource(sys.stdin.buffer, columns, time_key=time_key, format=fmt or "csv")  # type: ignore[arg-type]
+    if text.startswith("mqtt://"):
+        where = _mqtt_address(text, "--source")
+        return MqttSource(
+            where["host"], where["port"], where["topic"], columns, client_id=f"twinfer-live-{name}",
+            time_key=time_key, start=start, username=where["user"], password=where["password"],
+            protocol=where["protocol"],
+        )  # fmt: skip
+    fmt = fmt or ("jsonl" if Path(text).suffix.lower() in (".jsonl", ".ndjson") else "csv")
+    return FileSource(text, columns, time_key=time_key, format=fmt, start=start)  # type: ignore[arg-type]
+
+
+def _mqtt_address(text: str, option: str) -> dict[str, Any]:
+    """``mqtt://[USER[:PASSWORD]@]HOST:PORT/TOPIC[?protocol=3.1.1]`` as its parts."""
+    match = re.fullmatch(
+        r"mqtt://(?:([^:@/]+)(?::([^@/]*))?@)?([^:/@]+):(\d+)/([^?]+)(?:\?protocol=(5|3\.1\.1))?", text
+    )
+    if match is None:
+        _fail(
+            f"{option}: expected mqtt://[USER[:PASSWORD]@]HOST:PORT/TOPIC[?protocol=3.1.1]; "
+            f"received {text!r}."
+        )
+    user, password, host, port, topic, protocol = match.groups()
+    return {"user": user, "password": password, "host": host, "port": int(port), "topic": topic,
+            "protocol": protocol or "5"}  # fmt: skip
+
+
+@app.command()
+def live(
+    spec: Annotated[Path, typer.Argument(help="A spec file (TOML): model, estimator, unknowns, [live].")],
+    source: Annotated[
+        str,
+        typer.Option(
+            "--source",
+            help="A CSV/JSON-lines file being written, - (standard input), or mqtt://[USER@]HOST:PORT/TOPIC.",
+        ),
+    ],
+    out_dir: Annotated[Path, typer.Option("--out", help="Folder of the rows, events and snapshot.")],
+    resume: Annotated[bool, typer.Option("--resume", help="Continue from the snapshot in --out.")] = False,
+    fmt: Annotated[
+        str | None, typer.Option("--format", help="csv or jsonl (default: csv, jsonl for a .jsonl file).")
+    ] = None,
+    to_stdout: Annotated[bool, typer.Option("--stdout", help="Also print each row as a JSON line.")] = False,
+    publish: Annotated[
+        str | None, typer.Option("--publish", help="Also publish each row to mqtt://HOST:PORT/TOPIC.")
+    ] = None,
+    idle_exit: Annotated[
+        float | None, typer.Option("--idle-exit", help="Stop after this many seconds without a frame.")
+    ] = None,
+    debug: Annotated[bool, typer.Option("--debug", help="Show the full traceback of an error.")] = False,
+) -> None:
+    """Run a live twin of a spec on a stream: estimates as frames arrive, alarms, snapshots (docs/live.md).
+
+    Rows go to Parquet parts under --out (and standard output with --stdout); alarms to events parts and
+    the terminal. Every [live] snapshot_every seconds, and on Ctrl-C, the twin snapshots itself under
+    --out; --resume continues from there with nothing lost or counted twice. Exit status: 0 when the
+    stream ends or is stopped, 1 for an error while running, 2 for a bad spec or option.
+    """
+    import signal
+
+    _use_compilation_cache()
+    from twinfer.live import DriftAlarm, InnovationAlarm, Twin
+    from twinfer.live._run import run_live
+    from twinfer.live._sinks import JsonLinesSink, MqttSink
+    from twinfer.spec import SpecError, live_setup, load_spec
+
+    try:
+        parsed, _ = load_spec(spec)
+        setup = live_setup(parsed)
+    except SpecError as exc:
+        _fail(str(exc))
+        return
+    cfg = parsed.live
+    alarms = (
+        DriftAlarm(learning=cfg.learning, level=cfg.drift_level, persistence=cfg.persistence),
+        InnovationAlarm(
+            window=cfg.innovation_window, p=cfg.innovation_p, learning=cfg.learning, groups=cfg.groups
+        ),
+    )
+    columns = list(setup.columns)
+    stop = {"now": False}
+
+    def _stop(signum: int, frame: Any) -> None:
+        stop["now"] = True
+
+    def _status(st: Any) -> None:
+        drops = sum(st.drops.values()) + sum(twin.counts[k] for k in ("duplicate", "late", "off-grid"))
+        console.print(
+            f"[dim]live[/] frames {st.frames}  steps {st.rows}  dropped {drops}  lag {1e3 * st.lag:.1f} ms  "
+            f"real time x{st.realtime:.1f}  alarms {st.alarms}  snapshots {st.snapshots}",
+            highlight=False,
+        )
+
+    def _events(events: list[dict[str, Any]]) -> None:
+        for e in events:
+            where = "" if e["t"] is None else f" at t = {e['t']:.6g} s"
+            console.print(
+                f"[bold yellow]alarm[/] {escape(str(e['alarm']))} {escape(str(e['name']))} "
+                f"{escape(str(e['state']))}{where}",
+                highlight=False,
+            )
+
+    try:
+        twin = Twin(setup.program, dt=setup.dt, tolerance=cfg.tolerance, window=cfg.window, alarms=alarms)
+        src = _live_source(source, columns, setup.time, parsed.name, fmt)
+        sinks: list[Any] = [JsonLinesSink(sys.stdout)] if to_stdout else []
+        if publish is not None:
+            where = _mqtt_address(publish, "--publish")
+            sinks.append(
+                MqttSink(
+                    where["host"], where["port"], where["topic"], client_id=f"twinfer-live-{parsed.name}-out",
+                    username=where["user"], password=where["password"], protocol=where["protocol"],
+                )
+            )  # fmt: skip
+
+        def again(position: Any) -> Any:
+            return _live_source(source, columns, setup.time, parsed.name, fmt, position)
+
+        previous = {sig: signal.signal(sig, _stop) for sig in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            status = run_live(
+                twin, src, out_dir, columns=setup.columns, sinks=sinks, snapshot_every=cfg.snapshot_every,
+                resume=resume, idle_exit=idle_exit, should_stop=lambda: stop["now"], on_status=_status,
+                on_events=_events,
+                make_source=again,
+            )  # fmt: skip
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+    except Exception as exc:
+        if debug:
+            raise
+        _failed(f"live {spec}", exc)
+    counts = twin.counts
+    console.print(
+        f"live: {status.frames} frames, {counts['applied']} steps ({counts['predicted']} prediction-only), "
+        f"dropped: {dict(status.drops) or 'none'} from the source, {counts['duplicate']} duplicate, "
+        f"{counts['late']} late, {counts['off-grid']} off-grid; {status.alarms} alarms; "
+        f"snapshot {escape(str(out_dir / 'twin.snapshot'))}",
+        highlight=False,
+        soft_wrap=True,
+    )
 
 
 @app.command()

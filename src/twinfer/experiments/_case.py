@@ -15,7 +15,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, get_args, get_origin
 
-import numpy as np
 import pydantic
 
 from twinfer._atomic import read_regular
@@ -154,6 +153,7 @@ CASE_MODULES: dict[str, str] = {
     "common-interface": "common_interface",
     "emps": "emps",
     "grid": "grid",
+    "live-damage": "live_damage",
     "pinn-bayes": "pinn_bayes",
     "pinn-joint": "pinn_joint",
     "pinn-sparse": "pinn_sparse",
@@ -310,18 +310,3 @@ def known_names(value: list[str], allowed: Iterable[str]) -> list[str]:
     if bad or not value:
         raise ValueError(f"expected a non-empty list of {choices}; unknown: {bad}")
     return value
-
-
-def plot_estimates(ax: Any, arrays: Mapping[str, Any], labels: Iterable[str], name: str, band: float) -> None:
-    """Each run's estimate of ``name`` against ``arrays["t"]``, with its band of ``band`` sds.
-
-    ``arrays`` holds, per label, ``<label>.names``, ``<label>.means`` and ``<label>.stds``; runs are drawn
-    in C0, C1, ...
-    """
-    t = np.asarray(arrays["t"])
-    for k, lab in enumerate(labels):
-        names = [str(n) for n in np.asarray(arrays[f"{lab}.names"])]
-        j = names.index(name)
-        m, sd = np.asarray(arrays[f"{lab}.means"])[:, j], np.asarray(arrays[f"{lab}.stds"])[:, j]
-        ax.plot(t, m, color=f"C{k}", lw=1, label=lab)
-        ax.fill_between(t, m - band * sd, m + band * sd, color=f"C{k}", alpha=0.2)

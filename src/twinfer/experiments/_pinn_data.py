@@ -13,9 +13,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple
 
-import equinox as eqx
 import jax
-import jax.numpy as jnp
 import numpy as np
 import pydantic
 
@@ -23,19 +21,18 @@ from twinfer import metrics
 from twinfer.data import Dataset
 from twinfer.experiments._case import Case, Progress, register
 from twinfer.experiments._checkpointing import CheckpointSettings, case_checkpoint
-from twinfer.infer.filters import smooth
+from twinfer.infer import Central, estimate
 from twinfer.infer.pinn import (
     LossWeights,
     PositiveParameters,
     StateNetwork,
     TrainResult,
     TrainSettings,
+    fit_pinn,
+    network_response,
     observed_dofs,
-    predicted_force,
-    projected_parameters,
     sensor_losses,
     sensor_problem,
-    train,
 )
 from twinfer.models import Chain
 from twinfer.report import PaperValue, RunArtifacts, at_least
@@ -140,32 +137,6 @@ def simulate_chain(
     )
 
 
-def fitness_table(
-    n_dof: int,
-    truth: Mapping[str, np.ndarray],
-    estimate: Mapping[str, np.ndarray],
-    observed: Sequence[int],
-    prefix: str = "fitness",
-) -> dict[str, float]:
-    """Tables 2 and 5: per-quantity RMSE/range fitness (specs 6).
-
-    Averaged over all / observed / unobserved DOFs, and at the first and last DOF (specs 6). Keys:
-    ``{prefix}.all_u``, ``.unobs_udot``, ``.first_uddot``, ...
-    """
-    out: dict[str, float] = {}
-    obs = [d - 1 for d in observed]
-    unobs = [i for i in range(n_dof) if i not in obs]
-    for q in ("u", "udot", "uddot"):
-        per_dof = np.asarray(metrics.fitness(estimate[q], truth[q]))
-        out[f"{prefix}.all_{q}"] = float(per_dof.mean())
-        out[f"{prefix}.obs_{q}"] = float(per_dof[obs].mean())
-        if unobs:
-            out[f"{prefix}.unobs_{q}"] = float(per_dof[unobs].mean())
-        out[f"{prefix}.first_{q}"] = float(per_dof[0])
-        out[f"{prefix}.last_{q}"] = float(per_dof[-1])
-    return out
-
-
 def fitness_row(keys: Sequence[str], row: Sequence[float], source: str) -> dict[str, PaperValue]:
     """A fitness table's row as paper values ``fitness.<key>`` (Tables 2 and 5), all from ``source``."""
     tol = at_least(
@@ -247,72 +218,28 @@ def train_sensor_pinn(
     ic = np.arange(0, data.times.size, config.col_stride)
     acc_s, vel_s, disp_s = scales(data.acc_noisy[:, sensed])
     problem = sensor_problem(
-        model,
-        list(unobserved),
-        data.times[io],
-        data.acc_noisy[io][:, sensed],
-        data.force_noisy[io],
-        data.times[ic],
-        data.force_noisy[ic],
-        acc_scale=acc_s,
-        vel_scale=vel_s,
+        model, list(unobserved), data.times[io], data.acc_noisy[io][:, sensed], data.force_noisy[io],
+        data.times[ic], data.force_noisy[ic], acc_scale=acc_s, vel_scale=vel_s,
         weights=LossWeights(config.lambda_obs, config.lambda_cc, config.lambda_ode, config.lambda_ic),
-    )
-    span = float(data.times[-1] - data.times[0])
+    )  # fmt: skip
     net = StateNetwork(
-        jax.random.key(config.seed),
-        model.n_state,
-        float(data.times[0]),
-        span,
-        width=config.width,
-        depth=config.depth,
+        jax.random.key(config.seed), model.n_state, float(data.times[0]),
+        float(data.times[-1] - data.times[0]), width=config.width, depth=config.depth,
         activation=config.activation,
-        out_scale=[disp_s] * model.n_dof + [vel_s] * model.n_dof,
-        n_fourier=config.n_fourier,
-        max_cycles=config.max_cycles,
-        initial_state=np.zeros(model.n_state) if config.anchor_rest else None,
-    )
-    settings = train_settings(config)
+        out_scale=[disp_s] * model.n_dof + [vel_s] * model.n_dof, n_fourier=config.n_fourier,
+        max_cycles=config.max_cycles, initial_state=np.zeros(model.n_state) if config.anchor_rest else None,
+    )  # fmt: skip
     inputs = (data.times, data.acc_noisy, data.force_noisy)
     ckpt = case_checkpoint(case, config, case, data=inputs, exclude=("compare_ukf",))
-    trainable = (net,) if theta is None else (net, theta)
-
-    def loss_on(prob: Any, project: bool) -> Any:
-        def loss_fn(tr: tuple[Any, ...]) -> tuple[Any, dict[str, Any]]:
-            net_t, *rest = tr
-            th = rest[0] if rest else None
-            if th is not None and project:
-                th = projected_parameters(net_t, th, prob)
-            total, parts = sensor_losses(net_t, th, prob)
-            if th is not None:  # parameter trajectories for the convergence figure
-                parts = {**parts, **{f"param.{k}": v for k, v in th.as_dict().items()}}
-            return total, parts
-
-        return loss_fn
-
     # the repository's phase 2 raises the physics weight once the data are fitted (specs 2.6)
     w, fac = problem.weights, config.lbfgs_physics_factor
     second = dataclasses.replace(problem, weights=w._replace(cc=w.cc * fac, ode=w.ode * fac))
-    project = theta is not None and config.param_solve == "projection"
-    result = train(
-        trainable, loss_on(problem, False), settings, progress=progress, checkpoint=ckpt,
-        lbfgs_loss_fn=loss_on(second, True) if (fac != 1.0 or project) else None,
+    fit = fit_pinn(
+        net, theta, sensor_losses, problem, train_settings(config), progress=progress, checkpoint=ckpt,
+        lbfgs_problem=second if fac != 1.0 else None,
+        project=theta is not None and config.param_solve == "projection",
     )  # fmt: skip
-    if project:  # the L-BFGS phase solved for the parameters; give the solution at the final network
-        net_fit, th_fit = result.trainable
-        solved = eqx.filter_jit(projected_parameters)(net_fit, th_fit, second)
-        return net_fit, solved, result, observed
-    trained = result.trainable
-    return trained[0], (trained[1] if theta is not None else None), result, observed
-
-
-def evaluate_states(net: Any, model: Chain, params: Any, times: np.ndarray) -> dict[str, np.ndarray]:
-    """Network u, v, dv/dt and the Eq 15 force at every time of the clean grid (specs 2.3, predict())."""
-    z, dz = eqx.filter_jit(lambda nt, ts: nt.batch(ts))(net, jnp.asarray(times))
-    force = predicted_force(model, params, z, dz)
-    n = model.n_dof
-    return {"u": np.asarray(z[:, :n]), "udot": np.asarray(z[:, n:]), "uddot": np.asarray(dz[:, n:]),
-            "force": np.asarray(force)}  # fmt: skip
+    return fit.net, fit.theta, fit.result, observed
 
 
 def ukf_rts_states(
@@ -334,22 +261,16 @@ def ukf_rts_states(
     mask[::stride] = True
     obs = np.where(mask, data.acc_noisy[:, sensed], np.nan)
     dataset = Dataset(
-        data.times,
-        obs,
-        inputs=data.force_noisy,
-        mask=mask,
-        output_names=names,
+        data.times, obs, inputs=data.force_noisy, mask=mask, output_names=names,
         input_names=chain.input_names,
         metadata={"alignment": "held"},  # the published baseline's reading (REPRODUCTION.md)
-    )
-    noise_sd = np.asarray(noise_sd_for_snr(data.acc_noisy[:, sensed], snr_db))
+    )  # fmt: skip
     n = chain.n_dof
     force_sd = float(np.asarray(noise_sd_for_snr(data.force_noisy, snr_db)).max())
-    dt = float(data.times[1] - data.times[0])
-    process = [1e-9] * n + [max(force_sd / 10.0 * dt, 1e-9)] * n
-    est = smooth(
-        chain, dataset, x0=0.0, state_sd=1e-6, process_sd=process, noise_sd=noise_sd, estimator="ukf"
-    )
+    process = [1e-9] * n + [max(force_sd / 10.0 * float(data.times[1] - data.times[0]), 1e-9)] * n
+    noise_sd = np.asarray(noise_sd_for_snr(data.acc_noisy[:, sensed], snr_db))
+    est = estimate(chain, dataset, Central("ukf", smoother=True), x0=0.0, state_sd=1e-6, process_sd=process,
+                   noise_sd=noise_sd)  # fmt: skip
     means = np.asarray(est.means)
     acc = np.asarray(accelerations(chain, means, data.force_noisy))
     return {"u": means[:, :n], "udot": means[:, n:], "uddot": acc, "u_sd": np.asarray(est.stds)[:, :n]}
@@ -422,9 +343,9 @@ def score_states(
     training's time, epochs and final loss.
     """
     n = model.n_dof
-    est = evaluate_states(net, model, params, data.times)
+    est = network_response(net, model, params, data.times)
     truth = {"u": data.states[:, :n], "udot": data.states[:, n:], "uddot": data.acc}
-    out = fitness_table(n, truth, est, observed)
+    out = metrics.fitness_by_dof(est, truth, observed)
     out["fitness.f1"] = float(metrics.fitness(est["force"][:, 0], data.force[:, 0]))
     out["timing.train_s"] = result.train_s
     out["train.epochs"] = float(result.epochs)

@@ -1,4 +1,4 @@
-"""Shared pieces of the PN-SMC cases (boucwen, silverbox, emps): run the sampler, score, plot.
+"""Shared pieces of the PN-SMC cases (boucwen, silverbox, emps): run the sampler and score it.
 
 The particles' test simulations are :func:`twinfer.sim.particle_simulator` (and its feedback variant).
 
@@ -10,7 +10,6 @@ References:
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
 from typing import Any, Literal
 
 import jax
@@ -156,8 +155,8 @@ def rmse_metrics(prefix: str, rmse: np.ndarray) -> dict[str, float]:
 def ibis_arrays(res: IBISResult, prior: TransformedNormalPrior) -> dict[str, Any]:
     """Arrays saved in the run folder (posterior, prior, diagnostics) for figures and the netCDF.
 
-    IBIS diagnostics per observation go to ``smc_*`` (the ESS figure of :func:`posterior_figures`);
-    tempering's per stage to ``tempering_*`` (:func:`tempering_figure`).
+    IBIS diagnostics per observation go to ``smc_*``, tempering's per stage to ``tempering_*`` (the
+    figures of :func:`twinfer.report.figures.smc.smc_figures`).
     """
     out: dict[str, Any] = {
         "posterior_theta": res.theta,
@@ -174,28 +173,6 @@ def ibis_arrays(res: IBISResult, prior: TransformedNormalPrior) -> dict[str, Any
     return out
 
 
-def tempering_figure(arrays: Mapping[str, Any]) -> dict[str, Any]:
-    """Temperature, ESS after the reweighting and MH acceptance per tempering stage (empty for IBIS)."""
-    import matplotlib.pyplot as plt
-
-    if "tempering_lambdas" not in arrays:
-        return {}
-    lam = np.asarray(arrays["tempering_lambdas"])
-    stages = np.arange(1, lam.size + 1)
-    fig, (ax, ax_e) = plt.subplots(2, 1, figsize=(8, 4.5), sharex=True)
-    ax.semilogy(stages, lam, "o-", ms=3)
-    ax.set_ylabel("temperature lambda")
-    ax_e.plot(stages, np.asarray(arrays["tempering_ess"]), "o-", ms=3, label="ESS after reweighting")
-    ax_a = ax_e.twinx()
-    ax_a.plot(stages, np.asarray(arrays["tempering_acceptance"]), "C1s-", ms=3, label="MH acceptance")
-    ax_a.set_ylim(0, 1)
-    ax_a.set_ylabel("acceptance", color="C1")
-    ax_e.set_ylabel("ESS")
-    ax_e.set_xlabel("tempering stage")
-    fig.tight_layout()
-    return {"smc_tempering": fig}
-
-
 def make_pn(
     model: AbstractModel, q: int, method: str, measure: Any = None, shared_diffusion: bool = False
 ) -> PNFilter:
@@ -206,45 +183,3 @@ def make_pn(
 def equal_weight_particles(res: IBISResult, n: int, seed: int) -> np.ndarray:
     """``n`` particles (0: all) drawn by the final weights, so each scored particle has equal weight."""
     return equal_weight_draw(res.theta, res.log_w, n, seed + 3)
-
-
-def band_arrays(name: str, truth: np.ndarray, sims: np.ndarray) -> dict[str, np.ndarray]:
-    """Measured test output and the 5/50/95 % particle band, for the test-fit figure."""
-    return {
-        f"{name}_truth": truth,
-        f"{name}_sim_q05": np.quantile(sims, 0.05, axis=0),
-        f"{name}_sim_q95": np.quantile(sims, 0.95, axis=0),
-        f"{name}_sim_mean": sims.mean(axis=0),
-    }
-
-
-def band_figure(
-    arrays: Mapping[str, Any], name: str, fs: float, ylabel: str, key: str = "test_fit", title: str = ""
-) -> dict[str, Any]:
-    """Test output with the particle band, and below it the band minus the measured output.
-
-    The lower panel shows the error where the band is too thin to see on the output's scale; empty if
-    the arrays hold no such test.
-    """
-    import matplotlib.pyplot as plt
-
-    if f"{name}_truth" not in arrays:
-        return {}
-    y = np.asarray(arrays[f"{name}_truth"])
-    t = np.arange(y.size) / fs
-    lo, hi, mean = (np.asarray(arrays[f"{name}_sim_{s}"]) for s in ("q05", "q95", "mean"))
-    fig, (ax, ax_err) = plt.subplots(2, 1, figsize=(9, 5), sharex=True, height_ratios=(2, 1))
-    ax.fill_between(t, lo, hi, alpha=0.4, label="particles 5-95%")
-    ax.plot(t, y, "k", lw=0.5, label="measured")
-    ax.plot(t, mean, "C1--", lw=0.5, label="particle mean")
-    ax.set_ylabel(ylabel)
-    ax.legend(fontsize=7, frameon=False, loc="upper right")
-    ax_err.fill_between(t, lo - y, hi - y, alpha=0.4)
-    ax_err.plot(t, mean - y, "C1", lw=0.5)
-    ax_err.axhline(0.0, color="k", lw=0.5)
-    ax_err.set_ylabel("simulated - measured", fontsize=8)
-    ax_err.set_xlabel("time in test window [s]")
-    if title:
-        ax.set_title(title, fontsize=9)
-    fig.tight_layout()
-    return {key: fig}

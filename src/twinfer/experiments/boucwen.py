@@ -38,8 +38,11 @@ from twinfer.infer.smc import IBISResult, TransformedNormalPrior, weighted_momen
 from twinfer.metrics import coverage, nrmse
 from twinfer.models import BoucWen
 from twinfer.models.boucwen import BENCHMARK_PARAMS
-from twinfer.report import PaperValue, RunArtifacts, at_most, posterior_figures
+from twinfer.report import PaperValue, RunArtifacts, at_most
+from twinfer.report.figures.bands import particle_band_arrays, particle_bands_figure, state_bands_figure
+from twinfer.report.figures.smc import smc_figures
 from twinfer.sim import accelerations, discretise, particle_simulator, simulate_discrete
+from twinfer.sim._cosine_sum import cosine_sum
 
 NAMES = ("m", "c", "k", "alpha", "beta", "gamma", "delta")
 # Table 1 (variances), delta centred on the benchmark sign (specs 6.14)
@@ -81,22 +84,6 @@ class BoucWenConfig(_pnsmc.SMCSettings):
         description="Independent repeats (seed, seed + 1, ...: data and sampler) whose posteriors score "
         "each identified parameter's 95 % coverage over repeats (calibration.*); the first is the run.",
     )
-
-
-def cosine_sum(freqs: np.ndarray, phases: np.ndarray, n: int, dt: float, block: int = 512) -> np.ndarray:
-    """``s_k = sum_j cos(2 pi f_j k dt + phi_j)`` for ``k = 0..n-1``, by two matrix products.
-
-    With ``k = a B + b`` (``B = block``), ``cos(w_j (aB + b) dt + phi_j)`` splits by angle addition into
-    ``cos(A_aj) cos(B_bj) - sin(A_aj) sin(B_bj)``, ``A_aj = w_j a B dt + phi_j``, ``B_bj = w_j b dt``: a
-    ``(n/B, J) x (J, B)`` product instead of ``n J`` cosines (the multisines' thousands of lines at
-    131 kHz). Equal to the direct sum to rounding (the angles are the same up to one addition).
-    """
-    freqs, phases = np.asarray(freqs, np.float64), np.asarray(phases, np.float64)
-    n_a = -(-n // block)
-    ang_a = 2 * np.pi * np.outer(np.arange(n_a) * (block * dt), freqs) + phases[None, :]
-    ang_b = 2 * np.pi * np.outer(np.arange(block) * dt, freqs)
-    out = np.cos(ang_a) @ np.cos(ang_b).T - np.sin(ang_a) @ np.sin(ang_b).T
-    return out.ravel()[:n]
 
 
 def training_force(config: BoucWenConfig, n: int, rate: float = FS_TRUTH, offset: float = 0.0) -> np.ndarray:
@@ -280,10 +267,7 @@ def run(config: BoucWenConfig, progress: Progress) -> RunArtifacts:
         y_true = _simulate(config, NAMES, truth, force)[0][-n:]
         sims = _simulate(config, NAMES, thetas, force)[:, -n:]
         metrics.update(_pnsmc.rmse_metrics(f"{name}.test.", _pnsmc.rmse_per_particle(sims, y_true)))
-        arrays[f"{name}_truth"] = y_true
-        arrays[f"{name}_sim_q05"] = np.quantile(sims, 0.05, axis=0)
-        arrays[f"{name}_sim_q95"] = np.quantile(sims, 0.95, axis=0)
-        arrays[f"{name}_sim_mean"] = sims.mean(axis=0)
+        arrays.update(particle_band_arrays(name, y_true, sims))
         progress(f"test simulations ({name})", 1, 1)
     metrics["test.rmse_mean"] = max(metrics["sinesweep.test.rmse_mean"], metrics["multisine.test.rmse_mean"])
     metrics["test.rmse_min"] = min(metrics["sinesweep.test.rmse_min"], metrics["multisine.test.rmse_min"])
@@ -327,42 +311,20 @@ def run(config: BoucWenConfig, progress: Progress) -> RunArtifacts:
 
 
 def figures(arrays: Mapping[str, Any], config: BoucWenConfig) -> dict[str, Any]:
-    """Prior vs posterior, ESS over time, and the test fits with the particle band."""
-    import matplotlib.pyplot as plt
-
-    figs = posterior_figures(arrays, {n: BENCHMARK_PARAMS[n] for n in NAMES})
-    figs.update(_pnsmc.tempering_figure(arrays))
-    fig, axes = plt.subplots(2, 1, figsize=(9, 6))
-    for ax, name in zip(axes, ("sinesweep", "multisine"), strict=True):
-        if f"{name}_truth" not in arrays:
-            continue
-        y = np.asarray(arrays[f"{name}_truth"])
-        t = np.arange(y.size) / FS_TEST
-        ax.fill_between(
-            t, arrays[f"{name}_sim_q05"], arrays[f"{name}_sim_q95"], alpha=0.4, label="particles 5-95%"
-        )
-        ax.plot(t, y, "k", lw=0.5, label="benchmark truth")
-        ax.plot(t, arrays[f"{name}_sim_mean"], "C1--", lw=0.5, label="particle mean")
-        ax.set_ylabel(f"{name} x [m]")
-        ax.legend(fontsize=7, frameon=False, loc="upper right")
-    axes[1].set_xlabel("time [s]")
-    fig.tight_layout()
-    figs["test_fit"] = fig
+    """Prior vs posterior, ESS over time, the test fits with the particle band, and Fig. 3's states."""
+    figs = smc_figures(arrays, {n: BENCHMARK_PARAMS[n] for n in NAMES})
+    tests = ("sinesweep", "multisine")
+    labels = tuple(f"{name} x [m]" for name in tests)
+    figs["test_fit"] = particle_bands_figure(arrays, tests, FS_TEST, labels, "benchmark truth")
     if "train_states_mean" in arrays:  # Fig. 3: the posterior states on the training data
-        mean, sd = np.asarray(arrays["train_states_mean"]), np.asarray(arrays["train_states_sd"])
-        truth = np.asarray(arrays["train_states_truth"])
-        t = np.asarray(arrays["train_t"])
-        fig3, axes3 = plt.subplots(3, 1, figsize=(9, 7), sharex=True)
-        for j, (ax, label) in enumerate(zip(axes3, ("x [m]", "v [m/s]", "z [m]"), strict=True)):
-            ax.fill_between(t, mean[:, j] - 2 * sd[:, j], mean[:, j] + 2 * sd[:, j], alpha=0.35, label="2 sd")
-            ax.plot(t, truth[:, j], "k", lw=0.5, label="truth")
-            ax.plot(t, mean[:, j], "C1--", lw=0.5, label="posterior mean")
-            ax.set_ylabel(label)
-            ax.legend(fontsize=7, frameon=False, loc="upper right", ncol=3)
-        axes3[0].set_title("boucwen (pn-smc Fig. 3): posterior states on the training data")
-        axes3[2].set_xlabel("time [s]")
-        fig3.tight_layout()
-        figs["train_states"] = fig3
+        figs["train_states"] = state_bands_figure(
+            np.asarray(arrays["train_t"]),
+            np.asarray(arrays["train_states_mean"]),
+            np.asarray(arrays["train_states_sd"]),
+            np.asarray(arrays["train_states_truth"]),
+            ("x [m]", "v [m/s]", "z [m]"),
+            "boucwen (pn-smc Fig. 3): posterior states on the training data",
+        )
     return figs
 
 

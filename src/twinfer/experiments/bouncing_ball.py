@@ -38,6 +38,7 @@ from twinfer.models import (
     ball_combination,
 )
 from twinfer.report import PaperValue, RunArtifacts, matrix_figure, weight_summary, within
+from twinfer.report.figures.trajectories import scenario_trajectories_figure
 from twinfer.sim import simulate_events
 
 SCENARIOS = BALL_SCENARIOS
@@ -240,25 +241,9 @@ def _comparisons(metrics: Mapping[str, float], topologies: list[str]) -> list[st
 
 def figures(arrays: Mapping[str, Any], config: BouncingBallConfig) -> dict[str, Any]:
     """Trajectories per scenario (ground truth, FPM, each topology) and each topology's matrices."""
-    import matplotlib.pyplot as plt
-
-    t = np.asarray(arrays["times"])
-    truth, fpm = np.asarray(arrays["truth"]), np.asarray(arrays["fpm"])
-    fig, axes = plt.subplots(5, 2, figsize=(11, 13), sharex=True)
-    for s in range(5):
-        for col, idx, label in ((0, 0, "s_x [m]"), (1, 2, "s_y [m]")):
-            ax = axes[s, col]
-            ax.plot(t, truth[s, :, idx], "k", lw=1.4, label="ground truth")
-            ax.plot(t, fpm[s, :, idx], "k--", lw=1.0, label="physics model")
-            for j, topo in enumerate(config.topologies):
-                if f"pred_{topo}" in arrays:
-                    ax.plot(t, np.asarray(arrays[f"pred_{topo}"])[s, :, idx], f"C{j}", lw=0.9, label=topo)
-            ax.set_ylabel(f"{label} (s{s + 1}{', test' if s == 4 else ''})", fontsize=8)
-            ax.grid(alpha=0.3)
-    axes[0, 0].legend(fontsize=7, ncol=4, frameon=False)
-    axes[-1, 0].set_xlabel("time [s]")
-    axes[-1, 1].set_xlabel("time [s]")
-    figs = {"trajectories": fig}
+    preds = [(topo, arrays.get(f"pred_{topo}")) for topo in config.topologies]
+    t, truth, fpm = (np.asarray(arrays[k]) for k in ("times", "truth", "fpm"))
+    figs = {"trajectories": scenario_trajectories_figure(t, truth, fpm, preds, test=4)}
     labels = block_labels()
     for topo in config.topologies:
         blocks = {f"W_{k[len(topo) + 3 :]}": arrays[k] for k in arrays if k.startswith(f"W_{topo}_")}

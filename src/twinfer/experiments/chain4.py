@@ -9,8 +9,9 @@ the report says so. ``--set truth=exact`` simulates with the exact (matrix-expon
 instead, so the filter's Euler model is no longer the truth generator (no "inverse crime").
 
 The SINDy estimator's interface law is fitted on an independent training record from measurements only
-(:func:`fit_sindy`: noisy a1, a2, a3, the applied force and S1's known parameters); ``--set
-sindy_target=true-force`` fits it to the simulation's true interface force instead (an oracle).
+(:func:`~twinfer.learn._measured_law.fit_measured_law`: noisy a1, a2, a3, the applied force and S1's
+known parameters); ``--set sindy_target=true-force`` fits it to the simulation's true interface force
+instead (an oracle).
 
 References:
     Ghorbani & Hackl, "Subsystem structure as an inferential resource for coupled engineered systems",
@@ -24,13 +25,12 @@ import dataclasses
 import functools
 import time
 from collections.abc import Callable, Mapping
-from typing import Any, Literal, NamedTuple
+from typing import Any, Literal
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pydantic
-from jaxtyping import Float
 
 from twinfer import metrics
 from twinfer.data import Dataset
@@ -45,18 +45,16 @@ from twinfer.infer.graph._run import with_numbers
 from twinfer.learn import (
     TERMS,
     SindyFit,
-    balance_force,
-    fit_interface_law,
-    highpass,
     library_law,
     library_reaction,
     linear_coefficients,
-    reconstruct_relative,
 )
+from twinfer.learn._measured_law import InterfaceRecord, fit_measured_law, fit_true_force_law
 from twinfer.models import Chain
 from twinfer.models.chain import spring_damper_force
 from twinfer.programs import Job, compiling
 from twinfer.report import PaperValue, RunArtifacts, at_most, near, within
+from twinfer.report.figures.chains import chain_record_figure, estimator_comparison_figures
 from twinfer.sim import GraphNode, accelerations, discretise, graph_node, simulate_discrete
 
 Positive = pydantic.PositiveFloat
@@ -311,26 +309,7 @@ def build_central(config: Chain4Config) -> Graph:
     return Graph("central", [mono])
 
 
-class SindyRecord(NamedTuple):
-    """All that the SINDy fit sees: a measurement record of S1's side of the interface (section 2.7).
-
-    Measured accelerations (with the case's accelerometer noise) of masses 1, 2 and 3, the known force
-    applied to mass 2 over each sample's step, and S1's known numbers: mass m2 and its inner connection
-    k2, c2 (k4 in S2 is the filters' unknown, so S2's balance is not used). No state, interface force or
-    interface parameter of the simulation.
-    """
-
-    a1: Float[np.ndarray, " time"]
-    a2: Float[np.ndarray, " time"]
-    a3: Float[np.ndarray, " time"]
-    f2: Float[np.ndarray, " time"]
-    m2: float
-    k2: float
-    c2: float
-    dt: float
-
-
-def _training_run(config: Chain4Config) -> tuple[SindyRecord, np.ndarray]:
+def _training_run(config: Chain4Config) -> tuple[InterfaceRecord, np.ndarray]:
     """The SINDy training record and, kept apart, the true interface force of its simulation.
 
     The chain is simulated exactly (zero-order hold) under a fresh forcing and noise realisation (seed
@@ -340,22 +319,24 @@ def _training_run(config: Chain4Config) -> tuple[SindyRecord, np.ndarray]:
     with the force of step ``j`` (the force that produced it, [REPO] measurement).
 
     Returns:
-        The :class:`SindyRecord`, and the true force ``k3 (x2 - x3) + c3 (v2 - v3)`` (eq. S24) at the
-        same samples, which only the ``true-force`` oracle target uses.
+        The :class:`~twinfer.learn._measured_law.InterfaceRecord` of S1's side of the (k3, c3) interface
+        (measured a1, a2, a3, the force on mass 2, m2, k2, c2), and the true force
+        ``k3 (x2 - x3) + c3 (v2 - v3)`` (eq. S24) at the same samples, which only the ``true-force``
+        oracle target uses.
 
     """
     train = config.model_copy(update={"seed": config.sindy_train_seed, "truth": "exact"})
     forces, noise, states, acc = _record(train)
     meas = (acc + noise)[1:]
     s1 = build_chain(config).segment(1, 2).params  # S1's known model, as its filter has it
-    record = SindyRecord(
-        a1=meas[:, 0],
-        a2=meas[:, 1],
-        a3=meas[:, 2],
-        f2=np.asarray(forces[:, 1], dtype=np.float64),
-        m2=float(s1["m"][1]),
-        k2=float(s1["k"][1]),
-        c2=float(s1["c"][1]),
+    record = InterfaceRecord(
+        acc_inner=meas[:, 0],
+        acc_send=meas[:, 1],
+        acc_recv=meas[:, 2],
+        force_send=np.asarray(forces[:, 1], dtype=np.float64),
+        mass=float(s1["m"][1]),
+        stiffness=float(s1["k"][1]),
+        damping=float(s1["c"][1]),
         dt=config.dt,
     )
     true_force = spring_damper_force(
@@ -364,73 +345,24 @@ def _training_run(config: Chain4Config) -> tuple[SindyRecord, np.ndarray]:
     return record, np.asarray(true_force)
 
 
-def sindy_record(config: Chain4Config) -> SindyRecord:
-    """The measurement record of the SINDy training run (:func:`_training_run`)."""
-    return _training_run(config)[0]
-
-
-def _regressors(record: SindyRecord, cutoff_hz: float) -> tuple[np.ndarray, np.ndarray]:
-    """``dx = x2 - x3`` and ``dv = v2 - v3`` from the measured ``a2 - a3`` (trapezoid + high-pass, S47)."""
-    return reconstruct_relative(record.a2 - record.a3, record.dt, cutoff_hz)
-
-
-def fit_sindy(record: SindyRecord, threshold: float = 0.02, cutoff_hz: float = 0.2) -> SindyFit:
-    """Fit the interface law from a measurement record only (section 2.7, eq. S47-S50).
-
-    Regressors: ``dx``, ``dv`` reconstructed from the measured ``a2 - a3``. Target: the interface force
-    from mass 2's equation of motion (eq. S20-S21), ``F = f2 - m2 a2 - k2 (x2 - x1) - c2 (v2 - v1)``
-    with ``x2 - x1``, ``v2 - v1`` reconstructed from the measured ``a2 - a1`` like ``dx``, ``dv`` and every
-    term through the same high-pass (:func:`twinfer.learn.balance_force`). Nothing of the simulation's
-    truth enters: the inputs are the record's measured accelerations, the applied force and S1's known
-    parameters. Threshold and cut-off are justified from the nominal model in :mod:`twinfer.learn._sindy`.
-
-    Measured on the default 10 s record: k within 0.1 %, c within 0.3 %, the nonlinear terms pruned (the
-    2 s ``--quick`` record: c within 3.5 %, the noise of the reconstructed ``x2 - x1`` in the target).
-    The paper's S50 law is +12.2 % in k, +10.3 % in c, with cubic and quadratic terms of a law that is
-    linear. With those coefficients in place of the fit, :func:`graph_estimators` gives state RMSE
-    2.377e-3 and k4 NRMSE 2.390e-2 when the law is sent as a mean message (``sindy_messages=
-    "deterministic"``, the authors' code): Table S1's SINDy row, at a coverage of 0.54, not the printed
-    1.00. Sent as a probabilistic message (the default, as the paper's text says) the S50 law gives
-    1.335e-3, 1.333e-2 and coverage 0.91. The row thus measures the paper's law error; a fit this close
-    puts the SINDy-Jacobi filter next to the probabilistic Jacobi (same messages, coverage 1.00).
-
-    Args:
-        record: the measurement record.
-        threshold: STLSQ threshold (:func:`twinfer.learn.fit_interface_law`).
-        cutoff_hz: the drift high-pass cut-off of regressors and target.
-
-    Returns:
-        :class:`SindyFit` over :data:`twinfer.learn.TERMS`.
-
-    """
-    dx, dv = _regressors(record, cutoff_hz)
-    force = balance_force(
-        record.a2, record.a1, record.f2, record.m2, record.k2, record.c2, record.dt, cutoff_hz
-    )
-    return fit_interface_law(dx, dv, force, threshold=threshold)
-
-
-def fit_sindy_true_force(
-    record: SindyRecord, true_force: Any, threshold: float = 0.02, cutoff_hz: float = 0.2
-) -> SindyFit:
-    """The oracle variant: the same regressors, the simulation's true interface force as the target.
-
-    The paper's "reconstructed from high-fidelity simulation" reading of its target (S47): the force
-    ``k3 (x2 - x3) + c3 (v2 - v3)`` of the true states and true k3, c3, high-passed like the regressors.
-    It fits the truth from the truth; kept to separate the target's error from the regressors'.
-    """
-    dx, dv = _regressors(record, cutoff_hz)
-    force = highpass(true_force, record.dt, cutoff_hz)
-    return fit_interface_law(dx, dv, force, threshold=threshold)
-
-
 def learn_interface_law(config: Chain4Config) -> SindyFit:
-    """The SINDy law of the configured target (``sindy_target``) on the training record."""
+    """The SINDy law of the configured target (``sindy_target``) on the training record.
+
+    ``measured`` (:func:`~twinfer.learn._measured_law.fit_measured_law`) sees only the record. The
+    paper's S50 law is +12.2 % in k, +10.3 % in c, with cubic and quadratic terms of a law that is linear.
+    With those coefficients in place of the fit, :func:`graph_estimators` gives state RMSE 2.377e-3 and
+    k4 NRMSE 2.390e-2 when the law is sent as a mean message (``sindy_messages="deterministic"``, the
+    authors' code): Table S1's SINDy row, at a coverage of 0.54, not the printed 1.00. Sent as a
+    probabilistic message (the default, as the paper's text says) the S50 law gives 1.335e-3, 1.333e-2
+    and coverage 0.91. The row thus measures the paper's law error; the measured fit (k within 0.1 %, c
+    within 0.3 % on the 10 s record) puts the SINDy-Jacobi filter next to the probabilistic Jacobi (same
+    messages, coverage 1.00).
+    """
     record, true_force = _training_run(config)
     settings = {"threshold": config.sindy_threshold, "cutoff_hz": config.sindy_highpass_hz}
     if config.sindy_target == "measured":
-        return fit_sindy(record, **settings)
-    return fit_sindy_true_force(record, true_force, **settings)
+        return fit_measured_law(record, **settings)
+    return fit_true_force_law(record, true_force, **settings)
 
 
 def graph_estimators(
@@ -673,92 +605,25 @@ def run(config: Chain4Config, progress: Progress) -> RunArtifacts:
 
 
 def figures(arrays: Mapping[str, Any], config: Chain4Config) -> dict[str, Any]:
-    """Simulated states and the noisy measurements."""
-    import matplotlib.pyplot as plt
-
-    t = np.asarray(arrays["times"])
-    states = np.asarray(arrays["truth_states"])
-    obs = np.asarray(arrays["observations"])
-    fig, axes = plt.subplots(3, 1, figsize=(9, 8), sharex=True)
-    for i in range(4):
-        axes[0].plot(t, states[:, i], lw=0.8, label=f"x{i + 1}")
-        axes[1].plot(t, states[:, 4 + i], lw=0.8, label=f"v{i + 1}")
+    """Simulated states and the noisy measurements; Fig. 2b-e where the estimators ran."""
     names = ("a1", "a4") if config.boundary else ("a1", "a2", "a3", "a4")
-    for j, name in enumerate(names):
-        axes[2].plot(t, obs[:, j], lw=0.5, label=f"{name} measured")
-    axes[0].set_ylabel("displacement [m]")
-    axes[1].set_ylabel("velocity [m/s]")
-    axes[2].set_ylabel("acceleration [m/s²]")
-    axes[2].set_xlabel("time [s]")
-    for ax in axes:
-        ax.legend(loc="upper right", ncol=4, fontsize=7, frameon=False)
-        ax.grid(alpha=0.3)
-    axes[0].set_title("chain4: simulated states and noisy accelerometer measurements")
-    figs = {"simulation": fig}
+    title = "chain4: simulated states and noisy accelerometer measurements"
+    record = chain_record_figure(
+        np.asarray(arrays["times"]),
+        np.asarray(arrays["truth_states"]),
+        np.asarray(arrays["observations"]),
+        names,
+        title,
+    )
+    figs = {"simulation": record}
     if "probabilistic_fmsg_mean" in arrays:
-        figs.update(_comparison_figures(arrays, config))
+        states = ((2, "x3 [m]"), (6, "v3 [m/s]"))
+        band = metrics.band_z(0.95)  # the 95 % band's half-width in sds
+        figs.update(estimator_comparison_figures(arrays, _STYLE, states, (8, "k4", config.stiffness), band))
     return figs
 
 
 _STYLE = {"central": "C0", "deterministic": "C3", "probabilistic": "C2", "sindy": "C4"}
-
-
-def _comparison_figures(arrays: Mapping[str, Any], config: Chain4Config) -> dict[str, Any]:
-    """Fig. 2b-e: x3 and v3 of the estimators with 95 % bands, k4 of all four, F_msg with its envelope."""
-    import matplotlib.pyplot as plt
-
-    t = np.asarray(arrays["times"])
-    z = metrics.band_z(0.95)  # the 95 % band's half-width in sds
-    truth = np.asarray(arrays["truth_states"])
-    names = [n for n in _STYLE if f"{n}_mean" in arrays]
-    fig_xv, axes = plt.subplots(2, 1, figsize=(9, 6), sharex=True)
-    for ax, idx, label in ((axes[0], 2, "x3 [m]"), (axes[1], 6, "v3 [m/s]")):
-        ax.plot(t, truth[:, idx], "k", lw=0.9, label="truth")
-        for n in ("central", "deterministic", "probabilistic"):
-            mean, sd = (
-                np.asarray(arrays[f"{n}_mean"])[:, idx],
-                np.sqrt(np.asarray(arrays[f"{n}_var"])[:, idx]),
-            )
-            ax.plot(t, mean, color=_STYLE[n], lw=0.8, ls="--", label=n)
-            ax.fill_between(t, mean - z * sd, mean + z * sd, color=_STYLE[n], alpha=0.15)
-        ax.set_ylabel(label)
-        ax.grid(alpha=0.3)
-        ax.legend(loc="upper left", fontsize=7, frameon=False, ncol=4)
-    axes[0].set_title("chain4 (Fig. 2b-c): distributed against monolithic, 95 % bands")
-    axes[1].set_xlabel("time [s]")
-    fig_k4, ax = plt.subplots(figsize=(9, 3.5))
-    for n in names:
-        mean, sd = np.asarray(arrays[f"{n}_mean"])[:, 8], np.sqrt(np.asarray(arrays[f"{n}_var"])[:, 8])
-        ax.plot(t, mean, color=_STYLE[n], lw=0.9, label=n)
-        ax.fill_between(t, mean - z * sd, mean + z * sd, color=_STYLE[n], alpha=0.12)
-    ax.axhline(config.stiffness, color="k", ls="--", lw=0.8, label="true k4")
-    ax.set_ylim(0.0, 2.0 * config.stiffness)
-    ax.set(
-        xlabel="time [s]", ylabel="k4 [N/m]", title="chain4 (Fig. 2d): k4 of the four estimators, 95 % bands"
-    )
-    ax.grid(alpha=0.3)
-    ax.legend(frameon=False, fontsize=8, ncol=5)
-    fig_f, axes_f = plt.subplots(2, 1, figsize=(9, 6), sharex=True)
-    panels = (
-        (axes_f[0], ("central",), "joint covariance"),
-        (axes_f[1], ("deterministic", "probabilistic"), "S33"),
-    )
-    for ax, group, how in panels:
-        ax.plot(t, np.asarray(arrays["truth_fmsg"]), "k", lw=0.9, label="true F")
-        for n in group:
-            mean, sd = np.asarray(arrays[f"{n}_fmsg_mean"]), np.asarray(arrays[f"{n}_fmsg_sd"])
-            ax.plot(t, mean, color=_STYLE[n], lw=0.8, ls="--", label=f"{n} F_msg")
-            ax.fill_between(t, mean - z * sd, mean + z * sd, color=_STYLE[n], alpha=0.2)
-        ax.set_ylabel(f"F_msg [N] ({how})")
-        ax.grid(alpha=0.3)
-        ax.legend(frameon=False, fontsize=8, ncol=3, loc="upper left")
-    axes_f[0].set_title(
-        "chain4 (Fig. 2e): interface message, 95 % envelope: central (ports' cross-covariance) and "
-        "distributed (ports independent, S33)",
-        fontsize=9,
-    )
-    axes_f[1].set_xlabel("time [s]")
-    return {"estimators_x3_v3": fig_xv, "estimators_k4": fig_k4, "interface_force": fig_f}
 
 
 _TABLE_S1 = {

@@ -37,7 +37,7 @@ import numpy as np
 import pydantic
 
 from twinfer import timing
-from twinfer.experiments._case import Case, CaseConfig, Progress, plot_estimates, register
+from twinfer.experiments._case import Case, CaseConfig, Progress, register
 from twinfer.infer import Distributed, estimate
 from twinfer.infer.filters import FilterConsistencyWarning
 from twinfer.infer.gaussian import UnscentedWeights
@@ -46,6 +46,7 @@ from twinfer.infer.graph._diffusion import diffuse
 from twinfer.metrics import band_z, coverage, nrmse_constant, rmse
 from twinfer.models import SpringNetwork, defects_along
 from twinfer.report import PaperValue, RunArtifacts, at_least, at_most, near, within
+from twinfer.report.figures.chains import envelopes_figure, parameter_bands_figure
 from twinfer.sim import simulate_dataset
 
 MASSES = ("m1", "m2", ("m3", "mstar"), "m4", "m5", "m6")
@@ -341,42 +342,13 @@ def _defect(results: Mapping[str, Any], defect: str) -> np.ndarray:
 
 def figures(arrays: Mapping[str, Any], config: Chain6Config) -> dict[str, Any]:
     """Fig. S5 (parameters with 95 % bands), S6 (x1, x6 against the truth), S7 (diffusion envelopes)."""
-    import matplotlib.pyplot as plt
-
-    t = np.asarray(arrays["t"])
     z = band_z(0.95)  # the 95 % band's half-width in sds
-    out: dict[str, Any] = {}
-    fig, axes = plt.subplots(2, 4, figsize=(14, 6), sharex=True)
     labels = [lab for lab in ("distributed", "central") if f"{lab}.means" in arrays]
-    for ax, p in zip(axes.ravel(), UNKNOWN, strict=True):
-        plot_estimates(ax, arrays, labels, p, z)
-        ax.axhline(VALUES[p], color="k", ls="--", lw=1, label="truth")
-        ax.set_title(p)
-        ax.set_ylim(0.3 * VALUES[p], 1.7 * VALUES[p])
-    axes[0, 0].legend(fontsize=8)
-    for ax in axes[1]:
-        ax.set_xlabel("t [s]")
-    fig.tight_layout()
-    out["parameters"] = fig
-    truth = np.asarray(arrays["truth"])
-    names = [str(n) for n in np.asarray(arrays["distributed.names"])]
-    fig, axes = plt.subplots(2, 1, figsize=(10, 6), sharex=True)
-    for ax, s in zip(axes, ("x1", "x6"), strict=True):
-        j = names.index(s)
-        m = np.asarray(arrays["distributed.means"])[:, j]
-        sd = np.asarray(arrays["distributed.stds"])[:, j]
-        ax.plot(t, truth[:, j], "k", lw=1, label="truth")
-        ax.plot(t, m, "C0", lw=0.8, label="distributed UKF")
-        ax.fill_between(t, m - z * sd, m + z * sd, color="C0", alpha=0.3, label="UKF 95 % band")
-        for method, color in (("one_hop", "C2"), ("heat", "C3")):
-            half = np.asarray(arrays[f"envelope.{method}.kstar.{s}"])
-            ax.fill_between(t, m - half, m + half, color=color, alpha=0.25, label=f"{method} envelope (k*)")
-        ax.set_ylabel(f"{s} [m]")
-        ax.legend(fontsize=8, loc="upper right")
-    axes[-1].set_xlabel("t [s]")
-    fig.tight_layout()
-    out["envelopes"] = fig
-    return out
+    truth = {p: VALUES[p] for p in UNKNOWN}
+    return {
+        "parameters": parameter_bands_figure(arrays, labels, truth, z, rows=2, figsize=(14, 6)),
+        "envelopes": envelopes_figure(arrays, "distributed", ("x1", "x6"), "kstar", z),
+    }
 
 
 _OTHER_RUN = (

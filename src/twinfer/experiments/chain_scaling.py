@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import time
 import warnings
-from collections.abc import Mapping
 from typing import Any, Literal
 
 import jax
@@ -39,6 +38,7 @@ from twinfer.infer.graph import Graph, clear_compiled
 from twinfer.metrics import coverage, loglog_slope, nrmse_constant, rmse
 from twinfer.models import Chain
 from twinfer.report import PaperValue, RunArtifacts, at_most, near
+from twinfer.report.figures.chains import scaling_figure
 from twinfer.sim import simulate_dataset
 
 
@@ -246,31 +246,6 @@ def run(config: ChainScalingConfig, progress: Progress) -> RunArtifacts:
     return RunArtifacts(metrics=metrics, arrays=arrays, notes=notes)
 
 
-def figures(arrays: Mapping[str, Any], config: ChainScalingConfig) -> dict[str, Any]:
-    """Fig. S4: run time and state RMSE against the number of subsystems, log-log."""
-    import matplotlib.pyplot as plt
-
-    n = np.asarray(arrays["n"])
-    fig, (ax_t, ax_e) = plt.subplots(1, 2, figsize=(10, 4))
-    lines = (("dist", "distributed", "o"), ("cent", "central", "s"), ("band", "banded", "^"))
-    for key, label, marker in lines:
-        if f"{key}_s" not in arrays:
-            continue
-        t, e = np.asarray(arrays[f"{key}_s"]), np.asarray(arrays[f"{key}_rmse"])
-        ok = np.isfinite(t)
-        ax_t.loglog(n[ok], t[ok], marker=marker, label=label)
-        ax_e.loglog(n[ok], e[ok], marker=marker, label=label)
-    ax_t.set_xlabel("subsystems n")
-    ax_t.set_ylabel("run time [s] (compiled scan)")
-    ax_e.set_xlabel("subsystems n")
-    ax_e.set_ylabel("state RMSE")
-    for ax in (ax_t, ax_e):
-        ax.grid(True, which="both", alpha=0.3)
-        ax.legend()
-    fig.tight_layout()
-    return {"scaling": fig}
-
-
 def paper_values(config: ChainScalingConfig) -> dict[str, PaperValue]:
     """Fig. S4's slopes, and at every size the calibration issue #22 asks of the distributed estimate.
 
@@ -326,7 +301,7 @@ CASE = register(
         ),
         config_type=ChainScalingConfig,
         run=run,
-        figures=figures,
+        figures=lambda arrays, config: scaling_figure(arrays),
         quick={"sizes": [2, 4], "t_end": 0.5},
         paper_for=paper_values,
     )

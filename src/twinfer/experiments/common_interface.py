@@ -26,6 +26,7 @@ from twinfer.experiments._checkpointing import CheckpointSettings, case_checkpoi
 from twinfer.learn import RNN, SecondOrderNeuralODE, TrainSettings, train, trajectory_loss
 from twinfer.models import AbstractModel, BouncingBall2D
 from twinfer.report import RunArtifacts
+from twinfer.report.figures.trajectories import trajectories_figure
 from twinfer.sim import simulate_events
 
 X0 = (-0.75, 4.0, 0.75, 0.0)
@@ -135,28 +136,13 @@ def run(config: CommonInterfaceConfig, progress: Progress) -> RunArtifacts:
 
 def figures(arrays: Mapping[str, Any], config: CommonInterfaceConfig) -> dict[str, Any]:
     """Positions of ground truth and every model (Fig. 17), and the training-loss curves."""
-    import matplotlib.pyplot as plt
-
-    t, truth = np.asarray(arrays["times"]), np.asarray(arrays["truth"])
-    fig, axes = plt.subplots(1, 3, figsize=(14, 4))
-    for col, idx, label in ((0, 0, "s_x [m]"), (1, 2, "s_y [m]")):
-        axes[col].plot(t, truth[:, idx], "k", lw=1.6, label="ground truth")
-        for j, name in enumerate(config.models):
-            if f"pred_{name}" in arrays:
-                axes[col].plot(t, np.asarray(arrays[f"pred_{name}"])[:, idx], f"C{j}", lw=1.0, label=name)
-        axes[col].set_xlabel("time [s]")
-        axes[col].set_ylabel(label)
-        axes[col].grid(alpha=0.3)
-    for j, name in enumerate(config.models):
-        if f"loss_{name}" in arrays:
-            axes[2].semilogy(np.asarray(arrays[f"loss_{name}"]), f"C{j}", lw=0.8, label=name)
-    axes[2].set_xlabel("Adam step")
-    axes[2].set_ylabel("training loss (current horizon)")
-    axes[2].grid(alpha=0.3)
-    axes[0].legend(fontsize=7, frameon=False)
-    axes[2].legend(fontsize=7, frameon=False)
-    fig.tight_layout()
-    return {"trajectories": fig}
+    preds = [(name, arrays.get(f"pred_{name}")) for name in config.models]
+    losses = [(name, arrays.get(f"loss_{name}")) for name in config.models]
+    return {
+        "trajectories": trajectories_figure(
+            np.asarray(arrays["times"]), np.asarray(arrays["truth"]), preds, losses
+        )
+    }
 
 
 def memory_estimate(config: CommonInterfaceConfig) -> int:

@@ -25,7 +25,9 @@ from twinfer.infer.smc import OutputErrorLikelihood, TransformedNormalPrior, his
 from twinfer.learn import gain_fit, output_error_fit
 from twinfer.models import EMPS
 from twinfer.models.emps import pd_law, pd_voltage
-from twinfer.report import PaperValue, RunArtifacts, at_most, posterior_figures
+from twinfer.report import PaperValue, RunArtifacts, at_most
+from twinfer.report.figures.bands import particle_band_arrays, particle_band_figure
+from twinfer.report.figures.smc import smc_figures
 from twinfer.sim import fine_input, particle_simulator, simulate_particles_feedback
 
 NAMES = ("M", "Fv", "Fc", "offset")
@@ -167,7 +169,7 @@ def _output_error(
     spread = np.sqrt(np.var(sims, axis=0) + np.mean(thetas[:, len(NAMES)] ** 2))
     metrics["output_error.test.coverage_2sd"] = float(np.mean(np.abs(truth - sims.mean(0)) <= 2 * spread))
     metrics["output_error.test.median_sd"] = float(np.median(spread))
-    arrays = {f"output_error_{k}": v for k, v in _pnsmc.band_arrays("pulses", truth, sims).items()}
+    arrays = {f"output_error_{k}": v for k, v in particle_band_arrays("pulses", truth, sims).items()}
     note = (
         "output_error.*: the same model's posterior under the output-error likelihood (open-loop "
         "simulation of the training set scored on every sample, noise sd estimated; "
@@ -250,8 +252,8 @@ def run(config: EMPSConfig, progress: Progress) -> RunArtifacts:
     progress("test simulation (pulses)", 1, 1)
     metrics["timing.test_s"] = time.perf_counter() - test_start
     arrays: dict[str, Any] = dict(_pnsmc.ibis_arrays(res, prior))
-    arrays.update(_pnsmc.band_arrays("pulses", test["q"][:m], sims))
-    arrays.update(_pnsmc.band_arrays("closedloop", test["q"][:m], sims_cl))
+    arrays.update(particle_band_arrays("pulses", test["q"][:m], sims))
+    arrays.update(particle_band_arrays("closedloop", test["q"][:m], sims_cl))
     oe_notes = []
     if config.output_error:
         oe_metrics, oe_arrays, oe_note = _output_error(config, train, test, progress)
@@ -388,16 +390,12 @@ def controller_checks(train: Mapping[str, np.ndarray], test: Mapping[str, np.nda
 
 
 def figures(arrays: Mapping[str, Any], config: EMPSConfig) -> dict[str, Any]:
-    """Prior vs posterior, ESS, and the pulses-set fit with the particle band."""
-    figs = posterior_figures(arrays)
-    figs.update(_pnsmc.tempering_figure(arrays))
+    """Prior vs posterior, ESS, and the pulses and closed-loop fits with the particle band."""
+    figs = smc_figures(arrays)
+    q = "motor position q [m]"
+    figs.update(particle_band_figure(arrays, "pulses", FS, q, title="open loop (paper's protocol)"))
     figs.update(
-        _pnsmc.band_figure(arrays, "pulses", FS, "motor position q [m]", title="open loop (paper's protocol)")
-    )
-    figs.update(
-        _pnsmc.band_figure(
-            arrays, "closedloop", FS, "motor position q [m]", "test_fit_closedloop", "closed loop (benchmark)"
-        )
+        particle_band_figure(arrays, "closedloop", FS, q, "test_fit_closedloop", "closed loop (benchmark)")
     )
     return figs
 

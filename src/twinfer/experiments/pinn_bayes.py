@@ -23,11 +23,11 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-import equinox as eqx
 import jax
 import numpy as np
 import pydantic
 
+from twinfer.errors import TwinferRuntimeError, TwinferValueError
 from twinfer.experiments._case import Progress
 from twinfer.experiments._checkpointing import case_checkpoint
 from twinfer.experiments._pinn_data import (
@@ -43,16 +43,17 @@ from twinfer.infer.pinn import (
     LossWeights,
     PositiveParameters,
     StateNetwork,
-    projected_parameters,
+    fit_pinn,
+    held_force_collocation,
     repeat_noise_sd,
     state_losses,
     state_problem,
-    train,
     two_stage_posterior,
 )
 from twinfer.metrics import coverage, nrmse
 from twinfer.models import get_param
 from twinfer.report import PaperValue, RunArtifacts, near, within
+from twinfer.report.figures.pinn import pairs_figure
 from twinfer.sim import add_noise_numpy_legacy
 
 PRIORS = {"c": (2.0, 0.75), "k": (2.0, 0.5), "kappa": (3.0, 0.5), "mu": (3.0, 0.5)}  # specs 3.2 (REPO)
@@ -128,22 +129,6 @@ def simulate(config: PinnBayesConfig) -> dict[str, np.ndarray]:
     }
 
 
-def collocation_points(config: PinnBayesConfig, times: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Sample indices ``i`` of the force samples used and the times at which the physics is written.
-
-    The simulation holds each force sample ``f_i`` over ``[t_i, t_{i+1})`` (zero-order hold, specs 1.5), so
-    at the mid-step time ``t_i + dt/2`` the force is exactly ``f_i`` and the state is smooth, whereas at
-    ``t_i`` the force jumps and a smooth network's derivative effectively sees ``(f_{i-1} + f_i)/2``: half
-    a step of delay, a phase error that biases the damping estimates by several percent at these band
-    limits. ``collocation = "sample"`` keeps the samples (the repository's choice).
-    """
-    idx = np.arange(0, config.n_samples, config.obs_stride)
-    if config.collocation == "sample":
-        return idx, times[idx]
-    idx = idx[idx < config.n_samples - 1]
-    return idx, 0.5 * (times[idx] + times[idx + 1])
-
-
 def train_stage1(
     config: PinnBayesConfig, data: Mapping[str, np.ndarray], progress: Progress
 ) -> tuple[Any, PositiveParameters, Any]:
@@ -158,7 +143,7 @@ def train_stage1(
     idx = np.arange(0, config.n_samples, config.obs_stride)
     t_obs = data["times"][idx]
     z_mean = data["z_noisy"].mean(axis=0)[idx]
-    icol, t_col = collocation_points(config, data["times"])
+    icol, t_col = held_force_collocation(data["times"], config.obs_stride, config.collocation == "midstep")
     f_mean = data["f_noisy"].mean(axis=0)
     # Eq 23 at fixed noise scales: each residual is divided by the noise standard deviation of the mean
     # of the repeats, estimated from the scatter between repeats (data only, no true noise level)
@@ -177,28 +162,15 @@ def train_stage1(
         activation=config.activation, out_scale=[disp_s] * 2 + [vel_s] * 2, n_fourier=config.n_fourier,
         max_cycles=config.max_cycles,
     )  # fmt: skip
-    settings = train_settings(config)
     after = ("nuts_points", "nuts_force", "stage2")
     ckpt = case_checkpoint("pinn-bayes", config, "stage1", data=data, exclude=after)
-
-    def stage1_loss(project: bool) -> Any:
-        def loss_fn(tr: tuple[Any, ...]) -> tuple[Any, dict[str, Any]]:
-            th = projected_parameters(tr[0], tr[1], problem) if project else tr[1]
-            total, parts = state_losses(tr[0], th, problem)
-            return total, {**parts, **{f"param.{k}": v for k, v in th.as_dict().items()}}
-
-        return loss_fn
-
-    project = config.param_solve == "projection"
-    result = train(
-        (net, theta), stage1_loss(False), settings, progress=progress, checkpoint=ckpt,
-        stage="stage 1: PINN with learned parameters",
-        lbfgs_loss_fn=stage1_loss(True) if project else None,
+    fit = fit_pinn(
+        net, theta, state_losses, problem, train_settings(config), project=config.param_solve == "projection",
+        progress=progress, checkpoint=ckpt, stage="stage 1: PINN with learned parameters",
     )  # fmt: skip
-    net_fit, theta_fit = result.trainable
-    if project:  # the L-BFGS phase solved for the parameters at each step; the solution at the end
-        theta_fit = eqx.filter_jit(projected_parameters)(net_fit, theta_fit, problem)
-    return net_fit, theta_fit, result
+    if fit.theta is None:  # fit_pinn returns the parameters it trains
+        raise TwinferRuntimeError("internal: stage 1 returned no fitted parameters.")
+    return fit.net, fit.theta, fit.result
 
 
 def run(config: PinnBayesConfig, progress: Progress) -> RunArtifacts:
@@ -210,12 +182,14 @@ def run(config: PinnBayesConfig, progress: Progress) -> RunArtifacts:
     data = simulate(config)
     progress("simulate", 1, 1)
     net_fit, theta_fit, result = train_stage1(config, data, progress)
-    icol, t_col = collocation_points(config, data["times"])
+    icol, t_col = held_force_collocation(data["times"], config.obs_stride, config.collocation == "midstep")
     idx, t_nuts = icol, t_col
     if config.nuts_points == "heldout":
         if config.obs_stride < 2:
-            raise ValueError("nuts_points: 'heldout' needs obs_stride >= 2 (points between the stage-1 "
-                             f"ones); received obs_stride={config.obs_stride}.")  # fmt: skip
+            raise TwinferValueError(
+                "nuts_points: 'heldout' needs obs_stride >= 2 (points between the stage-1 ones); received "
+                f"obs_stride={config.obs_stride}."
+            )
         idx = icol + config.obs_stride // 2
         idx = idx[idx < config.n_samples - 1]
         t_nuts = data["times"][idx] + (t_col[0] - data["times"][icol[0]])  # same offset as stage 1
@@ -226,8 +200,10 @@ def run(config: PinnBayesConfig, progress: Progress) -> RunArtifacts:
     layer = None
     if config.stage2 == "layer":
         if config.nuts_force != "mean":
-            raise ValueError(f"nuts_force: stage2 = 'layer' takes the mean of the repeats ('mean'); received "
-                             f"{config.nuts_force!r}.")  # fmt: skip
+            raise TwinferValueError(
+                f"nuts_force: stage2 = 'layer' takes the mean of the repeats ('mean'); received "
+                f"{config.nuts_force!r}."
+            )
         # u, v measured at the stage-2 samples, force and continuity at their collocation times
         z_scale = repeat_noise_sd(data["z_noisy"][:, idx]) / np.sqrt(config.repeats)
         layer = LayerData(data["times"][idx], data["z_noisy"].mean(axis=0)[idx], z_scale, data["times"])
@@ -337,36 +313,14 @@ def run(config: PinnBayesConfig, progress: Progress) -> RunArtifacts:
 
 
 def figures(arrays: Mapping[str, Any], config: PinnBayesConfig) -> dict[str, Any]:
-    """Pair plot of the posterior (Figs 13-14): marginals, pairwise scatter, correlation coefficients."""
-    import matplotlib.pyplot as plt
-
-    samples = np.asarray(arrays["samples"])
-    names = [str(n) for n in np.asarray(arrays["names"])][:-1]
-    truth = np.asarray(arrays["truth"])
-    flat = samples.reshape(-1, samples.shape[-1])[:, : len(names)]
-    corr = np.corrcoef(flat.T)
-    p = len(names)
-    fig, axes = plt.subplots(p, p, figsize=(2 * p, 2 * p))
-    thin = flat[:: max(1, flat.shape[0] // 2000)]
-    for i in range(p):
-        for j in range(p):
-            ax = axes[i, j]
-            ax.tick_params(labelsize=5)
-            if i == j:
-                ax.hist(flat[:, i], bins=40, color="C0", alpha=0.8)
-                ax.axvline(truth[i], color="k", ls="--", lw=0.8)
-            elif i > j:
-                ax.plot(thin[:, j], thin[:, i], ".", ms=1, alpha=0.3)
-            else:
-                ax.text(0.5, 0.5, f"{corr[i, j]:.2f}", ha="center", va="center", transform=ax.transAxes)
-                ax.set_xticks([])
-                ax.set_yticks([])
-            if i == p - 1:
-                ax.set_xlabel(names[j], fontsize=7)
-            if j == 0:
-                ax.set_ylabel(names[i], fontsize=7)
-    fig.suptitle(f"pinn-bayes ({config.system}): posterior, true values dashed")
-    return {"posterior_pairs": fig}
+    """Figs 13-14: the posterior's pair plot (:func:`~twinfer.report.figures.pinn.pairs_figure`)."""
+    names = [str(n) for n in np.asarray(arrays["names"])][:-1]  # sigma_f last, not drawn
+    title = f"pinn-bayes ({config.system}): posterior, true values dashed"
+    return {
+        "posterior_pairs": pairs_figure(
+            np.asarray(arrays["samples"]), names, np.asarray(arrays["truth"]), title
+        )
+    }
 
 
 QUICK = {

@@ -24,8 +24,10 @@ from twinfer.experiments import _pinn_data as pinn_data
 from twinfer.experiments._case import Progress
 from twinfer.experiments._pinn_data import PinnTrainConfig
 from twinfer.infer.pinn import PositiveParameters
+from twinfer.metrics import fitness_by_dof
 from twinfer.models import get_param
 from twinfer.report import PaperValue, RunArtifacts, at_most
+from twinfer.report.figures.pinn import parameter_figures
 
 CASES = {
     1: ("duffing", "exact", 50.0),
@@ -103,7 +105,7 @@ def run(config: PinnJointConfig, progress: Progress) -> RunArtifacts:
     if config.compare_ukf:
         progress("UKF + RTS smoother (same sensors, true parameters)", 0, 1)
         ukf = pinn_data.ukf_rts_states(truth_chain, data, observed, config.obs_stride, snr)
-        out.update(pinn_data.fitness_table(5, truth, ukf, observed, prefix="ukf_rts"))
+        out.update(fitness_by_dof(ukf, truth, observed, prefix="ukf_rts"))
         progress("UKF + RTS smoother (same sensors, true parameters)", 1, 1)
         notes.append("`ukf_rts.*`: UKF + RTS smoother given the true parameters (a state-only reference).")
     out["timing.run_s"] = time.perf_counter() - start
@@ -114,30 +116,8 @@ def run(config: PinnJointConfig, progress: Progress) -> RunArtifacts:
 
 
 def figures(arrays: Mapping[str, Any], config: PinnJointConfig) -> dict[str, Any]:
-    """Parameter convergence (relative to the truth) and states at the unobserved DOFs (Figs 9-12)."""
-    import matplotlib.pyplot as plt
-
-    epochs = np.asarray(arrays["history_epoch"])
-    hist, true = np.asarray(arrays["param_history"]), np.asarray(arrays["param_true"])
-    fig_p, ax = plt.subplots(figsize=(7, 3.5))
-    for i, name in enumerate(np.asarray(arrays["param_names"])):
-        ax.plot(epochs, hist[:, i] / true[i], label=str(name))
-    ax.axhline(1.0, color="k", ls="--", lw=0.8)
-    ax.set_xlabel("epoch")
-    ax.set_ylabel("estimate / truth")
-    ax.legend(frameon=False, fontsize=8)
-    ax.grid(alpha=0.3)
-    t = np.asarray(arrays["times"])
-    truth, pinn = np.asarray(arrays["truth_u"]), np.asarray(arrays["pinn_u"])
-    fig_s, axes = plt.subplots(len(UNOBSERVED), 1, figsize=(9, 4), sharex=True)
-    for ax, d in zip(axes, UNOBSERVED, strict=True):
-        ax.plot(t, truth[:, d - 1], "k", lw=0.8, label="truth")
-        ax.plot(t, pinn[:, d - 1], "C1--", lw=0.8, label="PINN")
-        ax.set_ylabel(f"u{d}* [m]")
-        ax.grid(alpha=0.3)
-    axes[0].legend(frameon=False, fontsize=7)
-    axes[-1].set_xlabel("time [s]")
-    return {"parameters": fig_p, "states_unobserved": fig_s}
+    """Figs 9-12 (:func:`~twinfer.report.figures.pinn.parameter_figures` at :data:`UNOBSERVED`)."""
+    return parameter_figures(arrays, UNOBSERVED)
 
 
 # Tables 3-4 (specs 4.3): estimate and error (%) of each estimated parameter per case

@@ -17,13 +17,14 @@ import time
 from collections.abc import Mapping
 from typing import Any, Literal
 
-import numpy as np
 import pydantic
 
 from twinfer.experiments import _pinn_data as pinn_data
 from twinfer.experiments._case import Progress
 from twinfer.experiments._pinn_data import PinnTrainConfig
+from twinfer.metrics import fitness_by_dof
 from twinfer.report import PaperValue, RunArtifacts
+from twinfer.report.figures.pinn import response_figures
 
 CASES = {
     "a": (6, "exact", 50.0),
@@ -88,7 +89,7 @@ def run(config: PinnSparseConfig, progress: Progress) -> RunArtifacts:
         t_ukf = time.perf_counter()
         ukf = pinn_data.ukf_rts_states(model, data, observed, config.obs_stride, snr)
         out["timing.ukf_rts_s"] = time.perf_counter() - t_ukf
-        out.update(pinn_data.fitness_table(n, truth, ukf, observed, prefix="ukf_rts"))
+        out.update(fitness_by_dof(ukf, truth, observed, prefix="ukf_rts"))
         arrays["ukf_u"] = ukf["u"]
         progress("UKF + RTS smoother (same sensors)", 1, 1)
         notes.append(
@@ -102,36 +103,8 @@ def run(config: PinnSparseConfig, progress: Progress) -> RunArtifacts:
 
 
 def figures(arrays: Mapping[str, Any], config: PinnSparseConfig) -> dict[str, Any]:
-    """Fig 4-style state recovery, Fig 6 error contour over time and DOF, and the loss history."""
-    import matplotlib.pyplot as plt
-
-    t = np.asarray(arrays["times"])
-    truth, pinn = np.asarray(arrays["truth_u"]), np.asarray(arrays["pinn_u"])
-    n = truth.shape[1]
-    observed = [int(d) for d in np.asarray(arrays["observed"])]
-    dofs = sorted({observed[0], observed[-1], n - 1 if n - 1 not in observed else n, n})
-    fig, axes = plt.subplots(len(dofs), 1, figsize=(9, 2.0 * len(dofs)), sharex=True)
-    for ax, d in zip(np.atleast_1d(axes), dofs, strict=True):
-        ax.plot(t, truth[:, d - 1], "k", lw=0.8, label="truth")
-        ax.plot(t, pinn[:, d - 1], "C1--", lw=0.8, label="PINN")
-        if "ukf_u" in arrays:
-            ax.plot(t, np.asarray(arrays["ukf_u"])[:, d - 1], "C2:", lw=0.8, label="UKF+RTS")
-        ax.set_ylabel(f"u{d}{'' if d in observed else '*'} [m]")
-        ax.grid(alpha=0.3)
-    np.atleast_1d(axes)[0].legend(loc="upper right", ncol=3, fontsize=7, frameon=False)
-    np.atleast_1d(axes)[-1].set_xlabel("time [s]  (* unobserved)")
-    fig_err, ax = plt.subplots(figsize=(9, 3.5))
-    mesh = ax.pcolormesh(t, np.arange(1, n + 1), np.abs(pinn - truth).T, shading="auto", cmap="viridis")
-    ax.axhline(max(observed) + 0.5, color="r", ls="--")
-    ax.set_xlabel("time [s]")
-    ax.set_ylabel("DOF")
-    fig_err.colorbar(mesh, ax=ax, label="|u_PINN - u| [m]")
-    fig_loss, ax = plt.subplots(figsize=(6, 3.5))
-    ax.semilogy(np.asarray(arrays["history_epoch"]), np.asarray(arrays["history_loss"]))
-    ax.set_xlabel("epoch")
-    ax.set_ylabel("loss (chunk mean)")
-    ax.grid(alpha=0.3)
-    return {"states": fig, "error_contour": fig_err, "loss": fig_loss}
+    """Figs 4 and 6 and the loss (:func:`~twinfer.report.figures.pinn.response_figures`)."""
+    return response_figures(arrays)
 
 
 # Table 2 (specs 4.2): all u, u', u'', first u, u', u'', f_1, last u, u', u'' per case

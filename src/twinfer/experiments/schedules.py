@@ -39,6 +39,7 @@ from twinfer.infer.graph._run import run as run_graph
 from twinfer.learn import library_law, library_reaction, linear_coefficients
 from twinfer.models import Chain
 from twinfer.report import PaperValue, RunArtifacts, within
+from twinfer.report.figures.chains import schedule_errors_figure
 from twinfer.sim import discretise, simulate_discrete
 
 Positive = pydantic.PositiveFloat
@@ -144,22 +145,7 @@ def run(config: SchedulesConfig, progress: Progress) -> RunArtifacts:
 
 def figures(arrays: Mapping[str, Any], config: SchedulesConfig) -> dict[str, Any]:
     """Box plots of absolute displacement errors per DOF and schedule (Fig. S1)."""
-    import matplotlib.pyplot as plt
-
-    ref = np.asarray(arrays["monolithic"])
-    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
-    for ax, off, label in ((axes[0], 0, "|e_x| [m]"), (axes[1], 4, "|e_v| [m/s]")):
-        data, names = [], []
-        for d in range(4):
-            for kind in SCHEDULES:
-                data.append(np.abs(np.asarray(arrays[kind])[:, off + d] - ref[:, off + d]))
-                names.append(f"{kind[:2]}{d + 1}")
-        ax.boxplot(data, whis=1.5, showfliers=False)
-        ax.set_xticks(range(1, len(names) + 1), names, rotation=90, fontsize=7)
-        ax.set_ylabel(label)
-        ax.grid(alpha=0.3)
-    axes[0].set_title("schedules: errors vs the monolith (ja/ga/ab, DOF)")
-    return {"errors": fig}
+    return schedule_errors_figure(arrays, SCHEDULES, dofs=4)
 
 
 _SRC = "authors' script 04 run by the spec (section 3.2 [REPO]); Fig. S1 itself gives no numbers"

@@ -39,7 +39,9 @@ from twinfer.infer.smc import TransformedNormalPrior
 from twinfer.learn import duffing_equation_error_fit
 from twinfer.metrics import coverage
 from twinfer.models import Chain
-from twinfer.report import PaperValue, RunArtifacts, at_most, near, posterior_figures
+from twinfer.report import PaperValue, RunArtifacts, at_most, near
+from twinfer.report.figures.bands import error_band_figure, particle_band_arrays, particle_band_figure
+from twinfer.report.figures.smc import smc_figures
 from twinfer.sim import fine_input, particle_simulator
 
 NAMES = ("m1", "c1", "k1", "kappa1")
@@ -123,7 +125,7 @@ def run(config: SilverboxConfig, progress: Progress) -> RunArtifacts:
     metrics["timing.test_s"] = time.perf_counter() - test_start
     metrics["timing.run_s"] = time.perf_counter() - start
     arrays: dict[str, Any] = dict(_pnsmc.ibis_arrays(res, prior))
-    arrays.update(_pnsmc.band_arrays("arrow", y[window], sims[:, window]))
+    arrays.update(particle_band_arrays("arrow", y[window], sims[:, window]))
     arrays.update(arrow_pn_mean=pn_mean[window], arrow_pn_sd=pn_sd[window])
     notes = [
         _pnsmc.sampler_note(config, res, config.n_obs, "measured samples")
@@ -159,31 +161,11 @@ def _test_inputs(config: SilverboxConfig, u: np.ndarray, y: np.ndarray) -> tuple
 
 
 def figures(arrays: Mapping[str, Any], config: SilverboxConfig) -> dict[str, Any]:
-    """Prior vs posterior, ESS, and the arrow-head fit with the particle band."""
-    figs = posterior_figures(arrays)
-    figs.update(_pnsmc.tempering_figure(arrays))
-    figs.update(_pnsmc.band_figure(arrays, "arrow", SILVERBOX_FS, "V2 [V]"))
-    figs.update(_pn_band_figure(arrays))
+    """Prior vs posterior, ESS, the arrow-head fit with the particle band, and the PN prediction's band."""
+    figs = smc_figures(arrays)
+    figs.update(particle_band_figure(arrays, "arrow", SILVERBOX_FS, "V2 [V]"))
+    figs.update(error_band_figure(arrays, "arrow", SILVERBOX_FS, "V2 [V]"))
     return figs
-
-
-def _pn_band_figure(arrays: Mapping[str, Any]) -> dict[str, Any]:
-    """The posterior's open-loop prediction error on the arrow head with its 2-sd band."""
-    import matplotlib.pyplot as plt
-
-    if "arrow_pn_mean" not in arrays:
-        return {}
-    y = np.asarray(arrays["arrow_truth"])
-    mean, sd = np.asarray(arrays["arrow_pn_mean"]), np.asarray(arrays["arrow_pn_sd"])
-    t = np.arange(y.size) / SILVERBOX_FS
-    fig, ax = plt.subplots(figsize=(9, 3))
-    ax.fill_between(t, -2 * sd, 2 * sd, alpha=0.35, label="posterior +- 2 sd (PN mixture + noise)")
-    ax.plot(t, y - mean, "k", lw=0.3, label="measured - posterior mean")
-    ax.set_xlabel("time in test window [s]")
-    ax.set_ylabel("V2 [V]")
-    ax.legend(fontsize=7, frameon=False, loc="upper left")
-    fig.tight_layout()
-    return {"test_band_pn": fig}
 
 
 _TEST_RMSE = at_most(

@@ -38,42 +38,42 @@ from typing import Any, Literal
 
 import equinox as eqx
 import jax
-import jax.numpy as jnp
 import numpy as np
 import pydantic
-import scipy.linalg
 
 from twinfer import timing
 from twinfer.data import Dataset
-from twinfer.experiments._case import Case, Progress, plot_estimates, register
+from twinfer.experiments._case import Case, Progress, register
 from twinfer.experiments._checkpointing import CheckpointSettings, case_checkpoint
 from twinfer.infer import Distributed, estimate
 from twinfer.infer.filters import FilterConsistencyWarning
-from twinfer.infer.gaussian import psd_factor
 from twinfer.infer.graph import Graph, Subsystem
 from twinfer.infer.graph._run import estimate as graph_estimate
 from twinfer.infer.graph._turbine import (
     TURBINE_COEFFICIENTS,
     TURBINE_DEFAULTS,
+    TURBINE_ESTIMATED,
     TURBINE_OUTPUTS,
     TurbineSettings,
-    narx_statics,
+    prior_draw,
     turbine_central,
     turbine_graph,
 )
 from twinfer.infer.graph._turbine import shaft_covariances as library_shaft_covariances
-from twinfer.learn import NARX, NarxConfig, fit_narx
-from twinfer.metrics import band_z, coverage, nrmse_constant, rmse
+from twinfer.learn import NARX, NarxConfig, fit_narx, hydraulics_scenarios
+from twinfer.metrics import coverage_by_name, nrmse_constant, rmse
 from twinfer.models import PeltonParams, PeltonTurbine
-from twinfer.models.turbine_parts import pelton_unit_rhs
 from twinfer.report import PaperValue, RunArtifacts, at_most, near
-from twinfer.sim import measured_inputs, rk4_step, simulate_batch, simulate_dataset
+from twinfer.report.figures.turbine import turbine_figures
+from twinfer.sim import measured_inputs, simulate_dataset
 
 OUTPUTS = TURBINE_OUTPUTS
 """The six sensors (Table S8): speed, flow, generator and runner lateral displacements."""
 COEFFICIENTS = TURBINE_COEFFICIENTS
 """The three scaled coefficients the filters estimate (truth 1.0, started at 0.7)."""
 LATERAL = ("x_G", "y_G", "x_R", "y_R")
+ESTIMATED = TURBINE_ESTIMATED
+"""The states a filter estimates (M3, M4, M5); M1's are propagated and M2's h is the NARX's."""
 
 
 class TurbineConfig(CheckpointSettings):
@@ -246,72 +246,16 @@ def simulate(
     )
 
 
-def scenario_params(config: TurbineConfig, key: Any) -> list[PeltonParams]:
-    """The NARX's training units: the nominal unit with its command, penstock, nozzle and head varied.
-
-    Each scenario draws the governor command's amplitude (0.04-0.16 p.u.) and frequency (0.05-0.5 Hz),
-    T_e and T_q (+-15 %), y_r (0.85-0.95) and h0 (0.95-1.05) uniformly: the static inputs
-    [T_e, T_q, y_r, h0] of S106 vary, and the needle and flow cover the operating range.
-    """
-    base = PeltonParams()
-    u = np.asarray(jax.random.uniform(key, (config.scenarios, 6)))
-    out = []
-    for row in u:
-        out.append(
-            dataclasses.replace(
-                base,
-                A_s=0.04 + 0.12 * float(row[0]),
-                f_s=0.05 + 0.45 * float(row[1]),
-                T_e=base.T_e * (0.85 + 0.3 * float(row[2])),
-                T_q=base.T_q * (0.85 + 0.3 * float(row[3])),
-                y_r=0.85 + 0.1 * float(row[4]),
-                h0=0.95 + 0.1 * float(row[5]),
-            )
-        )
-    return out
-
-
-def hydraulic_scenarios(config: TurbineConfig, key: Any) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
-    """Training scenarios ``(dynamic [x_n, measured q], static, h)`` at the NARX's sampling.
-
-    Each unit of :func:`scenario_params` is simulated monolithically (RK4 at the truth's step) from the
-    standalone initial state; the flow is measured with the sensor's noise. The record is decimated to
-    one sample every ``narx_spacing`` steps, with the target h one estimator step after each sample
-    (:func:`NARX windows <twinfer.learn.narx_windows>` pair the window ending at sample j with target
-    j + 1, so the target series is h at ``spacing (j + 1) - spacing + 1`` steps: see the module notes).
-    """
-    k_params, k_noise = jax.random.split(key)
-    units = scenario_params(config, k_params)
-    steps = int(round(config.scenario_length / config.dt))
-    stacked = jax.tree_util.tree_map(lambda *xs: jnp.asarray(xs), *units)
-    x0 = jax.vmap(lambda p: PeltonTurbine(p).initial_state())(stacked)
-    states = np.asarray(
-        simulate_batch(
-            pelton_unit_rhs,
-            rk4_step,
-            stacked,
-            x0,
-            jnp.zeros((len(units), steps, 0)),
-            config.dt,
-            config.truth_substeps,
-        )
-    )
-    names = tuple(PeltonTurbine(units[0]).state_names)
-    x_n, h, q = (states[:, :, names.index(n)] for n in ("x_n", "h", "q"))
-    q_meas = q + config.q_noise_sd * np.asarray(jax.random.normal(k_noise, q.shape))
-    s = config.narx_spacing
-    out = []
-    for i, p in enumerate(units):
-        dyn = np.stack([x_n[i], q_meas[i]], axis=1)[s - 1 :: s]  # samples at steps s-1, 2s-1, ...
-        target = h[i, 0::s]  # target[j + 1] = h one step after sample j (step s (j + 1))
-        n = min(len(dyn), len(target))
-        out.append((dyn[:n], narx_statics(p), target[:n]))
-    return out
-
-
 def train_narx(config: TurbineConfig, progress: Progress) -> Any:
-    """The NARX of M2, trained on :func:`hydraulic_scenarios` (checkpointed under ``checkpoint_dir``)."""
-    scenarios = hydraulic_scenarios(config, jax.random.key(config.seed + 11))
+    """The NARX of M2, trained on :func:`~twinfer.learn.hydraulics_scenarios` (checkpointed).
+
+    The checkpoint lives under ``checkpoint_dir``, fingerprinted by the NARX's and the scenarios' settings.
+    """
+    key = jax.random.key(config.seed + 11)
+    scenarios = hydraulics_scenarios(
+        key, config.scenarios, config.scenario_length, config.dt, config.truth_substeps, config.q_noise_sd,
+        config.narx_spacing,
+    )  # fmt: skip
     narx_config = NarxConfig(
         lags=config.narx_lags,
         hidden=config.narx_hidden,
@@ -345,29 +289,16 @@ def shaft_covariances(config: TurbineConfig, params: PeltonParams) -> tuple[np.n
 
 
 def initial_state(config: TurbineConfig, params: PeltonParams, repeat: int = 0) -> np.ndarray:
-    """The filters' initial state (19,): the truth's, with the 13 :data:`ESTIMATED` states drawn from P0.
+    """The filters' initial state (19,): the truth's, or (``initial = "draw"``) a draw from their prior.
 
-    With ``initial = "draw"`` the estimated states are one draw from ``N(truth, P0)``, ``P0`` the
-    subsystems' (M3's shaft block from :func:`shaft_covariances`, M4's and M5's Table S8 diagonals), from
-    the key ``seed + 13``. A filter started at the truth itself keeps a band of sd ``sqrt(P0)`` around an
-    error that is zero where the data carry no information (the shaft angle phi1 is seen only through the
-    unbalance's phase), which over-covers for a reason that is not the filter's: a calibration test needs
-    the truth to be a draw from the filter's prior. ``repeat`` > 0 draws again (key
-    ``seed + 13 + 1000 repeat``).
+    :func:`~twinfer.infer.graph._turbine.prior_draw` from the key ``seed + 13`` (``seed + 13 + 1000
+    repeat`` for the calibration records after the first).
     """
-    model = PeltonTurbine(params)
-    names = tuple(model.state_names)
-    x0 = np.asarray(model.initial_state(), dtype=np.float64).copy()
+    x0 = np.asarray(PeltonTurbine(params).initial_state(), dtype=np.float64)
     if config.initial == "truth":
         return x0
-    _, p0_shaft = shaft_covariances(config, params)
-    blocks = (p0_shaft, np.diag(config.p0_generator), np.diag(config.p0_runner[:6]))
-    p0 = np.asarray(scipy.linalg.block_diag(*blocks))
-    root = np.asarray(psd_factor(p0, "turbine P0"))
-    z = np.asarray(jax.random.normal(jax.random.key(config.seed + 13 + 1000 * repeat), (p0.shape[0],)))
-    idx = [names.index(s) for s in ESTIMATED]
-    x0[idx] += root @ z
-    return x0
+    key = jax.random.key(config.seed + 13 + 1000 * repeat)
+    return prior_draw(graph_settings(config), params, x0, key)
 
 
 def build_graph(
@@ -403,12 +334,13 @@ def _score(label: str, est: Any, data: Dataset, config: TurbineConfig, metrics: 
     means, stds = np.asarray(est.means), np.asarray(est.stds)
     names = tuple(est.state_names)
     tail = t >= t[-1] - config.lateral_window + 1e-12
-    lateral_err = np.stack(
-        [means[:, names.index(s)] - truth[:, truth_names.index(s)] for s in LATERAL], axis=1
+    lat, lat_true = (
+        np.stack([v[:, n.index(s)] for s in LATERAL], axis=1)
+        for v, n in ((means, names), (truth, truth_names))
     )
     metrics[f"{label}.loglik"] = float(est.loglik)  # of the record: compares noise settings (docs/tuning.md)
-    metrics[f"{label}.lateral_rmse"] = float(np.sqrt(np.mean(lateral_err[tail] ** 2)))
-    metrics[f"{label}.lateral_rmse_all"] = float(np.sqrt(np.mean(lateral_err[1:] ** 2)))
+    metrics[f"{label}.lateral_rmse"] = float(rmse(lat[tail], lat_true[tail]))  # pooled over the four
+    metrics[f"{label}.lateral_rmse_all"] = float(rmse(lat[1:], lat_true[1:]))
     for s in LATERAL:
         j, k = names.index(s), truth_names.index(s)
         metrics[f"{label}.rmse_{s}"] = float(rmse(means[tail, j], truth[tail, k]))
@@ -420,34 +352,10 @@ def _score(label: str, est: Any, data: Dataset, config: TurbineConfig, metrics: 
         metrics[f"{label}.{c}.sd"] = float(stds[-1, j])
         lo, hi = est.interval(c, 0.95)
         metrics[f"{label}.{c}.in95"] = float(lo <= 1.0 <= hi)
-    worst = []
-    for s in names:
-        if s in truth_names:
-            j, k = names.index(s), truth_names.index(s)
-            if np.all(stds[1:, j] > 0):
-                cov = coverage(means[1:, j], stds[1:, j], truth[1:, k])
-                metrics[f"{label}.coverage95.{s}"] = cov
-                worst.append(cov)
-    metrics[f"{label}.coverage95.min"] = float(min(worst))
-    metrics[f"{label}.coverage95.max"] = float(max(worst))
-
-
-ESTIMATED = (
-    "n",
-    "omega",
-    "phi1",
-    "x_G",
-    "y_G",
-    "vx_G",
-    "vy_G",
-    "x_R",
-    "y_R",
-    "vx_R",
-    "vy_R",
-    "alpha",
-    "beta",
-)
-"""The states a filter estimates (M3, M4, M5); M1's are propagated and M2's h is the NARX's."""
+    cov = coverage_by_name(means[1:], stds[1:], names, truth[1:], truth_names)
+    metrics.update({f"{label}.coverage95.{s}": c for s, c in cov.items()})
+    metrics[f"{label}.coverage95.min"] = float(min(cov.values()))
+    metrics[f"{label}.coverage95.max"] = float(max(cov.values()))
 
 
 def run(config: TurbineConfig, progress: Progress) -> RunArtifacts:
@@ -651,62 +559,8 @@ def _initial_states_of(record: Graph, first: Graph) -> Graph:
 
 
 def figures(arrays: Mapping[str, Any], config: TurbineConfig) -> dict[str, Any]:
-    """States with 95 % bands against the truth, the coefficient trajectories, the NARX's fit."""
-    import matplotlib.pyplot as plt
-
-    t = np.asarray(arrays["t"])
-    z = band_z(0.95)  # the 95 % band's half-width in sds
-    truth = np.asarray(arrays["truth"])
-    truth_names = [str(n) for n in np.asarray(arrays["truth.names"])]
-    labels = [lab for lab in ("distributed", "central") if f"{lab}.means" in arrays]
-    out: dict[str, Any] = {}
-    shown = ("omega", "h", "x_n", "x_G", "x_R", "alpha")
-    tail = t >= t[-1] - max(5.0, config.lateral_window)
-    fig, axes = plt.subplots(len(shown), 1, figsize=(10, 2.2 * len(shown)), sharex=False)
-    for ax, s in zip(axes, shown, strict=True):
-        window = tail if s in ("x_G", "x_R", "alpha") else slice(None)
-        ax.plot(t[window], truth[window, truth_names.index(s)], "k", lw=1, label="truth")
-        for lab, color in zip(labels, ("C0", "C1"), strict=False):
-            names = [str(n) for n in np.asarray(arrays[f"{lab}.names"])]
-            if s not in names:
-                continue
-            j = names.index(s)
-            m, sd = (
-                np.asarray(arrays[f"{lab}.means"])[window, j],
-                np.asarray(arrays[f"{lab}.stds"])[window, j],
-            )
-            ax.plot(t[window], m, color=color, lw=0.8, label=lab)
-            ax.fill_between(t[window], m - z * sd, m + z * sd, color=color, alpha=0.25)
-        ax.set_ylabel(s)
-    axes[0].legend(fontsize=8, loc="upper right")
-    axes[-1].set_xlabel("t [s]")
-    fig.tight_layout()
-    out["states"] = fig
-    fig, axes = plt.subplots(1, 3, figsize=(14, 3.5), sharex=True)
-    for ax, c in zip(axes, COEFFICIENTS, strict=True):
-        plot_estimates(ax, arrays, labels, c, z)
-        ax.axhline(1.0, color="k", ls="--", lw=1, label="truth")
-        ax.set_ylim(0.0, 2.0)
-        ax.set_title(c)
-        ax.set_xlabel("t [s]")
-    axes[0].legend(fontsize=8)
-    fig.tight_layout()
-    out["parameters"] = fig
-    fig, axes = plt.subplots(1, 2, figsize=(12, 3.5))
-    axes[0].semilogy(np.asarray(arrays["narx.train_loss"]), label="train")
-    axes[0].semilogy(np.asarray(arrays["narx.val_loss"]), label="validation")
-    axes[0].set_xlabel("epoch")
-    axes[0].set_ylabel("MSE (normalised)")
-    axes[0].legend(fontsize=8)
-    names = [str(n) for n in np.asarray(arrays["distributed.names"])]
-    j = names.index("h")
-    axes[1].plot(t, truth[:, truth_names.index("h")], "k", lw=1, label="h (truth)")
-    axes[1].plot(t, np.asarray(arrays["distributed.means"])[:, j], "C0", lw=0.8, label="NARX online")
-    axes[1].set_xlabel("t [s]")
-    axes[1].legend(fontsize=8)
-    fig.tight_layout()
-    out["narx"] = fig
-    return out
+    """States, coefficients and the NARX's fit (:func:`~twinfer.report.figures.turbine.turbine_figures`)."""
+    return turbine_figures(arrays, COEFFICIENTS, config.lateral_window)
 
 
 _ERROR = "an error: beating it passes"

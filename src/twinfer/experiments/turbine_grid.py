@@ -44,28 +44,24 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pydantic
-import scipy.linalg
 
 from twinfer import timing
 from twinfer.data import Dataset
 from twinfer.experiments._case import Case, CaseConfig, Progress, register
 from twinfer.infer.filters import FilterConsistencyWarning
-from twinfer.infer.graph import Graph, Interface, Port, Schedule, Subsystem
+from twinfer.infer.graph import Graph, Schedule
 from twinfer.infer.graph._run import estimate as graph_estimate
-from twinfer.metrics import band_z, coverage, moving_average, rmse
+from twinfer.infer.graph._turbine import GRID_GENERATOR, GRID_RUNNER, TurbineGridSettings, turbine_grid_graph
+from twinfer.metrics import coverage_by_name, moving_average, rmse
 from twinfer.models import TurbineGrid
-from twinfer.models.turbine_grid import UNIT_STATE_NAMES, LoadStep, identity_law, line_law, torque_balance
-from twinfer.models.turbine_parts import generator_prior, grid_rotational_rhs, grid_unit_rhs, grid_unit_steps
+from twinfer.models.turbine_grid import UNIT_STATE_NAMES, LoadStep, torque_balance
 from twinfer.report import PaperValue, RunArtifacts, at_most, near, within
-from twinfer.sim import heun_step, measured_inputs, simulate_batch, simulate_dataset
+from twinfer.report.figures.turbine import turbine_grid_figures
+from twinfer.sim import measured_inputs, simulate_dataset, simulate_standalone_units
 
 S_BASE_MVA = 100.0
 """Table S12: the per-unit base of case9."""
-UNIT_OUTPUTS = ("x_G", "y_G", "x_R", "y_R", "q", "omega")
-"""Measured channels per generator (Table S12), the truth's output order."""
-GENERATOR = ("x_G", "y_G", "vx_G", "vy_G")
-RUNNER = ("x_R", "y_R", "vx_R", "vy_R", "alpha", "beta")
-ESTIMATED = GENERATOR + RUNNER
+ESTIMATED = GRID_GENERATOR + GRID_RUNNER
 """The states the KFs estimate (M4, M5); everything else is propagated."""
 SERIES = ("n", "x_n", "q", "h", "omega", "delta", "x_G", "y_G", "x_R", "vx_R", "vy_R", "alpha", "beta")
 """Per-generator series kept in the run's arrays."""
@@ -145,11 +141,7 @@ class TurbineGridConfig(CaseConfig):
     def _window(self) -> TurbineGridConfig:
         if self.t_on > self.t_off:
             raise ValueError(f"expected t_on <= t_off; received t_on = {self.t_on}, t_off = {self.t_off}")
-        if self.exchange == "path" and (self.messages, self.rule) != ("deterministic", "paper"):
-            raise ValueError(
-                "exchange 'path' continues the neighbour's mean, a deterministic message: expected messages "
-                f"= 'deterministic' and rule = 'paper'; received {self.messages!r} and {self.rule!r}"
-            )
+        grid_settings(self)  # exchange 'path' needs deterministic messages with the paper rule
         return self
 
 
@@ -200,220 +192,18 @@ def simulate(config: TurbineGridConfig, model: TurbineGrid) -> Dataset:
     )
 
 
-# -- the subsystems' steps -------------------------------------------------------------------------
-
-
 # -- the graph ---------------------------------------------------------------------------------------
 
 
-def _diag(values: Any) -> np.ndarray:
-    return np.diag(np.asarray(values, dtype=np.float64))
-
-
-def _propagated(
-    name: str, transition: Any, params: Any, x0: Any, ports: dict[str, Port], n_msg: int, names: Any
-) -> Subsystem:
-    n = len(x0)
-    return Subsystem(
-        name=name,
-        transition=transition,
-        output=np.zeros((0, n)),
-        params=params,
-        x0=jnp.asarray(x0, dtype=jnp.float64),
-        P0=np.zeros((n, n)),
-        Q=np.zeros((n, n)),
-        R=np.zeros((0, 0)),
-        inputs=(0,),
-        outputs=(),
-        ports=ports,
-        n_msg=n_msg,
-        estimator="none",
-        state_names=tuple(names),
-    )
-
-
-def unit_graph(config: TurbineGridConfig, model: TurbineGrid, i: int, x0_unit: Any, t_e0: float) -> Graph:
-    """Generator ``i``'s five subsystems and eight identity edges as a graph to nest.
-
-    It exports ``grid`` (M3) and ``grid_runner`` (M5), the ports that read the rotor angle and receive
-    the grid torque. Started at the truth's initial state; derived states (dn/dt, M_t, accelerations)
-    at their values there with ``T_e = t_e0``.
-    """
-    f = grid_unit_steps(config.dt, config.substeps, heun_step)
-    path = int(config.exchange == "path")
-    p = model.units[i]
-    bus = model.gen_buses[i] + 1
-    tag = f"_{bus}"
-    v = {s: float(x) for s, x in zip(UNIT_STATE_NAMES, np.asarray(x0_unit), strict=True)}
-    core = jnp.asarray([v["n"], v["omega"], v["delta"]])
-    d0, m_t0 = grid_rotational_rhs(p, core, v["h"], v["q"], t_e0)
-    gen0 = jnp.asarray([v[s] for s in GENERATOR])
-    acc0, p0_gen = generator_prior(
-        p, gen0, v["x_R"], v["y_R"], v["omega"], v["delta"], _diag([config.p0_gen] * 4)
-    )
-    omega_col, q_col = 1 + 2 * i, 2 + 2 * i
-    out = {s: 6 * i + k for k, s in enumerate(UNIT_OUTPUTS)}
-    dt = config.dt
-    r_gen = config.lateral_noise_sd**2
-    r_run = config.r_run_factor * config.lateral_noise_sd**2
-    nodes = [
-        _propagated(
-            "M1",
-            f.governor,
-            p,
-            [v["x_n"], v["x_int"]],
-            {"needle": Port((0,)), "speed": Port((), (0, 1))},
-            2,
-            [f"x_n{tag}", f"x_int{tag}"],
-        ),
-        _propagated(
-            "M2",
-            f.hydraulics,
-            p,
-            [v["x1"], v["x2"], v["h"], v["q"]],
-            {"needle": Port((), (0,)), "head_flow": Port((2, 3)), "head": Port((2,))},
-            1,
-            [f"{s}{tag}" for s in ("x1", "x2", "h", "q")],
-        ),
-        _propagated(
-            "M3",
-            f.rotational,
-            p,
-            [v["n"], v["omega"], v["delta"], float(d0[0]), float(m_t0)],
-            {
-                "head_flow": Port((), (0, 1)),
-                "grid": Port((2,), (2,)),
-                "speed": Port((0, 3)),
-                "rotor": Port((2,)),
-                "shaft": Port((2, 4)),
-            },
-            3,
-            [f"{s}{tag}" for s in ("n", "omega", "delta", "n_dot", "M_t")],
-        ),
-        Subsystem(
-            name="M4",
-            transition=f.generator_path if path else f.generator,
-            output=np.eye(6 + path)[:2],
-            params=p,
-            x0=jnp.concatenate([gen0, acc0, jnp.zeros(path)]),  # the record starts at t = 0
-            P0=scipy.linalg.block_diag(p0_gen, np.zeros((path, path))),  # the time stamp is known
-            Q=dt
-            * _diag(
-                [config.q_gen, config.q_gen, 100 * config.q_gen, 100 * config.q_gen, 0.0, 0.0] + [0.0] * path
-            ),
-            R=_diag([r_gen, r_gen]),
-            inputs=(0, omega_col),
-            outputs=(out["x_G"], out["y_G"]),
-            ports={
-                "lateral": Port((0, 1, 2, 3, 4, 5, 6)) if path else Port((0, 1, 4, 5)),
-                "runner": Port((), (0, 1, 2, 3, 4) if path else (0, 1)),
-                "rotor": Port((), (5,) if path else (2,)),
-            },
-            n_msg=6 if path else 3,
-            estimator="kf",
-            state_names=tuple(f"{s}{tag}" for s in (*GENERATOR, "ax_G", "ay_G", *(("~t_G",) * path))),
-        ),
-        Subsystem(
-            name="M5",
-            transition=f.runner_path if path else f.runner,
-            output=np.eye(7 + path)[:2],
-            params=p,
-            x0=jnp.asarray([*(v[s] for s in RUNNER), v["delta"], *([0.0] * path)]),
-            P0=_diag([config.p0_run] * 4 + [config.p0_tor] * 2 + [0.0] * (1 + path)),
-            Q=dt
-            * _diag(
-                [config.q_run, config.q_run, 100 * config.q_run, 100 * config.q_run]
-                + [config.q_tor, 10 * config.q_tor, 0.0]
-                + [0.0] * path
-            ),
-            R=_diag([r_run, r_run]),
-            inputs=(0, omega_col, q_col),
-            outputs=(out["x_R"], out["y_R"]),
-            ports={
-                "lateral": Port((0, 1, 2, 3, 7)) if path else Port((0, 1)),
-                "head": Port((), (0,)),
-                "shaft": Port((), (1, 2)),
-                "generator": Port((), tuple(range(3, 10)) if path else (3, 4, 5, 6)),
-                "grid": Port((6,), (10,) if path else (7,)),
-            },
-            n_msg=11 if path else 8,
-            estimator="kf",
-            state_names=(
-                *(f"{s}{tag}" for s in RUNNER),
-                f"~delta_copy{tag}",
-                *((f"~t_R{tag}",) * path),
-            ),
-        ),
-    ]
-    kind, rule = config.messages, config.rule
-    edges = [
-        Interface("M1", "needle", "M2", "needle", identity_law, {}),
-        Interface("M2", "head_flow", "M3", "head_flow", identity_law, {}),
-        Interface("M2", "head", "M5", "head", identity_law, {}),
-        Interface("M3", "speed", "M1", "speed", identity_law, {}),
-        Interface("M3", "rotor", "M4", "rotor", identity_law, {}),
-        Interface("M3", "shaft", "M5", "shaft", identity_law, {}),
-        Interface("M4", "lateral", "M5", "generator", identity_law, {}, kind, rule),
-        Interface("M5", "lateral", "M4", "runner", identity_law, {}, kind, rule),
-    ]
-    return Graph(f"G{bus}", nodes, edges, exports={"grid": ("M3", "grid"), "grid_runner": ("M5", "grid")})
+def grid_settings(config: TurbineGridConfig) -> TurbineGridSettings:
+    """The estimators' settings of ``config`` (:class:`~twinfer.infer.graph._turbine.TurbineGridSettings`)."""
+    fields = dataclasses.fields(TurbineGridSettings)
+    return TurbineGridSettings(**{f.name: getattr(config, f.name) for f in fields})
 
 
 def build_graph(config: TurbineGridConfig, model: TurbineGrid) -> Graph:
-    """Six bus nodes and three generator graphs, joined per line by the sine laws (S146-S148).
-
-    Every line (i, j) carries one edge each way into a bus (``K_ij sin``) and, into a generator, one edge
-    to M3's and one to M5's ``grid`` port (``-(S_base/omega_rated) K_ij sin``).
-    """
-    f = grid_unit_steps(config.dt, config.substeps, heun_step)
-    x0 = np.asarray(model.initial_state())
-    blocks = np.asarray(model.unit_states(jnp.asarray(x0)))
-    t_e0 = np.asarray(model.electrical_torque(jnp.asarray(x0)))
-    p_inj = np.asarray(model.params["P_inj"])
-    damping = np.asarray(model.params["D"])
-    delta0 = np.asarray(model.bus_angles(jnp.asarray(x0)))
-    step = model.disturbance
-    nodes: list[Subsystem | Graph] = []
-    for k, b in enumerate(model.other_buses):
-        load = step.load if step is not None and step.bus == b else 0.0
-        params = {
-            "P": jnp.asarray(p_inj[b]),
-            "D": jnp.asarray(damping[k]),
-            "load": jnp.asarray(load),
-            "t_on": jnp.asarray(step.t_on if step is not None else 0.0),
-            "t_off": jnp.asarray(step.t_off if step is not None else 0.0),
-        }
-        nodes.append(
-            _propagated(
-                f"bus{b + 1}", f.bus, params, [delta0[b]], {"grid": Port((0,), (0,))}, 1, [f"delta_{b + 1}"]
-            )
-        )
-    for i in range(model.n_gen):
-        nodes.append(unit_graph(config, model, i, blocks[i], float(t_e0[i])))
-    gens = {b: i for i, b in enumerate(model.gen_buses)}
-    K = np.asarray(model.K)
-    omega_rated = np.asarray(model.omega_rated)
-
-    def node(b: int) -> str:
-        return f"G{b + 1}" if b in gens else f"bus{b + 1}"
-
-    edges = []
-    n = K.shape[0]
-    for r in range(n):  # receiver
-        for s in range(n):  # sender
-            if r == s or K[r, s] == 0:
-                continue
-            if r in gens:
-                coef = jnp.asarray(-(model.S_base / omega_rated[gens[r]]) * K[r, s])  # eq. (S147)-(S148)
-                edges.append(Interface(node(s), "grid", node(r), "grid", line_law, coef))
-                edges.append(Interface(node(s), "grid", node(r), "grid_runner", line_law, coef))
-            else:
-                edges.append(Interface(node(s), "grid", node(r), "grid", line_law, jnp.asarray(K[r, s])))
-    order = (
-        *model.state_names,
-        *(f"{s}_{b + 1}" for b in model.gen_buses for s in ("n_dot", "M_t", "ax_G", "ay_G")),
-    )
-    return Graph("ieee9_turbines", nodes, edges, state_order=order)
+    """Six bus nodes and three generator graphs (:func:`~twinfer.infer.graph._turbine.turbine_grid_graph`)."""
+    return turbine_grid_graph(model, grid_settings(config))
 
 
 def central_graph(graph: Graph) -> Graph:
@@ -428,26 +218,6 @@ def central_graph(graph: Graph) -> Graph:
 
 
 # -- references and scores ---------------------------------------------------------------------------
-
-
-def standalone_reference(config: TurbineGridConfig, model: TurbineGrid, truth: Any) -> tuple[Any, Any]:
-    """The spec's [REPO] standalone reference: each turbine simulated alone, driven by the truth's T_e.
-
-    From the truth's initial state, Heun at the estimators' substep, ``T_e(t)`` from the coupled truth's
-    angles averaged over each step's two ends and held over the step.
-
-    Returns:
-        The units' states (U, T+1, 19) and the truth's ``T_e`` (T+1, U) [N m].
-
-    """
-    truth = jnp.asarray(truth)
-    t_e = np.asarray(jax.vmap(model.electrical_torque)(truth))
-    mid = 0.5 * (t_e[:-1] + t_e[1:])
-    units = jax.tree.map(lambda *v: jnp.stack([jnp.asarray(a) for a in v]), *model.units)
-    x0 = model.unit_states(truth[0])
-    te = jnp.asarray(mid.T)
-    states = simulate_batch(grid_unit_rhs, heun_step, units, x0, te, config.dt, config.substeps)
-    return np.asarray(states), t_e
 
 
 def _angles(names: tuple[str, ...], values: np.ndarray, n_bus: int) -> np.ndarray:
@@ -522,13 +292,16 @@ def _score(
         jax.vmap(model.electrical_torque_at)(jnp.asarray(_angles(names, means, model.K.shape[0])))
     )
     before = t < config.t_on
-    cov_all, pooled, standalone = [], [], []
+    kf = [f"{s}_{b + 1}" for b in model.gen_buses for s in ESTIMATED]  # the KFs' states
+    cols = [names.index(s) for s in kf]
+    covered = coverage_by_name(means[1:, cols], stds[1:, cols], kf, truth[1:], truth_names)
+    cov_all, est_nxq, true_nxq, ref_nxq = [], [], [], []
     for i, b in enumerate(model.gen_buses):
         tag, gen = f"_{b + 1}", f"gen{i + 1}"
         for part in ("G", "R"):  # the measured displacements, pooled over x and y
             pair = [f"{c}_{part}{tag}" for c in ("x", "y")]
-            err = np.stack([m(s)[1:] - x(s)[1:] for s in pair])
-            metrics[f"{label}.rmse_xy_{part}.{gen}"] = float(np.sqrt(np.mean(err**2)))
+            est_xy, true_xy = (np.stack([get(s)[1:] for s in pair]) for get in (m, x))
+            metrics[f"{label}.rmse_xy_{part}.{gen}"] = float(rmse(est_xy, true_xy))
         metrics[f"{label}.rmse_vx_R.{gen}"] = float(rmse(m(f"vx_R{tag}"), x(f"vx_R{tag}")))
         metrics[f"{label}.rmse_vy_R.{gen}"] = float(rmse(m(f"vy_R{tag}"), x(f"vy_R{tag}")))
         a_est, a_true = (moving_average(v, config.alpha_window) for v in (m(f"alpha{tag}"), x(f"alpha{tag}")))
@@ -540,40 +313,25 @@ def _score(
             metrics.update(_speed_dip(config, t, get(f"n{tag}"), get(f"x_n{tag}"), key, gen))
         if before.any():
             metrics[f"{label}.dc_T_e_MNm.{gen}"] = float(np.mean(t_e[before, i]) / 1e6)
-        for s in ESTIMATED:
-            j = names.index(f"{s}{tag}")
-            cov = coverage(means[1:, j], stds[1:, j], x(f"{s}{tag}")[1:])
-            metrics[f"{label}.coverage95.{gen}.{s}"] = cov
-            cov_all.append(cov)
-        gen_cov = [metrics[f"{label}.coverage95.{gen}.{s}"] for s in ESTIMATED]
+        gen_cov = [covered[f"{s}{tag}"] for s in ESTIMATED]
+        metrics.update({f"{label}.coverage95.{gen}.{s}": c for s, c in zip(ESTIMATED, gen_cov, strict=True)})
+        cov_all += gen_cov
         metrics[f"{label}.coverage95.{gen}.min"] = float(min(gen_cov))
         metrics[f"{label}.coverage95.{gen}.max"] = float(max(gen_cov))
         unit = list(UNIT_STATE_NAMES)
         for s in ("n", "x_n", "q"):
-            pooled.append(m(f"{s}{tag}") - x(f"{s}{tag}"))
-            standalone.append(m(f"{s}{tag}") - ref[i, :rows, unit.index(s)])
+            est_nxq.append(m(f"{s}{tag}"))
+            true_nxq.append(x(f"{s}{tag}"))
+            ref_nxq.append(ref[i, :rows, unit.index(s)])
     metrics[f"{label}.coverage95.min"] = float(min(cov_all))
     metrics[f"{label}.coverage95.max"] = float(max(cov_all))
-    metrics[f"{label}.rmse_n_xn_q"] = float(np.sqrt(np.mean(np.square(pooled))))
-    metrics[f"{label}.embedded_vs_standalone_rmse"] = float(np.sqrt(np.mean(np.square(standalone))))
-    angle_err = _angles(names, means, model.K.shape[0]) - _angles(truth_names, truth, model.K.shape[0])
-    metrics[f"{label}.rmse_delta"] = float(np.sqrt(np.mean(angle_err**2)))
-    return t_e
-
-
-def _head(data: Dataset, steps: int) -> Dataset:
-    """The record's first ``steps`` intervals."""
-    k = steps + 1
-    return Dataset(
-        np.asarray(data.times)[:k],
-        np.asarray(data.observations)[:k],
-        inputs=np.asarray(data.inputs)[:k],
-        truth_states=np.asarray(data.truth_states)[:k],
-        input_names=data.input_names,
-        output_names=data.output_names,
-        state_names=data.state_names,
-        metadata=dict(data.metadata),
+    metrics[f"{label}.rmse_n_xn_q"] = float(rmse(np.stack(est_nxq), np.stack(true_nxq)))
+    metrics[f"{label}.embedded_vs_standalone_rmse"] = float(rmse(np.stack(est_nxq), np.stack(ref_nxq)))
+    n_bus = model.K.shape[0]
+    metrics[f"{label}.rmse_delta"] = float(
+        rmse(_angles(names, means, n_bus), _angles(truth_names, truth, n_bus))
     )
+    return t_e
 
 
 def _series_names(model: TurbineGrid) -> list[str]:
@@ -601,7 +359,9 @@ def run(config: TurbineGridConfig, progress: Progress) -> RunArtifacts:
     data = simulate(config, model)
     truth = np.asarray(data.truth_states)
     metrics["timing.truth_s"] = time.perf_counter() - start
-    ref, t_e_truth = standalone_reference(config, model, truth)
+    ref, t_e_truth = simulate_standalone_units(
+        model, truth, config.dt, config.substeps
+    )  # the [REPO] reference
     metrics["timing.standalone_s"] = time.perf_counter() - start - metrics["timing.truth_s"]
     unit = list(UNIT_STATE_NAMES)
     truth_ref = [
@@ -634,7 +394,8 @@ def run(config: TurbineGridConfig, progress: Progress) -> RunArtifacts:
     runs: list[tuple[str, Graph, Dataset, Any]] = [("distributed", graph, data, schedule)]
     if config.central:
         n_central = min(int(round(config.central_t_end / config.dt)), data.n_steps - 1)
-        runs.append(("central", central_graph(graph), _head(data, n_central), "jacobi"))
+        head = data.window(t_end=float(np.asarray(data.times)[n_central]))  # the first n_central steps
+        runs.append(("central", central_graph(graph), head, "jacobi"))
     for k, (label, g, record, sched) in enumerate(runs):
         n_steps = record.n_steps - 1
         progress(f"{label} estimation ({n_steps} steps)", k, len(runs))
@@ -714,60 +475,9 @@ def run(config: TurbineGridConfig, progress: Progress) -> RunArtifacts:
     return RunArtifacts(metrics=metrics, arrays=arrays, notes=notes)
 
 
-# -- figures ---------------------------------------------------------------------------------------
-
-
 def figures(arrays: Mapping[str, Any], config: TurbineGridConfig) -> dict[str, Any]:
-    """Fig. S14-like n, x_n and T_e per generator (estimate, truth, standalone), and the two zooms."""
-    import matplotlib.pyplot as plt
-
-    t = np.asarray(arrays["t"])
-    names = [str(n) for n in np.asarray(arrays["series.names"])]
-    truth, est = np.asarray(arrays["truth"]), np.asarray(arrays["distributed.means"])
-    sd = np.asarray(arrays["distributed.stds"])
-    ref = np.asarray(arrays["standalone"])
-    te_true, te_est = np.asarray(arrays["truth.T_e"]), np.asarray(arrays["distributed.T_e"])
-    buses = sorted({int(n.rsplit("_", 1)[1]) for n in names if n.startswith("n_")})
-    out: dict[str, Any] = {}
-    fig, axes = plt.subplots(3, len(buses), figsize=(4.5 * len(buses), 8), sharex=True, squeeze=False)
-    for c, b in enumerate(buses):
-        for r, s in enumerate(("n", "x_n")):
-            j = names.index(f"{s}_{b}")
-            ax = axes[r, c]
-            ax.plot(t, truth[:, j], "k", lw=1.2, label="truth")
-            ax.plot(t, est[:, j], "C0--", lw=1, label="embedded estimate")
-            ax.plot(t, ref[c, :, r], "C2:", lw=1, label="standalone")
-            ax.set_ylabel(f"{s} (bus {b})")
-        ax = axes[2, c]
-        ax.plot(t, te_true[:, c] / 1e6, "k", lw=1.2, label="truth")
-        ax.plot(t, te_est[:, c] / 1e6, "C0--", lw=1, label="estimate")
-        ax.set_ylabel(f"T_e [MN m] (bus {b})")
-        ax.set_xlabel("t [s]")
-    axes[0, 0].legend(fontsize=8)
-    fig.tight_layout()
-    out["fig_s14"] = fig
-    for label, (lo, hi) in (("zoom_step_on", (4.0, 6.0)), ("zoom_step_off", (29.0, 31.0))):
-        window = (t >= lo) & (t <= hi)
-        if window.sum() < 2:
-            continue
-        shown = ("n", "vx_R", "alpha", "beta")
-        fig, axes = plt.subplots(
-            len(shown), len(buses), figsize=(4.5 * len(buses), 9), sharex=True, squeeze=False
-        )
-        for c, b in enumerate(buses):
-            for r, s in enumerate(shown):
-                j = names.index(f"{s}_{b}")
-                ax = axes[r, c]
-                ax.plot(t[window], truth[window, j], "k", lw=1, label="truth")
-                mu, band = est[window, j], band_z(0.95) * sd[window, j]
-                ax.plot(t[window], mu, "C0", lw=0.8, label="estimate")
-                ax.fill_between(t[window], mu - band, mu + band, color="C0", alpha=0.25)
-                ax.set_ylabel(f"{s} (bus {b})")
-            axes[-1, c].set_xlabel("t [s]")
-        axes[0, 0].legend(fontsize=8)
-        fig.tight_layout()
-        out[label] = fig
-    return out
+    """Fig. S14 and the two zooms (:func:`~twinfer.report.figures.turbine.turbine_grid_figures`)."""
+    return turbine_grid_figures(arrays)
 
 
 # -- paper values ----------------------------------------------------------------------------------

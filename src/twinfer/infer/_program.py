@@ -58,7 +58,9 @@ class Row(NamedTuple):
     ``loglik`` is the frame's log-likelihood increment ``log p(y_k | y_1..y_{k-1})``, ``nis`` its
     normalised innovation squared summed over the observed outputs, ``ok`` False where the estimate
     became non-finite (a diverged filter). Unknowns estimated on a log scale are in their own units (the
-    log-normal's moments), as in :class:`~twinfer.infer.Estimate`.
+    log-normal's moments), as in :class:`~twinfer.infer.Estimate`. ``innov`` (m,), where the family
+    gives it, is each output's innovation over its own predicted sd (0 where unobserved): N(0, 1) and
+    white per sensor under a model that fits, what a live twin's consistency alarm tests.
     """
 
     mean: Any
@@ -66,6 +68,7 @@ class Row(NamedTuple):
     loglik: Any
     nis: Any
     ok: Any
+    innov: Any = None
 
 
 def input_pair(u_prev: Any, u: Any, input_hold: str, alignment: str) -> Any:
@@ -115,6 +118,27 @@ class Program(eqx.Module):
         """The estimate over a whole record: a scan of :meth:`step` in one compiled call."""
 
     # -- shared --------------------------------------------------------------------------------------
+    def steps(self, state: Any, frames: Frame, count: Any) -> tuple[Any, Row]:
+        """:meth:`step` over the first ``count`` of stacked frames (leading axis c): a backlog at once.
+
+        A loop whose trip count XLA cannot see, so one compiled program serves every ``count <= c`` (a
+        live twin compiles it once per chunk capacity; call it under ``jax.jit``). Rows come stacked,
+        zeros past ``count``.
+        """
+        step = type(self).step
+        plain = getattr(step, "__wrapped__", step)  # the jitted step's own function, traced in the loop
+        one = jax.tree_util.tree_map(lambda a: a[0], frames)
+        shapes = jax.eval_shape(lambda s, f: plain(self, s, f)[1], state, one)
+        size = jax.tree_util.tree_leaves(frames)[0].shape[0]
+        rows = jax.tree_util.tree_map(lambda a: jnp.zeros((size, *a.shape), a.dtype), shapes)
+
+        def body(i: Any, carry: Any) -> Any:
+            s, out = carry
+            s, row = plain(self, s, jax.tree_util.tree_map(lambda a: a[i], frames))
+            return s, jax.tree_util.tree_map(lambda acc, x: acc.at[i].set(x), out, row)
+
+        return jax.lax.fori_loop(0, count, body, (state, rows))
+
     def frame(self, u: Any = None, y: Any = None, mask: Any = None) -> Frame:
         """A :class:`Frame` checked against the program: ``u`` (n_u,), ``y`` (m,) float64, ``mask`` (m,).
 

@@ -3,6 +3,7 @@
 from twinfer.learn._least_squares import duffing_equation_error_fit, gain_fit, output_error_fit
 from twinfer.learn._narx import NARX, NarxConfig, NarxFit, fit_narx, narx_metrics, narx_windows
 from twinfer.learn._neural import MLP, RNN, SecondOrderNeuralODE, apply_mlp, init_mlp
+from twinfer.learn._pelton_narx import hydraulics_scenarios, narx_statics, scenario_units
 from twinfer.learn._sindy import (
     TERMS,
     SindyFit,
@@ -35,15 +36,18 @@ __all__ = [
     "fit_narx",
     "gain_fit",
     "highpass",
+    "hydraulics_scenarios",
     "init_mlp",
     "library",
     "library_law",
     "library_reaction",
     "linear_coefficients",
     "narx_metrics",
+    "narx_statics",
     "narx_windows",
     "output_error_fit",
     "reconstruct_relative",
+    "scenario_units",
     "train",
     "trajectory_loss",
 ]

@@ -85,11 +85,16 @@ def _toml_value(value: Any) -> str:
         return _toml_string(value)
     if isinstance(value, list | tuple):
         return "[" + ", ".join(_toml_value(v) for v in value) + "]"
-    raise TypeError(f"config value {value!r}: expected bool, int, float, str or list; got {type(value)}")
+    if isinstance(value, Mapping):  # an inline table (a spec's live.groups)
+        items = (f"{_toml_key(k)} = {_toml_value(v)}" for k, v in value.items() if v is not None)
+        return "{" + ", ".join(items) + "}"
+    raise TypeError(
+        f"config value {value!r}: expected bool, int, float, str, list or table; got {type(value)}"
+    )
 
 
 def to_toml(table: Mapping[str, Any]) -> str:
-    """Render a flat mapping (one level of sub-tables allowed) as TOML that ``tomllib`` reads back equal.
+    """Render a mapping (one level of sub-tables, deeper ones inline) as TOML that ``tomllib`` reads back.
 
     Keys that are not bare TOML keys are quoted; ``None`` values are left out (TOML has no null).
     """

@@ -92,3 +92,6 @@ __all__ += [
     "step_problem",
     "unit_hint",
 ]
+from twinfer.sim._standalone import simulate_standalone_units  # noqa: E402
+
+__all__ += ["simulate_standalone_units"]

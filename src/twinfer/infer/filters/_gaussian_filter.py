@@ -47,8 +47,8 @@ class GaussianStep(NamedTuple):
     """One predict-update step of a Gaussian filter: the posterior, its likelihood, the smoother's inputs.
 
     ``chol``/``pred_chol`` are lower-triangular factors; ``cross_cov`` = cov(x_k, x_{k+1} | y_1..y_k);
-    ``nis`` is the normalised innovation squared ``v^T S^{-1} v`` over the observed components; ``ok``
-    is False when the posterior is non-finite.
+    ``nis`` is the normalised innovation squared ``v^T S^{-1} v`` over the observed components, ``innov``
+    each output's innovation over its own sd; ``ok`` is False when the posterior is non-finite.
     """
 
     mean: Float[Array, " n"]
@@ -59,6 +59,8 @@ class GaussianStep(NamedTuple):
     pred_chol: Float[Array, "n n"]
     cross_cov: Float[Array, "n n"]
     nis: Float[Array, ""] | None = None
+    innov: Float[Array, " m"] | None = None
+    """Each output's innovation over its own sd, 0 where unobserved (:attr:`UpdateInfo.standardised`)."""
 
     @property
     def cov(self) -> Float[Array, "n n"]:
@@ -215,4 +217,4 @@ def gaussian_step(
     m_new, c_new, info = update(m_pred, c_pred, H, d, chol_R_k, y, mask)
     ok = jnp.all(jnp.isfinite(m_new)) & jnp.all(jnp.isfinite(c_new)) & jnp.isfinite(info.loglik)
     cross = chol_P @ (chol_P.T @ A.T)
-    return GaussianStep(m_new, c_new, info.loglik, ok, m_pred, c_pred, cross, info.nis)
+    return GaussianStep(m_new, c_new, info.loglik, ok, m_pred, c_pred, cross, info.nis, info.standardised)

@@ -115,7 +115,7 @@ class CentralProgram(Program):
         state, out = jax.lax.fori_loop(0, once, body, (state, blank))
         std = jnp.sqrt(jnp.maximum(jnp.sum(out.chol * out.chol, axis=1), 0.0))
         mean, std = lognormal_row(out.mean, std, self.log_cols)
-        return state, Row(mean, std, out.loglik, out.nis, out.ok)
+        return state, Row(mean, std, out.loglik, out.nis, out.ok, out.innov)
 
     def run(self, data: Dataset) -> Estimate:
         """The filtered estimate over ``data`` (row 0 the prior): :meth:`scan`, then :meth:`estimate_of`.

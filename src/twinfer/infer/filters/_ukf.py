@@ -136,7 +136,7 @@ def ukf_step(
             redraw,
             innovation,
         )
-        return GaussianStep(post[0], post[1], post[2], post[3], x_pred, pred_chol, cross, post[4])
+        return GaussianStep(post[0], post[1], post[2], post[3], x_pred, pred_chol, cross, post[4], post[5])
     if redraw:
         pts_y, _, _ = weights.sigma_points(x_pred, pred_chol)
         dx_y, q_cols = pts_y - x_pred, None
@@ -163,7 +163,9 @@ def ukf_step(
     innov = y - y_pred if innovation is None else innovation(y, y_pred)
     new_mean, new_chol, info = condition(x_pred, joint, innov, mask)
     ok = jnp.all(jnp.isfinite(new_mean)) & jnp.all(jnp.isfinite(new_chol)) & jnp.isfinite(info.loglik)
-    return GaussianStep(new_mean, new_chol, info.loglik, ok, x_pred, pred_chol, cross, info.nis)
+    return GaussianStep(
+        new_mean, new_chol, info.loglik, ok, x_pred, pred_chol, cross, info.nis, info.standardised
+    )
 
 
 def _gram_update(
@@ -197,7 +199,9 @@ def _gram_update(
     innov = y - y_pred if innovation is None else innovation(y, y_pred)
     new_mean, new_chol, info = condition_moments(x_pred, s_yy, s_yx.T, s_xx, innov, mask)
     ok = jnp.all(jnp.isfinite(new_mean)) & jnp.all(jnp.isfinite(new_chol)) & jnp.isfinite(info.loglik)
-    return GaussianStep(new_mean, new_chol, info.loglik, ok, x_pred, pred_chol, cross, info.nis)
+    return GaussianStep(
+        new_mean, new_chol, info.loglik, ok, x_pred, pred_chol, cross, info.nis, info.standardised
+    )
 
 
 def _sequential_linear(H, x_pred, points, chol_Q, std_R, y, mask, redraw, innovation) -> tuple[Any, ...]:
@@ -211,6 +215,8 @@ def _sequential_linear(H, x_pred, points, chol_Q, std_R, y, mask, redraw, innova
     y_pred = H @ x_pred
     y = jnp.where(mask, y, y_pred)
     innov = (y - y_pred if innovation is None else innovation(y, y_pred)) * mask.astype(x_pred.dtype)
+    sd = jnp.sqrt(jnp.sum((H @ factor) ** 2, axis=1) + std_R**2)  # each output's predicted sd
+    standardised = jnp.where(mask & (sd > 0), innov / jnp.where(sd > 0, sd, 1.0), 0.0)
     x, loglik, nis = x_pred, jnp.zeros((), x_pred.dtype), jnp.zeros((), x_pred.dtype)
     for i in range(H.shape[0]):
         v = innov[i] - H[i] @ (x - x_pred)
@@ -218,7 +224,7 @@ def _sequential_linear(H, x_pred, points, chol_Q, std_R, y, mask, redraw, innova
         loglik, nis = loglik + ll, nis + z2
     chol = tria(factor if redraw else jnp.concatenate([factor, chol_Q], axis=1))
     ok = jnp.all(jnp.isfinite(x)) & jnp.all(jnp.isfinite(chol)) & jnp.isfinite(loglik)
-    return x, chol, loglik, ok, nis
+    return x, chol, loglik, ok, nis, standardised
 
 
 def _check_shape(name: str, call: str, got: tuple[int, ...], want: tuple[int, ...], what: str) -> None:

@@ -43,6 +43,15 @@ class UpdateInfo(NamedTuple):
     chol_S: Any
     nis: Any
 
+    @property
+    def standardised(self) -> Any:
+        """Each component's innovation over its own sd, ``v_i / sqrt(S_ii)`` (0 where unobserved).
+
+        N(0, 1) per sensor, and white over time, under a model that fits: a live twin's per-sensor
+        consistency test reads it (unobserved rows of ``L_S`` are a unit row, their innovation 0).
+        """
+        return self.innovation / jnp.sqrt(jnp.sum(self.chol_S * self.chol_S, axis=1))
+
 
 def masked_loglik(
     z: Float[Array, " m"], chol_S: Float[Array, "m m"], mask: Bool[Array, " m"]

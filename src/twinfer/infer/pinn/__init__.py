@@ -13,6 +13,7 @@ from twinfer.infer.pinn._bayes import (
     layer_estimate,
     layer_log_posterior,
 )
+from twinfer.infer.pinn._fit import PinnFit, fit_pinn, held_force_collocation, network_response
 from twinfer.infer.pinn._loss import (
     ChainProblem,
     LossWeights,
@@ -40,6 +41,7 @@ __all__ = [
     "ChainProblem",
     "LayerData",
     "LossWeights",
+    "PinnFit",
     "PositiveParameters",
     "SensorProblem",
     "StateNetwork",
@@ -51,10 +53,13 @@ __all__ = [
     "affine_force",
     "force_log_posterior",
     "gamma_logpdf",
+    "held_force_collocation",
     "layer_estimate",
     "layer_log_posterior",
     "check_parameter_names",
+    "fit_pinn",
     "loss_parts",
+    "network_response",
     "observed_dofs",
     "predicted_force",
     "projected_parameters",

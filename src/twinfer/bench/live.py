@@ -1,0 +1,199 @@
+"""Benchmark ``live``: a live twin of an 8-mass chain at 1 kHz keeping pace with its stream (issue #54).
+
+The chain of the ``live-damage`` case (1 kg masses, springs around 1e4 N/m, accelerometers on masses 2,
+4, 6 and 8, every spring's stiffness unknown: 24 filter states), its EKF compiled once
+(``twinfer.compile``) and run by :class:`twinfer.live.Twin` on a simulated record:
+
+- **backlog**: the record pushed in chunks of :data:`twinfer.live.CHUNK` frames, as a twin catching up
+  meets it; the real-time factor is simulated seconds per wall second;
+- **frame by frame**: one frame per :meth:`~twinfer.live.Twin.push`, as a stream at its own pace
+  delivers it; the latency of each call (frame in, estimate row out) gives p50 and p99, and their sum
+  the sustained real-time factor;
+- **where the time goes**: the one-step program called directly (dispatch and arithmetic, no twin), the
+  arithmetic alone (a step's share of the whole-record scan), and a cProfile of the frame-by-frame path
+  (the clock, the alarms, the result's copy to the host);
+- **start-up**: a fresh process (``python -c``) that sets the compilation cache as ``twinfer`` does
+  (``twinfer.cli``'s cache setting, ``TWINFER_CACHE_DIR``), compiles the program and pushes frames until
+  the first estimate: seconds from the process's start, with an empty and with the warm cache.
+
+Targets (issue #54): real-time factor >= 20 and p99 <= 5 ms; the figures are what this machine gives.
+"""
+
+from __future__ import annotations
+
+import cProfile
+import json
+import os
+import pstats
+import subprocess
+import sys
+import tempfile
+import time
+
+import jax
+import numpy as np
+
+import twinfer
+from twinfer.bench._harness import Progress, register
+from twinfer.data import Dataset
+from twinfer.infer import Program
+from twinfer.infer._program import Frame
+from twinfer.live import CHUNK, Twin
+from twinfer.models import Chain
+from twinfer.sim import simulate_dataset
+
+DT = 1e-3
+STIFFNESS = (1.2e4, 1.1e4, 1.0e4, 1.0e4, 0.9e4, 0.9e4, 0.8e4, 0.8e4)
+SENSORS = ("a2", "a4", "a6", "a8")
+FORCE_SD, NOISE_SD = 0.1, 0.01
+
+
+def program() -> Program:
+    """The 8-mass chain's EKF with every stiffness unknown (prior sd 5 %, walk 2e-5 per step)."""
+    n = len(STIFFNESS)
+    chain = Chain([1.0] * n, list(STIFFNESS), 0.3, forced_dofs=(), outputs=SENSORS)
+    return twinfer.compile(
+        chain,
+        "ekf",
+        dt=DT,
+        noise_sd=float(np.hypot(NOISE_SD, FORCE_SD)),
+        state_sd=[1e-3] * n + [0.05] * n,
+        process_sd=[FORCE_SD * DT**2 / 2] * n + [FORCE_SD * DT] * n,
+        unknown={f"k{i + 1}": (k, 0.05 * k, 2e-5 * k) for i, k in enumerate(STIFFNESS)},
+    )
+
+
+def frames(seconds: float, seed: int = 0) -> list[tuple[float, dict[str, float]]]:
+    """The chain under ambient forcing on every mass, its accelerometers sampled at 1 kHz, as frames."""
+    n = len(STIFFNESS)
+    steps = int(round(seconds / DT))
+    forced = Chain([1.0] * n, list(STIFFNESS), 0.3, outputs=SENSORS)
+    forces = np.random.default_rng(seed).normal(0.0, FORCE_SD, size=(steps + 1, n))
+    data = simulate_dataset(forced, forces, DT, NOISE_SD, jax.random.key(seed), truth="exact")
+    obs = np.asarray(data.observations).tolist()
+    return [(k * DT, dict(zip(SENSORS, row, strict=True))) for k, row in enumerate(obs)]
+
+
+STARTUP = """
+import json, sys, time
+start = float(sys.argv[1])
+from twinfer.cli._app import _use_compilation_cache
+_use_compilation_cache()
+import twinfer
+twinfer.configure()
+from twinfer.bench.live import frames, program
+from twinfer.live import Twin
+stream = frames(0.05)
+twin = Twin(program(), dt=1e-3)
+i, rows = 0, []
+while not len(rows):
+    rows, _ = twin.push(stream[i : i + 1])
+    i += 1
+print(json.dumps({"first_estimate_s": time.time() - start}))
+"""
+
+
+def startup_s(cache: str) -> float:
+    """Seconds from a fresh process's start to its first estimate, compiling through cache ``cache``."""
+    env = {k: v for k, v in os.environ.items() if k != "JAX_COMPILATION_CACHE_DIR"}
+    env["TWINFER_CACHE_DIR"] = cache
+    start = time.time()
+    out = subprocess.run(
+        [sys.executable, "-c", STARTUP, repr(start)], env=env, capture_output=True, text=True, timeout=600,
+        check=True,
+    )  # fmt: skip
+    return float(json.loads(out.stdout.strip().splitlines()[-1])["first_estimate_s"])
+
+
+def _profile_shares(stats: pstats.Stats, n: int) -> dict[str, float]:
+    """Microseconds per frame in the clock, the alarms and the copy of the results to the host."""
+    found = {"clock": 0.0, "alarms": 0.0, "copy_to_host": 0.0, "push": 0.0}
+    for (file, _, func), (_, _, _, cum, _) in stats.stats.items():  # type: ignore[attr-defined]
+        if file.endswith("_clock.py") and func in ("add", "ready"):
+            found["clock"] += cum
+        elif file.endswith("_monitor.py") and func == "check":
+            found["alarms"] += cum
+        elif func == "<built-in method numpy.asarray>":
+            found["copy_to_host"] += cum
+        elif file.endswith("_twin.py") and func == "push":
+            found["push"] += cum
+    return {f"profile.{k}_us_per_frame": 1e6 * v / n for k, v in found.items()}
+
+
+@register("live", "A live twin of an 8-mass chain at 1 kHz: real-time factor, latency, start-up (#54)")
+def bench_live(quick: bool, progress: Progress) -> dict[str, float]:
+    """Backlog and frame-by-frame throughput, latency percentiles, a profile and start-up times."""
+    seconds, single = (3.0, 300) if quick else (30.0, 5000)
+    progress(f"simulating {seconds:g} s at 1 kHz")
+    stream = frames(seconds)
+    prog = program()
+    warm = Twin(prog, dt=DT, alarms=())
+    start = time.perf_counter()
+    warm.push(stream[: CHUNK + 1])
+    warm.push(stream[CHUNK + 1 : CHUNK + 2])
+    compile_s = time.perf_counter() - start
+
+    progress(f"backlog: {len(stream)} frames in chunks of {CHUNK}")
+    twin = Twin(prog, dt=DT)
+    start = time.perf_counter()
+    for i in range(0, len(stream), CHUNK):
+        twin.push(stream[i : i + CHUNK])
+    backlog_s = time.perf_counter() - start
+
+    progress(f"frame by frame: {single} frames")
+    twin = Twin(prog, dt=DT)
+    twin.push(stream[:2])
+    latency = np.empty(single)
+    for i in range(single):
+        start = time.perf_counter()
+        twin.push(stream[2 + i : 3 + i])
+        latency[i] = time.perf_counter() - start
+
+    progress("where the time goes: the step alone, the scan, a profile of push")
+    state = prog.init()
+    one = Frame(np.zeros((CHUNK, 0)), np.zeros((CHUNK, len(SENSORS))), np.ones((CHUNK, len(SENSORS)), bool))
+    numbers, advance = twin._numbers, twin._advance
+    jax.block_until_ready(advance(numbers, state, one, np.int32(1)))
+    calls = []
+    for _ in range(min(single, 1000)):
+        start = time.perf_counter()
+        jax.block_until_ready(advance(numbers, state, one, np.int32(1)))
+        calls.append(time.perf_counter() - start)
+    obs = np.array([[f[1][s] for s in SENSORS] for f in stream])
+    record = Dataset(times=np.arange(len(stream)) * DT, observations=obs, output_names=SENSORS)
+    jax.block_until_ready(prog.run(record).means)
+    start = time.perf_counter()
+    jax.block_until_ready(prog.run(record).means)
+    scan_step_s = (time.perf_counter() - start) / (len(stream) - 1)
+    profiler = cProfile.Profile()
+    profiled = min(single, 2000)
+    offset = 3 + single
+    profiler.enable()
+    for i in range(offset, offset + profiled):
+        twin.push(stream[i : i + 1])
+    profiler.disable()
+    shares = _profile_shares(pstats.Stats(profiler), profiled)
+
+    progress("start-up: a fresh process to its first estimate, empty then warm compilation cache")
+    with tempfile.TemporaryDirectory() as cache:
+        cold = startup_s(cache)
+        hot = startup_s(cache)
+    frame_s = float(np.sum(latency)) / single
+    return {
+        "compile_s": compile_s,
+        "backlog.realtime_factor": (len(stream) - 1) * DT / backlog_s,
+        "backlog.us_per_frame": 1e6 * backlog_s / (len(stream) - 1),
+        "single.realtime_factor": DT / frame_s,
+        "single.latency_p50_ms": 1e3 * float(np.percentile(latency, 50)),
+        "single.latency_p99_ms": 1e3 * float(np.percentile(latency, 99)),
+        "single.us_per_frame": 1e6 * frame_s,
+        "step_call.us": 1e6 * float(np.median(calls)),
+        "step_arithmetic.us": 1e6 * scan_step_s,
+        **shares,
+        "startup.empty_cache_s": cold,
+        "startup.warm_cache_s": hot,
+        "config.seconds": seconds,
+        "config.frames_single": float(single),
+        "config.n_state": float(len(prog.state_names)),
+        "config.cores": float(len(os.sched_getaffinity(0))),
+    }

@@ -1,0 +1,23 @@
+"""A live twin: online estimation from a stream of timestamped frames (issue #54).
+
+:class:`Twin` runs a compiled estimator (:func:`twinfer.compile`) on frames as they arrive, puts them onto
+the model's steps (:class:`Clock`), raises condition-monitoring alarms (:class:`DriftAlarm`,
+:class:`InnovationAlarm`) and snapshots itself so a restarted twin continues exactly.
+"""
+
+from twinfer.live._clock import Clock, RateError, Step
+from twinfer.live._monitor import DriftAlarm, InnovationAlarm, Monitor
+from twinfer.live._twin import CHUNK, Rows, Twin, TwinDiverged
+
+__all__ = [
+    "CHUNK",
+    "Clock",
+    "DriftAlarm",
+    "InnovationAlarm",
+    "Monitor",
+    "RateError",
+    "Rows",
+    "Step",
+    "Twin",
+    "TwinDiverged",
+]

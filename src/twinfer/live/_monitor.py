@@ -1,0 +1,216 @@
+"""Condition monitoring of a running twin: parameter drift and innovation consistency (issue #54, item 5).
+
+Two alarms read the rows a twin produces, chunk by chunk (vectorised over the chunk, so a twin that
+catches up on a backlog checks every row without a Python loop per row):
+
+- :class:`DriftAlarm`: each unknown's posterior against its baseline, the posterior at the end of a
+  learning period. With ``m_b``/``s_b`` the baseline mean/sd and ``m``/``s`` the current ones, the
+  distance is ``z = |m - m_b| / sqrt(s^2 + s_b^2)`` (two Gaussians' difference in its own sd; the two
+  posteriors share data, so under no change ``z`` is smaller than a standard normal's); the alarm is
+  raised when ``z > level`` (and the relative change exceeds ``relative``) for ``persistence`` seconds,
+  naming the unknown, and cleared when it falls back.
+- :class:`InnovationAlarm`: a windowed chi-square test per sensor and per group of sensors. Under a
+  model that fits, each output's standardised innovation ``v_i / sqrt(S_ii)`` (:class:`twinfer.infer.Row`
+  ``innov``) is N(0, 1) and white over time, so over the last ``window`` seconds the sum of its squares
+  over its ``n`` observed values is chi-square with ``n`` degrees of freedom (Bar-Shalom, Li &
+  Kirubarajan, Estimation with Applications to Tracking and Navigation, 2001, Sec. 5.4: the
+  time-average NIS test). The alarm is raised when that sum's upper tail probability falls below
+  ``p`` (a stuck or drifting sensor, or a part of the model that no longer fits), naming the sensor or
+  group, and cleared once it has stayed above ``p_clear`` for a whole window (no flapping).
+
+Both start after ``learning`` seconds (the filter's transient and the baseline); defaults are chosen so
+that a healthy record raises nothing (a test's false-alarm probability per window is ``p``). An alarm
+never stops the twin: it is an event (a flat dict) for the events sink and the terminal.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from scipy import special
+
+from twinfer.errors import TwinferValueError
+
+__all__ = ["DriftAlarm", "InnovationAlarm", "Monitor"]
+
+MIN_VALUES = 10
+"""Observed values a window needs before it is tested (a sensor sampled slower than the model's step is
+tested over fewer values; a window with fewer, a sensor out, is not tested)."""
+
+
+def _runs(flags: np.ndarray, carry: np.ndarray) -> np.ndarray:
+    """Consecutive-True run lengths down axis 0 of ``flags`` (c, k), continuing runs ``carry`` (k,)."""
+    c = flags.shape[0]
+    idx = np.arange(c)[:, None]
+    last_false = np.maximum.accumulate(np.where(~flags, idx, -1), axis=0)
+    return np.where(flags, np.where(last_false < 0, idx + 1 + carry[None, :], idx - last_false), 0)
+
+
+def _events(
+    kind: str,
+    names: Sequence[str],
+    raised: np.ndarray,
+    up: np.ndarray,
+    down: np.ndarray,
+    rows: Any,
+    value: Any,
+) -> tuple[list[dict[str, Any]], np.ndarray]:
+    """Raise/clear transitions down a chunk: ``up``/``down`` (c, k) where each name would rise/clear."""
+    events: list[dict[str, Any]] = []
+    state = raised.copy()
+    for i, j in zip(*np.nonzero(up | down), strict=True):
+        if up[i, j] and not state[j]:
+            state[j] = True
+            events.append(_event(kind, names[int(j)], "raised", rows, i, float(value[i, j])))
+        elif down[i, j] and state[j]:
+            state[j] = False
+            events.append(_event(kind, names[int(j)], "cleared", rows, i, float(value[i, j])))
+    return events, state
+
+
+def _event(kind: str, name: str, state: str, rows: Any, i: int, value: float) -> dict[str, Any]:
+    return {"t": float(rows.t[i]), "step": int(rows.k[i]), "alarm": kind, "name": name, "state": state,
+            "value": value}  # fmt: skip
+
+
+@dataclass
+class DriftAlarm:
+    """An unknown's posterior leaving its baseline (the module docstring gives the test).
+
+    Args:
+        learning: seconds after the first row at whose end the baseline is taken.
+        level: the distance ``z`` (in the difference's sds) beyond which an unknown has moved.
+        persistence: seconds ``z`` must stay beyond ``level`` before the alarm is raised.
+        relative: the smallest relative change ``|m - m_b| / |m_b|`` that counts (0: any).
+
+    """
+
+    learning: float = 60.0
+    level: float = 5.0
+    persistence: float = 2.0
+    relative: float = 0.0
+    kind: str = field(default="drift", init=False)
+
+    def start(self, names: Sequence[str], columns: Sequence[int], dt: float) -> dict[str, Any]:
+        """The alarm's state for unknowns ``names`` in row columns ``columns``, rows ``dt`` apart."""
+        for key, value in (("learning", self.learning), ("persistence", self.persistence)):
+            if not np.isfinite(value) or value < 0:
+                raise TwinferValueError(f"DriftAlarm {key}: expected seconds >= 0; received {value!r}.")
+        if not self.level > 0 or self.relative < 0:
+            raise TwinferValueError(
+                f"DriftAlarm level/relative: expected level > 0 and relative >= 0; received "
+                f"{self.level!r}/{self.relative!r}."
+            )
+        k = len(names)
+        return {"names": list(names), "columns": np.asarray(columns, dtype=np.int64), "dt": dt,
+                "t_end": np.full(1, np.nan), "base_mean": np.full(k, np.nan), "base_std": np.full(k, np.nan),
+                "run": np.zeros(k, np.int64), "raised": np.zeros(k, bool)}  # fmt: skip
+
+    def check(self, state: dict[str, Any], rows: Any) -> list[dict[str, Any]]:
+        """Test a chunk of rows; updates ``state``; returns the raise/clear events."""
+        if not len(state["names"]) or rows.t.size == 0:
+            return []
+        if np.isnan(state["t_end"][0]):
+            state["t_end"][0] = rows.t[0] + self.learning
+        mean, std = rows.mean[:, state["columns"]], rows.std[:, state["columns"]]
+        learnt = rows.t >= state["t_end"][0]
+        if np.isnan(state["base_mean"]).all():
+            if not learnt.any():
+                return []
+            first = int(np.argmax(learnt))
+            state["base_mean"][:], state["base_std"][:] = mean[first], std[first]
+        base_m, base_s = state["base_mean"], state["base_std"]
+        z = np.abs(mean - base_m) / np.sqrt(std**2 + base_s**2)
+        moved = (z > self.level) & (np.abs(mean - base_m) >= self.relative * np.abs(base_m)) & learnt[:, None]
+        run = _runs(moved, state["run"])
+        state["run"] = run[-1].copy()
+        need = max(1, int(round(self.persistence / state["dt"])))
+        events, state["raised"] = _events(
+            self.kind, state["names"], state["raised"], run >= need, ~moved, rows, z
+        )
+        return events
+
+
+@dataclass
+class InnovationAlarm:
+    """A windowed chi-square test of each sensor's (and group's) standardised innovations.
+
+    Args:
+        window: seconds of innovations each test sums.
+        p: the test's upper-tail probability below which the alarm is raised.
+        p_clear: the probability above which (for a whole window) a raised alarm clears.
+        learning: seconds after the first row before testing (the filter's transient).
+        groups: named groups of outputs (a subsystem's sensors) tested together, besides each sensor.
+
+    """
+
+    window: float = 1.0
+    p: float = 1e-9
+    p_clear: float = 1e-2
+    learning: float = 10.0
+    groups: Mapping[str, Sequence[str]] = field(default_factory=dict)
+    kind: str = field(default="innovation", init=False)
+
+    def start(self, outputs: Sequence[str], dt: float) -> dict[str, Any]:
+        """The alarm's state for sensors ``outputs``, rows ``dt`` apart."""
+        if not 0 < self.p < self.p_clear < 1:
+            raise TwinferValueError(
+                "InnovationAlarm p/p_clear: expected 0 < p < p_clear < 1; "
+                f"received {self.p!r}/{self.p_clear!r}."
+            )
+        if not self.window > 0 or not self.learning >= 0:
+            raise TwinferValueError(
+                f"InnovationAlarm window/learning: expected seconds > 0 / >= 0; received "
+                f"{self.window!r}/{self.learning!r}."
+            )
+        index = {name: i for i, name in enumerate(outputs)}
+        member = np.zeros((len(outputs), len(self.groups)), np.float64)
+        for j, (group, sensors) in enumerate(self.groups.items()):
+            missing = [s for s in sensors if s not in index]
+            if missing or not sensors:
+                raise TwinferValueError(
+                    f"InnovationAlarm groups[{group!r}]: expected some of the outputs {list(outputs)}; "
+                    f"received {list(sensors)}."
+                )
+            member[[index[s] for s in sensors], j] = 1.0
+        width = max(1, int(round(self.window / dt)))
+        k = len(outputs) + len(self.groups)
+        return {"names": [*outputs, *self.groups], "member": member, "t_start": np.full(1, np.nan),
+                "z2": np.zeros((width, k)), "seen": np.zeros((width, k)), "filled": np.zeros(1, np.int64),
+                "raised": np.zeros(k, bool), "calm": np.zeros(k, np.int64)}  # fmt: skip
+
+    def check(self, state: dict[str, Any], rows: Any, observed: np.ndarray) -> list[dict[str, Any]]:
+        """Test a chunk of rows (``observed`` (c, m) the outputs each row had); returns the events."""
+        if rows.innov is None or rows.t.size == 0:
+            return []
+        if np.isnan(state["t_start"][0]):
+            state["t_start"][0] = rows.t[0] + self.learning
+        seen = observed.astype(np.float64)
+        z2 = np.where(observed, rows.innov, 0.0) ** 2
+        z2 = np.concatenate([z2, z2 @ state["member"]], axis=1)
+        seen = np.concatenate([seen, seen @ state["member"]], axis=1)
+        width, c = state["z2"].shape[0], rows.t.size
+        all_z2, all_seen = np.concatenate([state["z2"], z2]), np.concatenate([state["seen"], seen])
+        head = np.zeros((1, all_z2.shape[1]))
+        cz, cn = np.concatenate([head, np.cumsum(all_z2, 0)]), np.concatenate([head, np.cumsum(all_seen, 0)])
+        total = cz[width + 1 :] - cz[1 : c + 1]  # each new row's window: rows (i - width, i]
+        count = np.rint(cn[width + 1 :] - cn[1 : c + 1])
+        state["z2"], state["seen"] = all_z2[-width:].copy(), all_seen[-width:].copy()
+        filled = state["filled"][0] + np.arange(1, c + 1)
+        state["filled"][0] = min(int(filled[-1]), width)
+        ready = (filled >= width)[:, None] & (rows.t >= state["t_start"][0])[:, None] & (count >= MIN_VALUES)
+        tail = np.where(count > 0, special.chdtrc(np.maximum(count, 1.0), np.maximum(total, 0.0)), 1.0)
+        up = ready & (tail < self.p)
+        calm = _runs(ready & (tail > self.p_clear), state["calm"])  # cleared after a whole calm window
+        state["calm"] = calm[-1].copy()
+        down = calm >= width
+        value = total / np.maximum(count, 1.0)
+        events, state["raised"] = _events(self.kind, state["names"], state["raised"], up, down, rows, value)
+        return events
+
+
+Monitor = DriftAlarm | InnovationAlarm
+"""An alarm a :class:`~twinfer.live.Twin` runs on its rows."""
