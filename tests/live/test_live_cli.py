@@ -224,3 +224,48 @@ def test_sigkill_at_random_moments_and_resume_equals_the_uninterrupted_run(folde
 @pytest.mark.acceptance
 def test_acceptance_five_sigkills_in_a_60_s_stream(folder):
     _kill_and_resume(folder, seconds=60.0, kills=5, seed=4)
+
+
+@pytest.mark.acceptance
+def test_acceptance_five_sigkills_in_a_60_s_mqtt_stream(folder):
+    """The same over MQTT: frames published in real time (10 per message), the twin SIGKILLed 5 times and
+    resumed; the broker keeps and redelivers what no snapshot holds (mosquitto; amqtt cannot)."""
+    seconds, kills, seed = 60.0, 5, 5
+    n = int(seconds * 100)
+    table = _record(n, seed=seed)
+    records = [dict(zip(COLUMNS, map(float, row), strict=True)) for row in table.to_numpy()]
+    rng = np.random.default_rng(seed)
+    moments = np.sort(rng.uniform(0.1, 0.9, size=kills)) * seconds
+    with running_broker(folder / "broker") as broker:
+        if not broker.redelivers_unacked:
+            pytest.skip("this broker does not redeliver unacknowledged messages (amqtt); mosquitto does")
+        address = f"mqtt://{USER}@{broker.host}:{broker.port}/plant/frames"
+        args = ["--source", address, "--out", "out", "--idle-exit", "4"]
+        log = folder / "run0.log"
+        with open(log, "w") as err:
+            proc = _live(folder, *args, stderr=err)
+        deadline = time.monotonic() + 120
+        while "live frames" not in log.read_text() and time.monotonic() < deadline:
+            time.sleep(0.1)  # subscribed: the broker keeps the session from here on
+
+        def send() -> None:
+            for i in range(0, len(records), 10):
+                publish(broker, "plant/frames", [json.dumps(records[i : i + 10])])
+                time.sleep(0.1)
+
+        sender = threading.Thread(target=send, daemon=True)
+        sender.start()
+        start = time.monotonic()
+        for i, moment in enumerate(moments):
+            time.sleep(max(moment - (time.monotonic() - start), 1.0))
+            assert proc.poll() is None, f"the twin ended before it was killed: {log.read_text()}"
+            proc.send_signal(signal.SIGKILL)
+            proc.wait(30)
+            log = folder / f"run{i + 1}.log"
+            with open(log, "w") as err:
+                proc = _live(folder, *args, "--resume", stderr=err)
+        sender.join(300)
+        proc.wait(300)
+    assert proc.returncode == 0, log.read_text()
+    assert f"{n} steps (0 prediction-only)" in log.read_text()  # frames a kill left unacknowledged came
+    _check(_rows(folder / "out"), _reference(folder, table), n)  # again, and were applied once
