@@ -175,7 +175,8 @@ def test_a_compiled_central_program_carries_input_noise_as_estimate_does():
 
     from twinfer.sim import simulate_dataset
 
-    chain = Chain(mass=[1.0, 1.2], stiffness=[400.0, 350.0], damping=1.0, outputs=["a1", "a2"])
+    # no accelerometer on a loaded mass: its force's noise would enter that reading too (a warning)
+    chain = Chain(mass=[1.0, 1.2], stiffness=[400.0, 350.0], damping=1.0, outputs=["x1", "x2"])
     force = np.asarray(jax.random.normal(jax.random.key(0), (121, chain.n_input)))
     data = simulate_dataset(chain, force, dt=0.005, noise_sd=0.02, key=jax.random.key(1))
     numbers = dict(noise_sd=0.02, state_sd=0.01, input_sd=0.05)
@@ -184,3 +185,11 @@ def test_a_compiled_central_program_carries_input_noise_as_estimate_does():
     np.testing.assert_array_equal(program.run(data).means, est.means)
     without = twinfer.estimate(chain, data, "ukf", noise_sd=0.02, state_sd=0.01)
     assert np.all(est.stds[-1, 2:] > without.stds[-1, 2:])  # the load cells' noise widens the velocities
+
+
+def test_input_noise_on_a_force_an_accelerometer_reads_is_warned_before_the_run():
+    from twinfer.infer.filters import FilterConsistencyWarning
+
+    chain = Chain(mass=[1.0, 1.2], stiffness=[400.0, 350.0], damping=1.0, outputs=["a1", "x2"])
+    with pytest.warns(FilterConsistencyWarning, match=r"DOF 1 .* output 'a1' reads that mass's acceleration"):
+        twinfer.compile(chain, "ukf", dt=0.005, noise_sd=0.02, state_sd=0.01, input_sd=0.05)
