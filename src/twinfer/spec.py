@@ -1018,28 +1018,35 @@ class LiveSetup(typing.NamedTuple):
     """What a live twin of a spec needs: its compiled program, step, and the stream's column names.
 
     ``columns`` maps each stream column to the program's input or output name (``[data]``'s columns,
-    or the model's own names); ``time`` is the stream's time column.
+    or the model's own names); ``time`` is the stream's time column; ``groups`` the outputs the
+    innovation alarm tests together (``[live] groups``, and a grid's clusters: ``S<c> (buses ...)``).
     """
 
     program: Any
     dt: float
     time: str
     columns: dict[str, str]
+    groups: dict[str, list[str]] = {}
 
 
-def live_setup(spec: Spec) -> LiveSetup:
-    """The compiled central estimator of a chain spec and its stream's layout (``twinfer live``).
+def live_setup(spec: Spec, base: Path | None = None) -> LiveSetup:
+    """The compiled estimator of a spec and its stream's layout (``twinfer live``).
+
+    A chain: its central filter. A grid (with ``model.damping``, as for measured ``[data]``): its
+    clusters' UKFs on the field engine (or one central UKF), each bus's ``theta<b>``/``omega<b>`` a
+    channel, every cluster's sensors a group of the innovation alarm. ``base``: the folder a network
+    file is relative to.
 
     Raises:
-        SpecError: a spec the live twin cannot run (a grid, a distributed or banded estimator, noise
+        SpecError: a spec the live twin cannot run (a distributed or banded chain estimator, noise
             levels "auto", no step), naming the key.
 
     """
     from twinfer.infer import Central, compile
 
-    if not isinstance(spec.model, ChainModel):
-        raise SpecError('spec model.kind: expected "chain" for twinfer live (a grid twin is not there yet).')
     e = spec.estimator
+    if isinstance(spec.model, GridModel):
+        return _grid_live_setup(spec, spec.model, Path(".") if base is None else base)
     if e.kind != "central":
         raise SpecError(f'spec estimator.kind: expected "central" for twinfer live; received "{e.kind}".')
     noise_sd = e.noise_sd if e.noise_sd is not None else spec.simulate.noise_sd  # type: ignore[union-attr]
@@ -1073,12 +1080,43 @@ def live_setup(spec: Spec) -> LiveSetup:
     else:
         names, time = [*chain.input_names, *chain.output_names], "t"
     columns = dict(zip(names, [*program.input_names, *program.output_names], strict=True))
+    return LiveSetup(program, float(dt), time, columns, _live_groups(spec, program, {}))
+
+
+def _live_groups(spec: Spec, program: Any, own: dict[str, list[str]]) -> dict[str, list[str]]:
+    """``own`` groups and the spec's ``[live] groups``, checked against the program's outputs."""
     unknown = sorted({s for group in spec.live.groups.values() for s in group} - set(program.output_names))
     if unknown:
         raise SpecError(
             f"spec live.groups: expected outputs among {list(program.output_names)}; received {unknown}."
         )
-    return LiveSetup(program, float(dt), time, columns)
+    return {**own, **{k: list(v) for k, v in spec.live.groups.items()}}
+
+
+def _grid_live_setup(spec: Spec, model: GridModel, base: Path) -> LiveSetup:
+    """A grid spec's live twin (:func:`live_setup`): the Kuramoto network's clusters, streamed by bus."""
+    from twinfer.infer import Distributed, compile
+
+    if model.damping is None:
+        raise SpecError(
+            "spec model.damping: a grid's live twin needs the buses' damping d (as for measured [data]); "
+            "received none."
+        )
+    if spec.live.dt is None:
+        raise SpecError("spec live.dt: expected the PMU frames' interval [s] for a grid twin; received none.")
+    net = _measured_network(spec, model, base)
+    n = net.n_bus
+    graph, partition = _grid_graph(spec, model, net, float(spec.live.dt), np.zeros((n, 3)))
+    program = compile(graph, Distributed(), dt=float(spec.live.dt))  # the field engine
+    clusters = {
+        f"S{c + 1} (buses {' '.join(str(b + 1) for b in buses)})": [
+            f"{q}{b + 1}" for q in ("theta", "omega") for b in buses
+        ]
+        for c, buses in enumerate(partition.clusters)
+    }
+    time = spec.data.time if spec.data is not None else "t"
+    columns = {name: name for name in program.output_names}
+    return LiveSetup(program, float(spec.live.dt), time, columns, _live_groups(spec, program, clusters))
 
 
 _CENTRAL_UKF_COPIES = 12
@@ -1289,6 +1327,64 @@ def _run_grid(spec: Spec, model: GridModel, base: Path) -> tuple[Any, Any, Any, 
     return est, None, artifacts, lambda: grid_figures(arrays, case=network, dt=sim.dt, s_max=model.s_max)
 
 
+def _measured_network(spec: Spec, model: GridModel, base: Path) -> Any:
+    """A measured grid's network; a central filter that would not fit in memory is refused here.
+
+    Before a record is read: its length does not change the verdict much.
+    """
+    from twinfer.data import load_grid
+
+    try:
+        net = load_grid(_network_path(model, base))
+    except (OSError, ValueError) as exc:
+        raise SpecError(f"spec model.network: {exc}") from None
+    if spec.estimator.kind == "central":
+        _refuse_central_beyond_memory(net.n_bus, 0, model.s_max)
+    return net
+
+
+def _grid_graph(spec: Spec, model: GridModel, net: Any, dt: float, x0: np.ndarray) -> tuple[Any, Any]:
+    """The Kuramoto network of a grid spec with measured data, cut into its clusters (or one, central).
+
+    The spec's damping and noise sd, the grid case's other settings (Table S4,
+    :data:`~twinfer.infer.graph._grid.GRID_DEFAULTS`), natural frequencies unknown around 0; ``x0``
+    (n, 3) the prior mean of each bus's (theta, omega, Omega). Returns the graph (its columns named as
+    the network's: ``theta<b>``, ``omega<b>``) and the partition.
+    """
+    import dataclasses
+
+    from twinfer.infer.graph import Partition
+    from twinfer.infer.graph._grid import GRID_DEFAULTS, grid_graph, partition_for
+    from twinfer.models import KuramotoNetwork
+
+    e, n = spec.estimator, net.n_bus
+    if model.damping is None or e.noise_sd is None or e.noise_sd == "auto":  # Spec requires both here
+        raise TwinferRuntimeError("internal: a measured grid spec without model.damping or noise_sd.")
+    if np.ndim(e.noise_sd) != 0 or np.ndim(model.damping) not in (0, 1):
+        raise SpecError("spec estimator.noise_sd: expected one value for a grid.")
+    damping = np.broadcast_to(np.asarray(model.damping, dtype=np.float64), (n,))
+    index, weight = net.neighbours
+    central = e.kind == "central"
+    default = GRID_DEFAULTS  # the grid case's settings (Table S4)
+    if central:
+        partition = Partition(labels=np.zeros(n, int), clusters=(np.arange(n),))
+    else:
+        partition = partition_for(net, model.s_max, dt, default.bond)
+    network = KuramotoNetwork(index, weight, damping, np.zeros(n))
+    graph = grid_graph(
+        network,
+        partition,
+        x0,
+        dt=dt,
+        process_sd=default.process_sd(central),
+        noise_sd=float(e.noise_sd),  # type: ignore[arg-type]
+        gamma=default.ukf_gamma,
+        messages="probabilistic" if e.messages == "probabilistic" else "held",
+    ).graph
+    names = {"output_names": network.output_names, "input_names": network.input_names}
+    return dataclasses.replace(graph, **names), partition
+
+
 def _run_grid_data(spec: Spec, model: GridModel, base: Path) -> tuple[Any, Any, Any, Any]:
     """A grid from measured phases and frequencies: the Kuramoto network of the file's buses, estimated.
 
@@ -1298,24 +1394,16 @@ def _run_grid_data(spec: Spec, model: GridModel, base: Path) -> tuple[Any, Any, 
     spec's. Central: one UKF on the whole network; distributed: the clusters of ``s_max`` buses. The
     noise levels other than the measurement's are the grid case's defaults (Table S4).
     """
-    from twinfer.data import Dataset, from_table, load_grid, table_columns
+    from twinfer.data import Dataset, from_table, table_columns
     from twinfer.data._grid import grid_columns
     from twinfer.infer import Distributed, estimate
-    from twinfer.infer.graph import Partition, kuramoto_graph
-    from twinfer.infer.graph._grid import GRID_DEFAULTS, partition_for
-    from twinfer.models import KuramotoNetwork
     from twinfer.report import RunArtifacts
 
     d, e = spec.data, spec.estimator
     if d is None or model.damping is None or e.noise_sd is None:  # Spec requires all three here
         raise TwinferRuntimeError("internal: a grid spec's data, model.damping or noise_sd is None.")
-    try:
-        net = load_grid(_network_path(model, base))
-    except (OSError, ValueError) as exc:
-        raise SpecError(f"spec model.network: {exc}") from None
+    net = _measured_network(spec, model, base)
     n = net.n_bus
-    if e.kind == "central":  # before the record is read: its length does not change the verdict much
-        _refuse_central_beyond_memory(n, 0, model.s_max)
     file = d.file if d.file.is_absolute() else base / d.file
     try:
         present = set(table_columns(file))
@@ -1339,29 +1427,9 @@ def _run_grid_data(spec: Spec, model: GridModel, base: Path) -> tuple[Any, Any, 
     y[:, [names.index(c) for c in measured]] = np.asarray(table.observations)
     data = Dataset(table.times, y, mask=~np.isnan(y), output_names=names, metadata={"source": str(file)})
     dt = _step(data)
-    if np.ndim(e.noise_sd) != 0 or np.ndim(model.damping) not in (0, 1):
-        raise SpecError("spec estimator.noise_sd: expected one value for a grid.")
-    damping = np.broadcast_to(np.asarray(model.damping, dtype=np.float64), (n,))
-    index, weight = net.neighbours
-    central = e.kind == "central"
-    default = GRID_DEFAULTS  # the grid case's settings (Table S4)
-    if central:
-        partition = Partition(labels=np.zeros(n, int), clusters=(np.arange(n),))
-    else:
-        partition = partition_for(net, model.s_max, dt, default.bond)
     x0 = np.stack([np.nan_to_num(y[0, :n]), np.nan_to_num(y[0, n:]), np.zeros(n)], axis=1)
-    cluster_graph = kuramoto_graph(
-        KuramotoNetwork(index, weight, damping, np.zeros(n)),
-        partition,
-        dt=dt,
-        x0=x0,
-        state_sd=(0.5, 0.5, 1.0),
-        process_sd=default.process_sd(central),
-        noise_sd=float(e.noise_sd),  # type: ignore[arg-type]
-        gamma=default.ukf_gamma,
-        messages="probabilistic" if e.messages == "probabilistic" else "held",
-    )
-    est = estimate(cluster_graph.graph, data, Distributed())  # the field engine, Jacobi
+    graph, partition = _grid_graph(spec, model, net, dt, x0)
+    est = estimate(graph, data, Distributed())  # the field engine, Jacobi
     omega_sd = np.asarray(est.stds)[-1, 2 * n :]
     out = {
         "network.buses": float(n),

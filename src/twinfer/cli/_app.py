@@ -710,8 +710,8 @@ def live(
     from twinfer.spec import SpecError, live_setup, load_spec
 
     try:
-        parsed, _ = load_spec(spec)
-        setup = live_setup(parsed)
+        parsed, base = load_spec(spec)
+        setup = live_setup(parsed, base)
     except SpecError as exc:
         _fail(str(exc))
         return
@@ -719,7 +719,7 @@ def live(
     alarms = (
         DriftAlarm(learning=cfg.learning, level=cfg.drift_level, persistence=cfg.persistence),
         InnovationAlarm(
-            window=cfg.innovation_window, p=cfg.innovation_p, learning=cfg.learning, groups=cfg.groups
+            window=cfg.innovation_window, p=cfg.innovation_p, learning=cfg.learning, groups=setup.groups
         ),
     )
     columns = list(setup.columns)

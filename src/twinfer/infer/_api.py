@@ -355,7 +355,9 @@ class Numbers(TypedDict, total=False):
     - ``noise_sd``: measurement-noise sd per output (default 1; ``"auto"`` with :class:`Central`); or
       ``noise_cov``, the (m, m) measurement-noise covariance.
     - ``input_sd``: the inputs' measurement-noise sd (load cells), scalar or one per input: pushed
-      through the dynamics as process noise (one subsystem holding the whole model for :class:`Central`).
+      through the dynamics as process noise (one subsystem holding the whole model for :class:`Central`),
+      and into an accelerometer on a forced mass with the same draw (carried as hidden states:
+      :func:`~twinfer.infer.graph._chain.chain_graph`).
     - ``unknown``: ``{parameter: (initial value, prior sd, random-walk sd)}`` of a model's parameters.
 
     A graph carries its own numbers and takes none of these.

@@ -15,7 +15,6 @@ References:
 from __future__ import annotations
 
 import dataclasses
-import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any, TypedDict, Unpack
 
@@ -25,7 +24,6 @@ import numpy as np
 from twinfer.errors import TwinferValueError
 from twinfer.infer.filters import augment
 from twinfer.infer.filters._api import _unknown as _checked_unknown
-from twinfer.infer.filters._errors import FilterConsistencyWarning
 from twinfer.infer.gaussian import UnscentedWeights
 from twinfer.infer.graph._cache import SEGMENT_NODES
 from twinfer.infer.graph._graph import Graph
@@ -189,11 +187,12 @@ def chain_graph(
             each forced DOF's process noise gains ``input_sd^2 g g^T``, correlated as the force makes
             it, on top of ``process_sd``. With the data of
             ``twinfer.sim.simulate_dataset(..., input_noise_sd=input_sd)`` and ``process_sd = 0`` the
-            filters' Q is the one the data hold (a central filter is then calibrated: tests). An
-            error in the force on a mass whose acceleration is measured also enters that measurement
-            (the accelerometer reads the held force), correlated with this Q, which the filters do not
-            model: give such a force no input_sd, or add ``(input_sd / m)^2`` to its sensor's variance
-            (which then over-covers, the correlation left out).
+            filters' Q is the one the data hold (a central filter is then calibrated: tests). The
+            error in a force on a mass whose acceleration is measured also enters that measurement
+            (the accelerometer reads the held force) with the same draw that moves the mass: such a
+            force's error is carried as states of its subsystem instead (``"~<input>.error"`` and
+            ``"~<input>.error_next"``, left out of the estimate), drawn afresh each step and added to the
+            force in the transition and the outputs, so the filters hold that correlation exactly.
         name: the graph's name.
         **options: the keywords of :class:`GraphKeywords`. On a chain, ``messages`` gives one kind for
             every cut connection or one per cut, used in both directions; ``x0``, ``state_sd`` and
@@ -241,7 +240,6 @@ def chain_graph(
     sdq = _values("process_sd", o.process_sd, 2 * n, ">= 0")
     sdr = _values("noise_sd", o.noise_sd, len(chain.outputs), "> 0")
     sdu = _values("input_sd", input_sd, len(chain.forced_dofs), ">= 0")
-    _warn_feed_through(chain, sdu)
     unknown = dict(o.unknown or {})
     local, at_cut = _local_unknowns(chain, segments, unknown)
     _checked_unknown("chain_graph", chain, unknown)  # as run_filter: finite, float64, a value the chain takes
@@ -259,6 +257,10 @@ def chain_graph(
     }
     weights = o.sigma_weights()
     forced = {d: i for i, d in enumerate(chain.forced_dofs)}
+    # forces whose error an accelerometer on their mass reads: carried as states (_segment_node)
+    read = {int(o[1:]) for o in chain.outputs if o[0] in "aA"}
+    carried = {d for d, i in forced.items() if d in read and sdu[i] > 0.0}
+    sdq_u = np.where([d in carried for d in chain.forced_dofs], 0.0, sdu)  # the rest enter Q
     out_col = {o: i for i, o in enumerate(chain.outputs)}
     params = chain.params
     subs = []
@@ -272,9 +274,12 @@ def chain_graph(
         held_right = [g for _, g in at_cut.get(s + 1, [])] if holder.get(s + 1) == s else []
         held = held_left + held_right
         flags = ("kappa" in params, "mu" in params)
-        shape = (m, part.outputs, *flags, names, integrator, dt, substeps, len(held), part.base)
-        node = SEGMENT_NODES.get(lambda shape=shape: shape, lambda shape=shape: _segment_node(*shape))
         n_g = part.n_ground  # the ground's inputs (ag; xg, vg) come first, then one force slot per DOF
+        errors = tuple(n_g + i for i, d in enumerate(seg) if d in carried)
+        shape = (m, part.outputs, *flags, names, integrator, dt, substeps, len(held), part.base, errors)
+        node = SEGMENT_NODES.get(lambda shape=shape: shape, lambda shape=shape: _segment_node(*shape))
+        err_sd = [float(sdu[forced[d]]) for d in seg if d in carried]
+        n_err = len(err_sd)
         in_cols = tuple(range(n_g)) + tuple(chain.n_ground + forced[d] if d in forced else -1 for d in seg)
         states = [d - 1 for d in seg] + [n + d - 1 for d in seg]
         values = [unknown[g] for g in (*local[s].values(), *held)]
@@ -291,10 +296,10 @@ def chain_graph(
                 transition=node.transition,
                 output=node.output,
                 params=part.params,
-                x0=np.concatenate([mean0[states], [v[0] for v in values]]),
-                P0=np.diag(np.concatenate([sd0[states], [v[1] for v in values]]) ** 2),
-                Q=np.diag(np.concatenate([sdq[states], [v[2] for v in values]]) ** 2)
-                + _input_noise(seg, forced, sdu, np.asarray(params["m"]), dt, len(values)),
+                x0=np.concatenate([mean0[states], [v[0] for v in values], np.zeros(2 * n_err)]),
+                P0=np.diag(np.concatenate([sd0[states], [v[1] for v in values], err_sd, err_sd]) ** 2),
+                Q=np.diag(np.concatenate([sdq[states], [v[2] for v in values], np.zeros(n_err), err_sd]) ** 2)
+                + _input_noise(seg, forced, sdq_u, np.asarray(params["m"]), dt, len(values) + 2 * n_err),
                 R=np.diag(np.asarray([sdr[out_col[_global_output(o, first)]] for o in part.outputs]) ** 2)
                 if part.outputs
                 else np.zeros((0, 0)),
@@ -308,7 +313,13 @@ def chain_graph(
                 state_names=tuple(f"x{d}" for d in seg)
                 + tuple(f"v{d}" for d in seg)
                 + tuple(local[s].values())
-                + tuple(held),
+                + tuple(held)
+                + tuple(
+                    f"~{chain.input_names[chain.n_ground + forced[d]]}.error{when}"
+                    for when in ("", "_next")
+                    for d in seg
+                    if d in carried
+                ),
                 parameters=tuple(local[s].values()) + tuple(held),
             )
         )
@@ -371,12 +382,21 @@ def _segment_node(
     substeps: int,
     n_held: int = 0,
     base: str | None = None,
+    errors: tuple[int, ...] = (),
 ) -> GraphNode:
     """The transition and output of a segment's structure, every DOF forced (messages add to inputs).
 
     ``n_held`` constant states after the segment's own (a cut connection's unknowns, which only its
-    interface reads). Kept by :func:`chain_graph` (``SEGMENT_NODES``), so segments of one structure share
-    their functions and batch together in ``compile``.
+    interface reads), then two states per input slot in ``errors``: that force's error over this step,
+    added to its input in the transition and the outputs, and its error over the next step, drawn afresh
+    (the transition moves it into the first and returns 0, the subsystem's Q holding its variance). An
+    accelerometer on the mass reads the same draw that moves the mass over the step, so the measurement
+    and process noises are correlated exactly as the data make them (the feed-through of Simon 2006,
+    Sec. 7.1, carried as white states). The draw is a step ahead so that a UKF that reads the outputs at
+    its propagated sigma points (no redraw, Q added after) still sees its spread. Such a node has no
+    :class:`~twinfer.sim.Dynamics` (a vector field cannot redraw a state). Kept by :func:`chain_graph`
+    (``SEGMENT_NODES``), so segments of one structure share their functions and batch together in
+    ``compile``.
     """
     template = Chain(
         1.0,
@@ -389,16 +409,28 @@ def _segment_node(
         base=base,
     )
     node = graph_node(augment(template, list(unknown)) if unknown else template, dt, integrator, substeps)
-    if not n_held:
+    n_err = len(errors)
+    if not n_held and not n_err:
         return node
-    own = lambda x: x[: x.shape[0] - n_held]  # noqa: E731
-    keep = lambda x, new: jnp.concatenate([new, x[x.shape[0] - n_held :]])  # noqa: E731
+    slots = jnp.asarray(errors, dtype=jnp.int32)
+    tail = n_held + 2 * n_err
+    own = lambda x: x[: x.shape[0] - tail]  # noqa: E731
+    held = lambda x: x[x.shape[0] - tail : x.shape[0] - 2 * n_err]  # noqa: E731
+    now = lambda x: x[x.shape[0] - 2 * n_err : x.shape[0] - n_err]  # noqa: E731
+    forced = lambda x, u: u.at[slots].add(now(x)) if n_err else u  # noqa: E731
     dyn = node.dynamics
     return GraphNode(
-        lambda x, u, m, p: keep(x, node.transition(own(x), u, m, p)),
-        lambda x, u, m, p: node.output(own(x), u, m, p),
+        lambda x, u, m, p: jnp.concatenate(
+            [
+                node.transition(own(x), forced(x, u), m, p),
+                held(x),
+                x[x.shape[0] - n_err :],
+                jnp.zeros(n_err, x.dtype),
+            ]
+        ),
+        lambda x, u, m, p: node.output(own(x), forced(x, u), m, p),
         None
-        if dyn is None
+        if dyn is None or n_err
         else Dynamics(
             lambda x, u, m, p: jnp.concatenate(
                 [dyn.vector_field(own(x), u, m, p), jnp.zeros(n_held, x.dtype)]
@@ -469,26 +501,3 @@ def _values(field: str, value: Any, count: int, bound: str, fn: str = "chain_gra
     if (bound == "> 0" and np.any(arr <= 0)) or (bound == ">= 0" and np.any(arr < 0)):
         raise ValueError(f"{fn} {field}: expected values {bound}; received {arr.tolist()}.")
     return arr
-
-
-def _warn_feed_through(chain: Any, sdu: Any) -> None:
-    """Warn where a force given an ``input_sd`` is read directly by an accelerometer on its mass.
-
-    The force's error then enters that measurement as well as Q, and with the same draw (a
-    feed-through term: the measurement and process noises are correlated, Simon 2006, Sec. 7.1), which
-    the filters do not model: the innovations are larger than predicted (NIS far above 1) and the
-    unknowns biased. Measured on a 3-mass chain with every mass forced, input_sd = 0.1 N: accelerometers
-    gave NIS 87 and a stiffness 10 % low, velocity sensors on the same record NIS 1.00.
-    """
-    for i, dof in enumerate(chain.forced_dofs):
-        read = [o for o in chain.outputs if o[0] in "aA" and int(o[1:]) == dof]
-        if float(np.asarray(sdu)[i]) > 0 and read:
-            warnings.warn(
-                f"input_sd: the force on DOF {dof} has input_sd = {float(np.asarray(sdu)[i]):g} and output "
-                f"{read[0]!r} reads that mass's acceleration, so the force's error enters the measurement "
-                "too, correlated with Q, which the filters do not model: expect NIS far above 1 and biased "
-                f"unknowns. Give that force input_sd = 0 and add (input_sd / m)^2 to {read[0]!r}'s noise "
-                "variance (it then over-covers a little), or measure displacement or velocity there.",
-                FilterConsistencyWarning,
-                stacklevel=3,
-            )

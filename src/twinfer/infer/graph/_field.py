@@ -403,7 +403,7 @@ class FieldEngine:
             ]
         else:
             ms = self._predicted(arrs, num.edges, means, u)
-        outs = []
+        outs, innov = [], jnp.zeros(y.shape, y.dtype)
         for g, a, e, mean, chol, m in zip(self.groups, arrs, num.edges, means, chols, ms, strict=True):
             tmpl = g.template
             q = jnp.asarray(a["q_diag"] if tmpl.diag_q else a["chol_Q"])
@@ -424,6 +424,8 @@ class FieldEngine:
             local = functools.partial(_field_local_step, tmpl)
             args = (a["params"], a["inputs"], a["chol_R"], mean, chol, m, q, y_l, mask_l)
             outs.append(jax.vmap(lambda *xs, local=local, u=u: local(u, *xs))(*map(self._shard, args)))
+            # each member's standardised innovations, at their columns of the record (padding dropped)
+            innov = innov.at[jnp.where(seen, cols, y.shape[0])].set(outs[-1][4], mode="drop")
         new_means = [self._shard(o[0]) for o in outs]
         new_chols = [self._shard(o[1]) for o in outs]
         variances = [o[2] for o in outs]
@@ -433,7 +435,7 @@ class FieldEngine:
             self._register(self._port(new_means)),
             self._variable_variance(variances),
         )
-        return carry, ([o[0] for o in outs], [jnp.sqrt(v) for v in variances], [o[3] for o in outs])
+        return carry, ([o[0] for o in outs], [jnp.sqrt(v) for v in variances], [o[3] for o in outs], innov)
 
     def scan(self, num: FieldNumbers, us: Any, ys: Any, masks: Any, us_meas: Any = None) -> Any:
         """Scan :meth:`step` over T steps (``us_meas``: as :meth:`Compiled.scan`).
@@ -447,9 +449,12 @@ class FieldEngine:
         ys = jnp.where(masks, ys, 0.0)
         arrs = self._padded(num)
         pairs = jnp.concatenate([us, us if us_meas is None else jnp.asarray(us_meas, us.dtype)], axis=-1)
-        _, (means, stds, oks) = jax.lax.scan(
-            lambda c, i: self._step(arrs, num, c, i), self._init(arrs), (pairs, ys, masks)
-        )
+
+        def body(c: Any, i: Any) -> Any:
+            c, (mu, sd, ok, _) = self._step(arrs, num, c, i)  # the innovations: a live twin's (Row.innov)
+            return c, (mu, sd, ok)
+
+        _, (means, stds, oks) = jax.lax.scan(body, self._init(arrs), (pairs, ys, masks))
         keep = [len(g.members) for g in self.groups]
         trim = lambda xs: [x[:, :k] for x, k in zip(xs, keep, strict=True)]  # noqa: E731
         return trim(means), trim(stds), trim(oks)
@@ -498,7 +503,10 @@ def _vector_field(g: _FieldGroup) -> Callable[..., Any]:
 
 
 def _field_local_step(tmpl: _FieldTemplate, u_all, params, inputs, chol_r, mean, chol, m, q, y, mask):
-    """One member's predict/update with its staged message ``m``: (mean, factor, variances, ok).
+    """One member's predict/update with its staged message ``m``: (mean, factor, variances, ok, innov).
+
+    ``innov``: each local output's innovation over its predicted sd (0 unobserved, and for the static
+    estimators, which predict none).
 
     ``q`` is the process noise's variances (n,) when the group's Q is diagonal, else a factor (n, k).
     """
@@ -514,11 +522,12 @@ def _field_local_step(tmpl: _FieldTemplate, u_all, params, inputs, chol_r, mean,
         cov_q = q if tmpl.diag_q else q @ q.T
         step = STATIC_STEPS[tmpl.estimator]
         out = step(f, h, mean, cov_q, cov_r, u, y, mask, innovation=tmpl.innovation)
-        return out.mean, chol, jnp.diagonal(out.cov), out.ok
+        return out.mean, chol, jnp.diagonal(out.cov), out.ok, jnp.zeros(y.shape, mean.dtype)
     chol_q = jnp.diag(jnp.sqrt(q)) if tmpl.diag_q else q
     gram = tmpl.kernel == "gram" and tmpl.weights.centre_weight(mean.shape[0]) >= 0
     out = ukf_step(
         f, h, mean, chol, chol_q, chol_r, u, y, mask,
         weights=tmpl.weights, innovation=tmpl.innovation, kernel="gram" if gram else "qr",
     )  # fmt: skip
-    return out.mean, out.chol, jnp.sum(out.chol**2, axis=1), out.ok
+    innov = jnp.zeros(y.shape, mean.dtype) if out.innov is None else out.innov
+    return out.mean, out.chol, jnp.sum(out.chol**2, axis=1), out.ok, innov

@@ -128,6 +128,27 @@ class GridEstimator:
         return self.to_buses(self.scan(ys))
 
 
+def grid_graph(
+    model: KuramotoNetwork,
+    partition: Partition,
+    x0: np.ndarray,
+    *,
+    dt: float,
+    process_sd: tuple[float, float, float],
+    noise_sd: float,
+    **options: Any,
+) -> ClusterGraph:
+    """The grid study's graph of ``model`` on ``partition``: Table S4's prior sds (0.5, 0.5, 1.0).
+
+    ``x0`` (N, 3): each bus's prior mean of (theta, omega, Omega); ``options``: the other keywords of
+    :func:`~twinfer.infer.graph.kuramoto_graph` (``gamma``, ``substeps``, ``estimator``, ``messages``).
+    """
+    state_sd = (0.5, 0.5, 1.0)
+    return kuramoto_graph(
+        model, partition, dt=dt, x0=x0, state_sd=state_sd, process_sd=process_sd, noise_sd=noise_sd, **options
+    )
+
+
 def grid_estimator(
     model: KuramotoNetwork,
     partition: Partition,
@@ -168,18 +189,9 @@ def grid_estimator(
     """
     n = model.n_bus
     x0 = np.stack([init[:n], init[n:], np.zeros(n)], axis=1)
-    cluster_graph = kuramoto_graph(
-        model,
-        partition,
-        dt=dt,
-        x0=x0,
-        state_sd=(0.5, 0.5, 1.0),
-        process_sd=process_sd,
-        noise_sd=noise_sd,
-        gamma=gamma,
-        substeps=substeps,
-        estimator=method,
-        messages=messages,
+    options = dict(gamma=gamma, substeps=substeps, estimator=method, messages=messages)
+    cluster_graph = grid_graph(
+        model, partition, x0, dt=dt, process_sd=process_sd, noise_sd=noise_sd, **options
     )
     mesh = sharding.device_mesh(devices, "clusters", "grid: devices")
     return GridEstimator(cluster_graph, compile_engine(cluster_graph.graph, mesh=mesh), n, dt)

@@ -82,17 +82,21 @@ class GraphProgram(Program):
         mask = jnp.ones(jnp.shape(frame.y), bool) if frame.mask is None else frame.mask
         y = jnp.where(mask, frame.y, 0.0)
         pair = input_pair(state.u, frame.u, self.input_hold, self.alignment)
-        carry, mean, std, loglik, nis = self._engine_step(state.carry, pair, y, mask)
+        carry, mean, std, loglik, nis, innov = self._engine_step(state.carry, pair, y, mask)
         idx = jnp.asarray(self.index, dtype=jnp.int32)
         mean, std = mean[idx], std[idx]
         ok = jnp.all(jnp.isfinite(mean)) & jnp.all(jnp.isfinite(std))
         new = GraphState(
             carry, jnp.asarray(frame.u, state.u.dtype), state.k + 1, state.loglik + loglik, state.nis + nis
         )
-        return new, Row(mean, std, loglik, nis, ok)
+        return new, Row(mean, std, loglik, nis, ok, innov)
 
-    def _engine_step(self, carry: Any, pair: Any, y: Any, mask: Any) -> tuple[Any, Any, Any, Any, Any]:
-        """``(carry, flat means, flat sds, loglik increment, nis increment)`` of one engine step."""
+    def _engine_step(self, carry: Any, pair: Any, y: Any, mask: Any) -> tuple[Any, ...]:
+        """``(carry, flat means, flat sds, loglik increment, nis increment, innovations)`` of one step.
+
+        The innovations (each output's over its predicted sd, :class:`~twinfer.infer.Row`) come from the
+        field engine; None from the others.
+        """
         if self.kind == "messages":
             carry, (mu, ch, _, _, ll, nis) = self.engine.value.step(self.numbers, carry, (pair, y, mask))
             means = [m[:, :k] for m, (_, _, k) in zip(mu, self.flat, strict=True)]
@@ -101,19 +105,19 @@ class GraphProgram(Program):
                 for c, (_, _, k) in zip(ch, self.flat, strict=True)
             ]
             loglik = sum(jnp.sum(x) for x in ll)
-            return carry, _concat(means), _concat(sds), loglik, sum(jnp.sum(x) for x in nis)
+            return carry, _concat(means), _concat(sds), loglik, sum(jnp.sum(x) for x in nis), None
         if self.kind == "field":
-            carry, (mu, sd, _) = self.engine.value.step(self.numbers, carry, (pair, y, mask))
+            carry, (mu, sd, _, innov) = self.engine.value.step(self.numbers, carry, (pair, y, mask))
             means = [m[:g] for m, (_, g, _) in zip(mu, self.flat, strict=True)]
             sds = [s[:g] for s, (_, g, _) in zip(sd, self.flat, strict=True)]
             zero = jnp.zeros((), jnp.float64)
-            return carry, _concat(means), _concat(sds), zero, zero
+            return carry, _concat(means), _concat(sds), zero, zero, innov
         setup: BandedSetup = self.engine.value
         seen = jnp.asarray(setup.outputs) >= 0
         safe = jnp.where(seen, jnp.asarray(setup.outputs), 0)
         inp = (pair, y[safe], mask[safe] & seen)
         carry, (mean, variance, loglik, maha) = setup.step(self.numbers[0], carry, inp)
-        return carry, mean, jnp.sqrt(variance), loglik, maha
+        return carry, mean, jnp.sqrt(variance), loglik, maha, None
 
     def run(self, data: Dataset) -> Estimate:
         """The engine's whole-record run with this program's numbers: what ``twinfer.estimate`` returns."""
@@ -192,8 +196,9 @@ def graph_program(
     """
     if data is not None:
         input_hold, alignment = data.input_hold, data.alignment
-    inputs = graph.input_names or (data.input_names if data is not None else None)
-    outputs = graph.output_names or (data.output_names if data is not None else None)
+    taken = (data.input_names, data.output_names) if data is not None else (None, None)
+    inputs = graph.input_names if graph.input_names is not None else taken[0]
+    outputs = graph.output_names if graph.output_names is not None else taken[1]
     if inputs is None or outputs is None:
         raise ValueError(
             f"compile graph {graph.name!r}: expected a graph with input and output names (Graph.from_model) "
