@@ -209,7 +209,8 @@ class Live(_Strict):
     ``dt`` is the model's step (default: ``[simulate] dt``); frames within ``tolerance`` of a step snap
     to it and a step waits ``window`` steps for late channels. ``snapshot_every`` seconds (wall clock)
     the twin writes its snapshot. The alarms: an unknown's drift beyond ``drift_level`` (in sds of its
-    change from the baseline taken after ``learning`` seconds) for ``persistence`` seconds; a sensor's
+    change from the baseline taken after ``learning`` seconds, and by at least ``drift_relative`` of the
+    baseline) for ``persistence`` seconds; a sensor's
     or a group's innovations over ``innovation_window`` seconds with a chi-square tail below
     ``innovation_p``; ``groups`` names sets of outputs (as the model names them) tested together.
     """
@@ -221,6 +222,7 @@ class Live(_Strict):
     learning: Real = pydantic.Field(default=60.0, ge=0)
     drift_level: Real = pydantic.Field(default=5.0, gt=0)
     persistence: Real = pydantic.Field(default=2.0, ge=0)
+    drift_relative: Real = pydantic.Field(default=0.0, ge=0)
     innovation_window: Real = pydantic.Field(default=1.0, gt=0)
     innovation_p: Real = pydantic.Field(default=1e-9, gt=0, lt=1e-2)
     groups: dict[str, list[str]] = {}

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import json
+import math
 import re
 import shlex
 import sys
@@ -672,15 +673,31 @@ def _mqtt_address(text: str, option: str) -> dict[str, Any]:
 
 @app.command()
 def live(
-    spec: Annotated[Path, typer.Argument(help="A spec file (TOML): model, estimator, unknowns, [live].")],
+    spec: Annotated[
+        Path | None, typer.Argument(help="A spec file (TOML): model, estimator, unknowns, [live].")
+    ] = None,
     source: Annotated[
-        str,
+        str | None,
         typer.Option(
             "--source",
             help="A CSV/JSON-lines file being written, - (standard input), or mqtt://[USER@]HOST:PORT/TOPIC.",
         ),
-    ],
-    out_dir: Annotated[Path, typer.Option("--out", help="Folder of the rows, events and snapshot.")],
+    ] = None,
+    out_dir: Annotated[
+        Path | None, typer.Option("--out", help="Folder of the rows, events and snapshot.")
+    ] = None,
+    demo: Annotated[
+        bool,
+        typer.Option(
+            "--demo",
+            help="Stream a simulated 8-mass chain with a stiffness loss into a file and run the twin on it "
+            "(no SPEC or --source; --out default twinfer-live-demo).",
+        ),
+    ] = False,
+    speed: Annotated[
+        float,
+        typer.Option("--speed", help="--demo: how many times faster than real time the file is written."),
+    ] = 10.0,
     resume: Annotated[bool, typer.Option("--resume", help="Continue from the snapshot in --out.")] = False,
     fmt: Annotated[
         str | None, typer.Option("--format", help="csv or jsonl (default: csv, jsonl for a .jsonl file).")
@@ -709,6 +726,19 @@ def live(
     from twinfer.live._sinks import JsonLinesSink, MqttSink
     from twinfer.spec import SpecError, live_setup, load_spec
 
+    staged = None
+    if demo:
+        if spec is not None or source is not None or resume:
+            _fail("live --demo: expected no SPEC, --source or --resume (the demo writes its own).")
+            return
+        if not (math.isfinite(speed) and speed > 0):
+            _fail(f"live --speed: expected a number > 0; received {speed!r}.")
+            return
+        staged, out_dir, spec, source, idle_exit = _stage_demo(out_dir, speed, idle_exit)
+    elif spec is None or source is None or out_dir is None:
+        missing = [n for n, v in (("SPEC", spec), ("--source", source), ("--out", out_dir)) if v is None]
+        _fail(f"live: expected SPEC, --source and --out (or --demo); missing {', '.join(missing)}.")
+        return
     try:
         parsed, base = load_spec(spec)
         setup = live_setup(parsed, base)
@@ -717,7 +747,12 @@ def live(
         return
     cfg = parsed.live
     alarms = (
-        DriftAlarm(learning=cfg.learning, level=cfg.drift_level, persistence=cfg.persistence),
+        DriftAlarm(
+            learning=cfg.learning,
+            level=cfg.drift_level,
+            persistence=cfg.persistence,
+            relative=cfg.drift_relative,
+        ),
         InnovationAlarm(
             window=cfg.innovation_window, p=cfg.innovation_p, learning=cfg.learning, groups=setup.groups
         ),
@@ -785,6 +820,32 @@ def live(
         highlight=False,
         soft_wrap=True,
     )
+    if staged is not None:
+        from twinfer.cli import _live_demo
+
+        path, alarm = _live_demo.figure(staged, out_dir)
+        console.print(f"{_live_demo.summary(staged, alarm)} Figure: {escape(str(path))}", highlight=False)
+
+
+def _stage_demo(
+    out: Path | None, speed: float, idle_exit: float | None
+) -> tuple[Any, Path, Path, str, float]:
+    """``live --demo``: the spec and the stream being written in ``out`` (new or empty), the twin's folder."""
+    from twinfer.cli import _live_demo
+
+    folder = Path("twinfer-live-demo") if out is None else out
+    if folder.exists() and (not folder.is_dir() or any(folder.iterdir())):
+        _fail(f"live --demo --out {folder}: expected a new or empty folder; it holds files already.")
+    folder.mkdir(parents=True, exist_ok=True)
+    console.print(f"demo: simulating the record into {escape(str(folder))} ...", highlight=False)
+    staged = _live_demo.prepare(folder)
+    _live_demo.start_writer(staged, speed)
+    console.print(
+        f"demo: writing {escape(str(staged.stream))} at {speed:g}x real time; a spring loses stiffness at "
+        f"t = {staged.onset:.1f} s.",
+        highlight=False,
+    )
+    return staged, folder / "twin", staged.spec, str(staged.stream), 3.0 if idle_exit is None else idle_exit
 
 
 @app.command()
