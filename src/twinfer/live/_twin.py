@@ -173,8 +173,6 @@ class Twin:
             for a in self.alarms
         ]
         self.state: Any = None
-        self.u0: list[float] | None = None
-        """The input of step 0 (the first frame's)."""
         self.history: deque[Rows] = deque()
         self._history_rows = 0
         self._history_max = int(history)
@@ -210,7 +208,6 @@ class Twin:
 
     def _apply(self, steps: list[Any]) -> tuple[Rows, list[dict[str, Any]]]:
         if steps and steps[0].k == 0:  # step 0: the prior, with the first input
-            self.u0 = steps[0].u.tolist()
             self.state = self.program.init(np.asarray(steps[0].u, dtype=np.float64))
             steps = steps[1:]
         if not steps:
@@ -287,7 +284,7 @@ class Twin:
         if self.state is None:
             raise TwinferRuntimeError("Twin.save: no frame has arrived yet; there is no state to save.")
         checkpoint = Checkpoint(Path(path), self.fingerprint(), resume=True)
-        body = {"clock": self.clock.state(), "u0": self.u0, "caller": dict(meta)}
+        body = {"clock": self.clock.state(), "caller": dict(meta)}  # the last input: in the filter's state
         checkpoint.save(SNAPSHOT_KIND, self._snapshot_state(), body)
         return checkpoint.path
 
@@ -309,5 +306,4 @@ class Twin:
         for state, arrays in zip(self._alarm_states, restored["alarms"], strict=True):
             state.update({k: np.array(v) for k, v in arrays.items()})
         self.clock.restore(snap.meta["clock"])
-        self.u0 = list(snap.meta["u0"])
         return dict(snap.meta.get("caller", {}))
