@@ -55,8 +55,9 @@ def test_pinn_sparse_and_joint_quick(tmp_path):
         assert joint.metrics[f"param.{name}_err_pct"] == pytest.approx(err, rel=1e-12)
     # ... and the force at DOF 1 (Eq 15 on the network's states and learned parameters) fits the truth:
     # f1 fitness 90.2-90.9 over those seeds, against 76.7 for predicting zero
-    from twinfer.experiments._pinn_data import chain_of, simulate_chain
     from twinfer.metrics import fitness
+    from twinfer.models import pinn_chain as chain_of
+    from twinfer.sim import simulate_chain
 
     cfg = resolve_config(get_case("pinn-joint"), quick=True)
     data = simulate_chain(
@@ -114,9 +115,9 @@ def test_midstep_collocation_removes_the_zero_order_hold_delay():
     """The simulation holds each force sample over its step. A smooth derivative at the samples sees the
     force half a step late and the least-squares damping is biased; at mid-steps ``t_i + dt/2`` with the
     held ``f_i`` the same data give the damping back (the reason for ``collocation = "midstep"``)."""
-    from twinfer.experiments._pinn_data import chain_of
     from twinfer.experiments.pinn_bayes import PinnBayesConfig
     from twinfer.infer.pinn import held_force_collocation
+    from twinfer.models import pinn_chain as chain_of
     from twinfer.sim import bandlimited_noise_dynasim, discretise, simulate_discrete
 
     config = PinnBayesConfig(n_samples=2048, horizon=60.0, obs_stride=1)

@@ -20,6 +20,8 @@ from typing import Any, Literal
 
 import numpy as np
 
+from twinfer.errors import TwinferValueError
+
 _LOG_2PI = math.log(2.0 * math.pi)
 
 
@@ -642,3 +644,173 @@ def moving_average(values: Any, window: int, axis: int = 0) -> np.ndarray:
     csum = np.concatenate([np.zeros((1,) + x.shape[1:]), np.cumsum(padded, axis=0)])
     out = (csum[window:] - csum[:-window]) / window
     return np.moveaxis(out, 0, axis)
+
+
+def rmse_per_particle(simulations: Any, truth: Any) -> np.ndarray:
+    """Each particle's RMSE over time, ``sqrt(mean_k (y_k - yhat_k(theta_n))^2)``.
+
+    The score of a parameter posterior by simulation: every particle's simulated record against the
+    measured one. A particle whose simulation diverged scores a non-finite RMSE (kept, not raised, so
+    that the spread over particles shows it).
+
+    Args:
+        simulations: (n_particles, T) each particle's simulated output.
+        truth: (T,) the measured output.
+
+    Returns:
+        (n_particles,) the RMSEs.
+
+    References:
+        Longbottom, Champneys & Rogers (pn-smc paper), Sec. 4 and Table 2 (specs/pn-smc.md 5).
+
+    """
+    sims, y = np.asarray(simulations, dtype=np.float64), np.asarray(truth, dtype=np.float64)
+    if sims.ndim != 2 or y.shape != sims.shape[1:]:
+        raise TwinferValueError(
+            f"rmse_per_particle: expected simulations (n_particles, T) and truth (T,); received "
+            f"{sims.shape} and {y.shape}."
+        )
+    return np.sqrt(np.mean((sims - y[None, :]) ** 2, axis=1))
+
+
+def rmse_summary(prefix: str, rmse_values: Any) -> dict[str, float]:
+    """``{prefix}rmse_min``, ``{prefix}rmse_max`` and ``{prefix}rmse_mean`` over particles (unweighted).
+
+    Args:
+        prefix: the metric names' prefix (ending in a dot).
+        rmse_values: (n_particles,) RMSEs (:func:`rmse_per_particle`).
+
+    Returns:
+        The three metrics.
+
+    References:
+        specs/pn-smc.md 6.25 (Table 2 prints the minimum, maximum and mean over the particles).
+
+    """
+    r = np.asarray(rmse_values, dtype=np.float64)
+    if r.ndim != 1 or r.size == 0:
+        raise TwinferValueError(
+            f"rmse_summary: expected a non-empty (n_particles,) array; received {r.shape}."
+        )
+    return {
+        f"{prefix}rmse_min": float(np.min(r)),
+        f"{prefix}rmse_max": float(np.max(r)),
+        f"{prefix}rmse_mean": float(np.mean(r)),
+    }
+
+
+def first_alarm(raised: Sequence[Mapping[str, Any]], kind: str, name: str, after: float) -> float | None:
+    """The time of the first alarm of ``kind`` naming ``name`` at or after ``after`` (None: there is none).
+
+    ``raised`` holds the alarms a live twin raised, each with its ``t``, ``alarm`` (kind) and ``name``
+    (:class:`twinfer.live.Twin`).
+    """
+    times = [e["t"] for e in raised if e["alarm"] == kind and e["name"] == name and e["t"] >= after]
+    return min(times) if times else None
+
+
+def alarm_detection(
+    raised: Sequence[Mapping[str, Any]], kind: str, culprit: str, onset: float, window: float
+) -> dict[str, float]:
+    """A fault's detection scores from the alarms a twin raised on its stream.
+
+    Args:
+        raised: the raised alarms (``t``, ``alarm``, ``name``), as :func:`first_alarm` reads them.
+        kind: the alarm that should find the fault (``drift``, ``innovation``).
+        culprit: what failed (the name the alarm should carry).
+        onset: the fault's time [s].
+        window: the time recorded after the onset [s]: a missed fault's delay.
+
+    Returns:
+        ``onset_s``, ``false_alarms`` (alarms of any kind before the onset), ``detected`` (1 if an alarm
+        of ``kind`` named the culprit after the onset) and ``delay_s`` (from the onset to that alarm).
+
+    References:
+        Basseville & Nikiforov, "Detection of Abrupt Changes" (1993), sec. 1.4 (mean time between false
+        alarms, detection delay).
+
+    """
+    hit = first_alarm(raised, kind, culprit, onset)
+    return {
+        "onset_s": onset,
+        "false_alarms": float(sum(e["t"] < onset for e in raised)),
+        "detected": float(hit is not None),
+        "delay_s": window if hit is None else hit - onset,
+    }
+
+
+def weighted_mae(prediction: Any, truth: Any, weights: Any) -> float:
+    """The weighted sum of the per-channel MAEs, ``sum_j w_j mean_k |yhat_kj - y_kj|`` over a trajectory.
+
+    Args:
+        prediction: (T, c) the predicted trajectory.
+        truth: (T, c) the true one.
+        weights: (c,) one weight per channel.
+
+    Returns:
+        The loss.
+
+    References:
+        Thummerer et al. (model-combination paper), specs 3.5: 0.5 MAE(s_x, s_y) + 0.1 MAE(v_x, v_y).
+
+    """
+    return float(np.sum(np.asarray(weights) * np.mean(np.abs(prediction - truth), axis=0)))
+
+
+def dof_errors(prefix: str, estimate: Any, reference: Any) -> dict[str, float]:
+    """Per-DOF displacement and velocity errors of a chain's trajectory against a reference.
+
+    ``estimate`` and ``reference`` are (T, 2n): the n displacements, then the n velocities. Per DOF ``d``
+    (1-based), ``{prefix}.disp_rmse_dof<d>``, ``vel_rmse_dof<d>`` and ``disp_median_abs_dof<d>``; over the
+    displacements, ``{prefix}.disp_max_norm`` (the largest Euclidean norm of a step's error) and
+    ``disp_rmse``.
+
+    References:
+        Ghorbani & Hackl, SI section 3.2 and Fig. S1 (the schedules' displacement errors per DOF).
+
+    """
+    err = np.asarray(estimate) - np.asarray(reference)
+    n = err.shape[1] // 2
+    out: dict[str, float] = {}
+    for d in range(n):
+        out[f"{prefix}.disp_rmse_dof{d + 1}"] = float(np.sqrt(np.mean(err[:, d] ** 2)))
+        out[f"{prefix}.vel_rmse_dof{d + 1}"] = float(np.sqrt(np.mean(err[:, n + d] ** 2)))
+        out[f"{prefix}.disp_median_abs_dof{d + 1}"] = float(np.median(np.abs(err[:, d])))
+    out[f"{prefix}.disp_max_norm"] = float(np.max(np.linalg.norm(err[:, :n], axis=1)))
+    out[f"{prefix}.disp_rmse"] = float(np.sqrt(np.mean(err[:, :n] ** 2)))
+    return out
+
+
+def scaling_slopes(
+    sizes: Any, run_s: Mapping[str, Any], from_size: float, tail: Sequence[str] = ()
+) -> dict[str, float]:
+    """Log-log slopes (:func:`loglog_slope`) of each estimator's run time against the problem size.
+
+    ``slope.<label>_run_s`` over the sizes with a finite time, where there are two or more; for the
+    labels in ``tail`` also ``slope.from<from_size>.<label>_run_s`` over those of them at least
+    ``from_size`` (where the asymptotic growth shows).
+
+    Args:
+        sizes: (k,) the problem sizes.
+        run_s: per estimator, (k,) run times (NaN where it did not run).
+        from_size: the smallest size of the tail fits.
+        tail: the estimators whose tail is fitted too.
+
+    Returns:
+        The slopes.
+
+    References:
+        specs/compositional-inference.md, section 3.3 (Fig. S4); issue #22 (slope from n = 8).
+
+    """
+    n = np.asarray(sizes, dtype=np.float64)
+    out: dict[str, float] = {}
+    for label, values in run_s.items():
+        v = np.asarray(values, dtype=np.float64)
+        finite = np.isfinite(v)
+        if finite.sum() >= 2:
+            out[f"slope.{label}_run_s"] = loglog_slope(n[finite], v[finite])
+        late = finite & (n >= from_size)
+        if label in tail and late.sum() >= 2:
+            out[f"slope.from{from_size:g}.{label}_run_s"] = loglog_slope(n[late], v[late])
+    return out

@@ -3,25 +3,22 @@
 Shared by ``pinn-sparse``, ``pinn-joint`` and ``pinn-bayes`` (specs/pinn.md 1.4-1.6 and 4.1): dynasim-0.1.6
 banded noise (amplitude 500, 0.05-1.0 Hz, seed 43810 + DOF index), fixed-step RK4 from rest with the force
 held over each step, accelerations from the equation of motion with the clean force, and the repository's
-per-channel SNR noise with its seeds. Every number comes from the library (models, sim, metrics).
+per-channel SNR noise with its seeds (:func:`twinfer.sim.simulate_chain`). Every number comes from the
+library (models, sim, infer.pinn, metrics).
 """
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any, Literal, NamedTuple
+from typing import Any, Literal
 
 import jax
 import numpy as np
 import pydantic
 
-from twinfer import metrics
-from twinfer.data import Dataset
 from twinfer.experiments._case import Case, Progress, register
 from twinfer.experiments._checkpointing import CheckpointSettings, case_checkpoint
-from twinfer.infer import Central, estimate
 from twinfer.infer.pinn import (
     LossWeights,
     PositiveParameters,
@@ -29,112 +26,12 @@ from twinfer.infer.pinn import (
     TrainResult,
     TrainSettings,
     fit_pinn,
-    network_response,
-    observed_dofs,
     sensor_losses,
-    sensor_problem,
 )
-from twinfer.models import Chain
+from twinfer.infer.pinn._record_problems import sensor_record_problem
+from twinfer.models import Chain, pinn_chain
 from twinfer.report import PaperValue, RunArtifacts, at_least
-from twinfer.sim import (
-    accelerations,
-    add_noise_numpy_legacy,
-    bandlimited_noise_dynasim,
-    discretise,
-    noise_sd_for_snr,
-    simulate_discrete,
-)
-
-NOMINAL = {"m": 10.0, "c": 1.0, "k": 15.0, "kappa": 100.0, "mu": 0.75}
-
-
-def perturbation_factors(n_dof: int, seed_of_dof: Any) -> np.ndarray:
-    """Value-error factors ``1 + sign r`` per DOF, the repository recipe of specs 4.1 (one per DOF)."""
-    factors = []
-    for i in range(n_dof):
-        state = np.random.RandomState(int(seed_of_dof(i)))
-        r = state.uniform(0.05, 0.10)
-        sign = [-1.0, 1.0][state.randint(0, 2)]
-        factors.append(1.0 + sign * r)
-    return np.asarray(factors)
-
-
-def chain_of(
-    n_dof: int,
-    nonlinearity: str,
-    forced_dofs: Sequence[int],
-    factors: Any = None,
-    values: Mapping | None = None,
-) -> Chain:
-    """A nominal chain (``nonlinearity`` in duffing/vdp/linear), optionally perturbed.
-
-    Every c, k, kappa, mu is multiplied by per-DOF ``factors`` (the value-error truth, with the
-    nonlinear ones perturbed too, specs D11).
-    """
-    vals = {**NOMINAL, **(values or {})}
-    fac = np.ones(n_dof) if factors is None else np.asarray(factors)
-    extra: dict[str, Any] = {}
-    if nonlinearity == "duffing":
-        extra["cubic_stiffness"] = vals["kappa"] * fac
-    elif nonlinearity == "vdp":
-        extra["vdp_damping"] = vals["mu"] * fac
-    elif nonlinearity != "linear":
-        raise ValueError(f"nonlinearity: expected 'duffing', 'vdp' or 'linear'; received {nonlinearity!r}.")
-    return Chain(
-        [vals["m"]] * n_dof,
-        vals["k"] * fac,
-        vals["c"] * fac,
-        forced_dofs=list(forced_dofs),
-        n_dof=n_dof,
-        **extra,
-    )
-
-
-@dataclass(frozen=True)
-class ChainData:
-    """Clean truth and noisy measurements on one time grid."""
-
-    times: np.ndarray
-    states: np.ndarray  # (T, 2n) clean u, v
-    acc: np.ndarray  # (T, n) clean accelerations
-    force: np.ndarray  # (T, n_forced) clean forces
-    acc_noisy: np.ndarray
-    force_noisy: np.ndarray
-
-
-def forced_response(
-    chain: Chain, horizon: float, n_samples: int
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Times, forces and RK4 states from rest under dynasim banded noise at the forced DOFs (specs 1.4-1.5).
-
-    The force at DOF ``d`` is :func:`~twinfer.sim.bandlimited_noise_dynasim` (0.05-1.0 Hz, amplitude
-    500, seed ``43810 + d - 1``), held over each step.
-    """
-    ts = np.linspace(0.0, horizon, n_samples)
-    force = np.stack(
-        [bandlimited_noise_dynasim(ts, (0.05, 1.0), 500.0, seed=43810 + d - 1) for d in chain.forced_dofs],
-        axis=1,
-    )
-    traj = simulate_discrete(
-        discretise(chain, float(ts[1] - ts[0]), "rk4"), np.zeros(chain.n_state), force[:-1]
-    )
-    return ts, force, np.asarray(traj.states)
-
-
-def simulate_chain(
-    chain: Chain, horizon: float, n_samples: int, snr_db: float, seeds: Mapping[str, int]
-) -> ChainData:
-    """RK4 truth from rest under dynasim banded noise at the forced DOFs, plus SNR noise (specs 1.4-1.6)."""
-    ts, force, states = forced_response(chain, horizon, n_samples)
-    acc = np.asarray(accelerations(chain, states, force))
-    return ChainData(
-        times=ts,
-        states=states,
-        acc=acc,
-        force=force,
-        acc_noisy=add_noise_numpy_legacy(acc, snr_db, seeds["acc"]),
-        force_noisy=add_noise_numpy_legacy(force, snr_db, seeds["force"]),
-    )
+from twinfer.sim import ChainData, simulate_chain
 
 
 def fitness_row(keys: Sequence[str], row: Sequence[float], source: str) -> dict[str, PaperValue]:
@@ -184,17 +81,6 @@ class PinnTrainConfig(CheckpointSettings):
     compare_ukf: bool = pydantic.Field(True, description="Also run the UKF + RTS smoother on the same data.")
 
 
-def scales(acc_noisy: np.ndarray) -> tuple[float, float, float]:
-    """Residual scales from the measured accelerations: (acceleration range, velocity, displacement).
-
-    Velocity and displacement scales divide by omega = 2 pi 0.2 rad/s, mid-band of the chains' natural
-    frequencies (specs 1.7), so only measured data and the forcing band set them.
-    """
-    acc = float(np.ptp(acc_noisy))
-    omega = 2 * np.pi * 0.2
-    return acc, acc / omega, acc / omega**2
-
-
 def train_settings(config: PinnTrainConfig) -> TrainSettings:
     """Trainer settings from a case configuration."""
     keys = ("epochs", "learning_rate", "param_learning_rate", "decay", "chunk", "patience", "min_improvement",
@@ -211,22 +97,19 @@ def train_sensor_pinn(
     theta: PositiveParameters | None,
     progress: Progress,
 ) -> tuple[Any, PositiveParameters | None, TrainResult, tuple[int, ...]]:
-    """Build the Eq 17 problem from ``data`` and train the network (and ``theta``)."""
-    observed = observed_dofs(model.n_dof, list(unobserved))
-    sensed = [d - 1 for d in observed]
-    io = np.arange(0, data.times.size, config.obs_stride)
-    ic = np.arange(0, data.times.size, config.col_stride)
-    acc_s, vel_s, disp_s = scales(data.acc_noisy[:, sensed])
-    problem = sensor_problem(
-        model, list(unobserved), data.times[io], data.acc_noisy[io][:, sensed], data.force_noisy[io],
-        data.times[ic], data.force_noisy[ic], acc_scale=acc_s, vel_scale=vel_s,
-        weights=LossWeights(config.lambda_obs, config.lambda_cc, config.lambda_ode, config.lambda_ic),
-    )  # fmt: skip
+    """Build the Eq 17 problem from ``data`` and train the network (and ``theta``).
+
+    The problem is :func:`~twinfer.infer.pinn._record_problems.sensor_record_problem`'s.
+    """
+    weights = LossWeights(config.lambda_obs, config.lambda_cc, config.lambda_ode, config.lambda_ic)
+    problem, observed, out_scale = sensor_record_problem(
+        model, data, unobserved, config.obs_stride, config.col_stride, weights
+    )
     net = StateNetwork(
         jax.random.key(config.seed), model.n_state, float(data.times[0]),
         float(data.times[-1] - data.times[0]), width=config.width, depth=config.depth,
         activation=config.activation,
-        out_scale=[disp_s] * model.n_dof + [vel_s] * model.n_dof, n_fourier=config.n_fourier,
+        out_scale=out_scale, n_fourier=config.n_fourier,
         max_cycles=config.max_cycles, initial_state=np.zeros(model.n_state) if config.anchor_rest else None,
     )  # fmt: skip
     inputs = (data.times, data.acc_noisy, data.force_noisy)
@@ -240,40 +123,6 @@ def train_sensor_pinn(
         project=theta is not None and config.param_solve == "projection",
     )  # fmt: skip
     return fit.net, fit.theta, fit.result, observed
-
-
-def ukf_rts_states(
-    model: Chain, data: ChainData, observed: Sequence[int], stride: int, snr_db: float
-) -> dict[str, np.ndarray]:
-    """UKF + RTS smoother on the PINN's data.
-
-    Accelerations at the same DOFs and instants (every ``stride``-th sample, the others masked), the
-    noisy measured force as input, start at rest.
-    """
-    sensed = [d - 1 for d in observed]
-    names = tuple(f"a{d}" for d in observed)
-    p = model.params
-    chain = Chain(
-        p["m"], p["k"], p["c"], cubic_stiffness=p.get("kappa"), vdp_damping=p.get("mu"),
-        forced_dofs=model.forced_dofs, outputs=names,
-    )  # fmt: skip
-    mask = np.zeros((data.times.size, len(sensed)), dtype=bool)
-    mask[::stride] = True
-    obs = np.where(mask, data.acc_noisy[:, sensed], np.nan)
-    dataset = Dataset(
-        data.times, obs, inputs=data.force_noisy, mask=mask, output_names=names,
-        input_names=chain.input_names,
-        metadata={"alignment": "held"},  # the published baseline's reading (REPRODUCTION.md)
-    )  # fmt: skip
-    n = chain.n_dof
-    force_sd = float(np.asarray(noise_sd_for_snr(data.force_noisy, snr_db)).max())
-    process = [1e-9] * n + [max(force_sd / 10.0 * float(data.times[1] - data.times[0]), 1e-9)] * n
-    noise_sd = np.asarray(noise_sd_for_snr(data.acc_noisy[:, sensed], snr_db))
-    est = estimate(chain, dataset, Central("ukf", smoother=True), x0=0.0, state_sd=1e-6, process_sd=process,
-                   noise_sd=noise_sd)  # fmt: skip
-    means = np.asarray(est.means)
-    acc = np.asarray(accelerations(chain, means, data.force_noisy))
-    return {"u": means[:, :n], "udot": means[:, n:], "uddot": acc, "u_sd": np.asarray(est.stds)[:, :n]}
 
 
 def pinn_memory_estimate(config: Any) -> int:
@@ -317,48 +166,12 @@ def simulate_case(
     The record is :func:`simulate_chain` over ``config.horizon`` with ``config.n_samples`` samples and the
     repository's noise seeds (specs 1.6).
     """
-    truth_chain = chain_of(n_dof, truth_system, [1], factors)
-    model = chain_of(n_dof, model_system, [1])
+    truth_chain = pinn_chain(n_dof, truth_system, [1], factors)
+    model = pinn_chain(n_dof, model_system, [1])
     progress("simulate", 0, 1)
     data = simulate_chain(truth_chain, config.horizon, config.n_samples, snr_db, {"acc": 2024, "force": 1234})
     progress("simulate", 1, 1)
     return truth_chain, model, data
-
-
-class StateScores(NamedTuple):
-    """What :func:`score_states` returns: metrics, the network's and the truth's states, arrays."""
-
-    metrics: dict[str, float]
-    est: dict[str, np.ndarray]
-    truth: dict[str, np.ndarray]
-    arrays: dict[str, Any]
-
-
-def score_states(
-    net: Any, model: Chain, params: Any, data: ChainData, observed: Sequence[int], result: TrainResult
-) -> StateScores:
-    """The trained network's states on the clean grid, scored (Tables 2 and 5), and the arrays kept.
-
-    Metrics: the fitness table, ``fitness.f1`` of the force at DOF 1 ("Obs f", specs D9) and the
-    training's time, epochs and final loss.
-    """
-    n = model.n_dof
-    est = network_response(net, model, params, data.times)
-    truth = {"u": data.states[:, :n], "udot": data.states[:, n:], "uddot": data.acc}
-    out = metrics.fitness_by_dof(est, truth, observed)
-    out["fitness.f1"] = float(metrics.fitness(est["force"][:, 0], data.force[:, 0]))
-    out["timing.train_s"] = result.train_s
-    out["train.epochs"] = float(result.epochs)
-    out["train.final_loss"] = result.history["loss"][-1]
-    arrays: dict[str, Any] = {
-        "times": data.times,
-        "truth_u": truth["u"],
-        "pinn_u": est["u"],
-        "observed": np.asarray(observed),
-        "history_epoch": np.asarray(result.history["epoch"]),
-        "history_loss": np.asarray(result.history["loss"]),
-    }
-    return StateScores(out, est, truth, arrays)
 
 
 def register_pinn_case(

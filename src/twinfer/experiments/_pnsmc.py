@@ -1,6 +1,9 @@
-"""Shared pieces of the PN-SMC cases (boucwen, silverbox, emps): run the sampler and score it.
+"""Shared pieces of the PN-SMC cases (boucwen, silverbox, emps): the sampler's settings and its run.
 
-The particles' test simulations are :func:`twinfer.sim.particle_simulator` (and its feedback variant).
+The particles' test simulations are :func:`twinfer.sim.particle_simulator` (and its feedback variant),
+their scores :func:`twinfer.metrics.rmse_per_particle` and :func:`twinfer.metrics.rmse_summary`, the
+posterior's metrics and arrays :func:`twinfer.infer.smc.posterior_metrics` and
+:func:`twinfer.infer.smc.posterior_arrays`.
 
 References:
     Longbottom, Champneys & Rogers, Sec. 3-4 and Table 2 (specs/pn-smc.md 2, 4, 5).
@@ -10,7 +13,7 @@ References:
 from __future__ import annotations
 
 import time
-from typing import Any, Literal
+from typing import Literal
 
 import jax
 import numpy as np
@@ -18,17 +21,15 @@ import pydantic
 
 from twinfer.experiments._case import Progress
 from twinfer.experiments._checkpointing import CheckpointSettings, case_checkpoint
-from twinfer.infer.pn import PNFilter
 from twinfer.infer.smc import (
     IBISResult,
     IncrementalLikelihood,
     TransformedNormalPrior,
     equal_weight_draw,
     ibis,
+    posterior_metrics,
     tempering,
-    weighted_moments,
 )
-from twinfer.models import AbstractModel
 
 
 class SMCSettings(CheckpointSettings):
@@ -98,7 +99,7 @@ def sample_posterior(
     names: tuple[str, ...],
     test_particles: int,
 ) -> tuple[IBISResult, dict[str, float], np.ndarray]:
-    """:func:`run_smc`, its metrics (sampler time, particles, :func:`posterior_metrics`) and test particles.
+    """:func:`run_smc`, its metrics (sampler time, particles, the posterior's) and test particles.
 
     Returns the result, the metrics and ``test_particles`` equal-weight draws
     (:func:`equal_weight_particles`).
@@ -121,63 +122,6 @@ def sampler_note(config: SMCSettings, res: IBISResult, n_obs: int, what: str) ->
         f"IBIS with {config.n_particles} particles over {n_obs} {what} "
         f"({len(res.resample_times)} resample-and-move events)"
     )
-
-
-def rmse_per_particle(sims: np.ndarray, truth: np.ndarray) -> np.ndarray:
-    """``sqrt(mean_k (y_k - yhat_k(theta_n))^2)`` for each particle (specs 5)."""
-    return np.sqrt(np.mean((sims - truth[None, :]) ** 2, axis=1))
-
-
-def posterior_metrics(res: IBISResult, names: tuple[str, ...]) -> dict[str, float]:
-    """Posterior mean and sd of each parameter (final weights), resampling count, mean acceptance."""
-    mean, sd = weighted_moments(np.asarray(res.theta)[:, : len(names)], res.log_w)
-    out: dict[str, float] = {}
-    for i, name in enumerate(names):
-        out[f"posterior.{name}.mean"] = float(mean[i])
-        out[f"posterior.{name}.sd"] = float(sd[i])
-    out["smc.resample_count"] = float(len(res.resample_times))
-    out["smc.mean_acceptance"] = float(np.mean(res.acceptance)) if len(res.acceptance) else 0.0
-    out["smc.final_ess"] = float(res.ess[-1])
-    if res.lambdas is not None:
-        out["smc.stages"] = float(len(res.lambdas))
-    return out
-
-
-def rmse_metrics(prefix: str, rmse: np.ndarray) -> dict[str, float]:
-    """``{prefix}rmse_min/max/mean`` over particles (unweighted; specs 6.25)."""
-    return {
-        f"{prefix}rmse_min": float(np.min(rmse)),
-        f"{prefix}rmse_max": float(np.max(rmse)),
-        f"{prefix}rmse_mean": float(np.mean(rmse)),
-    }
-
-
-def ibis_arrays(res: IBISResult, prior: TransformedNormalPrior) -> dict[str, Any]:
-    """Arrays saved in the run folder (posterior, prior, diagnostics) for figures and the netCDF.
-
-    IBIS diagnostics per observation go to ``smc_*``, tempering's per stage to ``tempering_*`` (the
-    figures of :func:`twinfer.report.figures.smc.smc_figures`).
-    """
-    out: dict[str, Any] = {
-        "posterior_theta": res.theta,
-        "posterior_log_w": res.log_w,
-        "posterior_names": np.array(list(prior.names)),
-        "prior_loc": np.asarray(prior.loc),
-        "prior_scale": np.asarray(prior.scale),
-        "prior_log": np.asarray(prior.log),
-    }
-    if res.lambdas is not None:
-        out.update(tempering_lambdas=res.lambdas, tempering_ess=res.ess, tempering_acceptance=res.acceptance)
-    else:
-        out.update(smc_ess=res.ess, smc_resample_times=res.resample_times, smc_acceptance=res.acceptance)
-    return out
-
-
-def make_pn(
-    model: AbstractModel, q: int, method: str, measure: Any = None, shared_diffusion: bool = False
-) -> PNFilter:
-    """The PN filter of a case."""
-    return PNFilter(model, q=q, method=method, measure=measure, shared_diffusion=shared_diffusion)
 
 
 def equal_weight_particles(res: IBISResult, n: int, seed: int) -> np.ndarray:

@@ -33,16 +33,22 @@ import pydantic
 
 from twinfer.experiments import _pnsmc
 from twinfer.experiments._case import Case, Progress, register
-from twinfer.infer.pn import PNLikelihood
-from twinfer.infer.smc import IBISResult, TransformedNormalPrior, weighted_moments, weighted_quantiles
-from twinfer.metrics import coverage, nrmse
+from twinfer.infer.pn import PNFilter, PNLikelihood
+from twinfer.infer.smc import (
+    IBISResult,
+    TransformedNormalPrior,
+    posterior_arrays,
+    posterior_metrics,
+)
+from twinfer.infer.smc import truth_coverage as posterior_truth_coverage
+from twinfer.metrics import coverage, nrmse, rmse_per_particle, rmse_summary
 from twinfer.models import BoucWen
 from twinfer.models.boucwen import BENCHMARK_PARAMS
 from twinfer.report import PaperValue, RunArtifacts, at_most
 from twinfer.report.figures.bands import particle_band_arrays, particle_bands_figure, state_bands_figure
 from twinfer.report.figures.smc import smc_figures
-from twinfer.sim import accelerations, discretise, particle_simulator, simulate_discrete
-from twinfer.sim._cosine_sum import cosine_sum
+from twinfer.sim import particle_simulator
+from twinfer.sim._boucwen_record import benchmark_test_signals, noisy_accelerations, ramped_multisine
 
 NAMES = ("m", "c", "k", "alpha", "beta", "gamma", "delta")
 # Table 1 (variances), delta centred on the benchmark sign (specs 6.14)
@@ -91,15 +97,9 @@ def training_force(config: BoucWenConfig, n: int, rate: float = FS_TRUTH, offset
 
     Scaled so that its peak over the 3 s record, taken on the 4096 Hz observation grid, is
     ``peak_force`` (specs 6.15); evaluated at ``t_k = (k + offset) / rate`` for ``k = 0..n-1`` (default
-    the 131072 Hz grid).
+    the 131072 Hz grid): :func:`~twinfer.sim._boucwen_record.ramped_multisine`.
     """
-    rng = np.random.default_rng(config.seed)
-    freqs = np.linspace(0.5, 100.0, 2000)
-    phases = rng.uniform(0, 2 * np.pi, 2000)
-    scale = config.peak_force / float(np.max(np.abs(cosine_sum(freqs, phases, 3 * FS_OBS, 1.0 / FS_OBS))))
-    ts = (np.arange(n) + offset) / rate
-    shifted = phases + 2 * np.pi * freqs * offset / rate
-    return scale * cosine_sum(freqs, shifted, n, 1.0 / rate) * np.clip(ts / 0.3, 0.0, 1.0)
+    return ramped_multisine(config.seed, config.peak_force, n, rate, offset, FS_OBS)
 
 
 def training_data(config: BoucWenConfig) -> dict[str, np.ndarray]:
@@ -110,44 +110,20 @@ def training_data(config: BoucWenConfig) -> dict[str, np.ndarray]:
     likelihood's maximum over m, c, k, alpha, gamma, delta on noise-free accelerations (seed 0, EK0 with
     q = 3) was c = 9.78, k = 49,847, alpha = 50,108 with the force held at step starts, and c = 10.0003,
     k = 49,998, alpha = 49,999.9 with it at midpoints (truth 10, 50,000, 50,000). The measured
-    accelerations use the force at the observation instants.
+    accelerations use the force at the observation instants
+    (:func:`~twinfer.sim._boucwen_record.noisy_accelerations`).
     """
-    model = BoucWen()
-    n_fine = config.n_obs * (FS_TRUTH // FS_OBS)
-    ts = np.arange(n_fine) / FS_TRUTH
-    force = training_force(config, n_fine, offset=0.5)
-    traj = simulate_discrete(
-        discretise(model, 1.0 / FS_TRUTH, "rk4"), jnp.zeros(3), jnp.asarray(force)[:, None]
-    )
-    sub = slice(0, n_fine, FS_TRUTH // FS_OBS)
-    states = np.asarray(traj.states[:-1])[sub]
+    force = training_force(config, config.n_obs * (FS_TRUTH // FS_OBS), offset=0.5)
     u_obs = training_force(config, config.n_obs, rate=FS_OBS)
-    acc = np.asarray(accelerations(model, states, u_obs))
-    std = config.noise_frac * np.sqrt(np.mean(acc**2))
-    noise = np.random.default_rng(config.seed + 1).normal(0.0, std, acc.shape)
-    return {
-        "t": ts[sub],
-        "u": u_obs,
-        "acc_true": acc,
-        "acc": acc + noise,
-        "noise_sd": np.array(std),
-        "states": states,
-    }
+    return noisy_accelerations(BoucWen(), force, u_obs, FS_TRUTH, FS_OBS, config.noise_frac, config.seed + 1)
 
 
 def test_signals(config: BoucWenConfig) -> dict[str, np.ndarray]:
-    """Sine-sweep and multisine forces at 15 kHz (each sample held over one fine step)."""
-    n = config.test_samples
-    sub = int(FS_TEST_SIM / FS_TEST)
-    t_fine = np.arange(n * sub) / FS_TEST_SIM
-    sweep = 40.0 * np.sin(2 * np.pi * (20.0 * t_fine + 0.5 * (10.0 / 60.0) * t_fine**2))
-    rng = np.random.default_rng(config.seed + 2)
-    f0 = FS_TEST / n
-    lines = np.arange(int(np.ceil(5.0 / f0)), int(np.floor(150.0 / f0)) + 1)
-    phases = rng.uniform(0, 2 * np.pi, lines.size)
-    period = cosine_sum(f0 * lines, phases, t_fine.size, 1.0 / FS_TEST_SIM)
-    period *= 50.0 / np.sqrt(np.mean(period**2))
-    return {"sinesweep": sweep, "multisine": np.concatenate([period, period])}
+    """Sine-sweep and multisine forces at 15 kHz (each sample held over one fine step).
+
+    :func:`~twinfer.sim._boucwen_record.benchmark_test_signals` with the seed ``seed + 2``.
+    """
+    return benchmark_test_signals(config.test_samples, FS_TEST, FS_TEST_SIM, config.seed + 2)
 
 
 def _simulate(
@@ -176,7 +152,7 @@ def identify(
     )
     d = 3
     lik = PNLikelihood(
-        pn=_pnsmc.make_pn(model, config.q, config.method, measure=lambda X, u, p: X[d + 1 : d + 2]),
+        pn=PNFilter(model, q=config.q, method=config.method, measure=lambda X, u, p: X[d + 1 : d + 2]),
         base_params=model.params,
         names=NAMES,
         x0=jnp.zeros(3),
@@ -203,6 +179,8 @@ def _with_products(theta: np.ndarray) -> tuple[np.ndarray, tuple[str, ...]]:
 def truth_coverage(res: IBISResult) -> dict[str, float]:
     """Where the truth sits in the weighted posterior ``res``, per parameter and identified product.
 
+    :func:`twinfer.infer.smc.truth_coverage` over the parameters and the products :data:`IDENTIFIED`.
+
     ``posterior.<name>.truth_in_95`` / ``_99`` (central intervals of the final weights),
     ``posterior.identified_truth_in_95`` / ``_99`` (all of :data:`IDENTIFIED`), and
     ``posterior.<name>.z`` = (mean - truth) / sd for each identified parameter.
@@ -210,21 +188,7 @@ def truth_coverage(res: IBISResult) -> dict[str, float]:
     theta, names = _with_products(res.theta)
     truths = [BENCHMARK_PARAMS[n] for n in NAMES]
     truths += [BENCHMARK_PARAMS[a] * BENCHMARK_PARAMS[b] for a, b in _PRODUCTS.values()]
-    out: dict[str, float] = {}
-    for level in (95, 99):
-        tail = (1.0 - level / 100.0) / 2.0
-        lows, highs = weighted_quantiles(theta, res.log_w, (tail, 1.0 - tail))
-        inside = [bool(lo <= t <= hi) for lo, t, hi in zip(lows, truths, highs, strict=True)]
-        for name, ok in zip(names, inside, strict=True):
-            out[f"posterior.{name}.truth_in_{level}"] = float(ok)
-        scored = [ok for name, ok in zip(names, inside, strict=True) if name in IDENTIFIED]
-        out[f"posterior.identified_truth_in_{level}"] = float(all(scored))
-    means, sds = weighted_moments(theta, res.log_w)
-    for j, (name, truth) in enumerate(zip(names, truths, strict=True)):
-        if name in IDENTIFIED:
-            mean, sd = float(means[j]), float(sds[j])
-            out[f"posterior.{name}.z"] = (mean - truth) / sd if sd > 0 else float("inf")
-    return out
+    return posterior_truth_coverage(theta, res.log_w, names, truths, IDENTIFIED)
 
 
 def calibration(config: BoucWenConfig, first: Mapping[str, float], progress: Progress) -> dict[str, float]:
@@ -253,20 +217,20 @@ def run(config: BoucWenConfig, progress: Progress) -> RunArtifacts:
     start = time.perf_counter()
     data, lik, prior, res, smc_s = identify(config, progress)
     metrics: dict[str, float] = {"timing.smc_s": smc_s, "smc.n_particles": float(config.n_particles)}
-    metrics.update(_pnsmc.posterior_metrics(res, NAMES))
+    metrics.update(posterior_metrics(res, NAMES))
     # final weights are used for a resample so every scored particle has equal weight (specs 6.25)
     thetas = _pnsmc.equal_weight_particles(res, config.test_particles, config.seed)
     signals = test_signals(config)
     truth = np.asarray(list(BENCHMARK_PARAMS[n] for n in NAMES))[None, :]
     arrays: dict[str, Any] = {"train_t": data["t"], "train_u": data["u"], "train_acc": data["acc"]}
-    arrays.update(_pnsmc.ibis_arrays(res, prior))
+    arrays.update(posterior_arrays(res, prior))
     test_start = time.perf_counter()
     n = config.test_samples
     for name, force in signals.items():
         progress(f"test simulations ({name})", 0, 1)
         y_true = _simulate(config, NAMES, truth, force)[0][-n:]
         sims = _simulate(config, NAMES, thetas, force)[:, -n:]
-        metrics.update(_pnsmc.rmse_metrics(f"{name}.test.", _pnsmc.rmse_per_particle(sims, y_true)))
+        metrics.update(rmse_summary(f"{name}.test.", rmse_per_particle(sims, y_true)))
         arrays.update(particle_band_arrays(name, y_true, sims))
         progress(f"test simulations ({name})", 1, 1)
     metrics["test.rmse_mean"] = max(metrics["sinesweep.test.rmse_mean"], metrics["multisine.test.rmse_mean"])
@@ -274,7 +238,7 @@ def run(config: BoucWenConfig, progress: Progress) -> RunArtifacts:
     metrics["test.rmse_max"] = max(metrics["sinesweep.test.rmse_max"], metrics["multisine.test.rmse_max"])
     # the identified combinations (module docstring): beta gamma and beta delta, not each factor
     theta, names = _with_products(res.theta)
-    extra = _pnsmc.posterior_metrics(res._replace(theta=theta), names)
+    extra = posterior_metrics(res._replace(theta=theta), names)
     metrics.update({k: v for k, v in extra.items() if k.split(".")[1] in _PRODUCTS})
     covered = truth_coverage(res)
     metrics.update(covered)

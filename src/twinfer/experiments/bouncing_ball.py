@@ -27,6 +27,7 @@ import pydantic
 from twinfer.experiments._case import Case, Progress, known_names, register
 from twinfer.experiments._checkpointing import CheckpointSettings, case_checkpoint
 from twinfer.learn import MLP, TrainSettings, train, trajectory_loss
+from twinfer.metrics import weighted_mae
 from twinfer.models import (
     BALL_LOSS_WEIGHTS,
     BALL_MLM_LAYOUT,
@@ -132,11 +133,6 @@ def block_labels() -> dict[str, tuple[tuple[str, ...], tuple[str, ...]]]:
     return {n: (rows[n[2]], cols[n[3]]) for n in BLOCKS}
 
 
-def scaled_mae(pred: np.ndarray, truth: np.ndarray) -> float:
-    """The specs 3.5 loss over the full horizon: 0.5 MAE(s_x, s_y) + 0.1 MAE(v_x, v_y), summed."""
-    return float(np.sum(np.asarray(WEIGHTS) * np.mean(np.abs(pred - truth), axis=0)))
-
-
 def run(config: BouncingBallConfig, progress: Progress) -> RunArtifacts:
     """Ground truth, FPM baseline, then training and evaluation of each topology."""
     start = time.perf_counter()
@@ -160,7 +156,7 @@ def run(config: BouncingBallConfig, progress: Progress) -> RunArtifacts:
     fpm_params = dict(gt.params, mu=jnp.asarray(0.0))
     arrays["fpm"] = np.stack([np.asarray(simulate_ball(fpm_params, x)) for x in x0s])
     for i in range(5):
-        value = scaled_mae(arrays["fpm"][i], truth[i])
+        value = weighted_mae(arrays["fpm"][i], truth[i], WEIGHTS)
         metrics["fpm." + (f"train_loss_s{i + 1}" if i < 4 else "test_loss")] = value
     labels = block_labels()
     for topology in config.topologies:
@@ -197,7 +193,7 @@ def run(config: BouncingBallConfig, progress: Progress) -> RunArtifacts:
         preds = np.stack([np.asarray(predict(params, x)) for x in x0s])
         for i in range(5):
             key = f"{topology}." + (f"train_loss_s{i + 1}" if i < 4 else "test_loss")
-            metrics[key] = scaled_mae(preds[i], truth[i])
+            metrics[key] = weighted_mae(preds[i], truth[i], WEIGHTS)
         arrays[f"pred_{topology}"] = preds
         arrays[f"loss_{topology}"] = result["loss"]
         arrays[f"horizon_{topology}"] = result["horizon"]

@@ -27,8 +27,6 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any, Literal
 
-import jax
-import jax.numpy as jnp
 import numpy as np
 import pydantic
 
@@ -38,10 +36,13 @@ from twinfer.experiments._case import Case, CaseConfig, Progress, register
 from twinfer.infer.filters import augment
 from twinfer.infer.gaussian import UnscentedWeights
 from twinfer.infer.graph import Graph, Interface, Port, Subsystem
-from twinfer.infer.graph._local import law_moments_series
-from twinfer.infer.graph._results import unpack
-from twinfer.infer.graph._run import compile as compile_engine
-from twinfer.infer.graph._run import with_numbers
+from twinfer.infer.graph._chain_results import (
+    chain4_estimates,
+    chain4_interface_force,
+    chain4_interface_force_truth,
+    chain4_scores,
+)
+from twinfer.infer.graph._variants import scan_variants
 from twinfer.learn import (
     TERMS,
     SindyFit,
@@ -49,13 +50,13 @@ from twinfer.learn import (
     library_reaction,
     linear_coefficients,
 )
+from twinfer.learn._chain_interface import chain_interface_record
 from twinfer.learn._measured_law import InterfaceRecord, fit_measured_law, fit_true_force_law
 from twinfer.models import Chain
-from twinfer.models.chain import spring_damper_force
-from twinfer.programs import Job, compiling
 from twinfer.report import PaperValue, RunArtifacts, at_most, near, within
 from twinfer.report.figures.chains import chain_record_figure, estimator_comparison_figures
-from twinfer.sim import GraphNode, accelerations, discretise, graph_node, simulate_discrete
+from twinfer.sim import GraphNode, chain_response, graph_node
+from twinfer.sim._paper_draws import forcing_and_noise
 
 Positive = pydantic.PositiveFloat
 
@@ -151,45 +152,19 @@ def build_chain(config: Chain4Config) -> Chain:
     return Chain([config.mass] * 4, [config.stiffness] * 4, [config.damping] * 4, outputs=outputs)
 
 
-def _draws(config: Chain4Config) -> tuple[np.ndarray, np.ndarray]:
-    """Forces (N, 4) and measurement noise (N+1, 4), in the authors' draw order for numpy-paper."""
-    n = config.n_steps
-    if config.rng == "numpy-paper":
-        rng = np.random.default_rng(config.seed)
-        forces = rng.normal(0.0, config.force_sd, size=(n, 4))
-        noise = np.stack([rng.normal(0.0, config.noise_sd, size=n + 1) for _ in range(4)], axis=1)
-        return forces, noise
-    key_force, key_noise = jax.random.split(jax.random.key(config.seed))
-    forces = config.force_sd * jax.random.normal(key_force, (n, 4))
-    noise = config.noise_sd * jax.random.normal(key_noise, (n + 1, 4))
-    return np.asarray(forces), np.asarray(noise)
-
-
-@functools.cache
-def _simulator(mass: float, stiffness: float, damping: float, dt: float, method: str) -> Any:
-    """Jitted ``forces (N, 4) -> (states (N+1, 8), accelerations (N+1, 4))`` of the chain.
-
-    Cached, so the truth and the SINDy training record (same length) share one compilation.
-    Accelerations are taken at the propagated state with the step's force ([REPO]); row 0 uses u_0.
-    """
-    chain = Chain([mass] * 4, [stiffness] * 4, [damping] * 4)
-    step = discretise(chain, dt, method)
-
-    @jax.jit
-    def run(forces: Any) -> tuple[Any, Any]:
-        states = simulate_discrete(step, jnp.zeros(8), forces).states
-        held = jnp.concatenate([forces[:1], forces], axis=0)
-        acc = accelerations(chain, states, held)
-        return states, acc
-
-    return run
-
-
 def _record(config: Chain4Config) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Forces (N, 4), noise (N+1, 4), truth states (N+1, 8) and true accelerations (N+1, 4)."""
-    forces, noise = _draws(config)
+    """Forces (N, 4), noise (N+1, 4), truth states (N+1, 8) and true accelerations (N+1, 4).
+
+    The draws are :func:`~twinfer.sim._paper_draws.forcing_and_noise`'s (the authors' order for numpy-paper).
+
+    :func:`twinfer.sim.chain_response` (cached), so the truth and the SINDy training record (same length)
+    share one compilation; accelerations at the propagated state with the step's force ([REPO]).
+    """
+    sd = (config.force_sd, config.noise_sd)
+    forces, noise = forcing_and_noise(config.n_steps, 4, *sd, config.seed, config.rng)
     method = "euler" if config.truth == "paper-euler" else "exact"
-    states, acc = _simulator(config.mass, config.stiffness, config.damping, config.dt, method)(forces)
+    run = chain_response(4, config.mass, config.stiffness, config.damping, config.dt, method)
+    states, acc = run(forces)
     return forces, noise, np.asarray(states), np.asarray(acc)
 
 
@@ -219,9 +194,6 @@ def simulate(config: Chain4Config) -> Dataset:
 
 
 ESTIMATORS = ("central", "deterministic", "probabilistic", "sindy")
-_KIN = np.array(
-    [0, 1, 4, 5, 2, 3, 6, 7]
-)  # [x1, x2, v1, v2, x3, x4, v3, v4, k4] -> truth order x1..x4, v1..v4
 
 
 @functools.cache
@@ -320,29 +292,14 @@ def _training_run(config: Chain4Config) -> tuple[InterfaceRecord, np.ndarray]:
 
     Returns:
         The :class:`~twinfer.learn._measured_law.InterfaceRecord` of S1's side of the (k3, c3) interface
-        (measured a1, a2, a3, the force on mass 2, m2, k2, c2), and the true force
-        ``k3 (x2 - x3) + c3 (v2 - v3)`` (eq. S24) at the same samples, which only the ``true-force``
-        oracle target uses.
+        and the true force (:func:`~twinfer.learn._chain_interface.chain_interface_record`), which only
+        the ``true-force`` oracle target uses.
 
     """
     train = config.model_copy(update={"seed": config.sindy_train_seed, "truth": "exact"})
     forces, noise, states, acc = _record(train)
-    meas = (acc + noise)[1:]
     s1 = build_chain(config).segment(1, 2).params  # S1's known model, as its filter has it
-    record = InterfaceRecord(
-        acc_inner=meas[:, 0],
-        acc_send=meas[:, 1],
-        acc_recv=meas[:, 2],
-        force_send=np.asarray(forces[:, 1], dtype=np.float64),
-        mass=float(s1["m"][1]),
-        stiffness=float(s1["k"][1]),
-        damping=float(s1["c"][1]),
-        dt=config.dt,
-    )
-    true_force = spring_damper_force(
-        config.stiffness, config.damping, states[1:, 1] - states[1:, 2], states[1:, 5] - states[1:, 6]
-    )
-    return record, np.asarray(true_force)
+    return chain_interface_record(forces, noise, states, acc, s1, config.stiffness, config.damping, config.dt)
 
 
 def learn_interface_law(config: Chain4Config) -> SindyFit:
@@ -375,14 +332,11 @@ def graph_estimators(
     faster but compiled 2 s slower). The centralised UKF is the monolithic model of the same graph with
     the central Q and R ([REPO]): the second compiled scan.
 
-    The two scans are loaded whole where an earlier ``twinfer run`` kept them
-    (:func:`twinfer.programs.load`, keyed by the config); otherwise traced and lowered here, then
-    compiled one after the other in a background thread (XLA compiles without holding Python's lock,
-    and already spreads one compilation over the cores: two at once were no faster on 2 cores) and
-    kept. Each starts its estimators as soon as it is ready; only the SINDy variant waits for
-    ``xi``. Given as a function (``lambda: learn_interface_law(config).xi``), ``xi`` is computed
-    meanwhile, while the scans compile (first run) or run (programs loaded).
-    The numbers are those of running everything one after another: the same programs on the same inputs.
+    The two scans are loaded whole where an earlier ``twinfer run`` kept them (keyed by the config),
+    otherwise compiled in a background thread (:func:`~twinfer.infer.graph._variants.scan_variants`);
+    only the SINDy variant waits for ``xi``. Given as a function (``lambda:
+    learn_interface_law(config).xi``), ``xi`` is computed meanwhile, while the scans compile (first run)
+    or run (programs loaded). The numbers are those of running everything one after another.
 
     Returns:
         Per estimator: ``mean``/``var`` (N+1, 9) in the order [x1..x4, v1..v4, k4], ``pred_mean`` (N, 8)
@@ -392,130 +346,24 @@ def graph_estimators(
         it).
 
     """
-    if data.inputs is None:
-        raise ValueError("chain4 data: expected the applied forces as inputs; received none.")
-    us = np.asarray(data.inputs[:-1], dtype=np.float64)  # y_k+1 read with u_k: a held record
-    ys = np.asarray(data.observations[1:], dtype=np.float64)
-    masks = np.isfinite(ys)
-    det = build_graph(config, "deterministic")
-    central_graph = build_central(config)
-    t0 = time.perf_counter()
-    comp = compile_engine(det, "jacobi")
-    comp_c = compile_engine(central_graph, "jacobi")
-    variants = {
-        "deterministic": comp.numbers,
-        "probabilistic": with_numbers(comp, build_graph(config, "probabilistic")),
-    }
+    linear = linear_coefficients(config.stiffness, config.damping)
+    fitted: list[Any] = []
+
+    def sindy() -> tuple[str, Graph]:  # the SINDy fit, while the scans compile or run
+        fitted.append(xi() if callable(xi) else xi)
+        kind = "probabilistic" if config.sindy_messages == "probabilistic" else "learned"
+        return "sindy", build_graph(config, kind, fitted[0])
+
+    def finish(name: str, res: Mapping[str, Any]) -> dict[str, np.ndarray]:
+        out = chain4_estimates(name, res)
+        law = fitted[0] if name == "sindy" else linear
+        out["fmsg_mean"], out["fmsg_sd"] = chain4_interface_force(name, res, law)
+        return out
+
+    variants = {kind: build_graph(config, kind) for kind in ("deterministic", "probabilistic")}
     setting = config.model_dump(mode="json")
     keys = [{"case": "chain4", "program": p, "config": setting} for p in ("distributed", "central")]
-    jobs = [
-        Job(
-            comp.scan, (comp.numbers, us, ys, masks), keys[0], [(n, us, ys, masks) for n in variants.values()]
-        ),
-        Job(comp_c.scan, (comp_c.numbers, us, ys, masks), keys[1], [(comp_c.numbers, us, ys, masks)]),
-    ]
-    with compiling(jobs, thread_name="chain4-compile") as (job, job_c):
-        xi = xi() if callable(xi) else xi  # the SINDy fit, while the scans compile or run
-        kind = "probabilistic" if config.sindy_messages == "probabilistic" else "learned"
-        variants["sindy"] = with_numbers(comp, build_graph(config, kind, xi))
-        _, outs_c, compiled_c = job_c.result()
-        exe, outs, compiled = job.result()
-    outs.append(exe(variants["sindy"], us, ys, masks))
-    timings = {"timing.compile_s": max(compiled, compiled_c) - t0}
-    raw = {"central": (comp_c, comp_c.numbers, outs_c[0])}
-    for (name, num), res_outs in zip(variants.items(), outs, strict=True):
-        raw[name] = (comp, num, res_outs)
-    out = {}
-    linear = linear_coefficients(config.stiffness, config.damping)
-    for name, (c, num, res_outs) in raw.items():
-        if name == "sindy":  # the others are unpacked while it runs
-            jax.block_until_ready(res_outs)
-            timings["timing.run_s"] = time.perf_counter() - min(compiled, compiled_c)
-        res = unpack(c, num, res_outs)
-        out[name] = _estimates(name, res)
-        out[name]["fmsg_mean"], out[name]["fmsg_sd"] = _interface_force(
-            name, res, xi if name == "sindy" else linear
-        )
-    return out, timings
-
-
-def interface_force_truth(config: Chain4Config, data: Dataset) -> np.ndarray:
-    """The true interface force F = k3 (x2 - x3) + c3 (v2 - v3) over t_0..t_T (eq. S24)."""
-    x = np.asarray(data.truth_states)
-    return np.asarray(
-        spring_damper_force(config.stiffness, config.damping, x[:, 1] - x[:, 2], x[:, 5] - x[:, 6])
-    )
-
-
-def _interface_force(name: str, res: Mapping[str, Any], xi: Any) -> tuple[np.ndarray, np.ndarray]:
-    """The message F_msg = F(x2 - x3, v2 - v3) with its sd over t_0..t_T under one estimator (Fig. 2e).
-
-    The ports ``[x2, v2]`` (sender S1) and ``[x3, v3]`` (receiver S2) with the estimator's joint covariance:
-    the central filter's cross-covariances, the distributed filters' block-diagonal (S33); the estimator's
-    own law (the SINDy fit for ``sindy``) through :func:`twinfer.infer.graph._local.law_moments_series`.
-    """
-    if name == "central":  # the monolithic state is S1's [x1, x2, v1, v2] then S2's [x3, x4, v3, v4, k4]
-        whole = res["central"]
-        idx = [1, 3, 4, 6]
-        mean, cov = whole.means[:, idx], whole.covs[:, idx][:, :, idx]
-    else:
-        s1, s2 = res["S1"], res["S2"]
-        mean = np.concatenate([s1.means[:, [1, 3]], s2.means[:, [0, 2]]], axis=1)
-        cov = np.zeros(mean.shape + (4,))
-        cov[:, :2, :2] = s1.covs[:, [1, 3]][:, :, [1, 3]]
-        cov[:, 2:, 2:] = s2.covs[:, [0, 2]][:, :, [0, 2]]
-    xi = jnp.asarray(xi)
-    m, v = law_moments_series(library_law, xi, jnp.asarray(mean), jnp.asarray(cov), 2)
-    return np.asarray(m[:, 0]), np.sqrt(np.maximum(np.asarray(v[:, 0, 0]), 0.0))
-
-
-def _estimates(name: str, res: Mapping[str, Any]) -> dict[str, np.ndarray]:
-    """One estimator's ``mean``/``var``/``pred_mean``/``pred_cov`` in the truth's state order."""
-    parts = [res["central"]] if name == "central" else [res["S1"], res["S2"]]
-    mean = np.concatenate([p.means for p in parts], axis=1)
-    var = np.concatenate([np.diagonal(p.covs, axis1=1, axis2=2) for p in parts], axis=1)
-    pm = np.concatenate([p.pred_means for p in parts], axis=1)
-    if name == "central":
-        pc = parts[0].pred_covs
-    else:
-        pc = np.zeros(pm.shape + (9,))
-        pc[:, :4, :4] = parts[0].pred_covs
-        pc[:, 4:, 4:] = parts[1].pred_covs  # block-diagonal assembly (section 5 [REPO])
-    order = np.concatenate([_KIN, [8]])
-    return {
-        "mean": mean[:, order],
-        "var": var[:, order],
-        "pred_mean": pm[:, _KIN],
-        "pred_cov": pc[:, _KIN][:, :, _KIN],
-    }
-
-
-def estimator_metrics(
-    config: Chain4Config, data: Dataset, name: str, est: Mapping[str, np.ndarray]
-) -> dict[str, float]:
-    """``<name>.state_rmse``, ``k4_nrmse``, ``coverage95``, ``coverage68``, ``nll`` (section 5 [REPO])."""
-    t = data.times
-    truth = np.asarray(data.truth_states)
-    win, pwin = t >= config.state_window_start, t >= config.param_window_start
-    mean, std = est["mean"][:, :8], np.sqrt(np.maximum(est["var"][:, :8], 1e-300))
-    return {
-        f"{name}.state_rmse": float(metrics.rmse(mean[win], truth[win])),
-        f"{name}.k4_nrmse": float(metrics.nrmse_constant(est["mean"][pwin, 8], config.stiffness)),
-        f"{name}.coverage95": metrics.coverage(mean[win], std[win], truth[win], z=1.959963984540054),
-        f"{name}.coverage68": metrics.coverage(mean[win], std[win], truth[win], z=1.0),
-        f"{name}.nll": metrics.gaussian_nll(
-            est["pred_mean"][win[1:]],
-            est["pred_cov"][win[1:]] + _NLL_JITTER * np.eye(8),
-            truth[1:][win[1:]],
-            jitter=True,
-        ),
-    }
-
-
-_NLL_JITTER = 1e-12
-"""Added to every predictive covariance before the NLL: the authors' ``gaussian_nll_vector`` starts its
-Cholesky retries at ``cov + 1e-12 I``, not at ``cov`` (section 5 [REPO]). It matters only for the
-deterministic filter, whose predictive variances (Q = 1e-18) are far below 1e-12."""
+    return scan_variants(variants, build_central(config), sindy, data, keys, finish, "chain4-compile")
 
 
 def run(config: Chain4Config, progress: Progress) -> RunArtifacts:
@@ -540,14 +388,10 @@ def run(config: Chain4Config, progress: Progress) -> RunArtifacts:
     metrics_out.update({f"sindy.xi[{term}]": float(v) for term, v in zip(TERMS, fit.xi, strict=True)})
     metrics_out["sindy.k_hat"], metrics_out["sindy.c_hat"] = float(fit.xi[0]), float(fit.xi[1])
     metrics_out["sindy.fit_r2"] = fit.r2
-    truth_fmsg = interface_force_truth(config, data)
-    win = data.times >= config.state_window_start
+    truth, windows = np.asarray(data.truth_states), (config.state_window_start, config.param_window_start)
+    truth_fmsg = chain4_interface_force_truth(truth, config.stiffness, config.damping)
     for name, e in graph_est.items():
-        metrics_out.update(estimator_metrics(config, data, name, e))
-        f_mean, f_sd = e["fmsg_mean"][win], np.maximum(e["fmsg_sd"][win], 1e-300)
-        metrics_out[f"{name}.fmsg_rmse"] = float(metrics.rmse(f_mean, truth_fmsg[win]))
-        metrics_out[f"{name}.fmsg_coverage95"] = metrics.coverage(f_mean, f_sd, truth_fmsg[win], 0.95)
-        metrics_out[f"{name}.fmsg_sd_mean"] = float(np.mean(f_sd))
+        metrics_out.update(chain4_scores(name, data.times, truth, truth_fmsg, e, config.stiffness, *windows))
     metrics_out.update(timings)
     arrays: dict[str, Any] = {
         "times": data.times,

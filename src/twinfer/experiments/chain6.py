@@ -32,7 +32,6 @@ from collections.abc import Mapping
 from typing import Any, Literal
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 import pydantic
 
@@ -42,9 +41,15 @@ from twinfer.infer import Distributed, estimate
 from twinfer.infer.filters import FilterConsistencyWarning
 from twinfer.infer.gaussian import UnscentedWeights
 from twinfer.infer.graph import Graph
-from twinfer.infer.graph._diffusion import diffuse
-from twinfer.metrics import band_z, coverage, nrmse_constant, rmse
-from twinfer.models import SpringNetwork, defects_along
+from twinfer.infer.graph._chain_results import (
+    defect_shares,
+    diffusion_weights,
+    envelope_scores,
+    score_parameters,
+)
+from twinfer.infer.graph._variants import central_graph
+from twinfer.metrics import band_z
+from twinfer.models import SpringNetwork
 from twinfer.report import PaperValue, RunArtifacts, at_least, at_most, near, within
 from twinfer.report.figures.chains import envelopes_figure, parameter_bands_figure
 from twinfer.sim import simulate_dataset
@@ -214,23 +219,14 @@ def propagation(
 ) -> dict[str, Any]:
     """Interface weights, the two defects and their shares at every subsystem (S60-S70), from estimates.
 
-    Everything the paper's timing includes (the graph and the defects) is computed here: the interface
-    forces e13, e23 (:meth:`~twinfer.models.SpringNetwork.link_forces`) at the estimated states give
-    the weights (their RMS), the removed terms of k* and m* at the estimated states with the terminal
-    parameters (:meth:`~twinfer.models.SpringNetwork.parameter_forces`, on mass 3) the defects.
+    Everything the paper's timing includes (the graph and the defects) is computed here
+    (:func:`~twinfer.infer.graph._chain_results.defect_shares`): the interface forces e13, e23 at the
+    estimated states give the weights, the removed terms of k* and m* on mass 3 the defects.
     """
-    estimates = jnp.asarray([final[p] for p in UNKNOWN])
-    forces, defects = defects_along(
-        model, jnp.asarray(states), jnp.asarray(inputs), UNKNOWN, estimates, ((2, 3), (4, 5)), DEFECTS, 3
+    links = ((2, 3), (4, 5))
+    return defect_shares(
+        model, states, inputs, UNKNOWN, final, links, DEFECTS, 3, LABELS, method, config.alpha, config.beta
     )
-    forces, defects = np.asarray(forces), np.asarray(defects)
-    weights = {("V1", "V3"): float(np.sqrt(np.mean(forces[:, 0] ** 2)))}
-    weights[("V3", "V2")] = float(np.sqrt(np.mean(forces[:, 1] ** 2)))
-    shares = {
-        d: diffuse(LABELS, weights, "V3", defects[:, i], method, alpha=config.alpha, beta=config.beta)
-        for i, d in enumerate(DEFECTS)
-    }
-    return {"weights": weights, "shares": shares}
 
 
 def run(config: Chain6Config, progress: Progress) -> RunArtifacts:
@@ -246,7 +242,7 @@ def run(config: Chain6Config, progress: Progress) -> RunArtifacts:
     graph = build_graph(config, model)
     runs = {"distributed": graph}
     if config.central:
-        runs["central"] = Graph("central", [graph.monolithic("central")], state_order=graph.state_order)
+        runs["central"] = central_graph(graph)
     truth = np.asarray(data.truth_states)
     metrics: dict[str, float] = {}
     arrays: dict[str, Any] = {"t": np.asarray(data.times), "truth": truth, "force": force}
@@ -261,23 +257,7 @@ def run(config: Chain6Config, progress: Progress) -> RunArtifacts:
         arrays[f"{label}.means"], arrays[f"{label}.stds"] = means, stds
         metrics[f"{label}.run_s"] = seconds.median_s
         metrics[f"{label}.compile_s"] = max(seconds.compile_s - seconds.median_s, 0.0)
-        states = slice(0, 12)
-        metrics[f"{label}.state_rmse"] = float(rmse(means[:, states], truth))
-        metrics[f"{label}.coverage95"] = coverage(means[1:, states], stds[1:, states], truth[1:])
-        for s in ("x1", "x6", "v6"):
-            j = est.state_names.index(s)
-            metrics[f"{label}.rmse_{s}"] = float(rmse(means[:, j], truth[:, j]))
-        inside = []
-        for p in UNKNOWN:
-            j = est.state_names.index(p)
-            lo, hi = est.interval(p, 0.95)
-            metrics[f"{label}.{p}"] = float(means[-1, j])
-            metrics[f"{label}.{p}.sd"] = float(stds[-1, j])
-            metrics[f"{label}.{p}.rel_err"] = float(means[-1, j] / VALUES[p] - 1.0)
-            metrics[f"{label}.{p}.nrmse"] = float(nrmse_constant(means[:, j], VALUES[p]))
-            inside.append(lo <= VALUES[p] <= hi)
-            metrics[f"{label}.{p}.in95"] = float(inside[-1])
-        metrics[f"{label}.params_in95"] = float(np.mean(inside))
+        score_parameters(label, est, truth, {p: VALUES[p] for p in UNKNOWN}, ("x1", "x6", "v6"), metrics)
     progress("diffusion envelopes", len(runs), len(runs) + 1)
     dist = estimates["distributed"]
     means, stds = arrays["distributed.means"], arrays["distributed.stds"]
@@ -292,29 +272,10 @@ def run(config: Chain6Config, progress: Progress) -> RunArtifacts:
         )
         metrics[f"diffusion.{method}.s"] = timed.median_s
         metrics[f"diffusion.{method}.speedup"] = metrics["distributed.run_s"] / timed.median_s
-    weights = results["heat"]["weights"]
-    total = sum(weights.values())
-    metrics["diffusion.eta13"] = weights[("V1", "V3")] / total
-    metrics["diffusion.eta23"] = weights[("V3", "V2")] / total
-    q = np.sum(_defect(results, "kstar"))
-    for name in LABELS:  # each share is the same fraction of |delta f| at every step
-        metrics[f"diffusion.heat_column.{name}"] = float(np.sum(results["heat"]["shares"]["kstar"][name]) / q)
-    sigma = {s: float(stds[-1, dist.state_names.index(s)]) for s in ("x1", "x6")}
-    metrics["sigma_x1"], metrics["sigma_x6"] = sigma["x1"], sigma["x6"]
-    for method, res in results.items():
-        for defect, shares in res["shares"].items():
-            for s, sub in (("x1", "V1"), ("x6", "V2")):
-                j = dist.state_names.index(s)
-                half = shares[sub] * sigma[s]
-                key = f"{method}.{defect}.{s}"
-                arrays[f"envelope.{key}"] = half
-                metrics[f"diffusion.{key}.halfwidth_median"] = float(np.median(half))
-                metrics[f"diffusion.{key}.halfwidth_over_sd"] = float(
-                    np.median(half) / np.median(stds[1:, j])
-                )
-                metrics[f"diffusion.{key}.truth_inside"] = float(
-                    np.mean(np.abs(truth[1:, j] - means[1:, j]) <= half[1:])
-                )
+    metrics.update(diffusion_weights(results["heat"], LABELS, "kstar"))
+    envelopes, half_widths = envelope_scores(results, dist, truth, {"x1": "V1", "x6": "V2"})
+    metrics.update(envelopes)
+    arrays.update(half_widths)
     metrics["timing.run_s"] = time.perf_counter() - start
     progress("chain6", 1, 1)
     notes = [
@@ -333,11 +294,6 @@ def run(config: Chain6Config, progress: Progress) -> RunArtifacts:
     for label in runs:
         arrays[f"{label}.names"] = np.asarray(estimates[label].state_names)
     return RunArtifacts(metrics=metrics, arrays=arrays, notes=notes)
-
-
-def _defect(results: Mapping[str, Any], defect: str) -> np.ndarray:
-    """The defect magnitude |delta f| (the shares sum to it)."""
-    return np.sum([v for v in results["heat"]["shares"][defect].values()], axis=0)
 
 
 def figures(arrays: Mapping[str, Any], config: Chain6Config) -> dict[str, Any]:

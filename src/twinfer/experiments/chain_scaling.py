@@ -35,7 +35,9 @@ from twinfer.infer import Banded, Distributed, estimate
 from twinfer.infer.filters import FilterConsistencyWarning
 from twinfer.infer.gaussian import UnscentedWeights
 from twinfer.infer.graph import Graph, clear_compiled
-from twinfer.metrics import coverage, loglog_slope, nrmse_constant, rmse
+from twinfer.infer.graph._chain_results import scaling_scores
+from twinfer.infer.graph._variants import central_graph
+from twinfer.metrics import scaling_slopes
 from twinfer.models import Chain
 from twinfer.report import PaperValue, RunArtifacts, at_most, near
 from twinfer.report.figures.chains import scaling_figure
@@ -154,7 +156,7 @@ def run(config: ChainScalingConfig, progress: Progress) -> RunArtifacts:
         )
         runs: dict[str, Any] = {"distributed": graph}
         if n <= config.central_max:
-            runs["central"] = Graph("central", [graph.monolithic("central")], state_order=graph.state_order)
+            runs["central"] = central_graph(graph)
         if config.banded_bandwidth:
             runs["banded"] = graph
         truth_k = np.asarray([config.stiffness] * len(unknown))
@@ -169,19 +171,9 @@ def run(config: ChainScalingConfig, progress: Progress) -> RunArtifacts:
                 with warnings.catch_warnings():  # the case scores the calibration itself (coverage below)
                     warnings.simplefilter("ignore", FilterConsistencyWarning)
                     est, seconds = timing.timed(estimate, g, data, Distributed())
-            means, stds = np.asarray(est.means), np.asarray(est.stds)
-            states = slice(0, 4 * n)
             metrics[f"n{n}.{label}.run_s"] = seconds.median_s
             metrics[f"n{n}.{label}.compile_s"] = seconds.compile_s - seconds.median_s
-            metrics[f"n{n}.{label}.rmse"] = float(rmse(means[:, states], truth))
-            metrics[f"n{n}.{label}.coverage95"] = coverage(means[1:, states], stds[1:, states], truth[1:])
-            for part, cols_part in (("x", slice(0, 2 * n)), ("v", slice(2 * n, 4 * n))):
-                metrics[f"n{n}.{label}.coverage95_{part}"] = coverage(
-                    means[1:, cols_part], stds[1:, cols_part], truth[1:, cols_part]
-                )
-            cols = [est.state_names.index(k) for k in unknown]
-            metrics[f"n{n}.{label}.k_nrmse"] = float(np.mean(nrmse_constant(means[:, cols], truth_k)))
-            metrics[f"n{n}.{label}.k_in95"] = coverage(means[-1:, cols], stds[-1:, cols], truth_k[None, :])
+            metrics.update(scaling_scores(f"n{n}.{label}", est, truth, unknown, truth_k))
         clear_compiled()  # this size's programs are not run again; their machine code is unmapped
         rows["n"].append(n)
         rows["dist_s"].append(metrics[f"n{n}.distributed.run_s"])
@@ -192,22 +184,10 @@ def run(config: ChainScalingConfig, progress: Progress) -> RunArtifacts:
         rows["band_rmse"].append(metrics.get(f"n{n}.banded.rmse", np.nan))
     progress("chain-scaling", len(config.sizes), len(config.sizes))
     sizes = np.asarray(rows["n"], float)
-    if len(sizes) >= 2:
-        metrics["slope.distributed_run_s"] = loglog_slope(sizes, rows["dist_s"])
-    if config.banded_bandwidth and len(sizes) >= 2:
-        metrics["slope.banded_run_s"] = loglog_slope(sizes, rows["band_s"])
-    from8 = sizes >= 8  # issue #22's range, n = 8 to 64: at n = 4 a window of L + 1 = 4 is the whole chain
-    if from8.sum() >= 2:
-        metrics["slope.from8.distributed_run_s"] = loglog_slope(
-            sizes[from8], np.asarray(rows["dist_s"])[from8]
-        )
-        if config.banded_bandwidth:
-            metrics["slope.from8.banded_run_s"] = loglog_slope(
-                sizes[from8], np.asarray(rows["band_s"])[from8]
-            )
+    times = {"distributed": rows["dist_s"], "banded": rows["band_s"], "central": rows["cent_s"]}
+    # issue #22's range, n = 8 to 64: at n = 4 a window of L + 1 = 4 is the whole chain
+    metrics.update(scaling_slopes(sizes, times, 8, tail=("distributed", "banded")))
     central = np.isfinite(rows["cent_s"])
-    if central.sum() >= 2:
-        metrics["slope.central_run_s"] = loglog_slope(sizes[central], np.asarray(rows["cent_s"])[central])
     largest = int(sizes[central][-1]) if central.any() else None
     if largest is not None:
         metrics["speedup_at_largest_central"] = (

@@ -24,6 +24,7 @@ import pydantic
 from twinfer.experiments._case import Case, Progress, known_names, register
 from twinfer.experiments._checkpointing import CheckpointSettings, case_checkpoint
 from twinfer.learn import RNN, SecondOrderNeuralODE, TrainSettings, train, trajectory_loss
+from twinfer.metrics import weighted_mae
 from twinfer.models import AbstractModel, BouncingBall2D
 from twinfer.report import RunArtifacts
 from twinfer.report.figures.trajectories import trajectories_figure
@@ -91,7 +92,7 @@ def run(config: CommonInterfaceConfig, progress: Progress) -> RunArtifacts:
             model, ts, x0, z0, params=params, fixed_steps=config.fixed_steps, max_events_per_interval=2
         )
         out = np.asarray(pred.outputs)
-        return float(np.sum(np.asarray(WEIGHTS) * np.mean(np.abs(out - truth), axis=0))), out
+        return weighted_mae(out, truth, WEIGHTS), out
 
     for name in config.models:
         model, x0, z0 = build(name, config.seed)

@@ -20,15 +20,21 @@ import pydantic
 from twinfer.data import load_emps
 from twinfer.experiments import _pnsmc
 from twinfer.experiments._case import Case, Progress, register
-from twinfer.infer.pn import PNLikelihood
-from twinfer.infer.smc import OutputErrorLikelihood, TransformedNormalPrior, history_loglik
-from twinfer.learn import gain_fit, output_error_fit
+from twinfer.infer.pn import PNFilter, PNLikelihood
+from twinfer.infer.smc import (
+    OutputErrorLikelihood,
+    TransformedNormalPrior,
+    history_loglik,
+    posterior_arrays,
+    posterior_metrics,
+)
+from twinfer.learn._emps_references import emps_references
+from twinfer.metrics import rmse_per_particle, rmse_summary
 from twinfer.models import EMPS
-from twinfer.models.emps import pd_law, pd_voltage
 from twinfer.report import PaperValue, RunArtifacts, at_most
 from twinfer.report.figures.bands import particle_band_arrays, particle_band_figure
 from twinfer.report.figures.smc import smc_figures
-from twinfer.sim import fine_input, particle_simulator, simulate_particles_feedback
+from twinfer.sim import fine_input, open_loop_simulator, simulate_closed_loop
 
 NAMES = ("M", "Fv", "Fc", "offset")
 FS = 1000.0
@@ -94,7 +100,7 @@ def pn_likelihood(
     model = EMPS(**IDIM_PARAMS)
     mask = np.ones(n, bool) if observed is None else np.asarray(observed, bool)
     return PNLikelihood(
-        pn=_pnsmc.make_pn(model, config.q, config.method, shared_diffusion=config.shared_diffusion),
+        pn=PNFilter(model, q=config.q, method=config.method, shared_diffusion=config.shared_diffusion),
         base_params=model.params,
         names=NAMES,
         x0=jnp.array([data["q"][0], 0.0]),
@@ -158,14 +164,14 @@ def _output_error(
     lik, prior = output_error_likelihood(config, train)
     res, smc_s = _pnsmc.run_smc("emps", config, lik, prior, progress, name="smc_output_error")
     metrics = {"output_error.timing.smc_s": smc_s}
-    for key, value in _pnsmc.posterior_metrics(res, (*NAMES, "sigma")).items():
+    for key, value in posterior_metrics(res, (*NAMES, "sigma")).items():
         metrics[f"output_error.{key}"] = value
     thetas = _pnsmc.equal_weight_particles(res, config.test_particles, config.seed)
     m = config.test_samples
     model = EMPS(**IDIM_PARAMS)
     sims = simulate_open_loop(model, thetas[:, : len(NAMES)], test, m, config.substeps, config.input_hold)
     truth = np.asarray(test["q"][:m])
-    metrics.update(_pnsmc.rmse_metrics("output_error.test.", _pnsmc.rmse_per_particle(sims, truth)))
+    metrics.update(rmse_summary("output_error.test.", rmse_per_particle(sims, truth)))
     spread = np.sqrt(np.var(sims, axis=0) + np.mean(thetas[:, len(NAMES)] ** 2))
     metrics["output_error.test.coverage_2sd"] = float(np.mean(np.abs(truth - sims.mean(0)) <= 2 * spread))
     metrics["output_error.test.median_sd"] = float(np.median(spread))
@@ -215,31 +221,18 @@ def run(config: EMPSConfig, progress: Progress) -> RunArtifacts:
     test_start = time.perf_counter()
     m = config.test_samples
     sims = simulate_open_loop(model, thetas, test, m, config.substeps, config.input_hold)
-    metrics.update(_pnsmc.rmse_metrics("test.", _pnsmc.rmse_per_particle(sims, test["q"][:m])))
-    sims_cl = simulate_closed_loop(model, thetas, test, m, config.substeps)
-    metrics.update(_pnsmc.rmse_metrics("closedloop.test.", _pnsmc.rmse_per_particle(sims_cl, test["q"][:m])))
+    metrics.update(rmse_summary("test.", rmse_per_particle(sims, test["q"][:m])))
+    sims_cl = simulate_closed_loop(model, NAMES, thetas, test, m, FS, config.substeps)
+    metrics.update(rmse_summary("closedloop.test.", rmse_per_particle(sims_cl, test["q"][:m])))
+    references, train_fit, best = emps_references(
+        model, {name: IDIM_PARAMS[name] for name in NAMES}, train, test, n, m, FS, config.substeps,
+        config.input_hold,
+    )  # fmt: skip
+    metrics.update(references)
     idim = np.array([[IDIM_PARAMS[name] for name in NAMES]])
-    ref_ol = simulate_open_loop(model, idim, test, m, config.substeps, config.input_hold)
-    ref_cl = simulate_closed_loop(model, idim, test, m, config.substeps)
-    metrics["reference.idim.test.rmse"] = float(_pnsmc.rmse_per_particle(ref_ol, test["q"][:m])[0])
-    metrics["reference.idim.closedloop.test.rmse"] = float(_pnsmc.rmse_per_particle(ref_cl, test["q"][:m])[0])
-    metrics.update(controller_checks(train, test))
-    floor, best = open_loop_floor(model, test, m, config.substeps, config.input_hold)
-    metrics["reference.openloop_best_fit.test.rmse"] = floor
-    for name, value in zip(NAMES, best, strict=True):
-        metrics[f"reference.openloop_best_fit.{name}"] = float(value)
-    # the same output-error fit on the training data: the open-loop floor of anything fitted to it
-    train_floor, train_fit = open_loop_floor(model, train, n, config.substeps, config.input_hold)
-    metrics["reference.openloop_train_fit.train.rmse"] = train_floor
-    ref_train = simulate_open_loop(model, train_fit[None], test, m, config.substeps, config.input_hold)
-    metrics["reference.openloop_train_fit.test.rmse"] = float(
-        _pnsmc.rmse_per_particle(ref_train, test["q"][:m])[0]
-    )
-    for name, value in zip(NAMES, train_fit, strict=True):
-        metrics[f"reference.openloop_train_fit.{name}"] = float(value)
     for horizon in config.prediction_horizons:
         errors = prediction_rmse(config, thetas, test, m, horizon)
-        metrics.update(_pnsmc.rmse_metrics(f"prediction.h{horizon}.test.", errors))
+        metrics.update(rmse_summary(f"prediction.h{horizon}.test.", errors))
     # training-data log-likelihood at the posterior mean, the IDIM estimates and the two output-error
     # fits: a reference value far above the particles' means the sampler sits in a local mode
     post_mean = np.array([[metrics[f"posterior.{name}.mean"] for name in NAMES]])
@@ -251,7 +244,7 @@ def run(config: EMPSConfig, progress: Progress) -> RunArtifacts:
     metrics["diagnostic.train_loglik.particles_max"] = float(np.max(res.loglik))
     progress("test simulation (pulses)", 1, 1)
     metrics["timing.test_s"] = time.perf_counter() - test_start
-    arrays: dict[str, Any] = dict(_pnsmc.ibis_arrays(res, prior))
+    arrays: dict[str, Any] = dict(posterior_arrays(res, prior))
     arrays.update(particle_band_arrays("pulses", test["q"][:m], sims))
     arrays.update(particle_band_arrays("closedloop", test["q"][:m], sims_cl))
     oe_notes = []
@@ -317,76 +310,7 @@ def simulate_open_loop(
     model: EMPS, thetas: np.ndarray, data: Mapping[str, np.ndarray], m: int, substeps: int, hold: str
 ) -> np.ndarray:
     """Open-loop simulation of the first ``m`` samples from the measured force (the paper's protocol)."""
-    u_fine = fine_input(data["force"][:m], substeps, hold)
-    x0 = jnp.array([data["q"][0], 0.0])
-    dt = 1.0 / FS / substeps
-    return particle_simulator(model, model.params, NAMES, x0, u_fine, dt, substeps, 0)(thetas)
-
-
-def open_loop_floor(
-    model: EMPS, data: Mapping[str, np.ndarray], m: int, substeps: int, hold: str
-) -> tuple[float, np.ndarray]:
-    """The lowest open-loop RMSE found for Eq. 28 on ``data``: parameters least-squares fitted to it.
-
-    Gauss-Newton (trust region) from the IDIM estimates on the residual of :func:`simulate_open_loop`
-    over the first ``m`` samples, with M, Fv and Fc kept positive. Fitted to the very set it is scored
-    on, it is a floor for the open-loop protocol (``test.*``) that no posterior of the training data can
-    beat (up to local minima of the fit). Returns the RMSE [m] and the fitted ``(M, Fv, Fc, offset)``.
-    """
-    start = np.array([IDIM_PARAMS[name] for name in NAMES])
-    u_fine = fine_input(data["force"][:m], substeps, hold)
-    x0 = jnp.array([data["q"][0], 0.0])
-    simulate = particle_simulator(model, model.params, NAMES, x0, u_fine, 1.0 / FS / substeps, substeps, 0)
-    # M, Fv and Fc are positive (the prior samples them in log space); the offset is free
-    return output_error_fit(simulate, np.asarray(data["q"][:m]), start, [n != "offset" for n in NAMES])
-
-
-def simulate_closed_loop(
-    model: EMPS, thetas: np.ndarray, data: Mapping[str, np.ndarray], m: int, substeps: int
-) -> np.ndarray:
-    """The first ``m`` samples simulated inside the benchmark's PD loop (Janot et al., Eq. 6, Sec. 3.5).
-
-    Driven only by the recorded signals: the reference ``qg`` and, on the validation set, ``pulses_N``
-    added to the control voltage (zero on the estimation set); the plant starts at rest at the measured
-    first position.
-    """
-    q0 = float(data["q"][0])
-    d = data.get("pulses_N", np.zeros_like(data["qg"]))
-    law = pd_law(float(data["kp"]), float(data["kv"]), float(data["gtau"]), 1.0 / FS)
-    return simulate_particles_feedback(
-        model,
-        model.params,
-        NAMES,
-        thetas,
-        jnp.array([q0, 0.0]),
-        (data["qg"][:m], d[:m]),
-        law,
-        (jnp.asarray(q0), jnp.asarray(q0)),
-        1.0 / FS / substeps,
-        substeps,
-        0,
-    )
-
-
-def controller_checks(train: Mapping[str, np.ndarray], test: Mapping[str, np.ndarray]) -> dict[str, float]:
-    """How well the controller law explains the measured voltage (evidence for the closed-loop protocol).
-
-    ``vir - nu(q measured)`` on the estimation set (rms, against the rms of ``vir``), and on the validation
-    set its least-squares gain on ``pulses_N`` and the rms left after removing it.
-    """
-    out: dict[str, float] = {}
-    for prefix, data in (("train", train), ("test", test)):
-        q = data["q"]
-        nu = pd_voltage(data["qg"][2:], q[2:], q[:-2], float(data["kp"]), float(data["kv"]), 1.0 / FS)
-        resid = data["vir"][2:] - np.asarray(nu)
-        if "pulses_N" in data:
-            p = data["pulses_N"][2:]
-            gain = gain_fit(p, resid)
-            out[f"reference.controller.{prefix}.pulse_gain"] = gain
-            resid = resid - gain * p
-        out[f"reference.controller.{prefix}.resid_rms"] = float(np.sqrt(np.mean(resid**2)))
-        out[f"reference.controller.{prefix}.vir_rms"] = float(np.sqrt(np.mean(data["vir"] ** 2)))
-    return out
+    return open_loop_simulator(model, NAMES, data, m, FS, substeps, hold)(thetas)
 
 
 def figures(arrays: Mapping[str, Any], config: EMPSConfig) -> dict[str, Any]:

@@ -47,7 +47,7 @@ References:
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -56,9 +56,11 @@ import numpy as np
 import pydantic
 
 import twinfer
+from twinfer.data._frames import record_frames
 from twinfer.experiments._case import Case, CaseConfig, Progress, register
 from twinfer.infer import Program
 from twinfer.live import DriftAlarm, InnovationAlarm, Twin
+from twinfer.metrics import alarm_detection, first_alarm
 from twinfer.models import Chain
 from twinfer.report import PaperValue, RunArtifacts, at_most
 from twinfer.report.figures.live import drift_track_figure, innovation_figure
@@ -193,17 +195,6 @@ def scenarios(config: LiveDamageConfig, seed: int) -> tuple[Scenario, Scenario]:
     return loss, Scenario(obs, stuck * config.dt, f"a{config.sensors[sensor]}", np.ones(steps + 1))
 
 
-def _frames(obs: np.ndarray, names: tuple[str, ...], dt: float, batch: int) -> Iterator[list[Any]]:
-    """The record as a stream delivers it: ``batch`` frames ``(t, {channel: value})`` at a time."""
-    for start in range(0, obs.shape[0], batch):
-        block = obs[start : start + batch]
-        times = (start + np.arange(block.shape[0])) * dt
-        yield [
-            (t, dict(zip(names, row, strict=True)))
-            for t, row in zip(times.tolist(), block.tolist(), strict=True)
-        ]
-
-
 @dataclass(frozen=True)
 class Stream:
     """What a twin did on one stream: its raised alarms and the tracks the figures need."""
@@ -231,7 +222,7 @@ def stream(program: Program, config: LiveDamageConfig, scenario: Scenario, colum
     raised: list[dict[str, Any]] = []
     t, mean, std, z2 = [], [], [], []
     start = time.perf_counter()
-    for frames in _frames(scenario.observations, program.output_names, config.dt, config.batch):
+    for frames in record_frames(scenario.observations, program.output_names, config.dt, config.batch):
         rows, events = twin.push(frames)
         raised += [e for e in events if e["state"] == "raised"]
         if len(rows) and rows.innov is not None:
@@ -243,21 +234,10 @@ def stream(program: Program, config: LiveDamageConfig, scenario: Scenario, colum
     return Stream(raised, np.asarray(t), np.asarray(mean), np.asarray(std), np.asarray(z2), wall)
 
 
-def _first(raised: list[dict[str, Any]], kind: str, name: str, after: float) -> float | None:
-    times = [e["t"] for e in raised if e["alarm"] == kind and e["name"] == name and e["t"] >= after]
-    return min(times) if times else None
-
-
 def _detection(scenario: Scenario, seen: Stream, kind: str, window: float) -> dict[str, float]:
-    """A fault's scores: alarms before it, whether and when an alarm of ``kind`` named its culprit."""
-    hit = _first(seen.raised, kind, scenario.culprit, scenario.onset)
-    return {
-        "culprit": float(scenario.culprit[1:]),
-        "onset_s": scenario.onset,
-        "false_alarms": float(sum(e["t"] < scenario.onset for e in seen.raised)),
-        "detected": float(hit is not None),
-        "delay_s": window if hit is None else hit - scenario.onset,
-    }
+    """A fault's scores (:func:`twinfer.metrics.alarm_detection`), with its culprit's number."""
+    scores = alarm_detection(seen.raised, kind, scenario.culprit, scenario.onset, window)
+    return {"culprit": float(scenario.culprit[1:]), **scores}
 
 
 def score(
@@ -274,7 +254,7 @@ def score(
         )
         for key, value in scores.items()
     }
-    found = _first(b.raised, "innovation", stuck.culprit, stuck.onset)
+    found = first_alarm(b.raised, "innovation", stuck.culprit, stuck.onset)
     after_loss = [e for e in a.raised if e["t"] >= loss.onset]
     after_stuck = [e for e in b.raised if e["t"] >= stuck.onset and e["name"] != stuck.culprit]
     return {
@@ -317,8 +297,8 @@ def run(config: LiveDamageConfig, progress: Progress) -> RunArtifacts:
         metrics.update({f"seed{seed}.{k}": v for k, v in scores.items()})
         if i == 0:
             truth = np.interp(a.t, np.arange(loss.truth.size) * config.dt, loss.truth)
-            alarm = _first(a.raised, "drift", loss.culprit, loss.onset)
-            found = _first(b.raised, "innovation", stuck.culprit, stuck.onset)
+            alarm = first_alarm(a.raised, "drift", loss.culprit, loss.onset)
+            found = first_alarm(b.raised, "innovation", stuck.culprit, stuck.onset)
             arrays.update(
                 loss_t=a.t, loss_mean=a.mean, loss_std=a.std, loss_truth=truth,
                 loss_events=_event_times(loss, alarm), stuck_t=b.t, stuck_z2=b.z2,

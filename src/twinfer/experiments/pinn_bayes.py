@@ -32,8 +32,6 @@ from twinfer.experiments._case import Progress
 from twinfer.experiments._checkpointing import case_checkpoint
 from twinfer.experiments._pinn_data import (
     PinnTrainConfig,
-    chain_of,
-    forced_response,
     register_pinn_case,
     train_settings,
 )
@@ -44,17 +42,16 @@ from twinfer.infer.pinn import (
     PositiveParameters,
     StateNetwork,
     fit_pinn,
-    held_force_collocation,
     repeat_noise_sd,
     state_losses,
-    state_problem,
     two_stage_posterior,
 )
-from twinfer.metrics import coverage, nrmse
-from twinfer.models import get_param
+from twinfer.infer.pinn._posterior_scores import two_stage_scores
+from twinfer.infer.pinn._record_problems import force_points, repeats_problem
+from twinfer.models import get_param, pinn_chain
 from twinfer.report import PaperValue, RunArtifacts, near, within
 from twinfer.report.figures.pinn import pairs_figure
-from twinfer.sim import add_noise_numpy_legacy
+from twinfer.sim import add_noise_numpy_legacy, forced_response
 
 PRIORS = {"c": (2.0, 0.75), "k": (2.0, 0.5), "kappa": (3.0, 0.5), "mu": (3.0, 0.5)}  # specs 3.2 (REPO)
 SIGMA_PRIOR = (3.0, 0.5)
@@ -114,7 +111,7 @@ def _names(system: str) -> list[str]:
 
 def simulate(config: PinnBayesConfig) -> dict[str, np.ndarray]:
     """Clean RK4 truth and R noisy repeats of u, v and f with the repository's seeds (specs 3.2)."""
-    chain = chain_of(2, config.system, [1, 2])
+    chain = pinn_chain(2, config.system, [1, 2])
     ts, force, states = forced_response(chain, config.horizon, config.n_samples)
     snr = config.snr_db
     u_rep = [add_noise_numpy_legacy(states[:, :2], snr, 42 + j) for j in range(config.repeats)]
@@ -134,32 +131,23 @@ def train_stage1(
 ) -> tuple[Any, PositiveParameters, Any]:
     """Stage 1: the PINN on the mean of the noisy repeats with c, k, kappa/mu learned (specs D13 fix).
 
+    The problem is :func:`~twinfer.infer.pinn._record_problems.repeats_problem`'s (Eq 23, fixed scales).
+
     Returns:
         ``(network, parameters, TrainResult)``.
 
     """
     names = _names(config.system)
-    model = chain_of(2, config.system, [1, 2])
-    idx = np.arange(0, config.n_samples, config.obs_stride)
-    t_obs = data["times"][idx]
-    z_mean = data["z_noisy"].mean(axis=0)[idx]
-    icol, t_col = held_force_collocation(data["times"], config.obs_stride, config.collocation == "midstep")
-    f_mean = data["f_noisy"].mean(axis=0)
-    # Eq 23 at fixed noise scales: each residual is divided by the noise standard deviation of the mean
-    # of the repeats, estimated from the scatter between repeats (data only, no true noise level)
-    sd_z = repeat_noise_sd(data["z_noisy"][:, idx]) / np.sqrt(config.repeats)
-    sd_f = repeat_noise_sd(data["f_noisy"][:, icol]) / np.sqrt(config.repeats)
-    masses = np.asarray(model.params["m"])
-    problem = state_problem(
-        model, t_obs, z_mean, f_mean[idx], disp_scale=sd_z[:2], vel_scale=sd_z[2:], acc_scale=sd_f / masses,
-        weights=LossWeights(config.lambda_obs, config.lambda_cc, config.lambda_ode), t_col=t_col,
-        force_col=f_mean[icol],
+    model = pinn_chain(2, config.system, [1, 2])
+    weights = LossWeights(config.lambda_obs, config.lambda_cc, config.lambda_ode)
+    problem, out_scale = repeats_problem(
+        model, data["times"], data["z_noisy"], data["f_noisy"], config.obs_stride,
+        config.collocation == "midstep", weights,
     )  # fmt: skip
-    disp_s, vel_s = float(np.ptp(z_mean[:, :2])), float(np.ptp(z_mean[:, 2:]))
     theta = PositiveParameters({n: INITIAL[n.rstrip("12")] for n in names})
     net = StateNetwork(
         jax.random.key(config.seed), 4, 0.0, config.horizon, width=config.width, depth=config.depth,
-        activation=config.activation, out_scale=[disp_s] * 2 + [vel_s] * 2, n_fourier=config.n_fourier,
+        activation=config.activation, out_scale=out_scale, n_fourier=config.n_fourier,
         max_cycles=config.max_cycles,
     )  # fmt: skip
     after = ("nuts_points", "nuts_force", "stage2")
@@ -177,22 +165,13 @@ def run(config: PinnBayesConfig, progress: Progress) -> RunArtifacts:
     """Stage 1 (PINN with learned parameters), stage 2 (NUTS on the frozen states), diagnostics."""
     start = time.perf_counter()
     names = _names(config.system)
-    model = chain_of(2, config.system, [1, 2])
+    model = pinn_chain(2, config.system, [1, 2])
     progress("simulate", 0, 1)
     data = simulate(config)
     progress("simulate", 1, 1)
     net_fit, theta_fit, result = train_stage1(config, data, progress)
-    icol, t_col = held_force_collocation(data["times"], config.obs_stride, config.collocation == "midstep")
-    idx, t_nuts = icol, t_col
-    if config.nuts_points == "heldout":
-        if config.obs_stride < 2:
-            raise TwinferValueError(
-                "nuts_points: 'heldout' needs obs_stride >= 2 (points between the stage-1 ones); received "
-                f"obs_stride={config.obs_stride}."
-            )
-        idx = icol + config.obs_stride // 2
-        idx = idx[idx < config.n_samples - 1]
-        t_nuts = data["times"][idx] + (t_col[0] - data["times"][icol[0]])  # same offset as stage 1
+    midstep, heldout = config.collocation == "midstep", config.nuts_points == "heldout"
+    idx, t_nuts = force_points(data["times"], config.obs_stride, midstep, heldout)
     reps = data["f_noisy"][:, idx]
     force_data = reps.mean(axis=0, keepdims=True) if config.nuts_force == "mean" else reps
     stage1 = np.asarray(theta_fit.values())
@@ -219,39 +198,12 @@ def run(config: PinnBayesConfig, progress: Progress) -> RunArtifacts:
     var_names = [*names, "sigma_f"]
     idata = to_inference_data(samples, var_names, {"sampler": "blackjax NUTS, window adaptation"})
     summary = summarise(idata, var_names)
-    out: dict[str, float] = {}
-    for i, name in enumerate(names):
-        true = float(get_param(model.params, name))
-        s = summary[name]
-        out[f"stage1.{name}"] = float(stage1[i])
-        out[f"posterior.{name}.mean"] = s["mean"]
-        out[f"posterior.{name}.sd"] = s["sd"]
-        out[f"posterior.{name}.err_pct"] = abs(s["mean"] - true) / true * 100.0
-        out[f"posterior.{name}.in95"] = float(s["q025"] <= true <= s["q975"])
-    out["posterior.sigma_f.mean"] = summary["sigma_f"]["mean"]
-    if config.stage2 == "layer":
-        sd = est.stds[:, :4]
-        live = np.all(sd > 0, axis=1)  # an anchored network has no spread at t0
-        out["posterior.states.cov95"] = coverage(est.means[live, :4], sd[live], data["states"][live], 0.95)
-    out["posterior.states.nrmse"] = float(nrmse(est.means[:, :4], data["states"]))
+    truths = {n: float(get_param(model.params, n)) for n in names}
+    nl = "kappa" if config.system == "duffing" else "mu"
+    out = two_stage_scores(summary, samples, fit, stage1, truths, nl, est, data["states"], config.stage2)
     out["posterior.n_force_points"] = float(idx.size)
     out["posterior.n_layer_params"] = float(n_layer)
-    flat = samples.reshape(-1, samples.shape[-1])
-    corr = np.corrcoef(flat.T)
-    nl = "kappa" if config.system == "duffing" else "mu"
-    for i in (1, 2):
-        out[f"posterior.corr_k{i}_{nl}{i}"] = float(corr[names.index(f"k{i}"), names.index(f"{nl}{i}")])
-        out[f"posterior.corr_c{i}_{nl}{i}"] = float(corr[names.index(f"c{i}"), names.index(f"{nl}{i}")])
-    rhat_max = max(s["rhat"] for s in summary.values())
-    ess_min = min(s["ess"] for s in summary.values())
-    out["posterior.rhat_max"] = rhat_max
-    out["posterior.ess_min"] = ess_min
-    out["posterior.ess_per_s"] = ess_min / fit.sample_s
-    out["posterior.ess_per_cpu_s"] = ess_min / fit.sample_cpu_s
-    out["posterior.steps_per_draw"] = fit.steps_mean
-    out["posterior.divergences"] = float(fit.divergences)
-    out["posterior.all_in95"] = float(all(out[f"posterior.{n}.in95"] == 1.0 for n in names))
-    out["posterior.max_err_pct"] = max(out[f"posterior.{n}.err_pct"] for n in names)
+    rhat_max = out["posterior.rhat_max"]
     out["timing.train_s"] = result.train_s
     out["train.epochs"] = float(result.epochs)
     out["timing.nuts_warmup_s"] = fit.warmup_s

@@ -23,9 +23,10 @@ from twinfer.errors import TwinferRuntimeError
 from twinfer.experiments import _pinn_data as pinn_data
 from twinfer.experiments._case import Progress
 from twinfer.experiments._pinn_data import PinnTrainConfig
-from twinfer.infer.pinn import PositiveParameters
+from twinfer.infer._chain_baseline import ukf_rts_states
+from twinfer.infer.pinn import PositiveParameters, score_states
 from twinfer.metrics import fitness_by_dof
-from twinfer.models import get_param
+from twinfer.models import get_param, value_error_factors
 from twinfer.report import PaperValue, RunArtifacts, at_most
 from twinfer.report.figures.pinn import parameter_figures
 
@@ -63,7 +64,7 @@ def run(config: PinnJointConfig, progress: Progress) -> RunArtifacts:
     """Simulate, train network and parameters together, score parameters and states."""
     start = time.perf_counter()
     system, scenario, snr = CASES[config.case]
-    factors = pinn_data.perturbation_factors(5, lambda i: 43810 + 100 * i) if scenario == "value" else None
+    factors = value_error_factors(5, lambda i: 43810 + 100 * i) if scenario == "value" else None
     truth_chain, model, data = pinn_data.simulate_case(
         config, 5, system, "linear" if scenario == "linear" else system, factors, snr, progress
     )
@@ -75,7 +76,7 @@ def run(config: PinnJointConfig, progress: Progress) -> RunArtifacts:
     )
     if theta_fit is None:  # train_sensor_pinn fits the parameters it is given
         raise TwinferRuntimeError("internal: the joint PINN returned no fitted parameters.")
-    scores = pinn_data.score_states(net, model, theta_fit.apply(model.params), data, observed, result)
+    scores = score_states(net, model, theta_fit.apply(model.params), data, observed, result)
     out, truth = scores.metrics, scores.truth
     for name, value in theta_fit.as_dict().items():
         true = float(get_param(truth_chain.params, name))
@@ -104,7 +105,7 @@ def run(config: PinnJointConfig, progress: Progress) -> RunArtifacts:
         notes.append("Value-error truth perturbs c, k and kappa by the same per-DOF factors (specs D11).")
     if config.compare_ukf:
         progress("UKF + RTS smoother (same sensors, true parameters)", 0, 1)
-        ukf = pinn_data.ukf_rts_states(truth_chain, data, observed, config.obs_stride, snr)
+        ukf = ukf_rts_states(truth_chain, data, observed, config.obs_stride, snr)
         out.update(fitness_by_dof(ukf, truth, observed, prefix="ukf_rts"))
         progress("UKF + RTS smoother (same sensors, true parameters)", 1, 1)
         notes.append("`ukf_rts.*`: UKF + RTS smoother given the true parameters (a state-only reference).")

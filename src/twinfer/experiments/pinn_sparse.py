@@ -22,7 +22,10 @@ import pydantic
 from twinfer.experiments import _pinn_data as pinn_data
 from twinfer.experiments._case import Progress
 from twinfer.experiments._pinn_data import PinnTrainConfig
+from twinfer.infer._chain_baseline import ukf_rts_states
+from twinfer.infer.pinn import score_states
 from twinfer.metrics import fitness_by_dof
+from twinfer.models import value_error_factors
 from twinfer.report import PaperValue, RunArtifacts
 from twinfer.report.figures.pinn import response_figures
 
@@ -58,14 +61,14 @@ def run(config: PinnSparseConfig, progress: Progress) -> RunArtifacts:
     """Simulate, train the PINN on sparse accelerations, score states against the clean truth."""
     start = time.perf_counter()
     n, scenario, snr = CASES[config.case]
-    factors = pinn_data.perturbation_factors(n, lambda i: 43810 + i) if scenario == "value" else None
+    factors = value_error_factors(n, lambda i: 43810 + i) if scenario == "value" else None
     model_system = "linear" if scenario == "linear" else "duffing"
     _, model, data = pinn_data.simulate_case(config, n, "duffing", model_system, factors, snr, progress)
     unobserved = unobserved_of(n)
     net, _, result, observed = pinn_data.train_sensor_pinn(
         "pinn-sparse", config, model, data, unobserved, None, progress
     )
-    scores = pinn_data.score_states(net, model, model.params, data, observed, result)
+    scores = score_states(net, model, model.params, data, observed, result)
     out, est, truth = scores.metrics, scores.est, scores.truth
     out["train.lbfgs_steps"] = float(config.lbfgs_steps)
     out["train.resumed_from"] = float(result.resumed_from)
@@ -87,7 +90,7 @@ def run(config: PinnSparseConfig, progress: Progress) -> RunArtifacts:
     if config.compare_ukf:
         progress("UKF + RTS smoother (same sensors)", 0, 1)
         t_ukf = time.perf_counter()
-        ukf = pinn_data.ukf_rts_states(model, data, observed, config.obs_stride, snr)
+        ukf = ukf_rts_states(model, data, observed, config.obs_stride, snr)
         out["timing.ukf_rts_s"] = time.perf_counter() - t_ukf
         out.update(fitness_by_dof(ukf, truth, observed, prefix="ukf_rts"))
         arrays["ukf_u"] = ukf["u"]

@@ -37,6 +37,7 @@ from twinfer.infer.graph._messages import SCHEDULES
 from twinfer.infer.graph._parts import two_way
 from twinfer.infer.graph._run import run as run_graph
 from twinfer.learn import library_law, library_reaction, linear_coefficients
+from twinfer.metrics import dof_errors
 from twinfer.models import Chain
 from twinfer.report import PaperValue, RunArtifacts, within
 from twinfer.report.figures.chains import schedule_errors_figure
@@ -123,14 +124,8 @@ def run(config: SchedulesConfig, progress: Progress) -> RunArtifacts:
         progress(kind, i + 1, total)
         res = run_graph(graph, us=us, ys=ys, schedule=Schedule(kind, config.inner))
         both = np.concatenate([res["S1"].means, res["S2"].means], axis=1)[:, [0, 1, 4, 5, 2, 3, 6, 7]]
-        err = both - ref
         arrays[kind] = both
-        for d in range(4):
-            out[f"{kind}.disp_rmse_dof{d + 1}"] = float(np.sqrt(np.mean(err[:, d] ** 2)))
-            out[f"{kind}.vel_rmse_dof{d + 1}"] = float(np.sqrt(np.mean(err[:, 4 + d] ** 2)))
-            out[f"{kind}.disp_median_abs_dof{d + 1}"] = float(np.median(np.abs(err[:, d])))
-        out[f"{kind}.disp_max_norm"] = float(np.max(np.linalg.norm(err[:, :4], axis=1)))
-        out[f"{kind}.disp_rmse"] = float(np.sqrt(np.mean(err[:, :4] ** 2)))
+        out.update(dof_errors(kind, both, ref))
     progress("done", total, total)
     out["timing.run_s"] = time.perf_counter() - start
     best = {d: min(SCHEDULES, key=lambda k: out[f"{k}.disp_rmse_dof{d}"]) for d in (3, 4)}

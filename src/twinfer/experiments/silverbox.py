@@ -34,10 +34,10 @@ from twinfer.data import load_silverbox
 from twinfer.data._benchmarks import SILVERBOX_FS
 from twinfer.experiments import _pnsmc
 from twinfer.experiments._case import Case, Progress, register
-from twinfer.infer.pn import PNLikelihood
-from twinfer.infer.smc import TransformedNormalPrior
+from twinfer.infer.pn import PNFilter, PNLikelihood
+from twinfer.infer.smc import TransformedNormalPrior, posterior_arrays
 from twinfer.learn import duffing_equation_error_fit
-from twinfer.metrics import coverage
+from twinfer.metrics import coverage, rmse_per_particle, rmse_summary
 from twinfer.models import Chain
 from twinfer.report import PaperValue, RunArtifacts, at_most, near
 from twinfer.report.figures.bands import error_band_figure, particle_band_arrays, particle_band_figure
@@ -80,7 +80,7 @@ def run(config: SilverboxConfig, progress: Progress) -> RunArtifacts:
     model = Chain([fit["m1"]], [fit["k1"]], [fit["c1"]], cubic_stiffness=[fit["kappa1"]], outputs=["x1"])
     v0 = (y[config.start + 1] - y[config.start - 1]) / (2 * h)
     lik = PNLikelihood(
-        pn=_pnsmc.make_pn(model, config.q, config.method),
+        pn=PNFilter(model, q=config.q, method=config.method),
         base_params=model.params,
         names=NAMES,
         x0=jnp.array([y[config.start], v0]),
@@ -103,7 +103,7 @@ def run(config: SilverboxConfig, progress: Progress) -> RunArtifacts:
         model, model.params, NAMES, jnp.zeros(2), u_fine, h / config.substeps, config.substeps, 0
     )(thetas)
     window = slice(config.test_start, config.test_end)
-    metrics.update(_pnsmc.rmse_metrics("test.", _pnsmc.rmse_per_particle(sims[:, window], y[window])))
+    metrics.update(rmse_summary("test.", rmse_per_particle(sims[:, window], y[window])))
     # the paper's claim (section 4.2): the measured output "always falls comfortably inside 2 sigma" of the
     # posterior's second moment. The posterior over the test output is the mixture of the particles' PN
     # solves, open loop (no test output assimilated): solver uncertainty plus the spread between
@@ -124,7 +124,7 @@ def run(config: SilverboxConfig, progress: Progress) -> RunArtifacts:
     progress("test simulation (arrow head)", 1, 1)
     metrics["timing.test_s"] = time.perf_counter() - test_start
     metrics["timing.run_s"] = time.perf_counter() - start
-    arrays: dict[str, Any] = dict(_pnsmc.ibis_arrays(res, prior))
+    arrays: dict[str, Any] = dict(posterior_arrays(res, prior))
     arrays.update(particle_band_arrays("arrow", y[window], sims[:, window]))
     arrays.update(arrow_pn_mean=pn_mean[window], arrow_pn_sd=pn_sd[window])
     notes = [

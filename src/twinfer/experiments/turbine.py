@@ -36,7 +36,6 @@ import warnings
 from collections.abc import Mapping
 from typing import Any, Literal
 
-import equinox as eqx
 import jax
 import numpy as np
 import pydantic
@@ -47,7 +46,7 @@ from twinfer.experiments._case import Case, Progress, register
 from twinfer.experiments._checkpointing import CheckpointSettings, case_checkpoint
 from twinfer.infer import Distributed, estimate
 from twinfer.infer.filters import FilterConsistencyWarning
-from twinfer.infer.graph import Graph, Subsystem
+from twinfer.infer.graph import Graph
 from twinfer.infer.graph._run import estimate as graph_estimate
 from twinfer.infer.graph._turbine import (
     TURBINE_COEFFICIENTS,
@@ -60,8 +59,9 @@ from twinfer.infer.graph._turbine import (
     turbine_graph,
 )
 from twinfer.infer.graph._turbine import shaft_covariances as library_shaft_covariances
+from twinfer.infer.graph._turbine_scores import pool_scores, score_turbine, with_initial_states
 from twinfer.learn import NARX, NarxConfig, fit_narx, hydraulics_scenarios
-from twinfer.metrics import coverage_by_name, nrmse_constant, rmse
+from twinfer.metrics import rmse
 from twinfer.models import PeltonParams, PeltonTurbine
 from twinfer.report import PaperValue, RunArtifacts, at_most, near
 from twinfer.report.figures.turbine import turbine_figures
@@ -71,7 +71,6 @@ OUTPUTS = TURBINE_OUTPUTS
 """The six sensors (Table S8): speed, flow, generator and runner lateral displacements."""
 COEFFICIENTS = TURBINE_COEFFICIENTS
 """The three scaled coefficients the filters estimate (truth 1.0, started at 0.7)."""
-LATERAL = ("x_G", "y_G", "x_R", "y_R")
 ESTIMATED = TURBINE_ESTIMATED
 """The states a filter estimates (M3, M4, M5); M1's are propagated and M2's h is the NARX's."""
 
@@ -326,38 +325,6 @@ def central(config: TurbineConfig, params: PeltonParams, repeat: int = 0) -> Gra
 # -- the run -------------------------------------------------------------------------------------
 
 
-def _score(label: str, est: Any, data: Dataset, config: TurbineConfig, metrics: dict[str, float]) -> None:
-    """Lateral RMSE (last ``lateral_window`` s and whole record), coefficient NRMSEs, coverage per state."""
-    t = np.asarray(data.times)
-    truth = np.asarray(data.truth_states)
-    truth_names = tuple(data.state_names)
-    means, stds = np.asarray(est.means), np.asarray(est.stds)
-    names = tuple(est.state_names)
-    tail = t >= t[-1] - config.lateral_window + 1e-12
-    lat, lat_true = (
-        np.stack([v[:, n.index(s)] for s in LATERAL], axis=1)
-        for v, n in ((means, names), (truth, truth_names))
-    )
-    metrics[f"{label}.loglik"] = float(est.loglik)  # of the record: compares noise settings (docs/tuning.md)
-    metrics[f"{label}.lateral_rmse"] = float(rmse(lat[tail], lat_true[tail]))  # pooled over the four
-    metrics[f"{label}.lateral_rmse_all"] = float(rmse(lat[1:], lat_true[1:]))
-    for s in LATERAL:
-        j, k = names.index(s), truth_names.index(s)
-        metrics[f"{label}.rmse_{s}"] = float(rmse(means[tail, j], truth[tail, k]))
-    early = t <= config.parameter_window
-    for c in COEFFICIENTS:
-        j = names.index(c)
-        metrics[f"{label}.nrmse_{c}"] = float(nrmse_constant(means[early, j], 1.0))
-        metrics[f"{label}.{c}"] = float(means[-1, j])
-        metrics[f"{label}.{c}.sd"] = float(stds[-1, j])
-        lo, hi = est.interval(c, 0.95)
-        metrics[f"{label}.{c}.in95"] = float(lo <= 1.0 <= hi)
-    cov = coverage_by_name(means[1:], stds[1:], names, truth[1:], truth_names)
-    metrics.update({f"{label}.coverage95.{s}": c for s, c in cov.items()})
-    metrics[f"{label}.coverage95.min"] = float(min(cov.values()))
-    metrics[f"{label}.coverage95.max"] = float(max(cov.values()))
-
-
 def run(config: TurbineConfig, progress: Progress) -> RunArtifacts:
     """Train the NARX, simulate, estimate distributed and central, score and time both."""
     start = time.perf_counter()
@@ -388,19 +355,14 @@ def run(config: TurbineConfig, progress: Progress) -> RunArtifacts:
     for i, (label, g) in enumerate(runs.items()):
         progress(f"{label} estimators ({steps} steps)", i, len(runs))
         schedule = config.schedule if label == "distributed" else "jacobi"
-        with warnings.catch_warnings():  # the case scores the calibration itself (_score)
+        with warnings.catch_warnings():  # the case scores the calibration itself
             warnings.simplefilter("ignore", FilterConsistencyWarning)
             est, seconds = timing.timed(graph_estimate, g, data, schedule, repeats=config.timing_repeats)
         metrics[f"{label}.run_s"] = seconds.median_s
         metrics[f"{label}.compile_s"] = max(seconds.compile_s - seconds.median_s, 0.0)
-        _score(label, est, data, config, metrics)
+        score_turbine(label, est, data, config.lateral_window, config.parameter_window, metrics)
         arrays[f"{label}.means"], arrays[f"{label}.stds"] = np.asarray(est.means), np.asarray(est.stds)
         arrays[f"{label}.names"] = np.asarray(est.state_names)
-        est_cov = [
-            metrics[f"{label}.coverage95.{s}"] for s in ESTIMATED if f"{label}.coverage95.{s}" in metrics
-        ]
-        metrics[f"{label}.coverage95.estimated_min"] = float(min(est_cov))
-        metrics[f"{label}.coverage95.estimated_max"] = float(max(est_cov))
         if label == "distributed":
             names = tuple(est.state_names)
             h_hat = np.asarray(est.means)[1:, names.index("h")]
@@ -467,17 +429,16 @@ def _pooled(
     is a slow mode: the torsion (alpha, beta) rings for tens of seconds after the start, so the 130 s
     record holds only a few independent samples of it. Each repeat redraws the sensor noise and the
     filters' initial state (:func:`simulate`, :func:`initial_state` with ``repeat``) with the same NARX,
-    and is scored as the first (:func:`_score`). With ``calibration_truth = "process_noise"`` (the
-    default) each repeat's truth is drawn anew with the filters' own Q in it
-    (:func:`truth_process_cov`) and the pooled values are over the repeats alone: a truth without
-    process noise is not a draw from the model a filter with a random-walk Q assumes, and its directly
-    measured states over-cover for that reason (the module docstring); with ``"same"`` the repeats keep
-    the first record's truth and the pooled values include the first record. Per estimated state,
-    ``pooled.coverage95.s`` is the mean over the records and ``pooled.coverage95_spread.s`` the range of
-    the records' values; per coefficient, ``pooled.<c>.in95`` is the fraction of records whose final
-    95 % interval holds 1.
+    and is scored as the first (:func:`~twinfer.infer.graph._turbine_scores.score_turbine`). With
+    ``calibration_truth = "process_noise"`` (the default) each repeat's truth is drawn anew with the
+    filters' own Q in it (:func:`truth_process_cov`) and the pooled values are over the repeats alone: a
+    truth without process noise is not a draw from the model a filter with a random-walk Q assumes, and
+    its directly measured states over-cover for that reason (the module docstring); with ``"same"`` the
+    repeats keep the first record's truth and the pooled values include the first record
+    (:func:`~twinfer.infer.graph._turbine_scores.pool_scores`).
     Every record runs on the first record's graphs (``first``) with its own initial states
-    (:func:`_initial_states_of`), so all records share one compiled program per estimator.
+    (:func:`~twinfer.infer.graph._turbine_scores.with_initial_states`), so all records share one compiled
+    program per estimator.
     """
     labels = ["distributed", *(["central"] if config.central else [])]
     noisy = config.calibration_truth == "process_noise"
@@ -488,7 +449,7 @@ def _pooled(
         progress("calibration repeats", r - 1, config.repeats - 1)
         data = simulate(config, params, r, q_truth)
         for label in labels:
-            g = _initial_states_of(
+            g = with_initial_states(
                 build_graph(config, params, narx, data, sd_h, r)
                 if label == "distributed"
                 else central(config, params, r),
@@ -500,24 +461,11 @@ def _pooled(
                 est = estimate(g, data, Distributed(schedule=schedule))
             warned += [f"{label} record {r + 1}: {w.message}" for w in caught]
             one: dict[str, float] = {}
-            _score(label, est, data, config, one)
+            score_turbine(label, est, data, config.lateral_window, config.parameter_window, one)
             scores[label].append(one)
     progress("calibration repeats", config.repeats - 1, config.repeats - 1)
     for label in labels:
-        runs = scores[label]
-        pooled = []
-        for state in ESTIMATED:
-            key = f"{label}.coverage95.{state}"
-            values = [m[key] for m in runs if key in m]
-            if len(values) == len(runs):
-                metrics[f"{label}.pooled.coverage95.{state}"] = float(np.mean(values))
-                metrics[f"{label}.pooled.coverage95_spread.{state}"] = float(np.ptp(values))
-                pooled.append(float(np.mean(values)))
-        metrics[f"{label}.pooled.coverage95.estimated_min"] = float(min(pooled))
-        metrics[f"{label}.pooled.coverage95.estimated_max"] = float(max(pooled))
-        for c in COEFFICIENTS:
-            metrics[f"{label}.pooled.{c}.in95"] = float(np.mean([m[f"{label}.{c}.in95"] for m in runs]))
-        metrics[f"{label}.pooled.records"] = float(len(runs))
+        pool_scores(label, scores[label], ESTIMATED, metrics)
     what = (
         f"the {config.repeats - 1} records after the first, each truth drawn anew with the filters' Q on "
         "the 13 estimated states (a truth the filters' model describes; the first record's is the paper's, "
@@ -543,19 +491,6 @@ def truth_process_cov(config: TurbineConfig, params: PeltonParams) -> np.ndarray
     q = np.asarray(central(config, params).nodes[0].Q)[:19, :19]  # type: ignore[union-attr]
     keep = np.asarray([n in ESTIMATED for n in names])
     return q * np.outer(keep, keep)
-
-
-def _initial_states_of(record: Graph, first: Graph) -> Graph:
-    """``first`` with ``record``'s initial states: the program compiled for ``first`` runs it.
-
-    A record's graph differs from the first record's only in its subsystems' ``x0``, but its transitions
-    are new closures, which :func:`twinfer.infer.graph._run.compiled_for` would take for a new structure and
-    compile anew (a minute at full size per estimator).
-    """
-    nodes = [n for n in record.nodes if isinstance(n, Subsystem)]
-    if len(nodes) != len(record.nodes) or len(first.nodes) != len(nodes):
-        raise ValueError("turbine records: expected graphs of subsystems only, of one size")
-    return eqx.tree_at(lambda g: [n.x0 for n in g.nodes], first, [n.x0 for n in nodes])
 
 
 def figures(arrays: Mapping[str, Any], config: TurbineConfig) -> dict[str, Any]:

@@ -38,10 +38,9 @@ import dataclasses
 import time
 import warnings
 from collections.abc import Mapping
-from typing import Any, Literal, NamedTuple
+from typing import Any, Literal
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 import pydantic
 
@@ -51,17 +50,26 @@ from twinfer.experiments._case import Case, CaseConfig, Progress, register
 from twinfer.infer.filters import FilterConsistencyWarning
 from twinfer.infer.graph import Graph, Schedule
 from twinfer.infer.graph._run import estimate as graph_estimate
-from twinfer.infer.graph._turbine import GRID_GENERATOR, GRID_RUNNER, TurbineGridSettings, turbine_grid_graph
-from twinfer.metrics import coverage_by_name, moving_average, rmse
+from twinfer.infer.graph._turbine import TurbineGridSettings, turbine_grid_graph
+from twinfer.infer.graph._turbine_scores import (
+    GRID_ESTIMATED,
+    EstimateRows,
+    GridWindows,
+    operating_point_tables,
+    score_turbine_grid,
+    standalone_rmse,
+    truth_speed_dips,
+)
+from twinfer.infer.graph._variants import central_graph
 from twinfer.models import TurbineGrid
-from twinfer.models.turbine_grid import UNIT_STATE_NAMES, LoadStep, torque_balance
+from twinfer.models.turbine_grid import UNIT_STATE_NAMES, LoadStep
 from twinfer.report import PaperValue, RunArtifacts, at_most, near, within
 from twinfer.report.figures.turbine import turbine_grid_figures
 from twinfer.sim import measured_inputs, simulate_dataset, simulate_standalone_units
 
 S_BASE_MVA = 100.0
 """Table S12: the per-unit base of case9."""
-ESTIMATED = GRID_GENERATOR + GRID_RUNNER
+ESTIMATED = GRID_ESTIMATED
 """The states the KFs estimate (M4, M5); everything else is propagated."""
 SERIES = ("n", "x_n", "q", "h", "omega", "delta", "x_G", "y_G", "x_R", "vx_R", "vy_R", "alpha", "beta")
 """Per-generator series kept in the run's arrays."""
@@ -206,48 +214,7 @@ def build_graph(config: TurbineGridConfig, model: TurbineGrid) -> Graph:
     return turbine_grid_graph(model, grid_settings(config))
 
 
-def central_graph(graph: Graph) -> Graph:
-    """The monolithic model of the same graph (:meth:`Graph.monolithic`) as one KF on its linearisation.
-
-    Its subsystems read time through their input, so the engine's coupled integration (which needs
-    time-invariant :class:`~twinfer.sim.Dynamics`) does not apply: each block steps with the laws at the
-    step's start, held, and one Kalman filter carries the joint covariance.
-    """
-    mono = dataclasses.replace(graph.monolithic("central"), estimator="kf")
-    return Graph("central", [mono], state_order=graph.state_order)
-
-
 # -- references and scores ---------------------------------------------------------------------------
-
-
-def _angles(names: tuple[str, ...], values: np.ndarray, n_bus: int) -> np.ndarray:
-    return np.stack([values[:, names.index(f"delta_{b + 1}")] for b in range(n_bus)], axis=1)
-
-
-class _Rows(NamedTuple):
-    """The rows of an estimate that :func:`_score` reads."""
-
-    means: np.ndarray
-    stds: np.ndarray
-    state_names: tuple[str, ...]
-
-
-def _speed_dip(
-    config: TurbineGridConfig, t: np.ndarray, n: np.ndarray, x_n: np.ndarray, key: str, gen: str
-) -> dict[str, float]:
-    """Table S11's peak n (the largest |n| while the step is on, signed) and steady x_n of one unit.
-
-    Peak n is read while the load step is on; steady x_n is the mean over ``steady_window`` before it ends.
-    """
-    after = (t >= config.t_on) & (t < config.t_off)
-    end = min(config.t_off, t[-1] + config.dt)
-    steady = (t >= end - config.steady_window) & (t < end)
-    out = {}
-    if after.any():
-        out[f"{key}peak_n.{gen}"] = float(n[after][np.argmax(np.abs(n[after]))])
-    if steady.any():
-        out[f"{key}steady_x_n.{gen}"] = float(np.mean(x_n[steady]))
-    return out
 
 
 def _dip_note(metrics: Mapping[str, float], n_gen: int) -> list[str]:
@@ -262,78 +229,6 @@ def _dip_note(metrics: Mapping[str, float], n_gen: int) -> list[str]:
     ]
 
 
-def _score(
-    label: str,
-    est: Any,
-    data: Dataset,
-    model: TurbineGrid,
-    config: TurbineGridConfig,
-    ref: np.ndarray,
-    metrics: dict[str, float],
-) -> np.ndarray:
-    """Table S11 per generator, peak n, steady x_n, DC T_e, coverage of the KF states, (n, x_n, q) RMSEs.
-
-    Over the estimate's rows (the whole record, or the central's window). Returns its ``T_e`` (T, U).
-    """
-    rows = np.asarray(est.means).shape[0]
-    t = np.asarray(data.times)[:rows]
-    truth = np.asarray(data.truth_states)[:rows]
-    truth_names = tuple(data.state_names)
-    means, stds = np.asarray(est.means), np.asarray(est.stds)
-    names = tuple(est.state_names)
-
-    def m(s: str) -> np.ndarray:
-        return means[:, names.index(s)]
-
-    def x(s: str) -> np.ndarray:
-        return truth[:, truth_names.index(s)]
-
-    t_e = np.asarray(
-        jax.vmap(model.electrical_torque_at)(jnp.asarray(_angles(names, means, model.K.shape[0])))
-    )
-    before = t < config.t_on
-    kf = [f"{s}_{b + 1}" for b in model.gen_buses for s in ESTIMATED]  # the KFs' states
-    cols = [names.index(s) for s in kf]
-    covered = coverage_by_name(means[1:, cols], stds[1:, cols], kf, truth[1:], truth_names)
-    cov_all, est_nxq, true_nxq, ref_nxq = [], [], [], []
-    for i, b in enumerate(model.gen_buses):
-        tag, gen = f"_{b + 1}", f"gen{i + 1}"
-        for part in ("G", "R"):  # the measured displacements, pooled over x and y
-            pair = [f"{c}_{part}{tag}" for c in ("x", "y")]
-            est_xy, true_xy = (np.stack([get(s)[1:] for s in pair]) for get in (m, x))
-            metrics[f"{label}.rmse_xy_{part}.{gen}"] = float(rmse(est_xy, true_xy))
-        metrics[f"{label}.rmse_vx_R.{gen}"] = float(rmse(m(f"vx_R{tag}"), x(f"vx_R{tag}")))
-        metrics[f"{label}.rmse_vy_R.{gen}"] = float(rmse(m(f"vy_R{tag}"), x(f"vy_R{tag}")))
-        a_est, a_true = (moving_average(v, config.alpha_window) for v in (m(f"alpha{tag}"), x(f"alpha{tag}")))
-        metrics[f"{label}.rmse_alpha_dc.{gen}"] = float(rmse(a_est, a_true))
-        b_est, b_true = (moving_average(v, config.beta_window) for v in (m(f"beta{tag}"), x(f"beta{tag}")))
-        metrics[f"{label}.rmse_beta_smooth.{gen}"] = float(rmse(b_est, b_true))
-        for src, get in (("", m), ("truth.", x)):
-            key = f"{label}." if not src else f"{label}.{src}"
-            metrics.update(_speed_dip(config, t, get(f"n{tag}"), get(f"x_n{tag}"), key, gen))
-        if before.any():
-            metrics[f"{label}.dc_T_e_MNm.{gen}"] = float(np.mean(t_e[before, i]) / 1e6)
-        gen_cov = [covered[f"{s}{tag}"] for s in ESTIMATED]
-        metrics.update({f"{label}.coverage95.{gen}.{s}": c for s, c in zip(ESTIMATED, gen_cov, strict=True)})
-        cov_all += gen_cov
-        metrics[f"{label}.coverage95.{gen}.min"] = float(min(gen_cov))
-        metrics[f"{label}.coverage95.{gen}.max"] = float(max(gen_cov))
-        unit = list(UNIT_STATE_NAMES)
-        for s in ("n", "x_n", "q"):
-            est_nxq.append(m(f"{s}{tag}"))
-            true_nxq.append(x(f"{s}{tag}"))
-            ref_nxq.append(ref[i, :rows, unit.index(s)])
-    metrics[f"{label}.coverage95.min"] = float(min(cov_all))
-    metrics[f"{label}.coverage95.max"] = float(max(cov_all))
-    metrics[f"{label}.rmse_n_xn_q"] = float(rmse(np.stack(est_nxq), np.stack(true_nxq)))
-    metrics[f"{label}.embedded_vs_standalone_rmse"] = float(rmse(np.stack(est_nxq), np.stack(ref_nxq)))
-    n_bus = model.K.shape[0]
-    metrics[f"{label}.rmse_delta"] = float(
-        rmse(_angles(names, means, n_bus), _angles(truth_names, truth, n_bus))
-    )
-    return t_e
-
-
 def _series_names(model: TurbineGrid) -> list[str]:
     return [f"{s}_{b + 1}" for b in model.gen_buses for s in SERIES] + [
         f"delta_{b + 1}" for b in model.other_buses
@@ -344,17 +239,10 @@ def run(config: TurbineGridConfig, progress: Progress) -> RunArtifacts:
     """Simulate, estimate (nested graphs, Jacobi K = inner; the monolithic KF), score and time both."""
     start = time.perf_counter()
     model = grid_model(config)
-    metrics: dict[str, float] = {}
-    op = model.operating_point
-    for b, deg in enumerate(np.rad2deg(op.delta)):
-        metrics[f"table_s9.delta_deg.bus{b + 1}"] = float(deg)
-    metrics["table_s9.nr_residual"] = float(op.residual)
-    metrics["table_s9.nr_iterations"] = float(op.iterations)
-    balance = torque_balance(model)
-    for i in range(model.n_gen):
-        metrics[f"table_s10.M_t_MNm.gen{i + 1}"] = float(balance.M_t[i] / 1e6)
-        metrics[f"table_s10.T_e_MNm.gen{i + 1}"] = float(balance.T_e[i] / 1e6)
-        metrics[f"table_s10.residual_MNm.gen{i + 1}"] = float(balance.residual[i] / 1e6)
+    windows = GridWindows(
+        config.t_on, config.t_off, config.dt, config.steady_window, config.alpha_window, config.beta_window
+    )
+    metrics = operating_point_tables(model)
     progress("the 63-state truth", 0, 1)
     data = simulate(config, model)
     truth = np.asarray(data.truth_states)
@@ -363,23 +251,10 @@ def run(config: TurbineGridConfig, progress: Progress) -> RunArtifacts:
         model, truth, config.dt, config.substeps
     )  # the [REPO] reference
     metrics["timing.standalone_s"] = time.perf_counter() - start - metrics["timing.truth_s"]
-    unit = list(UNIT_STATE_NAMES)
-    truth_ref = [
-        truth[:, list(data.state_names).index(f"{s}_{b + 1}")] - ref[i, :, unit.index(s)]
-        for i, b in enumerate(model.gen_buses)
-        for s in ("n", "x_n", "q")
-    ]
-    metrics["truth.vs_standalone_rmse"] = float(np.sqrt(np.mean(np.square(truth_ref))))
+    metrics["truth.vs_standalone_rmse"] = standalone_rmse(model, truth, data.state_names, ref)
     if config.doubled_time_truth:  # decision 20: where Table S11's speed dips come from
         quirk = simulate(config, grid_model(config, unit_time_scale=2.0))
-        q_truth, q_names, q_t = (
-            np.asarray(quirk.truth_states),
-            list(quirk.state_names),
-            np.asarray(quirk.times),
-        )
-        for i, b in enumerate(model.gen_buses):
-            n_q, x_n_q = (q_truth[:, q_names.index(f"{s}_{b + 1}")] for s in ("n", "x_n"))
-            metrics.update(_speed_dip(config, q_t, n_q, x_n_q, "doubled_time.truth.", f"gen{i + 1}"))
+        metrics.update(truth_speed_dips(windows, model, quirk, "doubled_time.truth."))
     graph = build_graph(config, model)
     schedule = Schedule("jacobi", inner=config.inner)
     series = _series_names(model)
@@ -389,17 +264,17 @@ def run(config: TurbineGridConfig, progress: Progress) -> RunArtifacts:
         "series.names": np.asarray(series),
         "truth": truth[:, [truth_names.index(s) for s in series]],
         "truth.T_e": t_e_truth,
-        "standalone": ref[:, :, [unit.index(s) for s in ("n", "x_n", "q")]],
+        "standalone": ref[:, :, [list(UNIT_STATE_NAMES).index(s) for s in ("n", "x_n", "q")]],
     }
     runs: list[tuple[str, Graph, Dataset, Any]] = [("distributed", graph, data, schedule)]
     if config.central:
         n_central = min(int(round(config.central_t_end / config.dt)), data.n_steps - 1)
         head = data.window(t_end=float(np.asarray(data.times)[n_central]))  # the first n_central steps
-        runs.append(("central", central_graph(graph), head, "jacobi"))
+        runs.append(("central", central_graph(graph, "kf"), head, "jacobi"))
     for k, (label, g, record, sched) in enumerate(runs):
         n_steps = record.n_steps - 1
         progress(f"{label} estimation ({n_steps} steps)", k, len(runs))
-        with warnings.catch_warnings():  # the case scores the calibration itself (_score)
+        with warnings.catch_warnings():  # the case scores the calibration itself
             warnings.simplefilter("ignore", FilterConsistencyWarning)
             est, seconds = timing.timed(graph_estimate, g, record, sched, repeats=config.timing_repeats)
         metrics[f"{label}.run_s"] = seconds.median_s
@@ -409,7 +284,7 @@ def run(config: TurbineGridConfig, progress: Progress) -> RunArtifacts:
         metrics[f"{label}.loglik"] = float(est.loglik)
         if est.nis is not None:
             metrics[f"{label}.nis"] = float(est.nis)
-        t_e = _score(label, est, record, model, config, ref, metrics)
+        t_e = score_turbine_grid(label, est, record, model, windows, ref, metrics)
         names = list(est.state_names)
         cols = [names.index(s) for s in series]
         arrays[f"{label}.means"] = np.asarray(est.means)[:, cols]
@@ -419,8 +294,8 @@ def run(config: TurbineGridConfig, progress: Progress) -> RunArtifacts:
             kept = est
         elif record.n_steps < data.n_steps:  # the distributed estimate scored on the central's window
             rows = record.n_steps
-            head = _Rows(np.asarray(kept.means)[:rows], np.asarray(kept.stds)[:rows], kept.state_names)
-            _score("distributed_window", head, record, model, config, ref, metrics)
+            head = EstimateRows(np.asarray(kept.means)[:rows], np.asarray(kept.stds)[:rows], kept.state_names)
+            score_turbine_grid("distributed_window", head, record, model, windows, ref, metrics)
     if config.central:
         metrics["central_over_distributed.step_us"] = (
             metrics["central.step_us"] / metrics["distributed.step_us"]

@@ -1,5 +1,6 @@
 """Learning: SINDy interface laws, a NARX surrogate, neural blocks as models, one training loop."""
 
+from twinfer.learn._emps import controller_checks, open_loop_floor
 from twinfer.learn._least_squares import duffing_equation_error_fit, gain_fit, output_error_fit
 from twinfer.learn._narx import NARX, NarxConfig, NarxFit, fit_narx, narx_metrics, narx_windows
 from twinfer.learn._neural import MLP, RNN, SecondOrderNeuralODE, apply_mlp, init_mlp
@@ -31,6 +32,7 @@ __all__ = [
     "TrainSettings",
     "apply_mlp",
     "balance_force",
+    "controller_checks",
     "fit_interface_law",
     "duffing_equation_error_fit",
     "fit_narx",
@@ -45,6 +47,7 @@ __all__ = [
     "narx_metrics",
     "narx_statics",
     "narx_windows",
+    "open_loop_floor",
     "output_error_fit",
     "reconstruct_relative",
     "scenario_units",

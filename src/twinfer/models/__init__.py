@@ -11,6 +11,7 @@ from twinfer.models._base import AbstractModel, Connection, Params
 from twinfer.models._combine import BLOCKS, TOPOLOGIES, Combination, System, noisy, psd
 from twinfer.models._combine_model import CombinedModel
 from twinfer.models._params import get_param, locate, param_names, set_params
+from twinfer.models._pinn_chains import PINN_NOMINAL, pinn_chain, value_error_factors
 from twinfer.models._state_space import StateSpace
 from twinfer.models.boucwen import BoucWen
 from twinfer.models.bouncing_ball import BouncingBall2D
@@ -76,6 +77,7 @@ __all__ = [
     "OperatingPoint",
     "Params",
     "PeltonParams",
+    "PINN_NOMINAL",
     "PeltonTurbine",
     "ShearFrame",
     "StateSpace",
@@ -103,6 +105,7 @@ __all__ = [
     "nozzle_area",
     "nozzle_flow",
     "param_names",
+    "pinn_chain",
     "power_inflow",
     "psd",
     "rotational_rhs",
@@ -110,6 +113,7 @@ __all__ = [
     "runner_acceleration",
     "runner_rhs",
     "set_params",
+    "value_error_factors",
     "spring_damper_law",
     "susceptance_case",
     "torque_balance",

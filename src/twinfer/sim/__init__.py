@@ -1,8 +1,10 @@
 """Simulation: integrator steps, discretisation, graph nodes, fixed-step and adaptive solves, signals."""
 
 from twinfer.sim._batch import simulate_batch
+from twinfer.sim._chain_record import ChainData, chain_response, forced_response, simulate_chain
 from twinfer.sim._dataset import simulate_dataset
 from twinfer.sim._discretise import METHODS, DiscreteModel, discretise, exact_matrices, integrator_step
+from twinfer.sim._emps import open_loop_simulator, simulate_closed_loop
 from twinfer.sim._grid import simulate_grid
 from twinfer.sim._node import Dynamics, GraphNode, StagedNode, graph_node, heun_node
 from twinfer.sim._noise import add_noise, add_noise_numpy_legacy, noise_sd_for_snr
@@ -28,8 +30,10 @@ __all__ = [
     "DiscreteModel",
     "Dynamics",
     "GraphNode",
+    "ChainData",
     "Trajectory",
     "accelerations",
+    "chain_response",
     "add_noise",
     "add_noise_numpy_legacy",
     "bandlimited_noise",
@@ -37,6 +41,7 @@ __all__ = [
     "discretise",
     "euler_step",
     "fine_input",
+    "forced_response",
     "exact_matrices",
     "graph_node",
     "heun_node",
@@ -45,11 +50,14 @@ __all__ = [
     "measured_inputs",
     "multisine",
     "noise_sd_for_snr",
+    "open_loop_simulator",
     "rk4_step",
     "semi_implicit_euler_step",
     "substep_loop",
     "simulate",
     "simulate_batch",
+    "simulate_closed_loop",
+    "simulate_chain",
     "simulate_dataset",
     "simulate_discrete",
     "simulate_grid",

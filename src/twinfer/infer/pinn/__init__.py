@@ -33,6 +33,7 @@ from twinfer.infer.pinn._physics import (
     observed_dofs,
     predicted_force,
 )
+from twinfer.infer.pinn._scores import StateScores, residual_scales, score_states
 from twinfer.infer.pinn._trainer import TrainResult, TrainSettings, loss_parts, train
 from twinfer.infer.pinn._two_stage import LayerData, TwoStageResult, repeat_noise_sd, two_stage_posterior
 
@@ -46,6 +47,7 @@ __all__ = [
     "SensorProblem",
     "StateNetwork",
     "StateProblem",
+    "StateScores",
     "TrainResult",
     "TrainSettings",
     "TwoStageResult",
@@ -68,6 +70,8 @@ __all__ = [
     "state_losses",
     "state_problem",
     "repeat_noise_sd",
+    "residual_scales",
+    "score_states",
     "train",
     "two_stage_posterior",
 ]

@@ -21,3 +21,6 @@ from twinfer.infer.smc._moments import (  # noqa: E402
 )
 
 __all__ += ["equal_weight_draw", "normalised_weights", "weighted_moments", "weighted_quantiles"]
+from twinfer.infer.smc._summary import posterior_arrays, posterior_metrics, truth_coverage  # noqa: E402
+
+__all__ += ["posterior_arrays", "posterior_metrics", "truth_coverage"]
