@@ -46,8 +46,9 @@ def _duffing_cut_chain() -> Chain:
 
 def test_one_window_over_the_whole_chain_is_the_central_ekf():
     """With L = p - 1 the posterior is not restricted: the central EKF on the same model, to rounding
-    (Duffing cut, an unknown stiffness in the state, accelerometers on half the masses); timed, the
-    same estimate."""
+    (Duffing cut, an unknown stiffness in the state, accelerometers on half the masses). The estimate is
+    the one timing.timed returns (the filter's compiled scan timed: its first call apart from two runs),
+    so the timed path is what is checked against the central EKF (one banded compile, not two)."""
     chain = _duffing_cut_chain()
     dt, n = 1e-3, 600
     data = simulate_dataset(chain, _force(n, 1), dt, 0.02, jax.random.key(1))
@@ -62,15 +63,12 @@ def test_one_window_over_the_whole_chain_is_the_central_ekf():
         unknown={"k5": (1.5e4, 5e3, 0.0)},
     )
     central = estimate(_central(graph), data)
-    banded = banded_estimate(graph, data, bandwidth=2, update="taylor")
+    banded, seconds = timed(banded_estimate, graph, data, bandwidth=2, update="taylor", repeats=2)
     assert banded.state_names == central.state_names
     np.testing.assert_allclose(banded.means, central.means, rtol=1e-8, atol=1e-12)
     np.testing.assert_allclose(banded.stds, central.stds, rtol=1e-6)
     assert banded.loglik == pytest.approx(central.loglik, rel=1e-9)
-    # timed: the same estimate, the filter's compiled scan timed (its first call apart from two runs)
-    again, seconds = timed(banded_estimate, graph, data, bandwidth=2, update="taylor", repeats=2)
-    np.testing.assert_array_equal(again.means, banded.means)
-    assert len(seconds.run_s) == 2 and seconds.compile_s > 0
+    assert len(seconds.run_s) == 2 and seconds.compile_s > 0 and all(s > 0 for s in seconds.run_s)
 
 
 @pytest.mark.parametrize("update", ["unscented", "compensated"])

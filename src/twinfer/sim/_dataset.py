@@ -35,8 +35,8 @@ from twinfer._config import ensure
 from twinfer.data import Dataset
 from twinfer.linalg import psd_factor
 from twinfer.models import AbstractModel
-from twinfer.sim._discretise import METHODS, discretise
-from twinfer.sim._simulate import simulate, simulate_discrete
+from twinfer.sim._discretise import METHODS, DiscreteModel, discretise
+from twinfer.sim._simulate import _scan_discrete, simulate
 from twinfer.sim._timescale import check_step
 from twinfer.sim._trajectory import Trajectory, check_key
 
@@ -197,15 +197,14 @@ def simulate_dataset(
             f"received {tuple(start.shape)}."
         )
     times = np.arange(n + 1) * float(dt)
-    u_j = jnp.asarray(us)
     fine = 1 if signal is None else int(oversample)
     if signal is None:
-        u_fine = u_j[:-1]
+        u_fine = us[:-1]
     else:  # the signal at the middle of each fine step, held over it (second order: no lag of h / 2)
         t_fine = ((np.arange(n * fine) + 0.5) / fine) * float(dt)
-        u_fine = jnp.reshape(jnp.asarray(jax.vmap(signal)(jnp.asarray(t_fine))), (n * fine, -1))
+        u_fine = np.reshape(np.asarray(jax.vmap(signal)(jnp.asarray(t_fine))), (n * fine, -1))
     if process_cov is not None:
-        if truth != "exact":  # the stepped path below checks its own step (simulate_discrete)
+        if truth != "exact":  # the stepped path below checks its own step (_stepped)
             u0 = None if not model.n_input else us[0]
             check_step(
                 "simulate_dataset", model, dt / fine, truth, start, u0, substeps=substeps, n_steps=n * fine
@@ -217,12 +216,12 @@ def simulate_dataset(
     else:
         step = discretise(model, dt / fine, truth, substeps) if truth != "exact" else None
         step = discretise(model, dt / fine, "exact") if step is None else step
-        states = simulate_discrete(step, start, u_fine, where="simulate_dataset").states[::fine]
-    states = jnp.asarray(states)
+        states = _stepped(step, start, u_fine)[::fine]
+    states = np.asarray(states)
     # the input each output is read with: its own sample (sampled), or the interval's before it (held)
-    read = u_j if alignment == "sampled" else jnp.concatenate([u_j[:1], u_j[:-1]])
-    clean = jax.vmap(lambda t, x, u: model.output(t, x, u, model.params))(jnp.asarray(times), states, read)
-    noisy = np.asarray(clean) + sd[None, :] * np.asarray(jax.random.normal(key, clean.shape))
+    read = us if alignment == "sampled" else np.concatenate([us[:1], us[:-1]])
+    clean = _outputs(model, times, states, read)
+    noisy = clean + sd[None, :] * np.asarray(jax.random.normal(key, clean.shape))
     if not np.all(np.isfinite(np.asarray(states))):
         raise ValueError(
             f"simulate_dataset: the {truth} simulation of {type(model).__name__} became non-finite; check "
@@ -262,6 +261,55 @@ def simulate_dataset(
         state_names=model.state_names,
         metadata=meta,
     )
+
+
+CHUNK = 1024
+"""Rows per compiled call of the stepped truth and of the outputs (:func:`_stepped`, :func:`_outputs`)."""
+
+
+def _stepped(step: DiscreteModel, x0: Any, us: np.ndarray) -> np.ndarray:
+    """The states (T + 1, n_state) of ``step`` from ``x0`` with ``us[k]`` (T, n_input) held over step k.
+
+    The steps of :func:`twinfer.sim.simulate_discrete` (its compiled scan, times and step checks: at ``x0``
+    and, for a fixed-step method, at the largest state reached; a non-finite truth is
+    :func:`simulate_dataset`'s error), :data:`CHUNK` steps per compiled call, the last chunk padded with
+    its final input and the padding's states dropped, so that records of every length share one program
+    per model structure, bitwise equal to one scan over the record. (A scan of the record's own length
+    compiled anew for each length: ~2-5 s of CPU a record; the live-damage case's records, 16 s -> 6 s.)
+    """
+    n = us.shape[0]
+    model, h, method, sub = step.model, step.dt, step.method, step.substeps
+    u_first = None if not n else us[0]
+    check_step("simulate_dataset", model, h, method, x0, u_first, substeps=sub, n_steps=n)
+    pad = -n % CHUNK
+    held = np.concatenate([us, np.repeat(us[-1:], pad, axis=0)])
+    ts = np.arange(n + pad + 1) * h  # t_k = k h, as simulate_discrete's ts
+    x, parts = jnp.asarray(x0), [np.asarray(x0)[None]]
+    for s in range(0, n + pad, CHUNK):  # simulate_discrete's compiled scan, its last time unused
+        xs, _ = _scan_discrete(step, x, ts[s : s + CHUNK + 1], held[s : s + CHUNK], step.params)
+        x = xs[-1]
+        parts.append(np.asarray(xs[1:]))
+    states = np.concatenate(parts)[: n + 1]
+    if method != "exact" and np.isfinite(states).all():  # the runaway check (non-finite: the caller's error)
+        k = int(np.argmax(np.linalg.norm(states, axis=1)))
+        at = f"the simulated state at t = {k * h:g}"
+        check_step("simulate_dataset", model, h, method, states[k], us[min(k, n - 1)], substeps=sub,
+                   n_steps=n, at=at)  # fmt: skip
+    return states
+
+
+def _outputs(model: AbstractModel, ts: np.ndarray, xs: np.ndarray, us: np.ndarray) -> np.ndarray:
+    """``model.output`` at each row ``(t_k, x_k, u_k)``, :data:`CHUNK` rows at a time.
+
+    The last chunk is padded and its padding dropped, so every record evaluates the same shapes; eager, as
+    before (a jitted output rounds otherwise).
+    """
+    n = ts.shape[0]
+    pad = -n % CHUNK
+    rows = [np.concatenate([r, np.repeat(r[-1:], pad, axis=0)]) for r in (ts, xs, us)]
+    out = jax.vmap(lambda t, x, u: model.output(t, x, u, model.params))
+    parts = [np.asarray(out(*(r[s : s + CHUNK] for r in rows))) for s in range(0, n + pad, CHUNK)]
+    return np.concatenate(parts)[:n]
 
 
 def _with_process_noise(
