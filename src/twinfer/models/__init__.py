@@ -10,6 +10,17 @@ from twinfer.models._ball_combination import (
 from twinfer.models._base import AbstractModel, Connection, Params
 from twinfer.models._combine import BLOCKS, TOPOLOGIES, Combination, System, noisy, psd
 from twinfer.models._combine_model import CombinedModel
+from twinfer.models._fmu import FMU
+from twinfer.models._fmu_errors import (
+    FMUArchiveError,
+    FMUCallError,
+    FMUError,
+    FMUEventsError,
+    FMUKindError,
+    FMUNotFoundError,
+    FMUPlatformError,
+    FMUVariableError,
+)
 from twinfer.models._params import get_param, locate, param_names, set_params
 from twinfer.models._pinn_chains import PINN_NOMINAL, pinn_chain, value_error_factors
 from twinfer.models._state_space import StateSpace
@@ -70,6 +81,15 @@ __all__ = [
     "Chain",
     "Combination",
     "CombinedModel",
+    "FMU",
+    "FMUArchiveError",
+    "FMUCallError",
+    "FMUError",
+    "FMUEventsError",
+    "FMUKindError",
+    "FMUNotFoundError",
+    "FMUPlatformError",
+    "FMUVariableError",
     "GridCase",
     "KuramotoNetwork",
     "Link",

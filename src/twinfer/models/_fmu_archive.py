@@ -1,0 +1,245 @@
+"""Validate an FMU and read what a twinfer model needs from its ``modelDescription.xml`` (issue #56).
+
+Everything here reads the archive and its XML (fmpy's parser); nothing of the FMU runs. The checks go
+from the outside in (the file, the zip, the description, its FMI version and interface, events, the
+binary for this platform, the names asked for), so an FMU that fails any of them never has its binary
+loaded. References: FMI 2.0.4 standard (Modelica Association, 2022), sections 2.2 (the model
+description), 3.1 (Model Exchange: the continuous state vector is ordered as ``ModelStructure/Derivatives``)
+and 2.2.7 (causality and variability of a parameter).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import zipfile
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from twinfer.models._fmu_errors import (
+    FMUArchiveError,
+    FMUEventsError,
+    FMUKindError,
+    FMUNotFoundError,
+    FMUPlatformError,
+    FMUVariableError,
+)
+
+if TYPE_CHECKING:  # fmpy is imported when an FMU is read, not with twinfer
+    from fmpy.model_description import ModelDescription, ScalarVariable
+
+SETTABLE = ("fixed", "tunable")
+"""Variabilities of a real parameter that a model can change (FMI 2.0, section 2.2.7)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Description:
+    """What :class:`~twinfer.models.FMU` needs of a validated FMU, by name and value reference.
+
+    The state vector is ordered as the model description's ``ModelStructure/Derivatives``; inputs are its
+    real inputs of continuous variability, outputs its real outputs, parameters the real parameters
+    chosen (fixed or tunable).
+    """
+
+    path: str
+    model_identifier: str
+    guid: str
+    directional: bool
+    state_names: tuple[str, ...]
+    state_refs: tuple[int, ...]
+    derivative_refs: tuple[int, ...]
+    state_starts: tuple[float, ...]
+    state_nominals: tuple[float, ...]
+    input_names: tuple[str, ...]
+    input_refs: tuple[int, ...]
+    input_nominals: tuple[float, ...]
+    output_names: tuple[str, ...]
+    output_refs: tuple[int, ...]
+    param_names: tuple[str, ...]
+    param_refs: tuple[int, ...]
+    param_starts: tuple[float, ...]
+    param_nominals: tuple[float, ...]
+    param_fixed: tuple[bool, ...]
+    param_bounds: dict[str, tuple[float, float]]
+
+
+def _float(value: Any, default: float) -> float:
+    return default if value is None or value == "" else float(value)
+
+
+def _archive(path: str) -> ModelDescription:
+    """The parsed model description after the file and zip checks."""
+    if not os.path.isfile(path):
+        raise FMUNotFoundError(
+            f"FMU path: expected an existing .fmu file; received {path!r}, which is not a file."
+        )
+    if not zipfile.is_zipfile(path):
+        raise FMUArchiveError(
+            f"FMU path: expected a zip archive (an .fmu is one); received {path!r}, which is not."
+        )
+    with zipfile.ZipFile(path) as zf:
+        names = zf.namelist()
+    if "modelDescription.xml" not in names:
+        raise FMUArchiveError(
+            f"FMU {path!r}: expected a modelDescription.xml at the archive's root; received a zip holding "
+            f"{sorted(names)[:8]} (is this an FMU?)."
+        )
+    import fmpy
+
+    try:
+        return fmpy.read_model_description(path, validate=True)
+    except Exception as error:  # fmpy raises plain Exceptions (lxml, schema) for a broken description
+        raise FMUArchiveError(
+            f"FMU {path!r} modelDescription.xml: expected a valid FMI model description; received one that "
+            f"does not parse: {error}"
+        ) from error
+
+
+def _check_kind(path: str, md: ModelDescription) -> tuple[str, bool]:
+    """``(modelIdentifier, providesDirectionalDerivative)`` of the Model Exchange interface, once checked."""
+    if md.fmiVersion != "2.0":
+        raise FMUKindError(
+            f"FMU {path!r} fmiVersion: expected '2.0' (FMI 2.0 Model Exchange); received {md.fmiVersion!r}."
+        )
+    me = md.modelExchange
+    if me is None or me.modelIdentifier is None:
+        raise FMUKindError(
+            f"FMU {path!r} interface: expected Model Exchange (a <ModelExchange> element: twinfer integrates "
+            "the equations itself); received a co-simulation-only FMU."
+        )
+    if md.numberOfEventIndicators > 0:
+        raise FMUEventsError(
+            f"FMU {path!r} numberOfEventIndicators: expected 0; received {md.numberOfEventIndicators}. "
+            "FMUs with state events are not supported yet (issue #56, events slice)."
+        )
+    return me.modelIdentifier, bool(me.providesDirectionalDerivative)
+
+
+def _check_platform(path: str, identifier: str) -> None:
+    import fmpy
+
+    wanted = f"binaries/{fmpy.platform}/{identifier}{fmpy.sharedLibraryExtension}"
+    with zipfile.ZipFile(path) as zf:
+        if wanted not in zf.namelist():
+            raise FMUPlatformError(
+                f"FMU {path!r} binary: expected {wanted} for this platform ({fmpy.platform}); received an "
+                f"FMU for {fmpy.supported_platforms(path) or 'no platform'}."
+            )
+
+
+def _state(path: str, derivative: ScalarVariable | None) -> tuple[ScalarVariable, ScalarVariable]:
+    """``(derivative, state)``: a ``ModelStructure/Derivatives`` entry and the state it differentiates."""
+    state = None if derivative is None else derivative.derivative
+    if derivative is None or state is None:
+        raise FMUArchiveError(
+            f"FMU {path!r} ModelStructure/Derivatives: expected each entry to name a variable with a "
+            f"derivative attribute; received {getattr(derivative, 'name', None)!r} without one."
+        )
+    return derivative, state
+
+
+def _parameters(path: str, md: ModelDescription, chosen: Sequence[str] | None) -> tuple[ScalarVariable, ...]:
+    by_name = {v.name: v for v in md.modelVariables}
+    eligible = [
+        v
+        for v in md.modelVariables
+        if v.type == "Real" and v.causality == "parameter" and v.variability in SETTABLE
+    ]
+    names = [v.name for v in eligible] if chosen is None else list(chosen)
+    if len(set(names)) != len(names):
+        raise FMUVariableError(f"FMU {path!r} parameters: expected distinct names; received {names}.")
+    picked = []
+    for name in names:
+        var = by_name.get(name)
+        if var is None or var not in eligible:
+            why = (
+                "no such variable"
+                if var is None
+                else f"type {var.type}, causality {var.causality}, variability {var.variability}"
+            )
+            raise FMUVariableError(
+                f"FMU {path!r} parameter {name!r}: expected a real parameter with variability fixed or "
+                f"tunable, one of {[v.name for v in eligible]}; received {name!r} ({why})."
+            )
+        if name[-1].isdigit():
+            raise FMUVariableError(
+                f"FMU {path!r} parameter {name!r}: expected a name that does not end in a digit (twinfer "
+                f"reads 'k4' as the 4th entry of 'k'); received {name!r}: leave it out with parameters=[...]."
+            )
+        picked.append(var)
+    return tuple(picked)
+
+
+def describe(
+    path: str | os.PathLike[str],
+    parameters: Sequence[str] | None = None,
+    values: Mapping[str, float] | None = None,
+) -> Description:
+    """Validate the FMU at ``path`` and read its states, inputs, outputs and parameters.
+
+    Args:
+        path: the ``.fmu`` file.
+        parameters: the real parameters (fixed or tunable) that become the model's ``params``; default all.
+        values: values replacing some of those parameters' start values.
+
+    Returns:
+        The :class:`Description`.
+
+    Raises:
+        FMUError: a subclass naming the first check that fails (module docstring), the expected and the
+            received value.
+
+    """
+    path = os.fspath(path)
+    md = _archive(path)
+    identifier, directional = _check_kind(path, md)
+    _check_platform(path, identifier)
+    params = _parameters(path, md, parameters)
+    values = dict(values or {})
+    unknown = sorted(set(values) - {v.name for v in params})
+    if unknown:
+        raise FMUVariableError(
+            f"FMU {path!r} params[{unknown[0]!r}]: expected one of the model's parameters "
+            f"{[v.name for v in params]}; received {unknown[0]!r}."
+        )
+    for name, value in values.items():
+        if not math.isfinite(float(value)):
+            raise FMUVariableError(
+                f"FMU {path!r} params[{name!r}]: expected a finite number; received {value!r}."
+            )
+    pairs = [_state(path, d.variable) for d in md.derivatives]
+    states = [state for _, state in pairs]
+    inputs = [
+        v
+        for v in md.modelVariables
+        if v.causality == "input" and v.type == "Real" and v.variability == "continuous"
+    ]
+    outputs = [o.variable for o in md.outputs if o.variable is not None and o.variable.type == "Real"]
+    bounds = {
+        v.name: (_float(v.min, -math.inf), _float(v.max, math.inf))
+        for v in params
+        if v.min is not None or v.max is not None
+    }
+    return Description(
+        path=path,
+        model_identifier=identifier,
+        guid=md.guid or "",
+        directional=directional,
+        state_names=tuple(v.name for v in states),
+        state_refs=tuple(v.valueReference for v in states),
+        derivative_refs=tuple(derivative.valueReference for derivative, _ in pairs),
+        state_starts=tuple(_float(v.start, 0.0) for v in states),
+        state_nominals=tuple(abs(_float(v.nominal, 1.0)) for v in states),
+        input_names=tuple(v.name for v in inputs),
+        input_refs=tuple(v.valueReference for v in inputs),
+        input_nominals=tuple(abs(_float(v.nominal, 1.0)) for v in inputs),
+        output_names=tuple(v.name for v in outputs),
+        output_refs=tuple(v.valueReference for v in outputs),
+        param_names=tuple(v.name for v in params),
+        param_refs=tuple(v.valueReference for v in params),
+        param_starts=tuple(float(values.get(v.name, _float(v.start, 0.0))) for v in params),
+        param_nominals=tuple(abs(_float(v.nominal, 1.0)) for v in params),
+        param_fixed=tuple(v.variability == "fixed" for v in params),
+        param_bounds=bounds,
+    )

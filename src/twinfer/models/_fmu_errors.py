@@ -1,0 +1,54 @@
+"""The named errors of :class:`twinfer.models.FMU` (issue #56).
+
+Every problem found while validating an FMU is an :class:`FMUError` (a
+:class:`~twinfer.errors.TwinferValueError`) naming the field, the expected and the received value; a
+failing FMI call while the model runs is an :class:`FMUCallError` (a
+:class:`~twinfer.errors.TwinferRuntimeError`).
+"""
+
+from __future__ import annotations
+
+from twinfer.errors import TwinferRuntimeError, TwinferValueError
+
+__all__ = [
+    "FMUArchiveError",
+    "FMUCallError",
+    "FMUError",
+    "FMUEventsError",
+    "FMUKindError",
+    "FMUNotFoundError",
+    "FMUPlatformError",
+    "FMUVariableError",
+]
+
+
+class FMUError(TwinferValueError):
+    """Base of the errors raised while validating an FMU (nothing of it has run yet)."""
+
+
+class FMUNotFoundError(FMUError):
+    """The FMU path names no file."""
+
+
+class FMUArchiveError(FMUError):
+    """The file is not a zip archive, has no ``modelDescription.xml``, or that file does not parse."""
+
+
+class FMUKindError(FMUError):
+    """The FMU is not FMI 2.0, or offers no Model Exchange interface (co-simulation only)."""
+
+
+class FMUPlatformError(FMUError):
+    """The FMU has no binary for this platform."""
+
+
+class FMUEventsError(FMUError):
+    """The FMU declares event indicators; events are not supported by :class:`~twinfer.models.FMU` yet."""
+
+
+class FMUVariableError(FMUError):
+    """A variable or parameter name the model description does not have, or one that cannot be set."""
+
+
+class FMUCallError(TwinferRuntimeError):
+    """An FMI function returned an error status while the model ran."""
