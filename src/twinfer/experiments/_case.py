@@ -154,6 +154,7 @@ CASE_MODULES: dict[str, str] = {
     "emps": "emps",
     "grid": "grid",
     "live-damage": "live_damage",
+    "live-grid": "live_grid",
     "pinn-bayes": "pinn_bayes",
     "pinn-joint": "pinn_joint",
     "pinn-sparse": "pinn_sparse",

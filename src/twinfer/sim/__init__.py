@@ -6,6 +6,7 @@ from twinfer.sim._dataset import simulate_dataset
 from twinfer.sim._discretise import METHODS, DiscreteModel, discretise, exact_matrices, integrator_step
 from twinfer.sim._emps import open_loop_simulator, simulate_closed_loop
 from twinfer.sim._grid import simulate_grid
+from twinfer.sim._grid_outage import simulate_grid_outage, without_line
 from twinfer.sim._node import Dynamics, GraphNode, StagedNode, graph_node, heun_node
 from twinfer.sim._noise import add_noise, add_noise_numpy_legacy, noise_sd_for_snr
 from twinfer.sim._particles import (
@@ -61,11 +62,13 @@ __all__ = [
     "simulate_dataset",
     "simulate_discrete",
     "simulate_grid",
+    "simulate_grid_outage",
     "particle_simulator",
     "simulate_particles_feedback",
     "StagedNode",
     "sine_sweep",
     "white_noise",
+    "without_line",
 ]
 from twinfer.sim._events import HybridTrajectory, simulate_events  # noqa: E402
 from twinfer.sim._events_rk4 import simulate_rk4_sensitivity  # noqa: E402
