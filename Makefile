@@ -38,8 +38,10 @@ typecheck: $(STAMP)
 docs: $(STAMP)
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
 
+# The run's compiled programs are kept in a new folder for the run only (tests/conftest.py), then removed.
 pytest: $(STAMP)
-	$(BIN)/pytest -n 2 --dist loadfile --no-loadscope-reorder --durations=20
+	cache=$$(mktemp -d) && trap 'rm -rf "$$cache"' EXIT && \
+	TWINFER_TEST_XLA_CACHE="$$cache" $(BIN)/pytest -n 2 --dist loadfile --no-loadscope-reorder --durations=20
 
 # Issues' acceptance checks at full size (minutes each; marked `acceptance`, left out of `make test`).
 accept: $(STAMP)

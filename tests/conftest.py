@@ -3,7 +3,14 @@
 import os
 
 os.environ.setdefault("MPLBACKEND", "Agg")
-os.environ.setdefault("TWINFER_CACHE_DIR", "off")  # tests compile for real; `twinfer run` caches on disk
+# One run's programs, kept for that run only: `make pytest` makes an empty folder (TWINFER_TEST_XLA_CACHE) and
+# removes it after, so the suite starts from an empty compilation cache as a fresh clone does, and a program
+# compiled again by another worker or a `twinfer` process the tests start (a resumed run, a CLI test of a
+# case a module also runs) is read back rather than recompiled: the same executable, the same numbers.
+# Without the variable (pytest run by hand), or where a test sets TWINFER_CACHE_DIR=off itself (the
+# start-up and cold-compile checks), every program compiles for real.
+_RUN_CACHE = os.environ.get("TWINFER_TEST_XLA_CACHE", "")
+os.environ.setdefault("TWINFER_CACHE_DIR", _RUN_CACHE or "off")  # `twinfer` processes: the run's folder
 
 # XLA:CPU compile options for the suite's hundreds of one-off programs (inherited by the `twinfer` processes
 # the tests start): the legacy elemental emitters and no expensive LLVM passes. On a four-subsystem graph
@@ -30,6 +37,10 @@ import jax  # noqa: E402
 import twinfer  # noqa: E402
 
 twinfer.configure()  # float64 and the batch-safe CPU lowerings: importing twinfer sets neither
+if _RUN_CACHE:
+    jax.config.update("jax_compilation_cache_dir", _RUN_CACHE)
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+    jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
 
 from hypothesis import settings  # noqa: E402
 
