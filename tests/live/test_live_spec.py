@@ -122,3 +122,8 @@ def test_a_grid_twin_names_the_sensor_whose_innovations_fail(tmp_path):
     assert 0.5 < np.mean(innov[:, :n][phases] ** 2) < 2.0
     now = [e for e in events if e["state"] == "raised" and 5.0 <= e["t"] <= 5.2]
     assert max(now, key=lambda e: e["value"])["name"] == f"omega{bad + 1}"
+
+
+def test_a_grid_twin_without_the_frames_interval_is_refused_by_key(tmp_path):
+    with pytest.raises(SpecError, match=r"live.dt: expected the PMU frames' interval"):
+        _setup(tmp_path, GRID.replace("dt = 0.01\n", ""))
