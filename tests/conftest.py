@@ -23,14 +23,11 @@ os.environ.setdefault("TWINFER_CACHE_DIR", _RUN_CACHE or "off")  # `twinfer` pro
 # graph tests (test_graph_from_model.py, test_graph_cases.py) 380 s against 421 s; pinn-sparse and
 # pinn-joint quick 45 s against 74 s, IBIS against its grid posterior 11 s against 28 s (their programs
 # compile for longer than they run at test size); the turbine's quick run as long.
-_COMPILE_FAST = (
-    "--xla_cpu_use_fusion_emitters=false",
-    "--xla_llvm_disable_expensive_passes=true",
-    "--xla_backend_optimization_level=0",
-)
+from _xla import QUICK_XLA_FLAGS  # noqa: E402
+
 if os.environ.get("TWINFER_TEST_XLA_DEFAULTS") != "1":
     _flags = os.environ.get("XLA_FLAGS", "")
-    os.environ["XLA_FLAGS"] = " ".join([_flags, *(f for f in _COMPILE_FAST if f not in _flags)]).strip()
+    os.environ["XLA_FLAGS"] = " ".join([_flags, *(f for f in QUICK_XLA_FLAGS if f not in _flags)]).strip()
 
 import jax  # noqa: E402
 

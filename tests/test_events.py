@@ -116,9 +116,13 @@ def test_gradient_through_bounces_matches_finite_differences(sim):
         traj = run(theta[:4], params)
         return jnp.sum(traj.states[::7, 0] ** 2 + traj.states[::7, 2] * traj.states[::7, 3])
 
+    def value(theta):  # the loss by the fixture's program, compiled once for the module's other tests too
+        g, d = (jnp.asarray(float(v)) for v in theta[4:])  # weakly typed scalars, as model.params holds
+        states = np.asarray(run(theta[:4], dict(model.params, g=g, d=d)).states[::7])
+        return np.sum(states[:, 0] ** 2 + states[:, 2] * states[:, 3])
+
     theta = jnp.concatenate([jnp.asarray(X0[4]), jnp.array([9.81, 0.1])])
     grad = jax.jit(jax.grad(loss))(theta)
-    value = jax.jit(loss)  # one compile for the 12 evaluations
     h = 1e-6
     fd = np.array([(value(theta.at[i].add(h)) - value(theta.at[i].add(-h))) / (2 * h) for i in range(6)])
     np.testing.assert_allclose(np.asarray(grad), fd, rtol=2e-4, atol=1e-5)

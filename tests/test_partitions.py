@@ -200,6 +200,11 @@ def _coverage(est, data):
     return np.mean(error <= 1.96 * np.asarray(est.stds)[1:, :6])
 
 
+# Three records per route (43 s): make accept. make test covers each part at test size: the unmeasured
+# subsystem (test_item4_a_subsystem_without_sensors_predicts_from_its_messages), the unknown at a cut
+# (test_item4_an_unknown_read_by_two_groups_of_a_users_model_is_held_at_the_cut) and the banded default's
+# calibration against the central filter (tests/test_distributed_default.py).
+@pytest.mark.acceptance
 @pytest.mark.parametrize("route", ["banded", "messages"])
 def test_item4_acceptance_an_unmeasured_subsystem_and_an_unknown_at_a_cut(route):
     """Issue #51 acceptance: a 3-subsystem partition of a user's building with an unmeasured subsystem

@@ -11,10 +11,12 @@ from twinfer.experiments.pinn_sparse import unobserved_of
 from twinfer.report import new_run_dir, write_run
 
 
-def _run(name, tmp_path, **sets):
+def _run(name, tmp_path, write=True, **sets):
     case = get_case(name)
     config = resolve_config(case, sets={"checkpoint_dir": str(tmp_path / "ckpt"), **sets}, quick=True)
     artifacts = case.run(config, no_progress)
+    if not write:
+        return artifacts, None
     run_dir = new_run_dir(tmp_path / "runs", name)
     write_run(run_dir, name, case.description, config.model_dump(), artifacts, case.figures(artifacts.arrays,
               config), case.paper_values(config))  # fmt: skip
@@ -40,13 +42,14 @@ def test_pinn_sparse_and_joint_quick(tmp_path):
     for key in ("fitness.all_u", "fitness.unobs_u", "fitness.f1", "ukf_rts.all_u", "timing.train_s"):
         assert np.isfinite(metrics[key])
     assert metrics["train.epochs"] == 150 and metrics["ukf_rts.all_u"] > 90.0
-    again, _ = _run("pinn-sparse", tmp_path, resume=True)
+    # the resumed run's metrics only (compare_ukf is not in the checkpoint's fingerprint): no UKF or report
+    again, _ = _run("pinn-sparse", tmp_path, write=False, resume=True, compare_ukf=False)
     assert again.metrics["train.resumed_from"] == 150
     assert again.metrics["fitness.all_u"] == art.metrics["fitness.all_u"]
     joint, joint_dir = _run("pinn-joint", tmp_path, compare_ukf=False)
-    # Quick size (100 Adam epochs, 50 L-BFGS) identifies no parameter: seeds 123, 1, 2 leave k2 at its
-    # floor 0.01 and kappa2 at 1e4-3e4, k4 3.5-23 % off; the states' fitness (70 %) is that of predicting
-    # zero (all_u 69.7 %), and neither a larger learning rate nor Adam alone changes this at this size.
+    # Quick size (100 Adam epochs, 50 L-BFGS, 2 hidden layers of 16) identifies no parameter: seeds 123,
+    # 1, 2 leave k2 at 0.01-202, kappa2 at 430-18000, k4 27-100 % off; the states' fitness (all_u 69-74 %)
+    # is about that of predicting zero (69.7 %); at 4 hidden layers it was the same (k4 3.5-23 % off).
     # What it shows: the errors are scored against the truth of specs 4.3 (k 15, kappa 100 at DOFs 2, 4) ...
     for name in ("k2", "k4", "kappa2", "kappa4"):
         true = 100.0 if name.startswith("kappa") else 15.0
@@ -54,7 +57,7 @@ def test_pinn_sparse_and_joint_quick(tmp_path):
         err = abs(joint.metrics[f"param.{name}"] / true - 1.0) * 100.0
         assert joint.metrics[f"param.{name}_err_pct"] == pytest.approx(err, rel=1e-12)
     # ... and the force at DOF 1 (Eq 15 on the network's states and learned parameters) fits the truth:
-    # f1 fitness 90.2-90.9 over those seeds, against 76.7 for predicting zero
+    # f1 fitness 91.1-93.4 over those seeds (90.2-90.9 at 4 hidden layers), against 76.7 for predicting zero
     from twinfer.metrics import fitness
     from twinfer.models import pinn_chain as chain_of
     from twinfer.sim import simulate_chain

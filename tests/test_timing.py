@@ -9,7 +9,7 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-from twinfer.timing import kernel, time_jitted, timed
+from twinfer.timing import BenchResult, kernel, time_jitted, timed
 
 
 def test_timed_times_a_plain_function_as_time_jitted_does():
@@ -49,11 +49,26 @@ def test_timed_times_only_the_marked_kernels_and_runs_the_caller_once():
     assert jnp.array_equal(kernel(scan, x), jnp.cumsum(x))  # outside timed: a plain call
 
 
-def test_timed_refuses_fewer_than_one_repeat_and_leaves_no_clock_behind():
-    with pytest.raises(ValueError, match=r"repeats: expected an integer >= 1; received 0"):
-        timed(lambda: 1.0, repeats=0)
-    with pytest.raises(ValueError, match=r"repeats: expected an integer >= 1; received 0"):
-        time_jitted(lambda: 1.0, repeats=0)
+def test_no_repeats_time_the_first_call_only_and_compile_only_is_never_negative():
+    """``repeats=0``: the function runs once, that call's seconds (compile included) are ``median_s``
+    (``compile_only_s`` 0); with repeats, ``compile_only_s`` is the first call less the median,
+    and 0 where a run took longer than the first call (a shared machine)."""
+    calls = []
+    value, seconds = timed(lambda: calls.append(1) or 2.0, repeats=0)
+    assert value == 2.0 and calls == [1] and seconds.run_s == []
+    assert seconds.median_s == seconds.compile_s >= 0.0 and seconds.compile_only_s == 0.0
+    scan = jax.jit(lambda x: jnp.cumsum(x))
+    value, seconds = timed(lambda x: kernel(scan, x), jnp.arange(3.0), repeats=0)
+    assert seconds.run_s == [] and seconds.median_s == seconds.compile_s
+    assert BenchResult(compile_s=1.0, run_s=[0.25, 0.5, 2.0]).compile_only_s == 0.5
+    assert BenchResult(compile_s=1.0, run_s=[3.0]).compile_only_s == 0.0
+
+
+def test_timed_refuses_a_negative_repeat_count_and_leaves_no_clock_behind():
+    with pytest.raises(ValueError, match=r"repeats: expected an integer >= 0; received -1"):
+        timed(lambda: 1.0, repeats=-1)
+    with pytest.raises(ValueError, match=r"repeats: expected an integer >= 0; received -1"):
+        time_jitted(lambda: 1.0, repeats=-1)
 
     def fails():
         raise RuntimeError("inside")

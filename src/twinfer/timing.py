@@ -31,7 +31,16 @@ class BenchResult:
 
     @property
     def median_s(self) -> float:
-        return statistics.median(self.run_s)
+        """The median run; with no runs after the first (``repeats=0``), the first call's seconds."""
+        return statistics.median(self.run_s) if self.run_s else self.compile_s
+
+    @property
+    def compile_only_s(self) -> float:
+        """The first call's seconds less the median run (compilation, tracing), at least 0.
+
+        A run may take longer than the first call on a shared machine; 0 when nothing ran after it.
+        """
+        return max(self.compile_s - self.median_s, 0.0)
 
 
 _CLOCK: contextvars.ContextVar[tuple[int, list[BenchResult]] | None] = contextvars.ContextVar(
@@ -41,8 +50,8 @@ _CLOCK: contextvars.ContextVar[tuple[int, list[BenchResult]] | None] = contextva
 
 
 def _check_repeats(repeats: int) -> None:
-    if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
-        raise ValueError(f"repeats: expected an integer >= 1; received {repeats!r}.")
+    if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 0:
+        raise ValueError(f"repeats: expected an integer >= 0; received {repeats!r}.")
 
 
 def _first(call: Callable[[], Any]) -> tuple[Any, float]:
@@ -64,8 +73,10 @@ def _again(call: Callable[[], Any], repeats: int, value: Any) -> tuple[Any, list
 def time_jitted(fn: Callable[..., Any], *args: Any, repeats: int = 5) -> BenchResult:
     """Time ``fn(*args)``: the first call (trace + compile + run) apart from ``repeats`` later calls.
 
+    ``repeats=0`` times the first call only (its seconds are then ``median_s``, compile included).
+
     Raises:
-        ValueError: for ``repeats`` below 1.
+        ValueError: for ``repeats`` below 0.
 
     """
     _check_repeats(repeats)
@@ -104,7 +115,8 @@ def timed(fn: Callable[..., Any], *args: Any, repeats: int = 1, **kwargs: Any) -
     Args:
         fn: what to run, e.g. ``twinfer.estimate``.
         *args: its positional arguments.
-        repeats: the timed runs after the first (>= 1); their median is ``BenchResult.median_s``.
+        repeats: the timed runs after the first; their median is ``BenchResult.median_s`` (0: the first
+            call only, its seconds, compile included, are ``median_s``).
         **kwargs: its keyword arguments.
 
     Returns:
@@ -112,7 +124,7 @@ def timed(fn: Callable[..., Any], *args: Any, repeats: int = 1, **kwargs: Any) -
         that result too.
 
     Raises:
-        ValueError: for ``repeats`` below 1; what ``fn`` raises.
+        ValueError: for ``repeats`` below 0; what ``fn`` raises.
 
     """
     _check_repeats(repeats)

@@ -19,6 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from _xla import QUICK_XLA_FLAGS
 from twinfer.data import load_grid
 from twinfer.infer.filters._wls import wls_step
 from twinfer.infer.graph import kuramoto_graph
@@ -136,13 +137,23 @@ def test_grid_multi_group_case_completes_unpinned_on_every_core(tmp_path):
     Run as a user runs it: the CLI in a fresh process, allowed on every core, default XLA threading.
     100 steps give the two groups' batched solves 200+ chances per call to start together; before the
     fix the case hung on every attempt at this size and at the default 300 steps. The WNLS baseline,
-    which has no sub-step groups, is left out (14 s of the test's 65 s run).
+    which has no sub-step groups, is left out (14 s of the test's 65 s run), and so are the figures:
+    host-side drawing without XLA (the cluster map's force-directed layout of 1354 buses and a second
+    load of the network, about a third of the child's CPU time). The child compiles with the suite's
+    quick XLA options (tests/conftest.py; 18-20 s of CPU against 26-28 s with XLA's defaults, which spend
+    it compiling the two scans). They keep the hang: with the fix off (TWINFER_LAPACK_BATCHED=1) on this
+    2-core machine, 2026-12-07, this child at 100 steps hung in 1 of 2 attempts with them and in 0 of 2
+    with XLA's defaults, and the linalg module's reduced reproduction hung within 1,500 calls either way.
     """
     env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "JAX_PLATFORMS")}
-    env.update(TWINFER_CACHE_DIR="off", JAX_ENABLE_X64="1", MPLBACKEND="Agg")
+    env.update(
+        TWINFER_CACHE_DIR="off", JAX_ENABLE_X64="1", MPLBACKEND="Agg", XLA_FLAGS=" ".join(QUICK_XLA_FLAGS)
+    )
     every_core = (
-        "import os, sys; os.sched_setaffinity(0, range(os.cpu_count())); from twinfer.cli import main; "
-        "sys.argv[0] = 'twinfer'; main()"
+        "import dataclasses, os, sys; os.sched_setaffinity(0, range(os.cpu_count())); "
+        "from twinfer.experiments._case import REGISTRY, get_case; "
+        "REGISTRY['grid'] = dataclasses.replace(get_case('grid'), figures=lambda arrays, config: {}); "
+        "from twinfer.cli import main; sys.argv[0] = 'twinfer'; main()"
     )  # the child widens its own affinity before JAX starts: no fork of this (threaded) process
     command = [sys.executable, "-c", every_core, "run", "grid", "--set", "case=pegase1354"]
     command += ["--set", "steps=100", "--set", "central=no", "--set", "wnls=false", "--out", str(tmp_path)]
@@ -153,6 +164,7 @@ def test_grid_multi_group_case_completes_unpinned_on_every_core(tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     metrics = next(tmp_path.glob("grid-*/metrics.json")).read_text()
     assert '"distributed.coverage95_Omega"' in metrics and '"wls.run_s"' in metrics
+    assert not any(next(tmp_path.glob("grid-*")).glob("figures/*.png"))  # the figures were left out
 
 
 @pytest.mark.parametrize("left_side", [True, False])

@@ -144,6 +144,7 @@ SENSOR_QUICK = {
     "lbfgs_steps": 50,
     "chunk": 50,
     "width": 16,
+    "depth": 2,  # compile-bound at this size: 2 hidden layers take about 20 % less CPU than 4 per case
     "n_fourier": 8,
     "n_samples": 512,
     "horizon": 10.0,

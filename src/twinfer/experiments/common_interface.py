@@ -166,7 +166,9 @@ CASE = register(
         config_type=CommonInterfaceConfig,
         run=run,
         figures=figures,
-        quick={"step_scale": 0.01, "models": ["neural_ode_events", "rnn_events"]},
+        # fixed_steps 1 (one RK4 step per sample): a smaller neural-ODE training program, about 1 s less CPU
+        # per quick run (14.2 s against 15.2 s); trained/untrained losses over seeds 0-3 as at 2 (the test)
+        quick={"step_scale": 0.01, "models": ["neural_ode_events", "rnn_events"], "fixed_steps": 1},
         memory_estimate=memory_estimate,
         size_keys=("t_end", "dt"),
     )

@@ -180,6 +180,13 @@ class MqttSink:
 
     """
 
+    topic: str
+    """The topic published to."""
+    qos: int
+    """The publish QoS."""
+    flush_timeout: float
+    """The longest wait of :meth:`flush`, in seconds."""
+
     def __init__(
         self,
         host: str,

@@ -10,17 +10,6 @@ from __future__ import annotations
 
 from twinfer.errors import TwinferRuntimeError, TwinferValueError
 
-__all__ = [
-    "FMUArchiveError",
-    "FMUCallError",
-    "FMUError",
-    "FMUEventsError",
-    "FMUKindError",
-    "FMUNotFoundError",
-    "FMUPlatformError",
-    "FMUVariableError",
-]
-
 
 class FMUError(TwinferValueError):
     """Base of the errors raised while validating an FMU (nothing of it has run yet)."""
