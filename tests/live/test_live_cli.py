@@ -192,6 +192,48 @@ def test_an_mqtt_topic_through_a_real_broker(folder):
     _check(_rows(folder / "out"), _reference(folder, table), n)
 
 
+def _wait_for(lines: list[str], found, what: str, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not any(found(line) for line in list(lines)):
+        assert time.monotonic() < deadline, f"expected {what} within {timeout:g} s; stderr:\n{''.join(lines)}"
+        time.sleep(0.05)
+
+
+def test_the_twin_waits_for_a_broker_that_goes_away_and_goes_on_when_it_is_back(folder):
+    """``twinfer live`` on an MQTT topic; the broker stopped (a crash: it keeps nothing) once the twin
+    holds the first half of the record, and started again on its port. The twin says so (events
+    ``source disconnected`` and ``source connected``), does not take the outage for the stream's end
+    (``--idle-exit 5`` against an outage of about 6 s), subscribes again by itself and takes the second
+    half: every row equals the whole-record run, each step once."""
+    n, half = 200, 100
+    table = _record(n, seed=6)
+    records = [dict(zip(COLUMNS, map(float, row), strict=True)) for row in table.to_numpy()]
+    with running_broker(folder / "broker") as broker:
+        query = "" if broker.protocol == "5" else "?protocol=3.1.1"
+        address = f"mqtt://{USER}@{broker.host}:{broker.port}/plant/frames{query}"
+        proc = _live(folder, "--source", address, "--out", "out", "--idle-exit", "5", stderr=subprocess.PIPE)
+        lines: list[str] = []
+        reader = threading.Thread(target=lambda: lines.extend(proc.stderr), daemon=True)  # type: ignore[arg-type]
+        reader.start()
+        _wait_for(lines, lambda line: line.startswith("live frames"), "the twin's first status line", 120)
+        publish(broker, "plant/frames", [json.dumps(records[: half + 1])])  # rows 0..half
+        _wait_for(lines, lambda line: f"frames {half + 1} " in line, f"{half + 1} frames taken")
+        broker.stop()
+        _wait_for(lines, lambda line: "source disconnected" in line, "the disconnection reported")
+        time.sleep(6.0)  # longer than --idle-exit: the twin must not end while the broker is away
+        assert proc.poll() is None, "".join(lines)
+        broker.start()
+        _wait_for(lines, lambda line: "source connected" in line, "the subscription made again")
+        publish(broker, "plant/frames", [json.dumps(records[half + 1 :])])
+        proc.wait(120)
+        reader.join(10)
+        proc.stderr.close()  # type: ignore[union-attr]
+    err = "".join(lines)
+    assert proc.returncode == 0, err
+    assert f"live: {n + 1} frames, {n} steps (0 prediction-only)" in err
+    _check(_rows(folder / "out"), _reference(folder, table), n)
+
+
 def _kill_and_resume(folder: Path, seconds: float, kills: int, seed: int) -> None:
     """A real-time stream of ``seconds`` (100 frames/s) into a twin SIGKILLed ``kills`` times, resumed."""
     n = int(seconds * 100)

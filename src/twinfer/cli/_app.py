@@ -707,7 +707,11 @@ def live(
         str | None, typer.Option("--publish", help="Also publish each row to mqtt://HOST:PORT/TOPIC.")
     ] = None,
     idle_exit: Annotated[
-        float | None, typer.Option("--idle-exit", help="Stop after this many seconds without a frame.")
+        float | None,
+        typer.Option(
+            "--idle-exit",
+            help="Stop after this many seconds without a frame (an MQTT source: connected seconds only).",
+        ),
     ] = None,
     debug: Annotated[bool, typer.Option("--debug", help="Show the full traceback of an error.")] = False,
 ) -> None:

@@ -86,7 +86,9 @@ def run_live(
         sinks: more sinks for the rows (``write``/``flush``/``close``), written as rows come.
         snapshot_every: wall-clock seconds between snapshots.
         resume: continue from the snapshot in ``out`` (where there is none yet, start afresh).
-        idle_exit: stop after this many seconds without a frame (None: never; a finished stream stops).
+        idle_exit: stop after this many seconds without a frame (None: never; a finished stream stops);
+            a source with a connection (MQTT) counts only the time it is connected: a twin waits for a
+            broker that went away, and an event ``source disconnected`` / ``source connected`` says so.
         should_stop: polled between batches (Ctrl-C).
         on_status: called about once a second with the status.
         on_events: called with each batch of alarm and source events as they happen.
@@ -126,6 +128,7 @@ def run_live(
         status.snapshots += 1
 
     last_frame = last_snapshot = last_status = time.monotonic()
+    connected = getattr(source, "connected", None)  # a source with a connection (MQTT): True or False
     try:
         while not should_stop():
             items = source.poll(0.05)
@@ -134,31 +137,30 @@ def run_live(
             dropped = [item for item in items if isinstance(item, Dropped)]
             status.drops.update(d.reason for d in dropped)
             source_events = [
-                {
-                    "t": None,
-                    "step": None,
-                    "alarm": "source",
-                    "name": d.reason,
-                    "state": d.detail,
-                    "value": None,
-                }
-                for d in dropped
-                if d.reason in ("truncated", "rotated")
+                _source_event(d.reason, d.detail) for d in dropped if d.reason in ("truncated", "rotated")
             ]
+            link = getattr(source, "connected", None)
+            if link is not None and link != connected:  # the broker went away, or came back
+                detail = (
+                    "subscribed again" if link else getattr(source, "last_error", "") or "connection lost"
+                )
+                source_events.append(_source_event("connected" if link else "disconnected", detail))
+                connected = link
+                last_frame = now  # the idle clock counts connected time only
             if records:
-                last_frame = now
                 status.frames += len(records)
                 rows, events = twin.push(
                     [(r.t, {columns[c]: v for c, v in r.values.items()}) for r in records]
                 )
                 _emit(rows, events + source_events, rows_sink, events_sink, sinks, status, on_events)
                 status.lag = time.monotonic() - now
+                last_frame = time.monotonic()  # idle from when the frames are done (a first compile is slow)
             elif source_events:
                 _emit(None, source_events, rows_sink, events_sink, sinks, status, on_events)
             if getattr(source, "finished", False) and not items:
                 break
-            if idle_exit is not None and now - last_frame > idle_exit:
-                break
+            if idle_exit is not None and connected is not False and now - last_frame > idle_exit:
+                break  # idle: connected (or no connection to keep) and no frame for idle_exit seconds
             if now - last_snapshot >= snapshot_every:
                 snapshot()
                 last_snapshot = now
@@ -175,6 +177,11 @@ def run_live(
         source.close()
         on_status(status)
     return status
+
+
+def _source_event(name: str, detail: str) -> dict[str, Any]:
+    """An event of the source itself (a file truncated or rotated, a broker lost or back), not an alarm."""
+    return {"t": None, "step": None, "alarm": "source", "name": name, "state": detail, "value": None}
 
 
 def _emit(

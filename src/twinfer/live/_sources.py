@@ -636,6 +636,11 @@ class MqttSource:
         """Whether the client is connected to the broker now."""
         return self._conn.connected
 
+    @property
+    def last_error(self) -> str:
+        """Why the connection was last lost or refused (empty: never)."""
+        return self._conn.last_error
+
     def position(self) -> float | None:
         return self._last_t
 
