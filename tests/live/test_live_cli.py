@@ -168,35 +168,47 @@ def test_standard_input_as_json_lines_with_bad_frames_counted(folder):
     assert "'malformed': 1" in err and "'non-numeric': 1" in err and "'unknown channel': 1" in err
 
 
-def test_an_mqtt_topic_through_a_real_broker(folder):
-    n = 300
-    table = _record(n, seed=2)
-    records = [dict(zip(COLUMNS, map(float, row), strict=True)) for row in table.to_numpy()]
-    with running_broker(folder / "broker") as broker:
-        query = "" if broker.protocol == "5" else "?protocol=3.1.1"
-        address = f"mqtt://{USER}@{broker.host}:{broker.port}/plant/frames{query}"
-        proc = _live(folder, "--source", address, "--out", "out", "--idle-exit", "4", stderr=subprocess.PIPE)
-        lines: list[str] = []
-        reader = threading.Thread(target=lambda: lines.extend(proc.stderr), daemon=True)  # type: ignore[arg-type]
-        reader.start()
-        deadline = time.monotonic() + 120
-        while not any(line.startswith("live frames") for line in lines) and time.monotonic() < deadline:
-            time.sleep(0.1)  # the twin is subscribed once its loop reports
-        for i in range(0, len(records), 20):  # frames batched in list payloads, as a gateway sends them
-            publish(broker, "plant/frames", [json.dumps(records[i : i + 20])])
-        proc.wait(300)
-        reader.join(10)
-        proc.stderr.close()  # type: ignore[union-attr]
-    err = "".join(lines)
-    assert proc.returncode == 0, err
-    _check(_rows(folder / "out"), _reference(folder, table), n)
-
-
 def _wait_for(lines: list[str], found, what: str, timeout: float = 60.0) -> None:
     deadline = time.monotonic() + timeout
     while not any(found(line) for line in list(lines)):
         assert time.monotonic() < deadline, f"expected {what} within {timeout:g} s; stderr:\n{''.join(lines)}"
         time.sleep(0.05)
+
+
+def _live_on(broker, folder: Path, idle_exit: float) -> tuple[subprocess.Popen, list[str], threading.Thread]:
+    """``twinfer live`` on the broker's topic ``plant/frames``, its stderr lines gathered as they come,
+    returned once the twin reports (subscribed)."""
+    query = "" if broker.protocol == "5" else "?protocol=3.1.1"
+    address = f"mqtt://{USER}@{broker.host}:{broker.port}/plant/frames{query}"
+    proc = _live(
+        folder, "--source", address, "--out", "out", "--idle-exit", f"{idle_exit:g}", stderr=subprocess.PIPE
+    )
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(proc.stderr), daemon=True)  # type: ignore[arg-type]
+    reader.start()
+    _wait_for(lines, lambda line: line.startswith("live frames"), "the twin's first status line", 120)
+    return proc, lines, reader
+
+
+def _end(proc: subprocess.Popen, lines: list[str], reader: threading.Thread, timeout: float) -> str:
+    proc.wait(timeout)
+    reader.join(10)
+    proc.stderr.close()  # type: ignore[union-attr]
+    err = "".join(lines)
+    assert proc.returncode == 0, err
+    return err
+
+
+def test_an_mqtt_topic_through_a_real_broker(folder):
+    n = 300
+    table = _record(n, seed=2)
+    records = [dict(zip(COLUMNS, map(float, row), strict=True)) for row in table.to_numpy()]
+    with running_broker(folder / "broker") as broker:
+        proc, lines, reader = _live_on(broker, folder, idle_exit=4)
+        for i in range(0, len(records), 20):  # frames batched in list payloads, as a gateway sends them
+            publish(broker, "plant/frames", [json.dumps(records[i : i + 20])])
+        _end(proc, lines, reader, 300)
+    _check(_rows(folder / "out"), _reference(folder, table), n)
 
 
 def test_the_twin_waits_for_a_broker_that_goes_away_and_goes_on_when_it_is_back(folder):
@@ -209,13 +221,7 @@ def test_the_twin_waits_for_a_broker_that_goes_away_and_goes_on_when_it_is_back(
     table = _record(n, seed=6)
     records = [dict(zip(COLUMNS, map(float, row), strict=True)) for row in table.to_numpy()]
     with running_broker(folder / "broker") as broker:
-        query = "" if broker.protocol == "5" else "?protocol=3.1.1"
-        address = f"mqtt://{USER}@{broker.host}:{broker.port}/plant/frames{query}"
-        proc = _live(folder, "--source", address, "--out", "out", "--idle-exit", "5", stderr=subprocess.PIPE)
-        lines: list[str] = []
-        reader = threading.Thread(target=lambda: lines.extend(proc.stderr), daemon=True)  # type: ignore[arg-type]
-        reader.start()
-        _wait_for(lines, lambda line: line.startswith("live frames"), "the twin's first status line", 120)
+        proc, lines, reader = _live_on(broker, folder, idle_exit=5)
         publish(broker, "plant/frames", [json.dumps(records[: half + 1])])  # rows 0..half
         _wait_for(lines, lambda line: f"frames {half + 1} " in line, f"{half + 1} frames taken")
         broker.stop()
@@ -225,11 +231,7 @@ def test_the_twin_waits_for_a_broker_that_goes_away_and_goes_on_when_it_is_back(
         broker.start()
         _wait_for(lines, lambda line: "source connected" in line, "the subscription made again")
         publish(broker, "plant/frames", [json.dumps(records[half + 1 :])])
-        proc.wait(120)
-        reader.join(10)
-        proc.stderr.close()  # type: ignore[union-attr]
-    err = "".join(lines)
-    assert proc.returncode == 0, err
+        err = _end(proc, lines, reader, 120)
     assert f"live: {n + 1} frames, {n} steps (0 prediction-only)" in err
     _check(_rows(folder / "out"), _reference(folder, table), n)
 
