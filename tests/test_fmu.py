@@ -34,40 +34,13 @@ from twinfer.models import (
     FMUNotFoundError,
     FMUPlatformError,
     FMUVariableError,
-    Params,
+    VanDerPol,
 )
 from twinfer.sim import discretise, simulate, simulate_discrete
 
 FMUS = default_data_root().parent / "fmus"  # ../shared/fmus, found as the data are (TWINFER_DATA_ROOT)
 VDP = FMUS / "VanDerPol.fmu"
 pytestmark = pytest.mark.skipif(not VDP.is_file(), reason=f"Reference FMUs not found under {FMUS}")
-
-
-class JaxVanDerPol(AbstractModel):
-    """Van der Pol written in JAX, the Reference FMU's equations (its sources/model.c): an oracle."""
-
-    params: Params
-
-    def __init__(self, mu: float = 1.0) -> None:
-        self.params = {"mu": jnp.asarray(mu, dtype=jnp.float64)}
-
-    def vector_field(self, t, x, u, params):
-        return jnp.stack([x[1], params["mu"] * ((1.0 - x[0] * x[0]) * x[1]) - x[0]])
-
-    def output(self, t, x, u, params):
-        return x
-
-    @property
-    def state_names(self):
-        return ("x0", "x1")
-
-    @property
-    def input_names(self):
-        return ()
-
-    @property
-    def output_names(self):
-        return ("x0", "x1")
 
 
 def _fmpy_me(mu: float, stop: float, step: float) -> np.ndarray:
@@ -111,7 +84,7 @@ def test_simulate_matches_fmpy_model_exchange_and_the_jax_model():
     traj = simulate(model, ts, [2.0, 0.0])
     np.testing.assert_allclose(np.asarray(traj.states), _fmpy_me(1.0, 5.0, 0.01), rtol=0, atol=1e-6)
     np.testing.assert_allclose(np.asarray(traj.outputs), np.asarray(traj.states), rtol=0, atol=0)
-    oracle = simulate(JaxVanDerPol(), ts, [2.0, 0.0])
+    oracle = simulate(VanDerPol(), ts, [2.0, 0.0])
     np.testing.assert_allclose(np.asarray(traj.states), np.asarray(oracle.states), rtol=0, atol=1e-9)
 
 
@@ -180,9 +153,9 @@ def test_ekf_jacobian_from_directional_derivatives_equals_finite_differences():
 
     jac = step_jacobian(directional)
     np.testing.assert_allclose(jac, step_jacobian(differences), rtol=0, atol=1e-6)
-    np.testing.assert_allclose(jac, step_jacobian(JaxVanDerPol()), rtol=0, atol=1e-7)
+    np.testing.assert_allclose(jac, step_jacobian(VanDerPol()), rtol=0, atol=1e-7)
     vf = jax.jacfwd(lambda s: directional.vector_field(0.0, s, jnp.zeros(0), {"mu": x[2]}))(x[:2])
-    exact = jax.jacfwd(lambda s: JaxVanDerPol().vector_field(0.0, s, jnp.zeros(0), {"mu": x[2]}))(x[:2])
+    exact = jax.jacfwd(lambda s: VanDerPol().vector_field(0.0, s, jnp.zeros(0), {"mu": x[2]}))(x[:2])
     np.testing.assert_allclose(np.asarray(vf), np.asarray(exact), rtol=0, atol=1e-12)
 
 
@@ -203,7 +176,7 @@ def test_reverse_mode_through_the_fmu_equals_the_jax_model():
 
     args = (jnp.asarray(1.4), jnp.array([1.0, 0.5]))
     got = jax.grad(lambda mu, x0: loss(FMU(VDP), mu, x0), argnums=(0, 1))(*args)
-    want = jax.grad(lambda mu, x0: loss(JaxVanDerPol(), mu, x0), argnums=(0, 1))(*args)
+    want = jax.grad(lambda mu, x0: loss(VanDerPol(), mu, x0), argnums=(0, 1))(*args)
     for g, w in zip(got, want, strict=True):
         np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=1e-6, atol=1e-6)
 
@@ -217,7 +190,7 @@ def test_a_vmap_is_one_callback():
     before = model.calls
     out = jax.jit(jax.vmap(lambda x, mu: model.vector_field(0.0, x, jnp.zeros(0), {"mu": mu})))(xs, mus)
     assert model.calls - before == 1
-    want = jax.vmap(lambda x, mu: JaxVanDerPol().vector_field(0.0, x, None, {"mu": mu}))(xs, mus)
+    want = jax.vmap(lambda x, mu: VanDerPol().vector_field(0.0, x, None, {"mu": mu}))(xs, mus)
     np.testing.assert_allclose(np.asarray(out), np.asarray(want), rtol=0, atol=1e-14)
 
 
@@ -259,7 +232,7 @@ def _check_seed(seed: int, method: str) -> bool:
     """Whether the FMU's 95 % interval holds mu = 1.5; the JAX model's estimate equals it to 1e-6."""
     data = _record(seed)
     mean, sd, (low, high) = _mu(FMU(VDP), data, method)
-    oracle_mean, oracle_sd, _ = _mu(JaxVanDerPol(), data, method)
+    oracle_mean, oracle_sd, _ = _mu(VanDerPol(), data, method)
     assert abs(mean - oracle_mean) < 1e-6 and abs(sd - oracle_sd) < 1e-6, (seed, method, mean, oracle_mean)
     return low <= 1.5 <= high
 
@@ -352,3 +325,18 @@ def test_the_instance_and_its_folder_are_freed_with_the_model():
     assert not os.path.exists(closed.directory) and not closed.runtime.alive
     with pytest.raises(Exception, match="closed model"):
         closed.vector_field(0.0, jnp.array([1.0, 0.0]), jnp.zeros(0), closed.params)
+
+
+# -- twinfer bench fmu ----------------------------------------------------------------------------------
+@pytest.mark.timeout(300)
+def test_bench_fmu_counts_the_callbacks_and_the_filters_agree():
+    """``twinfer bench fmu --quick``: one callback per RK4 stage and one for the output (the UKF's 7 sigma
+    points batched in each), twice that for the EKF (value and Jacobian asked apart); the FMU's and the
+    JAX model's final mu equal to 1e-6; both rates measured."""
+    from twinfer.bench.fmu import bench_fmu
+
+    figures = bench_fmu(True, lambda message: None)
+    assert figures["ukf.callbacks_per_step"] == 5.0 and figures["ekf.callbacks_per_step"] == 10.0
+    for method in ("ukf", "ekf"):
+        assert figures[f"{method}.mu_abs_diff"] <= 1e-6
+        assert figures[f"{method}.fmu_steps_per_s"] > 0 and figures[f"{method}.ratio"] > 0

@@ -64,6 +64,7 @@ from twinfer.models.turbine_grid import (
     torque_balance,
     turbine_unit_rhs,
 )
+from twinfer.models.van_der_pol import VanDerPol
 
 __all__ = [
     "BALL_LOSS_WEIGHTS",
@@ -105,6 +106,7 @@ __all__ = [
     "System",
     "TorqueBalance",
     "TurbineGrid",
+    "VanDerPol",
     "bus_rate",
     "coi_angle",
     "defects_along",
