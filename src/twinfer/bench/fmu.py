@@ -27,7 +27,7 @@ from twinfer.data import Dataset
 from twinfer.data._benchmarks import default_data_root
 from twinfer.errors import TwinferValueError
 from twinfer.models import FMU, VanDerPol
-from twinfer.sim import Trajectory, simulate
+from twinfer.sim import simulate
 from twinfer.timing import timed
 
 DT, NOISE_SD, MU = 0.1, 0.05, 1.5
@@ -43,10 +43,7 @@ NUMBERS = {
 def _record(n_steps: int) -> Dataset:
     """Noisy x0 of the JAX Van der Pol with mu = 1.5 (x1 not measured)."""
     ts = np.arange(n_steps + 1) * DT
-    trajectory = simulate(VanDerPol(MU), ts, NUMBERS["x0"])
-    if not isinstance(trajectory, Trajectory):  # (trajectory, solution) only with dense=True
-        trajectory = trajectory[0]
-    states = np.asarray(trajectory.states)
+    states = np.asarray(simulate(VanDerPol(MU), ts, NUMBERS["x0"]).states)
     y = states + NOISE_SD * np.random.default_rng(0).standard_normal(states.shape)
     mask = np.zeros(states.shape, dtype=bool)
     mask[:, 0] = True

@@ -38,7 +38,7 @@ from twinfer.models import AbstractModel
 from twinfer.sim._discretise import METHODS, DiscreteModel, discretise
 from twinfer.sim._simulate import _scan_discrete, simulate
 from twinfer.sim._timescale import check_step
-from twinfer.sim._trajectory import Trajectory, check_key
+from twinfer.sim._trajectory import check_key
 
 Truth = Literal["exact", "euler", "semi-implicit-euler", "heun", "rk4"]
 
@@ -211,8 +211,7 @@ def simulate_dataset(
             )
         states = _with_process_noise(model, dt, truth, substeps, start, u_fine, process_cov, key, fine)
     elif truth == "exact" and not model.is_linear:
-        solved = simulate(model, times, start, us if signal is None else signal, interpolation="zoh")
-        states = (solved if isinstance(solved, Trajectory) else solved[0]).states
+        states = simulate(model, times, start, us if signal is None else signal, interpolation="zoh").states
     else:
         step = discretise(model, dt / fine, truth, substeps) if truth != "exact" else None
         step = discretise(model, dt / fine, "exact") if step is None else step

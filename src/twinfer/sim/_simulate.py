@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal, overload
 
 import equinox as eqx
 import jax
@@ -149,6 +149,38 @@ class _InputField(eqx.Module):
 
     def __call__(self, t: Any, x: Any, args: Any) -> Any:
         return self.model.vector_field(t, x, self.input(t, args), args[2])
+
+
+@overload
+def simulate(
+    model: AbstractModel,
+    ts: Any,
+    x0: Any,
+    inputs: Any | Callable[[Any], Any] | None = None,
+    params: Any = None,
+    *,
+    interpolation: str = "zoh",
+    rtol: float = 1e-10,
+    atol: float = 1e-12,
+    max_steps: int = 1_000_000,
+    dense: Literal[False] = False,
+) -> Trajectory: ...
+
+
+@overload
+def simulate(
+    model: AbstractModel,
+    ts: Any,
+    x0: Any,
+    inputs: Any | Callable[[Any], Any] | None = None,
+    params: Any = None,
+    *,
+    interpolation: str = "zoh",
+    rtol: float = 1e-10,
+    atol: float = 1e-12,
+    max_steps: int = 1_000_000,
+    dense: Literal[True],
+) -> tuple[Trajectory, diffrax.Solution]: ...
 
 
 def simulate(
