@@ -153,33 +153,13 @@ class _InputField(eqx.Module):
 
 @overload
 def simulate(
-    model: AbstractModel,
-    ts: Any,
-    x0: Any,
-    inputs: Any | Callable[[Any], Any] | None = None,
-    params: Any = None,
-    *,
-    interpolation: str = "zoh",
-    rtol: float = 1e-10,
-    atol: float = 1e-12,
-    max_steps: int = 1_000_000,
-    dense: Literal[False] = False,
+    model: AbstractModel, ts: Any, x0: Any, *args: Any, dense: Literal[False] = False, **options: Any
 ) -> Trajectory: ...
 
 
 @overload
 def simulate(
-    model: AbstractModel,
-    ts: Any,
-    x0: Any,
-    inputs: Any | Callable[[Any], Any] | None = None,
-    params: Any = None,
-    *,
-    interpolation: str = "zoh",
-    rtol: float = 1e-10,
-    atol: float = 1e-12,
-    max_steps: int = 1_000_000,
-    dense: Literal[True],
+    model: AbstractModel, ts: Any, x0: Any, *args: Any, dense: Literal[True], **options: Any
 ) -> tuple[Trajectory, diffrax.Solution]: ...
 
 
