@@ -340,3 +340,13 @@ def test_bench_fmu_counts_the_callbacks_and_the_filters_agree():
     for method in ("ukf", "ekf"):
         assert figures[f"{method}.mu_abs_diff"] <= 1e-6
         assert figures[f"{method}.fmu_steps_per_s"] > 0 and figures[f"{method}.ratio"] > 0
+
+
+def test_bench_fmu_without_the_reference_fmu_is_a_named_error(tmp_path, monkeypatch):
+    from twinfer.bench.fmu import bench_fmu
+
+    monkeypatch.setenv("TWINFER_DATA_ROOT", str(tmp_path / "data"))
+    with pytest.raises(
+        TwinferValueError, match=r"bench fmu: expected the Reference FMU VanDerPol\.fmu at .*fmus"
+    ):
+        bench_fmu(True, lambda message: None)
