@@ -7,18 +7,23 @@ both ways); the quick run streams a short healthy record and one outage on IEEE 
 it naming a cluster near the line, and complete metrics and figures.
 """
 
+import warnings
+
 import jax
 import numpy as np
 import pytest
 
-from twinfer.bench._grid_twin import pmu_buses
 from twinfer.data import load_grid
 from twinfer.errors import TwinferValueError
 from twinfer.experiments import get_case, resolve_config
 from twinfer.experiments.live_grid import coupled_lines
+from twinfer.infer.graph._grid import partition_for
+from twinfer.infer.graph._kuramoto import faithful_substeps, stable_substeps
+from twinfer.live import PlacementWarning, grid_twin, pmu_buses
+from twinfer.live._grid import first_frame_state, lines_of
 from twinfer.models import KuramotoNetwork, draw_grid_parameters
 from twinfer.report._run import check_metrics
-from twinfer.sim import simulate_grid, simulate_grid_outage, without_line
+from twinfer.sim import StepSizeError, simulate_grid, simulate_grid_outage, without_line
 
 
 def _heun(x, index, weight, d, big_omega, h):
@@ -74,6 +79,81 @@ def test_the_pmu_placement_takes_every_kth_bus_and_the_generators():
     assert set(range(0, 30, 3)) <= set(buses) and set(int(g) for g in net.gen_buses) <= set(buses)
     assert list(buses) == sorted(set(buses))
     np.testing.assert_array_equal(pmu_buses(net, 1, False), np.arange(30))
+    assert pmu_buses(net, 0, False).size == 0
+
+
+@pytest.mark.parametrize("network", ["ieee118", "case1888rte"])
+def test_the_cover_leaves_no_line_without_a_measured_end(network):
+    net = load_grid(network)
+    lines = lines_of(*net.neighbours)
+    base = pmu_buses(net, 0, True)
+    covered = pmu_buses(net, 0, True, cover=True)
+    measured = np.zeros(net.n_bus, bool)
+    measured[covered] = True
+    assert measured[lines].any(axis=1).all()
+    assert set(base) <= set(covered) and covered.size < net.n_bus
+    if network == "case1888rte":
+        assert covered.size == 917  # docs/live.md
+
+
+def test_a_twin_placement_that_leaves_a_line_unmeasured_is_warned_and_its_clusters_keep_each_bus_with_a_pmu():
+    net = load_grid("ieee30")
+    damping = np.full(net.n_bus, 0.2)
+    with pytest.warns(PlacementWarning, match=r"lines have no PMU at either end.*cover=True"):
+        grid_twin(net, damping, pmu_buses(net, 3, False), dt=0.01, noise_sd=0.01)
+    pmus = pmu_buses(net, 0, True, cover=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", PlacementWarning)
+        twin = grid_twin(net, damping, pmus, dt=0.01, noise_sd=0.01)
+    index, weight = (np.asarray(a) for a in net.neighbours)
+    labels = twin.cluster_of
+    for b in sorted(set(range(net.n_bus)) - set(pmus)):  # with its stiffest neighbour, which has a PMU
+        stiffest = index[b, np.argmax(weight[b])]
+        assert labels[b] == labels[stiffest] and stiffest in pmus
+    assert twin.channels == tuple(f"{q}{b + 1}" for q in ("theta", "omega") for b in pmus)
+    assert all(int(s[5:]) - 1 in pmus for group in twin.groups.values() for s in group)
+
+
+def test_the_first_frame_puts_a_bus_without_a_pmu_at_its_neighbours_weighted_phase():
+    net = load_grid("ieee14")
+    index, weight = (np.asarray(a) for a in net.neighbours)
+    pmus = pmu_buses(net, 0, True, cover=True)
+    partition = partition_for(net, 5, 0.01, measured=pmus)
+    rng = np.random.default_rng(0)
+    frame = np.concatenate([rng.uniform(-3, 3, pmus.size), rng.normal(0, 1, pmus.size)])
+    x0 = first_frame_state(net, partition, pmus, frame)
+    np.testing.assert_array_equal(x0[pmus, 0], frame[: pmus.size])
+    np.testing.assert_array_equal(x0[pmus, 1], frame[pmus.size :])
+    assert np.all(x0[:, 2] == 0.0)
+    theta = dict(zip(pmus.tolist(), frame[: pmus.size], strict=True))
+    omega = dict(zip(pmus.tolist(), frame[pmus.size :], strict=True))
+    for b in sorted(set(range(net.n_bus)) - set(pmus)):
+        near = [(int(j), w) for j, w in zip(index[b], weight[b], strict=True) if w > 0 and j != b]
+        phasor = sum(w * np.exp(1j * theta[j]) for j, w in near)
+        assert x0[b, 0] == pytest.approx(np.angle(phasor), abs=1e-12)
+        assert x0[b, 1] == pytest.approx(sum(w * omega[j] for j, w in near) / sum(w for _, w in near))
+
+
+def test_the_truth_sub_steps_let_a_swing_die_out_as_its_damping_says():
+    """Two buses joined by K = 1e4, damping 0.1: their swing (sqrt(2K) = 141 rad/s) decays as
+    exp(-d t / 2) in the exact motion. Heun at the stable count makes it grow, and the simulation's own
+    growth check refuses it here (on case1888rte, 3,776 states, the check is not formed: more than
+    MAX_STATES); at faithful_substeps it decays at the damping's rate (within 5 % over 9 s)."""
+    k, d, dt = 1e4, 0.1, 0.01
+    index, weight = np.array([[1], [0]]), np.array([[k], [k]])
+    model = KuramotoNetwork(index, weight, np.full(2, d), np.zeros(2))
+
+    def amplitude_ratio(substeps):
+        record = simulate_grid(model, dt, 1000, substeps, 0.0, jax.random.key(0))
+        swing = record["states"][:, 0] - record["states"][:, 1]
+        return np.abs(swing[-100:]).max() / np.abs(swing[:100]).max()
+
+    stable = stable_substeps(weight, dt)
+    faithful = faithful_substeps(weight, np.full(2, d), dt)
+    assert faithful > stable
+    with pytest.raises(StepSizeError, match="multiplies the state"):
+        amplitude_ratio(stable)
+    assert amplitude_ratio(faithful) == pytest.approx(np.exp(-d * 9.0 / 2), rel=0.05)
 
 
 @pytest.mark.timeout(900)

@@ -143,7 +143,9 @@ class GridModel(_Strict):
 
     ``network``: a network pandapower ships, by name, or a pandapower JSON / MATPOWER ``.m`` or ``.mat``
     file (relative to the spec); ``s_max`` the largest cluster; ``damping`` the damping d of every bus
-    (one value or one per bus), needed with measured ``[data]`` (a simulation draws it, Table S4).
+    (one value or one per bus), needed with measured ``[data]`` (a simulation draws it, Table S4);
+    ``pmus`` the buses with a PMU (from 1) for ``twinfer live`` (default: every bus), whose clusters keep
+    every bus without one with its stiffest neighbour (:func:`twinfer.live.grid_twin`).
 
     A grid's ``[estimator]`` without ``kind`` is distributed (one UKF per cluster): a central UKF keeps
     its 3N x 3N covariance and sigma points, and is refused before it starts where they would not fit
@@ -154,6 +156,7 @@ class GridModel(_Strict):
     network: str
     s_max: int = pydantic.Field(default=5, ge=1, le=10)
     damping: Values | None = None
+    pmus: list[int] | None = None
 
 
 class CsvData(_Strict):
@@ -1096,9 +1099,9 @@ def _live_groups(spec: Spec, program: Any, own: dict[str, list[str]]) -> dict[st
 
 
 def _grid_live_setup(spec: Spec, model: GridModel, base: Path) -> LiveSetup:
-    """A grid spec's live twin (:func:`live_setup`): the Kuramoto network's clusters, streamed by bus."""
-    from twinfer.infer import Distributed, compile
+    """A grid spec's live twin (:func:`live_setup`): :func:`twinfer.live.grid_twin` on the spec's PMUs."""
     from twinfer.infer.graph._kuramoto import stable_substeps
+    from twinfer.live import grid_twin
 
     if model.damping is None:
         raise SpecError(
@@ -1107,23 +1110,36 @@ def _grid_live_setup(spec: Spec, model: GridModel, base: Path) -> LiveSetup:
         )
     if spec.live.dt is None:
         raise SpecError("spec live.dt: expected the PMU frames' interval [s] for a grid twin; received none.")
+    e = spec.estimator
+    if e.noise_sd is None or e.noise_sd == "auto" or np.ndim(e.noise_sd) != 0:
+        raise SpecError(
+            f"spec estimator.noise_sd: expected one number for a grid twin; received {e.noise_sd!r}."
+        )
     net = _measured_network(spec, model, base)
     n = net.n_bus
+    pmus = np.arange(n) if model.pmus is None else np.asarray(model.pmus, dtype=np.int64) - 1
+    if pmus.size == 0 or pmus.min() < 0 or pmus.max() >= n or np.unique(pmus).size != pmus.size:
+        raise SpecError(
+            f"spec model.pmus: expected distinct buses in 1..{n} (from 1); received {model.pmus}."
+        )
     # every cluster at the network's stable Heun sub-steps: a cluster's own count ignores its neighbours'
     # stiff lines, and on case1888rte that gave about 200 false alarms per healthy record (live-grid)
     dt = float(spec.live.dt)
-    substeps = stable_substeps(np.asarray(net.neighbours[1]), dt)
-    graph, partition = _grid_graph(spec, model, net, dt, np.zeros((n, 3)), substeps)
-    program = compile(graph, Distributed(), dt=float(spec.live.dt))  # the field engine
-    clusters = {
-        f"S{c + 1} (buses {' '.join(str(b + 1) for b in buses)})": [
-            f"{q}{b + 1}" for q in ("theta", "omega") for b in buses
-        ]
-        for c, buses in enumerate(partition.clusters)
-    }
+    twin = grid_twin(
+        net,
+        np.broadcast_to(np.asarray(model.damping, dtype=np.float64), (n,)),
+        pmus,
+        dt=dt,
+        noise_sd=float(e.noise_sd),  # type: ignore[arg-type]
+        s_max=model.s_max,
+        messages="probabilistic" if e.messages == "probabilistic" else "held",
+        substeps=stable_substeps(np.asarray(net.neighbours[1]), dt),
+        central=e.kind == "central",
+    )
+    program = twin.program
     time = spec.data.time if spec.data is not None else "t"
     columns = {name: name for name in program.output_names}
-    return LiveSetup(program, float(spec.live.dt), time, columns, _live_groups(spec, program, clusters))
+    return LiveSetup(program, dt, time, columns, _live_groups(spec, program, twin.groups))
 
 
 _CENTRAL_UKF_COPIES = 12

@@ -127,3 +127,31 @@ def test_a_grid_twin_names_the_sensor_whose_innovations_fail(tmp_path):
 def test_a_grid_twin_without_the_frames_interval_is_refused_by_key(tmp_path):
     with pytest.raises(SpecError, match=r"live.dt: expected the PMU frames' interval"):
         _setup(tmp_path, GRID.replace("dt = 0.01\n", ""))
+
+
+def test_a_grid_spec_names_its_pmus_and_its_twin_keeps_each_other_bus_with_a_measured_one(tmp_path):
+    """``model.pmus`` (buses from 1): the clusters' alarm groups hold only measured channels, and every
+    bus without a PMU shares a cluster with its stiffest neighbour."""
+    import numpy as np
+
+    from twinfer.data import load_grid
+    from twinfer.live import pmu_buses
+
+    net = load_grid("ieee30")
+    pmus = pmu_buses(net, 0, True, cover=True)
+    text = GRID.replace('kind = "central"\n', "").replace(
+        "damping = 1.0\n", f"damping = 1.0\npmus = {[int(b) + 1 for b in pmus]}\n"
+    )
+    setup = _setup(tmp_path, text)
+    grouped = {s for sensors in setup.groups.values() for s in sensors}
+    assert grouped == {f"{q}{b + 1}" for q in ("theta", "omega") for b in pmus}
+    cluster = {
+        int(b) - 1: name
+        for name, sensors in setup.groups.items()
+        for b in name[name.index("buses") + 6 : -1].split()
+    }
+    index, weight = (np.asarray(a) for a in net.neighbours)
+    for b in sorted(set(range(net.n_bus)) - set(pmus.tolist())):
+        assert cluster[b] == cluster[int(index[b, np.argmax(weight[b])])]
+    with pytest.raises(SpecError, match=r"model.pmus: expected distinct buses in 1..30"):
+        _setup(tmp_path, GRID.replace("damping = 1.0\n", "damping = 1.0\npmus = [0, 3]\n"))

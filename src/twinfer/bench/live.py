@@ -16,7 +16,7 @@ The chain of the ``live-damage`` case (1 kg masses, springs around 1e4 N/m, acce
   (``twinfer.cli``'s cache setting, ``TWINFER_CACHE_DIR``), compiles the program and pushes frames until
   the first estimate: seconds from the process's start, with an empty and with the warm cache.
 
-- **grids**: the ``live-grid`` case's twin (:func:`~twinfer.bench._grid_twin.grid_twin`: the field
+- **grids**: the ``live-grid`` case's twin (:func:`~twinfer.live.grid_twin`: the field
   engine's clusters, a PMU on every bus as in the case, the innovation alarm with one group per
   cluster) of pandapower's ``case1888rte`` and PEGASE 9241 at 100 frames/s, a simulated record
   pushed as a backlog in chunks of :data:`twinfer.live.CHUNK` frames, as the chain's.
@@ -40,14 +40,13 @@ import jax
 import numpy as np
 
 import twinfer
-from twinfer.bench._grid_twin import grid_twin, pmu_buses
 from twinfer.bench._harness import Progress, register
 from twinfer.data import Dataset, load_grid
 from twinfer.data._frames import record_frames
 from twinfer.infer import Program
 from twinfer.infer._program import Frame
 from twinfer.infer.graph._kuramoto import stable_substeps
-from twinfer.live import CHUNK, InnovationAlarm, Twin
+from twinfer.live import CHUNK, InnovationAlarm, Twin, grid_twin, pmu_buses
 from twinfer.models import Chain, KuramotoNetwork, draw_grid_parameters
 from twinfer.sim import simulate_dataset, simulate_grid
 

@@ -6,6 +6,7 @@ the model's steps (:class:`Clock`), raises condition-monitoring alarms (:class:`
 """
 
 from twinfer.live._clock import Clock, RateError, Step
+from twinfer.live._grid import GridTwin, PlacementWarning, grid_twin, pmu_buses
 from twinfer.live._monitor import DriftAlarm, InnovationAlarm, Monitor
 from twinfer.live._twin import CHUNK, Rows, Twin, TwinDiverged
 
@@ -13,11 +14,15 @@ __all__ = [
     "CHUNK",
     "Clock",
     "DriftAlarm",
+    "GridTwin",
     "InnovationAlarm",
     "Monitor",
+    "PlacementWarning",
     "RateError",
     "Rows",
     "Step",
     "Twin",
     "TwinDiverged",
+    "grid_twin",
+    "pmu_buses",
 ]

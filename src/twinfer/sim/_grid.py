@@ -34,9 +34,9 @@ def simulate_grid(
     theta0 = jax.random.uniform(k_th, (n,), minval=-0.5, maxval=0.5)
     omega0 = jax.random.uniform(k_om, (n,), minval=-0.2, maxval=0.2)
     x0 = jnp.concatenate([theta0, omega0])
-    step = discretise(model, dt / substeps, "heun")
-    traj = simulate_discrete(step, x0, None, n_steps=steps * substeps)
-    states = np.asarray(traj.states)[::substeps]
+    step = discretise(model, dt, "heun", substeps=substeps)  # the record's steps only are kept
+    traj = simulate_discrete(step, x0, None, n_steps=steps)
+    states = np.asarray(traj.states)
     clean = np.concatenate([np.asarray(wrap_angle(states[1:, :n])), states[1:, n:]], axis=1)
     noise = sigma * np.asarray(jax.random.normal(k_noise, clean.shape))
     y = clean + noise

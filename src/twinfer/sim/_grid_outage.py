@@ -85,10 +85,10 @@ def simulate_grid_outage(
     cut = without_line(model, line)
     first = simulate_grid(model, dt, onset, substeps, sigma, key)
     n = model.n_bus
-    step = discretise(cut, dt / substeps, "heun")
+    step = discretise(cut, dt, "heun", substeps=substeps)  # the record's steps only are kept
     rest = steps - onset
-    traj = simulate_discrete(step, jnp.asarray(first["states"][-1]), None, n_steps=rest * substeps)
-    states = np.asarray(traj.states)[::substeps]
+    traj = simulate_discrete(step, jnp.asarray(first["states"][-1]), None, n_steps=rest)
+    states = np.asarray(traj.states)
     noise = sigma * np.asarray(jax.random.normal(jax.random.fold_in(key, onset), (rest, 2 * n)))
     y = np.concatenate([np.asarray(wrap_angle(states[1:, :n])), states[1:, n:]], axis=1) + noise
     y[:, :n] = np.asarray(wrap_angle(y[:, :n]))  # as simulate_grid measures (S79)

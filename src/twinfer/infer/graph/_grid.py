@@ -78,14 +78,32 @@ GRID_DEFAULTS = GridSettings()
 """Table S4's values: the defaults of the grid case, its benchmark and a grid spec."""
 
 
-def partition_for(net: Any, s_max: int, dt: float, bond: float = 1.0) -> Partition:
+def partition_for(
+    net: Any, s_max: int, dt: float, bond: float = 1.0, measured: np.ndarray | None = None
+) -> Partition:
     """The generator-seeded partition (S85-S87) of ``net`` with at most ``s_max`` buses a cluster.
 
     Buses joined by edges too stiff for an exchange every ``dt`` stay together: ``bond`` is the limit
     on ``dt sqrt(2K)`` of :func:`~twinfer.infer.graph._partition.bond_for_step` (0: the paper's partition).
+    With ``measured`` (the buses with a PMU, from 0), every other bus stays with its stiffest neighbour:
+    a bus without a PMU is seen only through its own cluster's measurements (a cut line's phase is a
+    message), so one cut off from every measured neighbour keeps its prior's swing for good.
     """
     limit = bond_for_step(dt, bond) if bond > 0 else None
-    return partition_greedy(net.coupling, net.gen_buses, s_max, bond=limit)
+    base = partition_greedy(net.coupling, net.gen_buses, s_max, bond=limit)
+    if measured is not None:
+        index, weight = (np.asarray(a) for a in net.neighbours)
+        seen = np.zeros(net.n_bus, bool)
+        seen[np.asarray(measured, dtype=int)] = True
+        coupled = weight > 0
+        # a bus without a PMU, and one whose neighbours all lack one, with its stiffest neighbour
+        blind = ~(seen[index] & coupled).any(axis=1)
+        lone = np.flatnonzero(~seen | blind)
+        joined = np.stack([lone, index[lone, np.argmax(weight[lone], axis=1)]], axis=1)
+        labels = np.asarray(base.labels)
+        if np.any(labels[joined[:, 0]] != labels[joined[:, 1]]):  # else the partition keeps them already
+            return partition_greedy(net.coupling, net.gen_buses, s_max, bond=limit, joined=joined)
+    return base
 
 
 def whole_network(n_bus: int) -> Partition:

@@ -49,6 +49,7 @@ def partition_greedy(
     s_max: int = 5,
     eps: float = 1e-12,
     bond: float | None = None,
+    joined: np.ndarray | None = None,
 ) -> Partition:
     """Generator-seeded greedy partition (S85-S87), optionally never cutting the stiffest edges.
 
@@ -62,6 +63,8 @@ def partition_greedy(
             its size, a group joins a cluster only where it fits in ``s_max``, and a group larger than
             ``s_max`` is a cluster of its own. :func:`bond_for_step` gives the coupling a Jacobi exchange
             at a step ``dt`` cannot follow.
+        joined: node pairs (P, 2) never cut either, whatever their coupling (a grid twin's unmeasured
+            bus and its stiffest neighbour: :func:`~twinfer.infer.graph._grid.partition_for`).
 
     Returns:
         :class:`Partition`.
@@ -83,11 +86,15 @@ def partition_greedy(
         raise ValueError(f"partition seeds: expected nodes in 0..{n - 1}; received {seeds.tolist()}.")
     if len(np.unique(seeds)) != len(seeds):
         raise ValueError("partition seeds: expected unique nodes; received repeated ones.")
-    if bond is None:
+    pairs = np.zeros((0, 2), int) if joined is None else np.asarray(joined, dtype=int).reshape(-1, 2)
+    if pairs.size and (pairs.min() < 0 or pairs.max() >= n):
+        raise ValueError(f"partition joined: expected node pairs in 0..{n - 1}; received {pairs.tolist()}.")
+    if bond is None and not pairs.size:
         return _greedy(k, seeds, np.ones(n, dtype=int), s_max, eps)
-    if not bond > 0:
+    if bond is not None and not bond > 0:
         raise ValueError(f"partition bond: expected a positive coupling or None; received {bond}.")
-    strong = sp.csr_matrix(k.multiply(k >= bond))
+    strong = sp.csr_matrix(k.multiply(k >= bond)) if bond is not None else sp.csr_matrix((n, n))
+    strong = strong + sp.csr_matrix((np.ones(len(pairs)), (pairs[:, 0], pairs[:, 1])), shape=(n, n))
     groups, group = connected_components(strong, directed=False)
     member = sp.csr_matrix((np.ones(n), (np.arange(n), group)), shape=(n, groups))
     contracted = sp.csr_matrix(member.T @ k @ member)
