@@ -74,6 +74,50 @@ def test_tria_kernels_agree_and_factor(shape):
     assert np.all(np.isfinite(low)) and np.all(np.diag(low) >= 0)
 
 
+def _primitives(fn, *args):
+    """The names of every primitive ``fn``'s jaxpr holds, nested jaxprs included."""
+    names = set()
+
+    def walk(jaxpr):
+        for eqn in jaxpr.eqns:
+            names.add(eqn.primitive.name)
+            for value in eqn.params.values():
+                for item in value if isinstance(value, (list, tuple)) else [value]:
+                    inner = getattr(item, "jaxpr", item)
+                    if hasattr(inner, "eqns"):
+                        walk(inner)
+
+    walk(jax.make_jaxpr(fn)(*args).jaxpr)
+    return names
+
+
+def test_tria_takes_the_library_qr_on_one_matrix_and_reflections_in_a_batch_with_one_derivative():
+    """A small tria (and an update's joint factor) is one LAPACK QR on a single matrix, the written-out
+    reflections under vmap; values agree to rounding, and forward, reverse and second derivatives are
+    the reflections' in both."""
+    a = jnp.asarray(np.random.default_rng(3).normal(size=(6, 12)))
+    batch = jnp.stack([a, 2.0 * a, a[::-1]])
+    assert "qr" in _primitives(tria, a)
+    assert "qr" not in _primitives(jax.vmap(tria), batch)
+    np.testing.assert_allclose(jax.vmap(tria)(batch)[0], tria(a), atol=1e-13)
+    loss = lambda x: jnp.sum(jnp.sin(tria(x)))  # noqa: E731
+    g = jax.grad(loss)(a)
+    np.testing.assert_allclose(jax.jacfwd(loss)(a), g, atol=1e-12)
+    np.testing.assert_allclose(jax.vmap(jax.grad(loss))(batch)[0], g, atol=1e-12)
+    eps = 1e-6 * np.random.default_rng(4).normal(size=a.shape)
+    assert float(jnp.sum(g * eps)) == pytest.approx(float(loss(a + eps) - loss(a - eps)) / 2, rel=1e-6)
+    h = jax.hessian(loss)(a)
+    assert h.shape == (6, 12, 6, 12) and np.all(np.isfinite(h))
+    m, p = jnp.zeros(4), jnp.asarray(np.diag([1.0, 2.0, 3.0, 4.0]))
+    H, y, mask = jnp.eye(2, 4), jnp.array([0.3, -0.1]), jnp.array([True, True])
+    one = update(m, p, H, jnp.zeros(2), jnp.array([0.5, 0.5]), y, mask)
+    many = jax.vmap(lambda y: update(m, p, H, jnp.zeros(2), jnp.array([0.5, 0.5]), y, mask))(
+        jnp.stack([y, y])
+    )
+    np.testing.assert_allclose(many[0][0], one[0], atol=1e-14)
+    np.testing.assert_allclose(many[1][0] @ many[1][0].T, one[1] @ one[1].T, atol=1e-13)
+
+
 def test_tria_rows_gives_the_update_factors_of_the_full_tria():
     """k reflections: T lower-triangular with T T^T = A1 A1^T (the full tria's top block), the cross block
     G T^T = A2 A1^T, and the remaining factor B B^T = A2 A2^T - G G^T (the updated covariance)."""

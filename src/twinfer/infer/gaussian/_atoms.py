@@ -21,9 +21,11 @@ References:
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any, NamedTuple
 
+import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float
 
@@ -138,12 +140,54 @@ def condition(
     innovation = innovation * mask.astype(innovation.dtype)
     if chol_joint.shape[0] > HOUSEHOLDER_MAX:
         big = tria(chol_joint)  # lower-triangular (m + n) square: its lower-right block is triangular
-        chol_post = big[n_y:, n_y:]
+        chol_s, gain, chol_post = big[:n_y, :n_y], big[n_y:, :n_y], big[n_y:, n_y:]
     else:
-        big = tria_rows(chol_joint, n_y)
-        chol_post = tria(big[n_y:, n_y:]) if triangular else big[n_y:, n_y : n_y + n_x]
-    new_mean, info = _read_off(mean, big[:n_y, :n_y], big[n_y:, :n_y], innovation, mask)
+        chol_s, gain, chol_post = _joint_blocks(n_y, triangular)(chol_joint)
+    new_mean, info = _read_off(mean, chol_s, gain, innovation, mask)
     return new_mean, chol_post, info
+
+
+def _blocks_by_rows(a: Any, n_y: int, triangular: bool) -> tuple[Any, Any, Any]:
+    """``(L_S, G, posterior factor)`` from the first ``n_y`` reflections (:func:`tria_rows`)."""
+    n_x = a.shape[0] - n_y
+    big = tria_rows(a, n_y)
+    post = tria(big[n_y:, n_y:]) if triangular else big[n_y:, n_y : n_y + n_x]
+    return big[:n_y, :n_y], big[n_y:, :n_y], post
+
+
+def _blocks_by_tria(a: Any, n_y: int) -> tuple[Any, Any, Any]:
+    """``(L_S, G, posterior factor)`` from one whole :func:`tria` (the library QR on one matrix)."""
+    big = tria(a)
+    return big[:n_y, :n_y], big[n_y:, :n_y], big[n_y:, n_y:]
+
+
+@functools.lru_cache(maxsize=256)
+def _joint_blocks(n_y: int, triangular: bool) -> Any:
+    """The blocks of a small joint factor: one library QR on one matrix, ``n_y`` reflections in a batch.
+
+    Under ``vmap`` the first ``n_y`` written-out reflections fuse across the batch (:func:`tria_rows`);
+    on one matrix a whole library QR is faster. Derivatives go through the reflections.
+    """
+
+    @jax.custom_batching.custom_vmap
+    def by_batch(a: Any) -> Any:
+        return _blocks_by_tria(a, n_y)
+
+    @by_batch.def_vmap
+    def batched(axis_size: int, in_batched: Any, a: Any) -> tuple[Any, Any]:
+        if not in_batched[0]:
+            a = jnp.broadcast_to(a, (axis_size, *a.shape))
+        return jax.vmap(lambda x: _blocks_by_rows(x, n_y, triangular))(a), (True, True, True)
+
+    @jax.custom_jvp
+    def blocks(a: Any) -> Any:
+        return by_batch(a)
+
+    @blocks.defjvp
+    def blocks_jvp(primals: Any, tangents: Any) -> Any:
+        return jax.jvp(lambda x: _blocks_by_rows(x, n_y, triangular), primals, tangents)
+
+    return blocks
 
 
 def condition_moments(

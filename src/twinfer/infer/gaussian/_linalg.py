@@ -8,8 +8,12 @@ element-wise operations over the whole batch. Each function picks its kernel by 
 
 * :func:`cholesky` and the solves are written out element by element up to :data:`UNROLL_MAX`
   (above it, a single 10x10 factor unrolled costs more than the library call it replaces);
-* :func:`tria` uses Householder reflections on whole rows up to :data:`HOUSEHOLDER_MAX` rows and
-  QR (``jnp.linalg.qr``) above; :func:`tria_scalar` writes every entry out, for the ``(q+1) x
+* :func:`tria` uses Householder reflections on whole rows up to :data:`HOUSEHOLDER_MAX` rows under
+  ``vmap`` and QR (``jnp.linalg.qr``, one LAPACK call) otherwise: the written-out reflections fuse
+  across a batch, while on one matrix the library call is faster (a 24-state EKF step: 71-75 against
+  121-132 us). The choice is made when the function is batched (``jax.custom_batching.custom_vmap``);
+  derivatives of either go through the reflections (a ``custom_jvp``), so forward and reverse mode,
+  Hessians and their batches all work. :func:`tria_scalar` writes every entry out, for the ``(q+1) x
   2(q+1)`` blocks of the block-diagonal ODE filter; :func:`tria_rows` stops after the first ``k``
   reflections, which is all a square-root update needs.
 
@@ -106,26 +110,60 @@ def _positive_diagonal(low: Any) -> Any:
     return low * signs[None, :]
 
 
+def _tria_reflections(a: Any) -> Any:
+    """:func:`tria` by Householder reflections written out on whole rows (``a`` at least as wide as tall)."""
+    n = a.shape[0]
+    r = a.T
+    for j in range(n):
+        r = _householder(r, j)
+    return _positive_diagonal(jnp.tril(r[:n, :n].T))
+
+
+def _tria_library(a: Any) -> Any:
+    """:func:`tria` by one ``jnp.linalg.qr`` of ``a^T`` (LAPACK on the CPU)."""
+    _, r = jnp.linalg.qr(a.T, mode="reduced")
+    return _positive_diagonal(r.T)
+
+
+@jax.custom_batching.custom_vmap
+def _tria_by_batch(a: Any) -> Any:
+    return _tria_library(a)
+
+
+@_tria_by_batch.def_vmap
+def _tria_batched(axis_size: int, in_batched: Any, a: Any) -> tuple[Any, bool]:
+    if not in_batched[0]:
+        a = jnp.broadcast_to(a, (axis_size, *a.shape))
+    return jax.vmap(_tria_reflections)(a), True
+
+
+@jax.custom_jvp
+def _tria_small(a: Any) -> Any:
+    """The library QR on one matrix, the reflections under ``vmap``; derivatives of the reflections."""
+    return _tria_by_batch(a)
+
+
+@_tria_small.defjvp
+def _tria_small_jvp(primals: Any, tangents: Any) -> Any:
+    return jax.jvp(_tria_reflections, primals, tangents)
+
+
 def tria(a: Float[Array, "n m"]) -> Float[Array, "n n"]:
     """Lower-triangular ``L`` with ``L L^T = A A^T`` and a non-negative diagonal (``A`` is (n, m)).
 
     Covariances are added in square-root form by triangularising stacked factors:
     ``tria([L_1, L_2])`` is a factor of ``L_1 L_1^T + L_2 L_2^T``. Up to :data:`HOUSEHOLDER_MAX` rows
-    this is a Householder QR of ``A^T`` written out on whole rows (without forming ``Q``; a zero column,
-    e.g. after a zero-noise update, is left as is); above, ``jnp.linalg.qr``. A matrix narrower than
-    it is tall is padded with zero columns.
+    under ``vmap`` this is a Householder QR of ``A^T`` written out on whole rows (without forming ``Q``;
+    a zero column, e.g. after a zero-noise update, is left as is); above, or on a single matrix,
+    ``jnp.linalg.qr``. A matrix narrower than it is tall is padded with zero columns.
     """
     n, m = a.shape
     if m < n:
         a = jnp.concatenate([a, jnp.zeros((n, n - m), a.dtype)], axis=1)
         m = n
     if n > HOUSEHOLDER_MAX:
-        _, r = jnp.linalg.qr(a.T, mode="reduced")
-        return _positive_diagonal(r.T)
-    r = a.T
-    for j in range(n):
-        r = _householder(r, j)
-    return _positive_diagonal(jnp.tril(r[:n, :n].T))
+        return _tria_library(a)
+    return _tria_small(a)
 
 
 def tria_scalar(a: Float[Array, "n m"]) -> Float[Array, "n n"]:
