@@ -29,7 +29,7 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float
 
-from twinfer.infer.gaussian._linalg import HOUSEHOLDER_MAX, cholesky, solve_lower, tria, tria_rows
+from twinfer.infer.gaussian._linalg import HOUSEHOLDER_MAX, UNROLL_MAX, cholesky, solve_lower, tria, tria_rows
 
 _LOG_2PI = math.log(2.0 * math.pi)
 
@@ -141,6 +141,8 @@ def condition(
     if chol_joint.shape[0] > HOUSEHOLDER_MAX:
         big = tria(chol_joint)  # lower-triangular (m + n) square: its lower-right block is triangular
         chol_s, gain, chol_post = big[:n_y, :n_y], big[n_y:, :n_y], big[n_y:, n_y:]
+    elif chol_joint.shape[0] <= UNROLL_MAX:  # a few rows: reflections, batched or not
+        chol_s, gain, chol_post = _blocks_by_rows(chol_joint, n_y, triangular)
     else:
         chol_s, gain, chol_post = _joint_blocks(n_y, triangular)(chol_joint)
     new_mean, info = _read_off(mean, chol_s, gain, innovation, mask)

@@ -10,14 +10,15 @@ element-wise operations over the whole batch. Each function picks its kernel by 
   (above it, a single 10x10 factor unrolled costs more than the library call it replaces);
 * :func:`tria` uses Householder reflections on whole rows up to :data:`HOUSEHOLDER_MAX` rows under
   ``vmap`` and QR (``jnp.linalg.qr``, one LAPACK call) otherwise: the written-out reflections fuse
-  across a batch, while on one matrix the library call is faster (a 24-state EKF step: 71-75 against
-  121-132 us). The choice is made when the function is batched (``jax.custom_batching.custom_vmap``);
-  derivatives of either go through the reflections (a ``custom_jvp``), so forward and reverse mode,
-  Hessians and their batches all work. :func:`tria_scalar` writes every entry out, for the ``(q+1) x
+  across a batch, while on one matrix of more than :data:`UNROLL_MAX` rows the library call is faster
+  (24 x 48 inside a scan: 15 against 37 us; 4 x 8: 2.6 against 1.7 us, so up to 4 rows reflections).
+  The choice is made when the function is batched (``jax.custom_batching.custom_vmap``); derivatives of
+  either go through the reflections (a ``custom_jvp``), so forward and reverse mode, Hessians and their
+  batches all work. :func:`tria_scalar` writes every entry out, for the ``(q+1) x
   2(q+1)`` blocks of the block-diagonal ODE filter; :func:`tria_rows` stops after the first ``k``
   reflections, which is all a square-root update needs.
 
-The results agree to rounding whichever kernel runs (``tests/test_small_linalg.py``).
+The results agree to rounding whichever kernel runs (``tests/test_gaussian_core.py``).
 
 References:
     Golub & Van Loan, Matrix Computations (4th ed.), Alg. 4.2.1 (Cholesky), 3.1.1-3.1.2 (forward and
@@ -163,6 +164,8 @@ def tria(a: Float[Array, "n m"]) -> Float[Array, "n n"]:
         m = n
     if n > HOUSEHOLDER_MAX:
         return _tria_library(a)
+    if n <= UNROLL_MAX:  # a few rows: the reflections beat a library call on one matrix too
+        return _tria_reflections(a)
     return _tria_small(a)
 
 
