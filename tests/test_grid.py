@@ -223,6 +223,19 @@ def test_a_bond_keeps_stiff_edges_inside_clusters():
     assert bond_for_step(0.01) == pytest.approx(5000.0) and bond_for_step(0.01, 2.0) == pytest.approx(20000.0)
 
 
+def test_joined_pairs_are_never_cut_and_bad_pairs_are_named():
+    """A joined pair moves as one group whatever its coupling (a bus without a PMU and its stiffest
+    neighbour); a pair outside the network is refused by name."""
+    k = sp.csr_matrix(np.diag([1.0, 3.0, 2.0, 1.0], 1) + np.diag([1.0, 3.0, 2.0, 1.0], -1))  # path 0-1-2-3-4
+    joined = partition_greedy(k, [0, 4], s_max=2, joined=np.array([[2, 3]]))
+    assert joined.labels[2] == joined.labels[3]
+    assert partition_greedy(k, [0, 4], s_max=2).labels[2] != partition_greedy(k, [0, 4], s_max=2).labels[3]
+    with pytest.raises(
+        ValueError, match=r"partition joined: expected node pairs in 0..4; received \[\[2, 9\]\]"
+    ):
+        partition_greedy(k, [0], joined=np.array([[2, 9]]))
+
+
 def test_case1888rtes_partition_cuts_no_edge_too_stiff_for_the_step():
     """case1888rte joins buses by K up to 2e4: the paper's partition cuts 58 edges with dt sqrt(2K) > 1 at
     dt = 0.01, and its Jacobi estimate diverged through them at seed 0 (t = 0.58 s). The grid case's

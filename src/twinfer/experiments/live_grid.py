@@ -140,7 +140,7 @@ def outage_stream(config: LiveGridConfig, model: KuramotoNetwork, pmus: np.ndarr
     """The record of seed ``seed``: a random line trips at a random time (module docstring).
 
     The truth runs ``settle`` seconds from the grid case's random start before the stream begins, at
-    :func:`~twinfer.infer.graph._kuramoto.faithful_substeps`. The rows are the PMUs' phases then
+    :func:`truth_substeps`. The rows are the PMUs' phases then
     frequencies (``pmus`` order) at ``t = k dt`` from the stream's start; row 0 is that start (t = 0),
     which a twin never applies: its step 0 is the prior.
     """

@@ -217,14 +217,13 @@ def grid_twin(
     ).graph
     graph = dataclasses.replace(graph, output_names=network.output_names, input_names=network.input_names)
     program = twinfer.compile(graph, Distributed(), dt=float(dt))  # the field engine
-    measured_set = set(buses)
     # one group per measured cluster, its channels as the frames name them
     groups = {
         cluster_name(partition, c): [
-            f"{q}{b + 1}" for q in ("theta", "omega") for b in members if b in measured_set
+            f"{q}{b + 1}" for q in ("theta", "omega") for b in members if measured[b]
         ]
         for c, members in enumerate(partition.clusters)
-        if measured_set.intersection(int(b) for b in members)
+        if measured[members].any()
     }
     channels = tuple(f"{q}{b + 1}" for q in ("theta", "omega") for b in buses)
     return GridTwin(program, partition, channels, groups)

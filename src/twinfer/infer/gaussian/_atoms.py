@@ -25,11 +25,18 @@ import functools
 import math
 from typing import Any, NamedTuple
 
-import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float
 
-from twinfer.infer.gaussian._linalg import HOUSEHOLDER_MAX, UNROLL_MAX, cholesky, solve_lower, tria, tria_rows
+from twinfer.infer.gaussian._linalg import (
+    HOUSEHOLDER_MAX,
+    UNROLL_MAX,
+    by_batching,
+    cholesky,
+    solve_lower,
+    tria,
+    tria_rows,
+)
 
 _LOG_2PI = math.log(2.0 * math.pi)
 
@@ -168,28 +175,12 @@ def _joint_blocks(n_y: int, triangular: bool) -> Any:
     """The blocks of a small joint factor: one library QR on one matrix, ``n_y`` reflections in a batch.
 
     Under ``vmap`` the first ``n_y`` written-out reflections fuse across the batch (:func:`tria_rows`);
-    on one matrix a whole library QR is faster. Derivatives go through the reflections.
+    on one matrix a whole library QR is faster (:func:`~twinfer.infer.gaussian._linalg.by_batching`).
     """
-
-    @jax.custom_batching.custom_vmap
-    def by_batch(a: Any) -> Any:
-        return _blocks_by_tria(a, n_y)
-
-    @by_batch.def_vmap
-    def batched(axis_size: int, in_batched: Any, a: Any) -> tuple[Any, Any]:
-        if not in_batched[0]:
-            a = jnp.broadcast_to(a, (axis_size, *a.shape))
-        return jax.vmap(lambda x: _blocks_by_rows(x, n_y, triangular))(a), (True, True, True)
-
-    @jax.custom_jvp
-    def blocks(a: Any) -> Any:
-        return by_batch(a)
-
-    @blocks.defjvp
-    def blocks_jvp(primals: Any, tangents: Any) -> Any:
-        return jax.jvp(lambda x: _blocks_by_rows(x, n_y, triangular), primals, tangents)
-
-    return blocks
+    return by_batching(
+        functools.partial(_blocks_by_tria, n_y=n_y),
+        functools.partial(_blocks_by_rows, n_y=n_y, triangular=triangular),
+    )
 
 
 def condition_moments(

@@ -126,27 +126,38 @@ def _tria_library(a: Any) -> Any:
     return _positive_diagonal(r.T)
 
 
-@jax.custom_batching.custom_vmap
-def _tria_by_batch(a: Any) -> Any:
-    return _tria_library(a)
+def by_batching(one: Any, many: Any) -> Any:
+    """``one(a)`` on a single array, ``many`` mapped under ``vmap``; derivatives (any mode) of ``many``.
+
+    For kernels whose best form depends on batching: a library call on one matrix, written-out
+    arithmetic that fuses across a batch (``jax.custom_batching.custom_vmap``, which has no derivative
+    rules of its own, inside a ``custom_jvp``). ``one`` and ``many`` must agree to rounding.
+    """
+
+    @jax.custom_batching.custom_vmap
+    def chosen(a: Any) -> Any:
+        return one(a)
+
+    @chosen.def_vmap
+    def batched(axis_size: int, in_batched: Any, a: Any) -> tuple[Any, Any]:
+        if not in_batched[0]:
+            a = jnp.broadcast_to(a, (axis_size, *a.shape))
+        out = jax.vmap(many)(a)
+        return out, jax.tree_util.tree_map(lambda _: True, out)
+
+    @jax.custom_jvp
+    def kernel(a: Any) -> Any:
+        return chosen(a)
+
+    @kernel.defjvp
+    def kernel_jvp(primals: Any, tangents: Any) -> Any:
+        return jax.jvp(many, primals, tangents)
+
+    return kernel
 
 
-@_tria_by_batch.def_vmap
-def _tria_batched(axis_size: int, in_batched: Any, a: Any) -> tuple[Any, bool]:
-    if not in_batched[0]:
-        a = jnp.broadcast_to(a, (axis_size, *a.shape))
-    return jax.vmap(_tria_reflections)(a), True
-
-
-@jax.custom_jvp
-def _tria_small(a: Any) -> Any:
-    """The library QR on one matrix, the reflections under ``vmap``; derivatives of the reflections."""
-    return _tria_by_batch(a)
-
-
-@_tria_small.defjvp
-def _tria_small_jvp(primals: Any, tangents: Any) -> Any:
-    return jax.jvp(_tria_reflections, primals, tangents)
+_tria_small = by_batching(_tria_library, _tria_reflections)
+"""The library QR on one matrix, the reflections under ``vmap``; derivatives of the reflections."""
 
 
 def tria(a: Float[Array, "n m"]) -> Float[Array, "n n"]:
