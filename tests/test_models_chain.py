@@ -97,3 +97,21 @@ def test_segments_with_their_cut_forces_as_inputs_are_the_whole_chain():
     assert mats is not None and mats[2].shape == (0, 4)
     with pytest.raises(ValueError, match=r"segment: expected 1 <= first <= last <= 4; received first=3"):
         c.segment(3, 2)
+
+
+def test_set_param_vector_equals_set_params_one_name_at_a_time():
+    """Whole groups in order, a part of a group out of order, and a scalar group: as set_params."""
+    from twinfer.models import set_param_vector
+
+    params = {"m": jnp.arange(1.0, 5.0), "k": jnp.arange(10.0, 14.0), "sigma": jnp.asarray(0.5)}
+    names = ("k1", "k2", "k3", "k4", "m3", "m1", "sigma")
+    values = jnp.asarray([20.0, 21.0, 22.0, 23.0, 30.0, 31.0, 0.7])
+    fast = set_param_vector(params, names, values)
+    slow = set_params(params, {name: values[i] for i, name in enumerate(names)})
+    assert fast.keys() == slow.keys()
+    for group in fast:
+        np.testing.assert_array_equal(np.asarray(fast[group]), np.asarray(slow[group]))
+    with pytest.raises(ValueError, match=r"values: expected shape \(2,\), one per name; received \(3,\)"):
+        set_param_vector(params, ("k1", "k2"), jnp.zeros(3))
+    with pytest.raises(KeyError, match="'q1'"):
+        set_param_vector(params, ("q1",), jnp.zeros(1))

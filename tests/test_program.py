@@ -19,7 +19,7 @@ import pytest
 
 from twinfer.checkpoint import CheckpointError
 from twinfer.infer._api import Banded, Central, Distributed, compile, estimate
-from twinfer.infer.filters import FilterConsistencyWarning
+from twinfer.infer.filters import FilterConsistencyWarning, run_filter
 from twinfer.models import Chain
 from twinfer.sim import simulate_dataset
 
@@ -157,6 +157,10 @@ def test_methods_and_keywords_are_validated_by_name():
         ValueError, match="Central filter: expected one of 'ukf', 'ekf', 'kf'; received 'ufk'"
     ):
         Central(filter="ufk")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="Central kernel: expected one of 'qr', 'gram'; received 'cholesky'"):
+        Central(filter="ekf", kernel="cholesky")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="filter kernel: expected one of 'qr', 'gram'; received 'lu'"):
+        run_filter(CHAIN, DATA, estimator="ekf", kernel="lu", **PROBLEM)  # type: ignore[call-arg]
     with pytest.raises(ValueError, match="Banded bandwidth: expected None or an integer >= 1; received 0"):
         Banded(bandwidth=0)
     with pytest.raises(ValueError, match="Distributed schedule"):
@@ -205,3 +209,72 @@ def test_distributed_and_banded_estimate_run_on_a_model():
     sd = np.asarray(central.stds)
     assert np.all(np.abs(np.asarray(full.means) - np.asarray(central.means)) <= 1e-6 * sd)
     assert np.all(np.abs(np.asarray(full.stds) - sd) <= 1e-6 * sd)
+
+
+def _primitive_shapes(jaxpr, name, found):
+    """Input shapes of every ``name`` equation in ``jaxpr`` and the jaxprs nested in it."""
+    for eqn in jaxpr.eqns:
+        if eqn.primitive.name == name:
+            found.append(tuple(eqn.invars[0].aval.shape))
+        for param in eqn.params.values():
+            for sub in param if isinstance(param, tuple | list) else (param,):
+                inner = getattr(sub, "jaxpr", sub)
+                if hasattr(inner, "eqns"):
+                    _primitive_shapes(inner, name, found)
+    return found
+
+
+def test_a_backlog_writes_its_rows_in_place_and_equals_single_steps():
+    """``steps`` over a chunk: rows by dynamic update slices (a scatter was copied whole every step).
+
+    The scatters left are the model's own (the unknown ``k2`` set into its group); none has the chunk's
+    leading axis. Its rows and final state equal single steps.
+    """
+    program = compile(CHAIN, "ekf", data=DATA, **PROBLEM)
+    chunk = 11  # not the state size (7), whose scatters are the log-scale unknown's
+    frames = [program.frame(DATA.inputs[k], DATA.observations[k]) for k in range(1, chunk + 1)]
+    stacked = jax.tree_util.tree_map(lambda *a: np.stack(a), *frames)
+    state = program.init(DATA.inputs[0])
+    jaxpr = jax.make_jaxpr(lambda s, f, c: program.steps(s, f, c))(state, stacked, np.int32(5))
+    shapes = _primitive_shapes(jaxpr.jaxpr, "scatter", [])
+    assert not [s for s in shapes if s[:1] == (chunk,)], shapes
+    final, rows = jax.jit(lambda s, f, c: program.steps(s, f, c))(state, stacked, np.int32(5))
+    single, singles = _stepped(program, _head(DATA, 6))
+    np.testing.assert_allclose(np.asarray(final.mean), np.asarray(single.mean), rtol=1e-12, atol=1e-15)
+    np.testing.assert_allclose(
+        np.asarray(rows.mean[:5]), np.stack([np.asarray(r.mean) for r in singles]), rtol=1e-12, atol=1e-15
+    )
+    np.testing.assert_array_equal(np.asarray(rows.mean[5:]), 0.0)
+
+
+@pytest.mark.parametrize("filter_", ["ekf", "kf"])
+def test_the_gram_kernel_equals_the_qr_kernel_with_missing_outputs_and_correlated_noise(filter_):
+    """Covariances by products and Cholesky (``kernel="gram"``) against stacked factors by QR.
+
+    On a record with a tenth of its outputs missing, correlated sensor noise, and (for the EKF) a
+    log-scale unknown: means, sds, log-likelihood and NIS agree to rounding, and the EKF's gram Program
+    a row at a time equals its run to rounding: 1e-11 of each column's scale (XLA fuses the products of
+    a lone step and of a scan differently; QR's library calls round alike, to 1e-12). The UKF's gram
+    update is ``ukf_step``'s (tests/test_ukf.py).
+    """
+    rng = np.random.default_rng(3)
+    data = DATA.with_mask(np.asarray(DATA.mask) & (rng.random(DATA.observations.shape) > 0.1))
+    problem = {k: v for k, v in PROBLEM.items() if k != "noise_sd"}
+    problem["noise_cov"] = np.array([[1.4e-4, 0.5e-4], [0.5e-4, 1.2e-4]])
+    if filter_ == "kf":
+        problem.pop("unknown")
+    ests = {
+        kernel: compile(CHAIN, Central(filter=filter_, kernel=kernel), data=data, **problem).run(data)
+        for kernel in ("qr", "gram")
+    }
+    qr, gram = ests["qr"], ests["gram"]
+    np.testing.assert_allclose(np.asarray(gram.means), np.asarray(qr.means), rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(np.asarray(gram.stds), np.asarray(qr.stds), rtol=1e-9, atol=1e-14)
+    assert gram.loglik == pytest.approx(qr.loglik, rel=1e-10)
+    assert gram.nis == pytest.approx(qr.nis, rel=1e-9)
+    if filter_ == "kf":
+        return
+    program = compile(CHAIN, Central(filter=filter_, kernel="gram"), data=data, **problem)
+    _, rows = _stepped(program, data)
+    stepped, run = np.stack([np.asarray(r.mean) for r in rows]), np.asarray(gram.means)[1:]
+    assert np.all(np.abs(stepped - run) <= 1e-11 * np.max(np.abs(run), axis=0)), np.max(np.abs(stepped - run))

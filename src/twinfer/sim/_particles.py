@@ -21,12 +21,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from twinfer.models import AbstractModel, set_params
+from twinfer.models import AbstractModel, set_param_vector
 from twinfer.sim._discretise import discretise
 
 
 def _particle_params(base_params: Mapping[str, Any], names: tuple[str, ...], theta: Any) -> dict[str, Any]:
-    return set_params(dict(base_params), {n: theta[i] for i, n in enumerate(names)})
+    return set_param_vector(dict(base_params), names, theta)
 
 
 def _map_chunks(run: Callable[..., Any], thetas: np.ndarray, chunk: int, *shared: Any) -> np.ndarray:

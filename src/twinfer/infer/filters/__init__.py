@@ -12,7 +12,7 @@ walks; :func:`tuning_of` reads the noise levels an ``"auto"`` run chose.
 from twinfer.infer.filters._api import run_filter, smooth
 from twinfer.infer.filters._augment import augment
 from twinfer.infer.filters._errors import DivergenceError, FilterConsistencyWarning, ParameterBoundWarning
-from twinfer.infer.filters._gaussian_filter import GaussianFilterOutput, gaussian_filter
+from twinfer.infer.filters._gaussian_filter import GaussianFilterOutput, Kernel, gaussian_filter
 from twinfer.infer.filters._particle import particle_filter
 from twinfer.infer.filters._smoother import rts_smooth
 from twinfer.infer.filters._tune import NoiseTuning, tuning_of
@@ -22,6 +22,7 @@ __all__ = [
     "DivergenceError",
     "FilterConsistencyWarning",
     "GaussianFilterOutput",
+    "Kernel",
     "NoiseTuning",
     "ParameterBoundWarning",
     "augment",

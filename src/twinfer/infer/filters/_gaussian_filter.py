@@ -14,7 +14,7 @@ References:
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import Any, Literal, NamedTuple
 
 import equinox as eqx
 import jax
@@ -22,7 +22,16 @@ import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike, Bool, Float, Int
 
 from twinfer._config import ensure
-from twinfer.infer.gaussian import Linearisation, predict, taylor, tria, update
+from twinfer.infer.gaussian import (
+    Linearisation,
+    cholesky,
+    condition_moments,
+    noise_factor,
+    predict,
+    taylor,
+    tria,
+    update,
+)
 
 _DIVERGED = (
     "filter diverged: a covariance stopped being positive-definite or the state became non-finite "
@@ -34,6 +43,13 @@ Transition = Callable[[Any, Any], Any]
 
 Measurement = Callable[[Any, Any], Any]
 """``(x, u) -> y``: a measurement function."""
+
+Kernel = Literal["qr", "gram"]
+"""How a Gaussian filter step does its algebra. ``"qr"`` (the default) keeps every covariance as a factor and
+adds and conditions them by QR of stacked factors (:func:`~twinfer.infer.gaussian.tria`); robust to
+singular covariances. ``"gram"`` forms the covariances by products and factors them by Cholesky: for a
+24-state EKF 1.7 times faster on the CPU (``twinfer bench live``), at the price of a squared condition
+number and positive-definite covariances (every sensor noisy, every state spread or driven)."""
 
 Innovation = Callable[[Any, Any], Any]
 """``(y, y_pred) -> residual``; a wrapped difference for angles."""
@@ -147,6 +163,7 @@ def gaussian_filter(
     linearisation: Linearisation = taylor,
     extra_chol_Q: Float[Array, "T n k"] | None = None,
     check: bool = False,
+    kernel: Kernel = "qr",
 ) -> GaussianFilterOutput:
     """Scan the square-root predict/update atoms over time with one linearisation.
 
@@ -170,6 +187,7 @@ def gaussian_filter(
         extra_chol_Q: optional (T, n, k) extra process-noise factors injected at each predict (the hook of
             the compositional graph's probabilistic interface messages).
         check: raise inside ``jit`` (``eqx.error_if``) if any step produced a non-finite state.
+        kernel: ``"qr"`` or ``"gram"`` (:data:`Kernel`).
 
     Returns:
         :class:`GaussianFilterOutput`.
@@ -183,7 +201,9 @@ def gaussian_filter(
 
     def step(mean: Float[Array, " n"], chol_P: Float[Array, "n n"], inp: Any) -> GaussianStep:
         u, y, mask, chol_extra = inp
-        return gaussian_step(f, h, linearisation, chol_Q, chol_R, mean, chol_P, u, y, mask, chol_extra)
+        return gaussian_step(
+            f, h, linearisation, chol_Q, chol_R, mean, chol_P, u, y, mask, chol_extra, kernel=kernel
+        )
 
     return scan_steps(step, x0, chol_P0, (us, ys, masks, extra), masks, check=check)
 
@@ -200,21 +220,74 @@ def gaussian_step(
     y: Float[Array, " m"],
     mask: Bool[Array, " m"],
     chol_extra: Float[Array, "n k"] | None = None,
+    *,
+    kernel: Kernel = "qr",
 ) -> GaussianStep:
     """One step of :func:`gaussian_filter`.
 
     Linearise ``f`` at the posterior, predict, linearise ``h`` at the prediction, update with ``y`` where
     ``mask`` holds (``y`` is 0 elsewhere, never read).
 
-    ``chol_extra`` (n, k) is extra process noise of this step (zeros when None).
+    ``chol_extra`` (n, k) is extra process noise of this step (zeros when None). ``kernel`` (see
+    :data:`Kernel`): ``"qr"`` triangularises stacked factors; ``"gram"`` forms the predicted covariance
+    and the joint covariance of the update by products and factors them by Cholesky
+    (:func:`~twinfer.infer.gaussian.condition_moments`).
     """
     if chol_extra is None:
         chol_extra = jnp.zeros((mean.shape[0], 1), mean.dtype)
+    if kernel == "gram":
+        return _gram_step(f, h, linearisation, chol_Q, chol_R, mean, chol_P, u, y, mask, chol_extra)
+    if kernel != "qr":
+        raise ValueError(f"gaussian_step kernel: expected 'qr' or 'gram'; received {kernel!r}.")
     A, b, chol_omega = linearisation(lambda x: f(x, u), mean, chol_P)
     m_pred, c_pred = predict(mean, chol_P, A, b, jnp.concatenate([chol_Q, chol_omega, chol_extra], 1))
     H, d, chol_omega_h = linearisation(lambda x: h(x, u), m_pred, c_pred)
     chol_R_k = tria(jnp.concatenate([chol_R, chol_omega_h], axis=1))
     m_new, c_new, info = update(m_pred, c_pred, H, d, chol_R_k, y, mask)
+    ok = jnp.all(jnp.isfinite(m_new)) & jnp.all(jnp.isfinite(c_new)) & jnp.isfinite(info.loglik)
+    cross = chol_P @ (chol_P.T @ A.T)
+    return GaussianStep(m_new, c_new, info.loglik, ok, m_pred, c_pred, cross, info.nis, info.standardised)
+
+
+def _gram_step(
+    f: Transition,
+    h: Measurement,
+    linearisation: Linearisation,
+    chol_Q: Any,
+    chol_R: Any,
+    mean: Any,
+    chol_P: Any,
+    u: Any,
+    y: Any,
+    mask: Any,
+    chol_extra: Any,
+) -> GaussianStep:
+    """:func:`gaussian_step` with ``kernel="gram"``: the same Gaussian algebra on covariances.
+
+    ``P' = (A L_P)(A L_P)^T + N N^T`` with ``N = [L_Q, L_Omega, L_extra]`` (S12), then the joint
+    covariance of the masked measurement and the state, ``S_yy = H_M P' H_M^T + R_M``, ``S_xy = P' H_M^T``
+    (the masking rule of :func:`~twinfer.infer.gaussian.noise_factor`), conditioned by
+    :func:`~twinfer.infer.gaussian.condition_moments`. Equal to the QR kernel to rounding while every
+    covariance is positive-definite; where one is not (a noise-free sensor, a state with neither prior
+    spread nor process noise), its Cholesky factor is NaN and the step is flagged not ``ok``.
+    ``pred_chol`` is factored only where it is read (the smoother, a sigma-point measurement
+    linearisation); XLA drops it otherwise.
+    """
+    A, b, chol_omega = linearisation(lambda x: f(x, u), mean, chol_P)
+    spread = A @ chol_P
+    noise = jnp.concatenate([chol_Q, chol_omega, chol_extra], axis=1)
+    cov_pred = spread @ spread.T + noise @ noise.T
+    cov_pred = 0.5 * (cov_pred + cov_pred.T)
+    m_pred = A @ mean + b
+    c_pred = cholesky(cov_pred)
+    H, d, chol_omega_h = linearisation(lambda x: h(x, u), m_pred, c_pred)
+    m_f = mask.astype(mean.dtype)
+    h_m = H * m_f[:, None]
+    noise_y = noise_factor(jnp.concatenate([chol_R, chol_omega_h], axis=1), mask, square=False)
+    s_xy = cov_pred @ h_m.T
+    s_yy = h_m @ s_xy + noise_y @ noise_y.T
+    innovation = jnp.where(mask, y - (H @ m_pred + d), 0.0)
+    m_new, c_new, info = condition_moments(m_pred, s_yy, s_xy, cov_pred, innovation, mask)
     ok = jnp.all(jnp.isfinite(m_new)) & jnp.all(jnp.isfinite(c_new)) & jnp.isfinite(info.loglik)
     cross = chol_P @ (chol_P.T @ A.T)
     return GaussianStep(m_new, c_new, info.loglik, ok, m_pred, c_pred, cross, info.nis, info.standardised)

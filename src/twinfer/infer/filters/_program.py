@@ -26,7 +26,7 @@ from twinfer.infer._estimate import Estimate
 from twinfer.infer._program import Frame, Program, Row, frames_of, input_pair
 from twinfer.infer.filters._augment import log_scaled
 from twinfer.infer.filters._errors import DivergenceError
-from twinfer.infer.filters._gaussian_filter import GaussianFilterOutput, GaussianStep, gaussian_step
+from twinfer.infer.filters._gaussian_filter import GaussianFilterOutput, GaussianStep, Kernel, gaussian_step
 from twinfer.infer.filters._ukf import ukf_step
 from twinfer.infer.gaussian import UnscentedWeights, linear, taylor, unscented
 
@@ -87,6 +87,7 @@ class CentralProgram(Program):
     weights: UnscentedWeights | None = eqx.field(static=True)
     log_cols: tuple[int, ...] = eqx.field(static=True)
     dt: float = eqx.field(static=True)
+    kernel: Kernel = eqx.field(static=True, default="qr")
 
     # -- the contract --------------------------------------------------------------------------------
     def init(self, u0: Any = None) -> FilterState:
@@ -176,13 +177,15 @@ class CentralProgram(Program):
                 y,
                 mask,
                 weights=weights,
+                kernel=self.kernel,
             )
         else:
             lin = {"taylor": taylor, "linear": linear}.get(self.linearisation)
             lin = _unscented(self.weights or UnscentedWeights.merwe()) if lin is None else lin
             out = gaussian_step(
-                self.f, self.h, lin, self.chol_Q, self.chol_R, state.mean, state.chol, pair, y, mask
-            )
+                self.f, self.h, lin, self.chol_Q, self.chol_R, state.mean, state.chol, pair, y, mask,
+                kernel=self.kernel,
+            )  # fmt: skip
         bad = jnp.where((state.bad < 0) & ~out.ok, state.k, state.bad)
         new = FilterState(
             out.mean,

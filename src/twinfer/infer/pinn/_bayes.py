@@ -22,7 +22,7 @@ from jax.scipy.special import gammaln
 from jaxtyping import Array, ArrayLike, Float
 
 from twinfer.infer.pinn._physics import predicted_force
-from twinfer.models import Chain, get_param, set_params
+from twinfer.models import Chain, get_param, set_param_vector
 
 Basis = tuple[Float[ArrayLike, "T p"], Float[ArrayLike, "T p"], Float[ArrayLike, " 2n"]]
 """``(H, dH/dt, offset)`` of :meth:`~twinfer.infer.pinn.StateNetwork.basis` at some times."""
@@ -49,7 +49,7 @@ def affine_force(
     z, dz = jnp.asarray(z), jnp.asarray(dz)
 
     def force_of(theta: Any) -> Any:
-        params = set_params(chain.params, {n: theta[i] for i, n in enumerate(names)})
+        params = set_param_vector(chain.params, names, theta)
         return predicted_force(chain, params, z, dz).ravel()
 
     theta_ref = jnp.asarray([float(get_param(chain.params, n)) for n in names])
@@ -192,7 +192,7 @@ def layer_log_posterior(
         sq_obs = base - 2.0 * jnp.sum(ws.T * cross) + jnp.sum((ws @ gram) * ws)
         zc, dzc = h_c @ w.T + off_c, dh_c @ w.T
         sq_cc = jnp.sum(((dzc[:, :n] - zc[:, n:]) * inv_scale[None, n:]) ** 2)
-        params = set_params(chain.params, {nm: theta[i] for i, nm in enumerate(names)})
+        params = set_param_vector(chain.params, names, theta)
         resid = full - predicted_force(chain, params, zc, dzc)
         loglik = -0.5 * (sq_obs + sq_cc) - 0.5 * jnp.sum(resid**2) / sigma**2 - n_obs * jnp.log(sigma)
         return loglik + jnp.sum(gamma_logpdf(values, conc, rate)) + jnp.sum(q[n_w:])

@@ -23,7 +23,7 @@ from jaxtyping import Array, ArrayLike, Bool, Float, Int
 
 from twinfer.infer.pn._filter import PNFilter, PNSolution, PNState
 from twinfer.infer.pn._prior import projection
-from twinfer.models import set_params
+from twinfer.models import set_param_vector
 
 
 class PNLikelihood(eqx.Module):
@@ -68,8 +68,8 @@ class PNLikelihood(eqx.Module):
         return int(self.ys.shape[0])
 
     def params(self, theta: Float[Array, " p"]) -> Any:
-        """Model parameters with the named entries replaced by ``theta``."""
-        return set_params(self.base_params, {name: theta[i] for i, name in enumerate(self.names)})
+        """Model parameters with the named entries replaced by ``theta``'s first ones (in order)."""
+        return set_param_vector(self.base_params, self.names, theta[: len(self.names)])
 
     def init(self, theta: Float[Array, " p"]) -> PNState:
         return self.pn.init(self.params(theta), self.x0, self.state_sd, self.us[0])

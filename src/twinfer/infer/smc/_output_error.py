@@ -39,7 +39,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float, Int
 
-from twinfer.models import AbstractModel, set_params
+from twinfer.models import AbstractModel, set_param_vector
 from twinfer.sim import discretise
 
 
@@ -114,8 +114,8 @@ class OutputErrorLikelihood(eqx.Module):
         return int(self.ys.shape[0])
 
     def params(self, theta: Float[Array, " p"]) -> Any:
-        """Model parameters with the named entries replaced by ``theta``."""
-        return set_params(self.base_params, {name: theta[i] for i, name in enumerate(self.names)})
+        """Model parameters with the named entries replaced by ``theta``'s first ones (in order)."""
+        return set_param_vector(self.base_params, self.names, theta[: len(self.names)])
 
     def sigma(self, theta: Float[Array, " p"]) -> Any:
         """The noise sd: ``noise_sd``, or the entry of ``theta`` after the named parameters."""
