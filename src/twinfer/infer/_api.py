@@ -91,7 +91,7 @@ class Central(eqx.Module):
         substeps: integrator steps per record step (1..100000; 1 with ``"exact"``).
         weights: sigma-point weights of the UKF (None: Merwe alpha 1, beta 2, kappa 0).
         kernel: ``"qr"`` (stacked factors triangularised; robust to singular covariances) or ``"gram"``
-            (covariances formed by products and factored by Cholesky: 1.7 times faster for a 24-state
+            (covariances formed by products and factored by Cholesky: about 1.5 times faster for a 24-state
             EKF, where every covariance is positive-definite; :data:`~twinfer.infer.filters.Kernel`).
 
     """

@@ -756,8 +756,8 @@ def run_filter(model: AbstractModel, data: Dataset, **options: Unpack[EstimateOp
               :class:`~twinfer.sim.StepSizeError` naming the fastest mode and the ``substeps`` that fix it.
             - ``weights`` (None: Merwe alpha=1, beta=2, kappa=0): sigma-point weights of the UKF.
             - ``kernel`` (``"qr"``): a step's algebra on stacked factors; ``"gram"`` on covariances by
-              products and Cholesky factors, faster (1.7 times for a 24-state EKF) where every covariance
-              is positive-definite (:data:`~twinfer.infer.filters.Kernel`).
+              products and Cholesky factors, faster (about 1.5 times for a 24-state EKF) where every
+              covariance is positive-definite (:data:`~twinfer.infer.filters.Kernel`).
             - ``method``, ``discretisation``: deprecated names (a ``DeprecationWarning``): ``method``
               ``"ukf"``, ``"ukf-sqrt"``, ``"ekf"`` is ``estimator="ukf"`` (``"propagated"``),
               ``estimator="ukf", linearisation="redrawn"``, ``estimator="ekf"``; ``discretisation`` is

@@ -48,7 +48,7 @@ Kernel = Literal["qr", "gram"]
 """How a Gaussian filter step does its algebra. ``"qr"`` (the default) keeps every covariance as a factor and
 adds and conditions them by QR of stacked factors (:func:`~twinfer.infer.gaussian.tria`); robust to
 singular covariances. ``"gram"`` forms the covariances by products and factors them by Cholesky: for a
-24-state EKF 1.7 times faster on the CPU (``twinfer bench live``), at the price of a squared condition
+24-state EKF about 1.5 times faster on the CPU (``twinfer bench live``), at the price of a squared condition
 number and positive-definite covariances (every sensor noisy, every state spread or driven)."""
 
 Innovation = Callable[[Any, Any], Any]
