@@ -618,7 +618,7 @@ def _run(
     )
     if data is None:
         return program
-    out = program.scan(data)
+    out = program.scan(data, smoother_inputs=where == "smooth")
     bad = int(out.first_bad_step)
     if bad >= 0 and deferred is not None:
         raise StepSizeError(

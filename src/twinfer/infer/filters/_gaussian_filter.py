@@ -97,9 +97,11 @@ class GaussianFilterOutput(NamedTuple):
 
     means: Float[Array, "T n"]
     chols: Float[Array, "T n n"]
-    pred_means: Float[Array, "T n"]
-    pred_chols: Float[Array, "T n n"]
-    cross_covs: Float[Array, "T n n"]
+    pred_means: Float[Array, "T n"] | None
+    """None from a scan that kept the filtered moments only (``CentralProgram.scan(smoother_inputs=False)``),
+    as are ``pred_chols`` and ``cross_covs``."""
+    pred_chols: Float[Array, "T n n"] | None
+    cross_covs: Float[Array, "T n n"] | None
     loglik: Float[Array, ""]
     first_bad_step: Int[Array, ""]
     nis: Float[Array, ""] | None = None
@@ -112,7 +114,17 @@ class GaussianFilterOutput(NamedTuple):
 
     @property
     def pred_covs(self) -> Float[Array, "T n n"]:
-        """One-step predictive covariances."""
+        """One-step predictive covariances.
+
+        Raises:
+            ValueError: a scan that kept the filtered moments only (``pred_chols`` None).
+
+        """
+        if self.pred_chols is None:
+            raise ValueError(
+                "GaussianFilterOutput.pred_covs: expected the predicted factors; received a scan of the "
+                "filtered moments only (CentralProgram.scan(data, smoother_inputs=True) keeps them)."
+            )
         return _gram(self.pred_chols)
 
 

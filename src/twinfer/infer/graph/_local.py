@@ -143,7 +143,9 @@ def _estimator_step(tmpl: _Template, f, h, x, chol, chol_q, chol_r, u, y, mask) 
     out = gaussian_filter(f, h, x, chol, chol_q, chol_r, u[None], y[None], mask[None], linearisation=lin)
     # the scan's NIS is its mean over the observed values; one step's sum is that times their count
     nis = _nis_of(out.nis, zero) * jnp.sum(mask.astype(x.dtype))
-    return out.means[0], out.chols[0], out.pred_means[0], out.pred_chols[0], out.loglik, nis
+    pred_means, pred_chols = out.pred_means, out.pred_chols  # gaussian_filter always keeps them
+    assert pred_means is not None and pred_chols is not None
+    return out.means[0], out.chols[0], pred_means[0], pred_chols[0], out.loglik, nis
 
 
 def _nis_of(nis: Any, zero: Any) -> Any:
