@@ -143,8 +143,9 @@ def _estimator_step(tmpl: _Template, f, h, x, chol, chol_q, chol_r, u, y, mask) 
     out = gaussian_filter(f, h, x, chol, chol_q, chol_r, u[None], y[None], mask[None], linearisation=lin)
     # the scan's NIS is its mean over the observed values; one step's sum is that times their count
     nis = _nis_of(out.nis, zero) * jnp.sum(mask.astype(x.dtype))
-    pred_means, pred_chols = out.pred_means, out.pred_chols  # gaussian_filter always keeps them
-    assert pred_means is not None and pred_chols is not None
+    pred_means, pred_chols = out.pred_means, out.pred_chols
+    if pred_means is None or pred_chols is None:  # gaussian_filter always keeps them
+        raise ValueError("local step: expected gaussian_filter's predicted moments; received None.")
     return out.means[0], out.chols[0], pred_means[0], pred_chols[0], out.loglik, nis
 
 
