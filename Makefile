@@ -7,7 +7,7 @@ STAMP   := $(VENV)/.installed
 export JAX_ENABLE_X64 := 1
 export MPLBACKEND := Agg
 
-.PHONY: run test accept bench reproduce setup lint imports typecheck docs pytest clean
+.PHONY: run test accept bench peers reproduce setup lint imports typecheck docs pytest clean
 
 setup: $(STAMP)
 
@@ -50,10 +50,22 @@ accept: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/twinfer bench filters
 
+# dynamax and cuthbert for `twinfer bench peers`, in their own environment (optional; dynamax sets JAX's
+# matmul precision for its whole process, and nothing of twinfer's needs them).
+PEERS_VENV := .venv-peers
+$(PEERS_VENV)/.installed: requirements-peers.txt
+	test -x $(PEERS_VENV)/bin/python || $(PY) -m venv $(PEERS_VENV)
+	$(PEERS_VENV)/bin/python -m pip install --quiet --upgrade "pip==26.3"
+	$(PEERS_VENV)/bin/python -m pip install --quiet -r requirements-peers.txt
+	touch $@
+
+peers: $(STAMP) $(PEERS_VENV)/.installed
+	$(BIN)/twinfer bench peers --output bench-peers.json
+
 # Every case at full size against the papers' tables (hours: PN-SMC, the PINN cases, bouncing-ball and
 # the grid's big networks dominate); running it again resumes. Writes reproduction/REPRODUCTION.md.
 reproduce: $(STAMP)
 	$(BIN)/twinfer reproduce --out reproduction
 
 clean:
-	rm -rf $(VENV) runs site reproduction
+	rm -rf $(VENV) $(PEERS_VENV) runs site reproduction

@@ -167,3 +167,52 @@ def test_square_root_kf_matches_filterpy():
     np.testing.assert_allclose(out.means, np.array(means), atol=1e-8)
     np.testing.assert_allclose(np.einsum("tij,tkj->tik", out.chols, out.chols), np.array(covs), atol=1e-8)
     np.testing.assert_allclose(out.loglik, loglik, rtol=1e-8)
+
+
+@pytest.mark.parametrize("kernel", ["qr", "gram"])
+def test_explicit_masks_are_taken_as_given_and_keep_a_batch_covariance_unbatched(kernel):
+    """Given masks decide what is read: NaN outside them is never read, NaN inside them diverges (named
+    step), and under ``vmap`` over records that share them every record's covariance is computed once,
+    equal to the covariance-form KF of each record."""
+    F, H, Q, R, _ = _random_system(3)
+    rng = np.random.default_rng(4)
+    ys = rng.normal(size=(5, 15, 2))  # five records of the same system
+    masks = rng.random((15, 2)) > 0.3
+    x0, P0 = np.ones(3), np.eye(3)
+
+    def run(y, m):
+        return gaussian_filter(
+            lambda x, u: jnp.asarray(F) @ x,
+            lambda x, u: jnp.asarray(H) @ x,
+            jnp.asarray(x0),
+            jnp.eye(3),
+            jnp.linalg.cholesky(Q),
+            jnp.linalg.cholesky(R),
+            jnp.zeros((15, 1)),
+            y,
+            m,
+            linearisation=linear,
+            kernel=kernel,
+        )
+
+    holes = np.where(masks, ys, np.nan)  # NaN wherever unobserved: never read
+    out = jax.vmap(run, in_axes=(0, None))(jnp.asarray(holes), jnp.asarray(masks))
+    for b in range(5):
+        ref_m, ref_c, ref_ll = _covariance_kf(F, H, Q, R, x0, P0, ys[b], masks)
+        np.testing.assert_allclose(out.means[b], ref_m, atol=1e-10)
+        np.testing.assert_allclose(out.loglik[b], ref_ll, rtol=1e-10)
+        np.testing.assert_allclose(np.einsum("tij,tkj->tik", out.chols[b], out.chols[b]), ref_c, atol=1e-10)
+    assert np.all(np.asarray(out.first_bad_step) == -1)
+
+    # the scan carries one covariance factor for the batch: (3, 3), not (5, 3, 3)
+    jaxpr = jax.make_jaxpr(jax.vmap(run, in_axes=(0, None)))(jnp.asarray(holes), jnp.asarray(masks))
+    scans = [e for e in jaxpr.jaxpr.eqns if e.primitive.name == "scan"]
+    carried = [v.aval.shape for v in scans[0].outvars[: scans[0].params["num_carry"]]]
+    assert (3, 3) in carried and (5, 3, 3) not in carried
+
+    # an observed entry that is not finite: the step that reads it is named
+    bad = np.array(ys[0])
+    observed = np.argwhere(masks)[4]
+    bad[tuple(observed)] = np.nan
+    one = run(jnp.asarray(bad), jnp.asarray(masks))
+    assert int(one.first_bad_step) == observed[0]

@@ -8,7 +8,7 @@ import importlib
 from twinfer.bench._harness import REGISTRY, register, time_python, write_bench_json
 from twinfer.timing import BenchResult, time_jitted
 
-BENCHMARK_MODULES: tuple[str, ...] = ("filters", "grid", "pn", "graph", "combine", "live", "fmu")
+BENCHMARK_MODULES: tuple[str, ...] = ("filters", "grid", "pn", "graph", "combine", "live", "fmu", "peers")
 """Modules under ``twinfer.bench`` whose import registers benchmarks."""
 
 

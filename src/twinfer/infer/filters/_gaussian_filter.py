@@ -192,8 +192,13 @@ def gaussian_filter(
         chol_Q: factor of the process noise (n, q).
         chol_R: factor of the measurement noise (m, r).
         us: inputs (T, n_u).
-        ys: measurements (T, m); NaN or masked entries are ignored.
-        masks: boolean (T, m), default: observed where ``ys`` is finite.
+        ys: measurements (T, m); entries outside ``masks`` are never read (NaN there is fine).
+        masks: boolean (T, m): which entries are observed; default: where ``ys`` is finite. Given, it is
+            taken as is: an observed entry that is not finite makes its step diverge (``first_bad_step``;
+            ``check`` raises). Under ``vmap`` over records sharing their sensors, masks that are not
+            batched keep the covariances unbatched: every record's gain is computed once (a linear
+            filter's covariances do not depend on the data), as a covariance-form filter without
+            missing values does.
         linearisation: :func:`linear` (KF), :func:`taylor` (EKF) or :func:`unscented` (UKF with sigma
             points redrawn for the measurement: statistical linear regression).
         extra_chol_Q: optional (T, n, k) extra process-noise factors injected at each predict (the hook of
@@ -206,7 +211,7 @@ def gaussian_filter(
 
     """
     ensure("gaussian_filter", x0=x0, chol_P0=chol_P0, chol_Q=chol_Q, chol_R=chol_R, ys=ys)
-    masks = jnp.isfinite(ys) if masks is None else jnp.asarray(masks) & jnp.isfinite(ys)
+    masks = jnp.isfinite(ys) if masks is None else jnp.asarray(masks, bool)
     ys = jnp.where(masks, ys, 0.0)
     n = x0.shape[0]
     extra = jnp.zeros((ys.shape[0], n, 1), x0.dtype) if extra_chol_Q is None else extra_chol_Q

@@ -140,7 +140,8 @@ def _estimator_step(tmpl: _Template, f, h, x, chol, chol_q, chol_r, u, y, mask) 
         mean_p, chol_p = predict(x, chol, jac, f(x, u) - jac @ x, chol_q)
         return w.mean, cholesky(w.cov), mean_p, chol_p, zero, zero
     lin = linear if tmpl.estimator == "kf" else taylor
-    out = gaussian_filter(f, h, x, chol, chol_q, chol_r, u[None], y[None], mask[None], linearisation=lin)
+    observed = (mask & jnp.isfinite(y))[None]
+    out = gaussian_filter(f, h, x, chol, chol_q, chol_r, u[None], y[None], observed, linearisation=lin)
     # the scan's NIS is its mean over the observed values; one step's sum is that times their count
     nis = _nis_of(out.nis, zero) * jnp.sum(mask.astype(x.dtype))
     pred_means, pred_chols = out.pred_means, out.pred_chols
