@@ -34,14 +34,9 @@ def _covariance_kf(F, H, Q, R, x0, P0, ys, masks):
     return np.array(means), np.array(covs), ll
 
 
-@pytest.mark.parametrize("seed", range(4))
-def test_square_root_kf_equals_covariance_form(seed):
-    """Square-root atoms reproduce the covariance-form KF to 1e-10, with correlated R and missing data."""
-    F, H, Q, R, ys = _random_system(seed)
-    masks = np.random.default_rng(seed + 10).random(ys.shape) > 0.3
-    x0, P0 = np.ones(3), np.eye(3)
-    ref_m, ref_c, ref_ll = _covariance_kf(F, H, Q, R, x0, P0, ys, masks)
-    out = gaussian_filter(
+def _linear_filter(F, H, Q, R, x0, ys, masks=None, **options):
+    """``gaussian_filter`` with the KF linearisation on ``x' = F x``, ``y = H x``, starting from N(x0, I)."""
+    return gaussian_filter(
         lambda x, u: jnp.asarray(F) @ x,
         lambda x, u: jnp.asarray(H) @ x,
         jnp.asarray(x0),
@@ -49,9 +44,21 @@ def test_square_root_kf_equals_covariance_form(seed):
         jnp.linalg.cholesky(Q),
         jnp.linalg.cholesky(R),
         jnp.zeros((15, 1)),
-        jnp.where(masks, ys, jnp.nan),
+        ys,
+        masks,
         linearisation=linear,
+        **options,
     )
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_square_root_kf_equals_covariance_form(seed):
+    """Square-root atoms reproduce the covariance-form KF to 1e-10, with correlated R and missing data."""
+    F, H, Q, R, ys = _random_system(seed)
+    masks = np.random.default_rng(seed + 10).random(ys.shape) > 0.3
+    x0, P0 = np.ones(3), np.eye(3)
+    ref_m, ref_c, ref_ll = _covariance_kf(F, H, Q, R, x0, P0, ys, masks)
+    out = _linear_filter(F, H, Q, R, x0, jnp.where(masks, ys, jnp.nan))
     np.testing.assert_allclose(out.means, ref_m, atol=1e-10)
     np.testing.assert_allclose(np.einsum("tij,tkj->tik", out.chols, out.chols), ref_c, atol=1e-10)
     np.testing.assert_allclose(out.loglik, ref_ll, rtol=1e-10)
@@ -180,20 +187,8 @@ def test_explicit_masks_are_taken_as_given_and_keep_a_batch_covariance_unbatched
     masks = rng.random((15, 2)) > 0.3
     x0, P0 = np.ones(3), np.eye(3)
 
-    def run(y, m):
-        return gaussian_filter(
-            lambda x, u: jnp.asarray(F) @ x,
-            lambda x, u: jnp.asarray(H) @ x,
-            jnp.asarray(x0),
-            jnp.eye(3),
-            jnp.linalg.cholesky(Q),
-            jnp.linalg.cholesky(R),
-            jnp.zeros((15, 1)),
-            y,
-            m,
-            linearisation=linear,
-            kernel=kernel,
-        )
+    def run(y, m, check=False):
+        return _linear_filter(F, H, Q, R, x0, y, m, kernel=kernel, check=check)
 
     holes = np.where(masks, ys, np.nan)  # NaN wherever unobserved: never read
     out = jax.vmap(run, in_axes=(0, None))(jnp.asarray(holes), jnp.asarray(masks))
@@ -216,3 +211,5 @@ def test_explicit_masks_are_taken_as_given_and_keep_a_batch_covariance_unbatched
     bad[tuple(observed)] = np.nan
     one = run(jnp.asarray(bad), jnp.asarray(masks))
     assert int(one.first_bad_step) == observed[0]
+    with pytest.raises(Exception, match="filter diverged"):  # check=True raises inside jit
+        jax.block_until_ready(run(jnp.asarray(bad), jnp.asarray(masks), check=True).loglik)

@@ -59,6 +59,24 @@ REPLY_TIMEOUT_S = 900.0
 PEERS = ("dynamax", "cuthbert")
 
 
+def _records(f: Any, h: Any, x0: Any, n_steps: int, q_sd: float, r_sd: float, k_w: Any, k_v: Any) -> Any:
+    """Noisy measurements (systems, steps, m) of ``x' = f(x) + w``, ``y = h(x') + v`` from each row of ``x0``.
+
+    Process noise ``q_sd`` in every state, measurement noise ``r_sd`` in every output.
+    """
+    n_systems, n = x0.shape
+
+    def record(x, kw, kv):
+        def body(x, w):
+            x = f(x) + q_sd * w
+            return x, h(x)
+
+        _, ys = jax.lax.scan(body, x, jax.random.normal(kw, (n_steps, n)))
+        return ys + r_sd * jax.random.normal(kv, ys.shape)
+
+    return jax.vmap(record)(x0, jax.random.split(k_w, n_systems), jax.random.split(k_v, n_systems))
+
+
 def _chain_case(prefix: str, n_dof: int, n_steps: int, n_systems: int, key: Any) -> dict[str, Any]:
     """A free Duffing chain: the problem's entries and its simulated measurements (``n_systems`` records)."""
     kind = "ekf" if prefix.startswith("ekf") else "ukf"
@@ -78,15 +96,7 @@ def _chain_case(prefix: str, n_dof: int, n_steps: int, n_systems: int, key: Any)
     k_x, k_w, k_v = jax.random.split(key, 3)
     x0 = jnp.concatenate([0.1 * jax.random.normal(k_x, (n_systems, n_dof)), jnp.zeros((n_systems, n_dof))], 1)
 
-    def record(x, kw, kv):
-        def body(x, w):
-            x = f(x) + q_sd * w
-            return x, h(x)
-
-        _, ys = jax.lax.scan(body, x, jax.random.normal(kw, (n_steps, n)))
-        return ys + r_sd * jax.random.normal(kv, ys.shape)
-
-    ys = jax.vmap(record)(x0, jax.random.split(k_w, n_systems), jax.random.split(k_v, n_systems))
+    ys = _records(f, h, x0, n_steps, q_sd, r_sd, k_w, k_v)
     entries.update(
         m0=np.zeros(n),
         chol_P0=0.1 * np.eye(n),
@@ -113,15 +123,7 @@ def _linear_case(prefix: str, n_dof: int, n_steps: int, n_systems: int, key: Any
     Fj, Hj = jnp.asarray(F), jnp.asarray(H)
     x0 = 0.1 * jax.random.normal(k_x, (n_systems, n))
 
-    def record(x, kw, kv):
-        def body(x, w):
-            x = Fj @ x + q_sd * w
-            return x, Hj @ x
-
-        _, ys = jax.lax.scan(body, x, jax.random.normal(kw, (n_steps, n)))
-        return ys + r_sd * jax.random.normal(kv, ys.shape)
-
-    ys = jax.vmap(record)(x0, jax.random.split(k_w, n_systems), jax.random.split(k_v, n_systems))
+    ys = _records(lambda x: Fj @ x, lambda x: Hj @ x, x0, n_steps, q_sd, r_sd, k_w, k_v)
     return {
         "kind": "kf",
         "batch": n_systems > 1,
