@@ -143,6 +143,30 @@ class AbstractModel(eqx.Module):
         """
         return jax.eval_shape(self.linear_matrices, self.params) is not None
 
+    def host_step(
+        self, step: Any, t: Any, x: State, u: Input, params: Params, h: float, substeps: int
+    ) -> State | None:
+        """``substeps`` steps of the integrator ``step`` taken by the model in one call, or ``None``.
+
+        For a model evaluated outside the compiled program (an FMU through ``jax.pure_callback``), each
+        stage of a step would be one host round trip; a model that overrides this takes the whole step
+        (every stage and substep, and under differentiation the step's Jacobian) in one.
+        :meth:`twinfer.sim.DiscreteModel.transition` asks it first and calls :meth:`vector_field` stage
+        by stage when it answers ``None`` (the default).
+
+        Args:
+            step: one step ``(rhs, t, x, h) -> x_next`` of :mod:`twinfer.sim` (Euler, Heun or RK4),
+                written leaf by leaf so it runs on NumPy arrays too.
+            t: time at the start of the step.
+            x: state at ``t``.
+            u: input held over the step.
+            params: parameter values.
+            h: length of one substep.
+            substeps: how many substeps of ``h``.
+
+        """
+        return None
+
     # -- hybrid structure (declared here, implemented by event-capable models) -------------------
     @property
     def discrete_state_names(self) -> tuple[str, ...]:

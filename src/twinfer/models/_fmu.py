@@ -22,6 +22,7 @@ from typing import Any
 import equinox as eqx
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax.custom_derivatives import SymbolicZero
 from jaxtyping import Array, Float
 
@@ -34,16 +35,41 @@ SOURCES: tuple[str, ...] = ("auto", "directional", "finite_differences")
 """Where an :class:`FMU`'s Jacobians with respect to states and inputs come from."""
 
 
-def _callback(runtime: Runtime, kind: Kind, need: tuple[bool, ...], *args: Array) -> tuple[Array, ...]:
-    """One ``pure_callback`` for the value and the asked Jacobian blocks, batched as a whole under vmap."""
-    n_out = len(runtime.desc.state_refs) if kind == "derivatives" else len(runtime.desc.output_refs)
-    shapes = [(n_out,)] + [(n_out,) if i == 0 else (n_out, args[i].shape[-1]) for i in range(4) if need[i]]
-    return jax.pure_callback(
-        functools.partial(runtime.evaluate, kind, need),
-        tuple(jax.ShapeDtypeStruct(shape, jnp.float64) for shape in shapes),
-        *args,
+def _unpacked(host: Any, widths: tuple[int, ...], packed: np.ndarray) -> np.ndarray:
+    """``host(t, x, u, p)`` on the columns of one packed array; its value and blocks side by side."""
+    t, x, u, p = np.split(np.asarray(packed), np.cumsum(widths)[:-1], axis=-1)
+    value, *blocks = host(t[..., 0], x, u, p)
+    return np.concatenate(
+        [value[..., None], *(b[..., None] if b.ndim == value.ndim else b for b in blocks)], -1
+    )
+
+
+def _host_call(host: Any, n_out: int, need: tuple[bool, ...], *args: Array) -> tuple[Array, ...]:
+    """One ``pure_callback`` to ``host(t, x, u, p) -> (value, *blocks)``, batched as a whole under vmap.
+
+    ``(t, x, u, p)`` travel as one array and the value and the asked Jacobian blocks come back as one:
+    JAX hands each argument of a callback to it as a new device array, which costs more than the FMU's
+    own work on a small model.
+    """
+    widths = (1, *(a.shape[-1] for a in args[1:]))
+    packed = jnp.concatenate([jnp.reshape(args[0], (1,)), *args[1:]])
+    cols = [1] + [widths[i] for i in range(4) if need[i]]
+    out = jax.pure_callback(
+        functools.partial(_unpacked, host, widths),
+        jax.ShapeDtypeStruct((n_out, sum(cols)), jnp.float64),
+        packed,
         vmap_method="expand_dims",
     )
+    edges = np.cumsum(cols)
+    blocks = [out[:, a:b] for a, b in zip(edges[:-1], edges[1:], strict=True)]
+    asked = [i for i in range(4) if need[i]]
+    return (out[:, 0], *(block[:, 0] if i == 0 else block for i, block in zip(asked, blocks, strict=True)))
+
+
+def _callback(runtime: Runtime, kind: Kind, need: tuple[bool, ...], *args: Array) -> tuple[Array, ...]:
+    """The value and the asked Jacobian blocks of ``kind`` at ``(t, x, u, p)``: one callback per batch."""
+    n_out = len(runtime.desc.state_refs) if kind == "derivatives" else len(runtime.desc.output_refs)
+    return _host_call(functools.partial(runtime.evaluate, kind, need), n_out, need, *args)
 
 
 @functools.partial(jax.custom_jvp, nondiff_argnums=(0, 1))
@@ -51,21 +77,59 @@ def _evaluate(runtime: Runtime, kind: Kind, t: Array, x: Array, u: Array, p: Arr
     return _callback(runtime, kind, (False,) * 4, t, x, u, p)[0]
 
 
-def _evaluate_jvp(runtime: Runtime, kind: Kind, primals: tuple[Array, ...], tangents: tuple[Any, ...]) -> Any:
-    """Tangent ``J_t dt + J_x dx + J_u du + J_p dp``, asking the FMU only for blocks with a nonzero tangent.
+def _tangent(value: Array, blocks: list[Array], tangents: tuple[Any, ...], need: tuple[bool, ...]) -> Any:
+    """``J_t dt + J_x dx + J_u du + J_p dp`` over the blocks asked (those with a nonzero tangent).
 
     Linear in the tangents with the Jacobians computed from the primals, so JAX transposes it for
     reverse mode.
     """
-    need = tuple(not isinstance(d, SymbolicZero) for d in tangents)
-    value, *blocks = _callback(runtime, kind, need, *primals)
     out = jnp.zeros_like(value)
     for jac, (which, d) in zip(blocks, [(i, d) for i, d in enumerate(tangents) if need[i]], strict=True):
         out = out + (jac * d if which == 0 else jac @ d)
-    return value, out
+    return out
+
+
+def _evaluate_jvp(runtime: Runtime, kind: Kind, primals: tuple[Array, ...], tangents: tuple[Any, ...]) -> Any:
+    """Value and tangent, asking the FMU only for Jacobian blocks with a nonzero tangent."""
+    need = tuple(not isinstance(d, SymbolicZero) for d in tangents)
+    value, *blocks = _callback(runtime, kind, need, *primals)
+    return value, _tangent(value, blocks, tangents, need)
 
 
 _evaluate.defjvp(_evaluate_jvp, symbolic_zeros=True)
+
+
+def _step_callback(
+    runtime: Runtime, step: Any, h: float, substeps: int, need: tuple[bool, ...], *args: Array
+) -> tuple[Array, ...]:
+    """A whole integrator step of a batch, and the asked Jacobian blocks: one callback per batch."""
+    return _host_call(
+        functools.partial(runtime.step, step, h, substeps, need), args[1].shape[-1], need, *args
+    )
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(0, 1, 2, 3))
+def _step(
+    runtime: Runtime, step: Any, h: float, substeps: int, t: Array, x: Array, u: Array, p: Array
+) -> Array:
+    return _step_callback(runtime, step, h, substeps, (False,) * 4, t, x, u, p)[0]
+
+
+def _step_jvp(
+    runtime: Runtime,
+    step: Any,
+    h: float,
+    substeps: int,
+    primals: tuple[Array, ...],
+    tangents: tuple[Any, ...],
+) -> Any:
+    """The step and its tangent from the step's forward sensitivities, in the same callback."""
+    need = tuple(not isinstance(d, SymbolicZero) for d in tangents)
+    value, *blocks = _step_callback(runtime, step, h, substeps, need, *primals)
+    return value, _tangent(value, blocks, tangents, need)
+
+
+_step.defjvp(_step_jvp, symbolic_zeros=True)
 
 
 class FMU(AbstractModel):
@@ -144,8 +208,28 @@ class FMU(AbstractModel):
         return _evaluate(self.runtime, "derivatives", *self._args(t, x, u, params))
 
     def output(self, t: Any, x: State, u: Input, params: Params) -> Output:
-        """The real outputs from ``fmi2GetReal`` at ``(t, x, u)`` and the parameter values in ``params``."""
+        """The real outputs from ``fmi2GetReal`` at ``(t, x, u)`` and the parameter values in ``params``.
+
+        Outputs that are all continuous states (the same value reference: an FMI alias) are read from
+        ``x`` without leaving the compiled program.
+        """
+        aliases = self.runtime.output_states
+        if aliases is not None:
+            return jnp.asarray(x, dtype=jnp.float64)[..., jnp.asarray(aliases, dtype=jnp.int32)]
         return _evaluate(self.runtime, "outputs", *self._args(t, x, u, params))
+
+    def host_step(
+        self, step: Any, t: Any, x: State, u: Input, params: Params, h: float, substeps: int
+    ) -> State | None:
+        """The whole step in one callback: every stage and substep on the host (``Runtime.step``).
+
+        Under ``jacfwd`` or ``grad`` the same callback returns the step's Jacobians (its forward
+        sensitivities), so an EKF's step is one host round trip and a UKF's one per batch of sigma
+        points, instead of one per stage.
+        """
+        if self.n_state == 0:
+            return None
+        return _step(self.runtime, step, float(h), int(substeps), *self._args(t, x, u, params))
 
     @property
     def state_names(self) -> tuple[str, ...]:

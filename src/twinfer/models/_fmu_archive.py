@@ -62,6 +62,8 @@ class Description:
     param_nominals: tuple[float, ...]
     param_fixed: tuple[bool, ...]
     param_bounds: dict[str, tuple[float, float]]
+    single_instance: bool = False
+    """``canBeInstantiatedOnlyOncePerProcess``: the FMU allows one instance only."""
 
 
 def _float(value: Any, default: float) -> float:
@@ -242,4 +244,5 @@ def describe(
         param_nominals=tuple(abs(_float(v.nominal, 1.0)) for v in params),
         param_fixed=tuple(v.variability == "fixed" for v in params),
         param_bounds=bounds,
+        single_instance=bool(getattr(md.modelExchange, "canBeInstantiatedOnlyOncePerProcess", False)),
     )

@@ -36,6 +36,11 @@ if TYPE_CHECKING:  # fmpy is imported when an FMU is loaded, not with twinfer
 Kind = Literal["derivatives", "outputs"]
 DerivativeSource = Literal["auto", "directional", "finite_differences"]
 
+MAX_INSTANCES = 32
+"""Instances of one FMU a :meth:`Runtime.step` may hold: one per distinct parameter vector of a batch (a
+UKF's sigma points each carry their own value of an unknown), so a fixed parameter is set (the instance
+re-initialised) once per point and step rather than once per point and stage. One for an FMU that
+declares ``canBeInstantiatedOnlyOncePerProcess``."""
 _CUBE_ROOT_EPS = float(np.finfo(np.float64).eps) ** (1.0 / 3.0)
 _MAX_EVENT_ITERATIONS = 100
 _POINTER = ctypes.POINTER(ctypes.c_double)
@@ -73,9 +78,29 @@ class _Buffer:
         self.view = np.ctypeslib.as_array(self.c)[:size]
 
 
-def _release(fmu: FMU2Model, folder: str) -> None:
-    """Free the instance, unload its library and remove the unpacked folder (the finalizer)."""
+def _flat_batch(*arrays: Any) -> tuple[tuple[int, ...], list[int], list[np.ndarray]]:
+    """``(t, x, u, p)`` with broadcast leading axes as rows: ``(batch, widths, [(size, width) each])``.
+
+    ``t`` has no trailing axis (its width is 1); the others' last axis is their width.
+    """
+    args = [np.asarray(a, dtype=np.float64) for a in arrays]
+    batch = np.broadcast_shapes(args[0].shape, *(a.shape[:-1] for a in args[1:]))
+    size = math.prod(batch)
+    widths = [1, *(a.shape[-1] for a in args[1:])]
+    flat = [
+        np.broadcast_to(a, (*batch, w) if i else batch).reshape(size, w)
+        for i, (a, w) in enumerate(zip(args, widths, strict=True))
+    ]
+    return batch, widths, flat
+
+
+def _release(fmu: FMU2Model, folder: str, components: list[Any]) -> None:
+    """Free the instances, unload their library and remove the unpacked folder (the finalizer)."""
     try:
+        for component in components[1:]:
+            fmu.fmi2FreeInstance(component)
+        if components:
+            fmu.component = components[0]
         fmu.freeInstance()
     finally:
         shutil.rmtree(folder, ignore_errors=True)
@@ -111,7 +136,11 @@ class Runtime:
             shutil.rmtree(self.directory, ignore_errors=True)
             raise FMUCallError(f"FMU {desc.path!r}: loading its binary failed: {error}") from error
         self._fmu = fmu
-        self._finalizer = weakref.finalize(self, _release, fmu, self.directory)
+        self._components: list[Any] = []  # the instances; the first is the model's own (module docstring)
+        self._held: list[tuple[float, ...] | None] = []  # the parameter values each instance holds
+        self._active = 0
+        self._max_instances = 1 if desc.single_instance else MAX_INSTANCES
+        self._finalizer = weakref.finalize(self, _release, fmu, self.directory, self._components)
         self._lock = threading.Lock()
         self._current: tuple[float, ...] | None = None  # the parameter values the instance holds
         self._der_refs = _refs(desc.derivative_refs)
@@ -125,6 +154,10 @@ class Runtime:
         self._other_refs = _refs(tuple(desc.output_refs[i] for i in self._other_outputs))
         self._output_refs = _refs(desc.output_refs)
         self._raw = {name: getattr(fmu.dll, name) for name in _FUNCTIONS}  # argtypes set by fmpy
+        by_address = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t)
+        self._by_address = tuple(  # the same two functions taking a row's address as an int (no copy)
+            by_address((name, fmu.dll)) for name in ("fmi2SetContinuousStates", "fmi2GetDerivatives")
+        )
         n_x, n_u, n_y = len(desc.state_refs), len(desc.input_refs), len(desc.output_refs)
         self._x, self._u, self._dx, self._y = _Buffer(n_x), _Buffer(n_u), _Buffer(n_x), _Buffer(n_y)
         self._p, self._tunable = _Buffer(len(desc.param_refs)), _Buffer(len(self._tunable_refs))
@@ -135,7 +168,16 @@ class Runtime:
                 self._finalizer.detach()  # no instance to free
                 shutil.rmtree(self.directory, ignore_errors=True)
                 raise FMUCallError(f"FMU {desc.path!r}: fmi2Instantiate failed: {error}") from error
+            self._components.append(fmu.component)
+            self._held.append(None)
             self._initialise(tuple(desc.param_starts))
+
+    @property
+    def output_states(self) -> tuple[int, ...] | None:
+        """For each output, the state it is an alias of, when every output is one; otherwise ``None``."""
+        if self._other_outputs:
+            return None
+        return tuple(self._output_state)
 
     def close(self) -> None:
         """Free the instance and remove the unpacked folder now (otherwise when garbage collected)."""
@@ -304,14 +346,8 @@ class Runtime:
             others, in the order ``t, x, u, p`` of those asked.
 
         """
-        args = [np.asarray(a, dtype=np.float64) for a in (t, x, u, p)]
-        batch = np.broadcast_shapes(args[0].shape, *(a.shape[:-1] for a in args[1:]))
-        size = math.prod(batch)
-        widths = [1, *(a.shape[-1] for a in args[1:])]
-        flat = [
-            np.ascontiguousarray(np.broadcast_to(a, (*batch, w) if i else batch).reshape(size, w))
-            for i, (a, w) in enumerate(zip(args, widths, strict=True))
-        ]
+        batch, widths, flat = _flat_batch(t, x, u, p)
+        size = len(flat[1])
         n_out = len(self.desc.state_refs) if kind == "derivatives" else len(self.desc.output_refs)
         shapes = [(n_out,)] + [(n_out,) if i == 0 else (n_out, widths[i]) for i in range(4) if need[i]]
         with self._lock:
@@ -325,3 +361,163 @@ class Runtime:
             np.stack([row[i] for row in rows]).reshape(*batch, *shape) if size else np.zeros((*batch, *shape))
             for i, shape in enumerate(shapes)
         )
+
+    # -- a whole integrator step for a batch ---------------------------------------------------------
+    def step(
+        self,
+        step: Any,
+        h: float,
+        substeps: int,
+        need: tuple[bool, ...],
+        t: np.ndarray,
+        x: np.ndarray,
+        u: np.ndarray,
+        p: np.ndarray,
+    ) -> tuple[np.ndarray, ...]:
+        """``substeps`` steps of ``step`` from ``(t, x)`` for a batch, and the asked Jacobians: one callback.
+
+        Each stage of the integrator evaluates every point's derivatives here, on the host, so a filter's
+        step is one round trip out of the compiled program instead of one per stage. The points are
+        visited grouped by their parameter values, in alternating order from stage to stage, so a batch
+        of sigma points whose parameters take three values re-initialises the instance about twice per
+        stage, not once per point.
+
+        A Jacobian of the step is the step's forward sensitivity: the same integrator applied to the pair
+        ``(x, S)`` with ``dS/dt = J_x S + [d f / d(t, u, p)]`` (every step of :mod:`twinfer.sim._steps` is
+        written leaf by leaf, so it steps the pair as it steps ``x``), which is the exact derivative of the
+        discrete map given the stages' Jacobians (E. Hairer, S. P. Norsett, G. Wanner, Solving Ordinary
+        Differential Equations I, 2nd ed., 1993, Sec. I.14, "internal differentiation").
+
+        Args:
+            step: one step ``(rhs, t, x, h) -> x_next`` of :mod:`twinfer.sim` (Euler, Heun or RK4).
+            h: the length of one substep.
+            substeps: how many substeps of ``h`` make the step.
+            need: for ``(t, x, u, p)``, whether to return the step's Jacobian with respect to it.
+            t: times ``(...)``.
+            x: states ``(..., n_state)``.
+            u: inputs ``(..., n_input)``, held over the step.
+            p: parameter values ``(..., n_param)``.
+
+        Returns:
+            ``(x_next (..., n_state), *blocks)``: ``(..., n_state)`` for time and ``(..., n_state, n_arg)``
+            for the others, in the order ``t, x, u, p`` of those asked.
+
+        """
+        batch, widths, (times, states, inputs, params) = _flat_batch(t, x, u, p)
+        size, n = states.shape
+        asked = [i for i in range(4) if need[i]]
+        columns, start = {}, 0
+        for which in asked:
+            columns[which] = slice(start, start + widths[which])
+            start += widths[which]
+        p_rows = [tuple(row) for row in params.tolist()]
+        groups: dict[tuple[float, ...], int] = {}
+        slots = [groups.setdefault(row, len(groups)) % self._max_instances for row in p_rows]
+        order = sorted(range(size), key=slots.__getitem__)
+        visits = [order, order[::-1]]  # alternate: an instance shared by groups switches less often
+        stage = [0]
+        values = self._derivatives_of(inputs, p_rows, slots)
+        stage_need = (need[0], True, need[2], need[3])
+
+        def rhs(tt: np.ndarray, xs: np.ndarray) -> np.ndarray:
+            f = np.empty((size, n))
+            values(visits[stage[0] % 2], tt, xs, f)
+            stage[0] += 1
+            return f
+
+        def rhs_sensitivity(tt: np.ndarray, pair: tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarray, ...]:
+            xs, s = pair
+            f, ds = np.empty((size, n)), np.empty_like(s)
+            for b in visits[stage[0] % 2]:
+                self._use(slots[b])
+                value, *blocks = self._point(
+                    "derivatives", stage_need, [tt[b : b + 1], xs[b], inputs[b], params[b]]
+                )
+                jac = dict(zip([i for i in range(4) if stage_need[i]], blocks, strict=True))
+                f[b], ds[b] = value, jac[1] @ s[b]
+                for which in asked:
+                    if which != 1:
+                        ds[b][:, columns[which]] += jac[which][:, None] if which == 0 else jac[which]
+            stage[0] += 1
+            return f, ds
+
+        with self._lock:
+            if not self.alive:
+                raise FMUCallError(
+                    f"FMU {self.desc.path!r}: expected a live instance; received a closed model."
+                )
+            self.calls += 1
+            sensitivity = np.zeros((size, n, start))
+            if 1 in columns:
+                sensitivity[:, :, columns[1]] = np.eye(n)
+            state: Any = (states, sensitivity) if asked else states
+            try:
+                for j in range(substeps):
+                    state = step(rhs_sensitivity if asked else rhs, times[:, 0] + j * h, state, h)
+            finally:
+                self._use(0)  # outside a step the model's own instance is the current one
+        final, sensitivity = state if asked else (state, sensitivity)
+        blocks = [sensitivity[:, :, columns[which]] for which in asked]
+        blocks = [block[:, :, 0] if which == 0 else block for which, block in zip(asked, blocks, strict=True)]
+        return tuple(a.reshape(*batch, *a.shape[1:]) for a in [final, *blocks])
+
+    def _use(self, slot: int) -> None:
+        """Make instance ``slot`` the current one (instantiating it, the first time, as the first was)."""
+        if slot == self._active:
+            return
+        self._held[self._active] = self._current
+        if slot == len(self._components):
+            try:
+                self._fmu.instantiate()
+            except Exception as error:  # fmpy raises a plain Exception when fmi2Instantiate returns NULL
+                self._fmu.component = self._components[self._active]
+                raise FMUCallError(f"FMU {self.desc.path!r}: fmi2Instantiate failed: {error}") from error
+            self._components.append(self._fmu.component)
+            self._held.append(None)
+        self._fmu.component = self._components[slot]
+        self._current = self._held[slot]
+        self._active = slot
+
+    def _derivatives_of(self, inputs: np.ndarray, p_rows: list[tuple[float, ...]], slots: list[int]) -> Any:
+        """``values(points, t, x, out)``: ``out[b] = dx/dt`` at each point ``b`` of a batch, straight to C.
+
+        The lean body of :meth:`step`'s stages: point ``b`` is evaluated by instance ``slots[b]``, whose
+        parameters are set only when they differ from those it holds (a new instance is initialised
+        with them) and whose time only when it differs from the time last set on it; each FMI
+        function's status is checked as :meth:`_hot` does.
+        """
+        set_time, set_real = self._raw["fmi2SetTime"], self._raw["fmi2SetReal"]
+        set_states, get_derivatives = self._by_address
+        n_u = inputs.shape[1]
+        u_buffer = self._u
+        n = len(self.desc.state_refs)
+        row = 8 * n  # bytes of one row of states
+
+        def values(points: list[int], t: np.ndarray, x: np.ndarray, out: np.ndarray) -> None:
+            x = np.ascontiguousarray(x)
+            x_at, out_at = x.ctypes.data, out.ctypes.data
+            clocks: dict[int, float] = {}
+            for b in points:
+                slot = slots[b]
+                if slot != self._active:
+                    self._use(slot)
+                if p_rows[b] != self._current:
+                    self._parameters(p_rows[b])
+                    clocks.pop(slot, None)
+                component = self._fmu.component
+                if t[b] != clocks.get(slot):
+                    clocks[slot] = float(t[b])
+                    if set_time(component, clocks[slot]) > _FMI2_WARNING:
+                        self._hot("fmi2SetTime", clocks[slot])  # raises, naming the function and status
+                status = set_states(component, x_at + b * row, n)
+                if n_u:
+                    u_buffer.view[:] = inputs[b]
+                    status = max(status, set_real(component, self._input_refs, n_u, u_buffer.c))
+                status = max(status, get_derivatives(component, out_at + b * row, n))
+                if status > _FMI2_WARNING:
+                    raise FMUCallError(
+                        f"FMU {self.desc.path!r}: setting the states and inputs or reading the derivatives "
+                        f"failed with status {status} (3 error, 4 fatal)."
+                    )
+
+        return values

@@ -26,6 +26,10 @@ _STEPS = {
     "rk4": rk4_step,
 }
 
+_HOST_STEPS = ("euler", "heun", "rk4")
+"""The methods a model may take whole through :meth:`~twinfer.models.AbstractModel.host_step` (written
+leaf by leaf, so they run on NumPy arrays as they do on JAX's)."""
+
 
 def integrator_step(method: str) -> Any:
     """The one step ``(rhs, t, x, h) -> x_next`` of a fixed-step method (:data:`METHODS` but ``"exact"``)."""
@@ -56,8 +60,12 @@ class DiscreteModel(eqx.Module):
             a_d, b_d = exact_matrices(self.model, params, self.dt)
             return a_d @ x + b_d @ jnp.atleast_1d(u) if b_d.shape[1] else a_d @ x
         step = _STEPS[self.method]
-        f = lambda tt, xx: self.model.vector_field(tt, xx, u, params)
         h = self.dt / self.substeps
+        if self.method in _HOST_STEPS:
+            stepped = self.model.host_step(step, t, x, u, params, h, self.substeps)
+            if stepped is not None:
+                return stepped
+        f = lambda tt, xx: self.model.vector_field(tt, xx, u, params)
         return substep_loop(lambda j, xx: step(f, t + j * h, xx, h), x, self.substeps)
 
     def output(self, t: Any, x: Any, u: Any, params: Any) -> Any:

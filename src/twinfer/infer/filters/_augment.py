@@ -89,6 +89,12 @@ class Augmented(AbstractModel):
         base_x, p = self._split(x, params)
         return self.base.output(t, base_x, u, p)
 
+    def host_step(self, step: Any, t: Any, x: Any, u: Any, params: Params, h: float, substeps: int) -> Any:
+        """The base model's whole step where it takes one (the unknowns do not move within a step)."""
+        base_x, p = self._split(x, params)
+        stepped = self.base.host_step(step, t, base_x, u, p, h, substeps)
+        return None if stepped is None else jnp.concatenate([stepped, x[self.base.n_state :]])
+
     @property
     def state_names(self) -> tuple[str, ...]:
         return self.base.state_names + self.unknown

@@ -141,9 +141,12 @@ def deviation_factor(
 def linear(
     fn: Callable[[Any], Any], mean: Float[Array, " n"], chol_P: Float[Array, "n n"]
 ) -> tuple[Float[Array, "k n"], Float[Array, " k"], Float[Array, "k 1"]]:
-    """Exact for affine ``fn``: A = d fn / dx, b = fn(0)-style offset, Omega = 0."""
-    A = jax.jacfwd(fn)(mean)
-    out = fn(mean)
+    """Exact for affine ``fn``: A = d fn / dx, b = fn(0)-style offset, Omega = 0.
+
+    The value comes out of the same forward pass as the Jacobian, so a function that leaves the
+    compiled program (an FMU's step) is called once, not twice.
+    """
+    A, out = jax.jacfwd(lambda v: (y := fn(v), y), has_aux=True)(mean)
     return A, out - A @ mean, jnp.zeros((out.shape[0], 1), mean.dtype)
 
 
