@@ -30,6 +30,7 @@ from twinfer.models._base import AbstractModel, Input, Output, Params, State
 from twinfer.models._fmu_archive import describe
 from twinfer.models._fmu_errors import FMUError, FMUKindError
 from twinfer.models._fmu_runtime import DerivativeSource, Kind, Runtime
+from twinfer.models._host_call import host_call
 
 SOURCES: tuple[str, ...] = ("auto", "directional", "finite_differences")
 """Where an :class:`FMU`'s Jacobians with respect to states and inputs come from."""
@@ -45,21 +46,15 @@ def _unpacked(host: Any, widths: tuple[int, ...], packed: np.ndarray) -> np.ndar
 
 
 def _host_call(host: Any, n_out: int, need: tuple[bool, ...], *args: Array) -> tuple[Array, ...]:
-    """One ``pure_callback`` to ``host(t, x, u, p) -> (value, *blocks)``, batched as a whole under vmap.
+    """One host call to ``host(t, x, u, p) -> (value, *blocks)``, batched as a whole under vmap.
 
-    ``(t, x, u, p)`` travel as one array and the value and the asked Jacobian blocks come back as one:
-    JAX hands each argument of a callback to it as a new device array, which costs more than the FMU's
-    own work on a small model.
+    ``(t, x, u, p)`` travel as one array and the value and the asked Jacobian blocks come back as one
+    (:func:`~twinfer.models._host_call.host_call`, which hands XLA's NumPy buffer to the host as is).
     """
     widths = (1, *(a.shape[-1] for a in args[1:]))
     packed = jnp.concatenate([jnp.reshape(args[0], (1,)), *args[1:]])
     cols = [1] + [widths[i] for i in range(4) if need[i]]
-    out = jax.pure_callback(
-        functools.partial(_unpacked, host, widths),
-        jax.ShapeDtypeStruct((n_out, sum(cols)), jnp.float64),
-        packed,
-        vmap_method="expand_dims",
-    )
+    out = host_call(functools.partial(_unpacked, host, widths), packed, (n_out, sum(cols)))
     edges = np.cumsum(cols)
     blocks = [out[:, a:b] for a, b in zip(edges[:-1], edges[1:], strict=True)]
     asked = [i for i in range(4) if need[i]]

@@ -43,7 +43,6 @@ re-initialised) once per point and step rather than once per point and stage. On
 declares ``canBeInstantiatedOnlyOncePerProcess``."""
 _CUBE_ROOT_EPS = float(np.finfo(np.float64).eps) ** (1.0 / 3.0)
 _MAX_EVENT_ITERATIONS = 100
-_POINTER = ctypes.POINTER(ctypes.c_double)
 _FMI2_WARNING = 1
 _FUNCTIONS = (
     "fmi2SetTime",
@@ -64,10 +63,6 @@ _FUNCTIONS = (
 
 def _refs(refs: tuple[int, ...]) -> Any:
     return (ctypes.c_uint * len(refs))(*refs)
-
-
-def _ptr(array: np.ndarray) -> Any:
-    return array.ctypes.data_as(_POINTER)
 
 
 class _Buffer:
@@ -161,6 +156,7 @@ class Runtime:
         n_x, n_u, n_y = len(desc.state_refs), len(desc.input_refs), len(desc.output_refs)
         self._x, self._u, self._dx, self._y = _Buffer(n_x), _Buffer(n_u), _Buffer(n_x), _Buffer(n_y)
         self._p, self._tunable = _Buffer(len(desc.param_refs)), _Buffer(len(self._tunable_refs))
+        self._seed, self._seeded = (ctypes.c_double * 1)(1.0), _Buffer(max(n_x, n_y))
         with self._lock:
             try:
                 fmu.instantiate()
@@ -268,12 +264,18 @@ class Runtime:
         column = np.zeros(n_out)
         if not len(unknown):
             return column
-        seed, out = np.ones(1), np.empty(len(unknown))
+        out = self._seeded.view[: len(unknown)]  # a C buffer: ndarray.ctypes costs tens of us a call
         self._hot(
-            "fmi2GetDirectionalDerivative", unknown, len(unknown), _refs((known,)), 1, _ptr(seed), _ptr(out)
+            "fmi2GetDirectionalDerivative",
+            unknown,
+            len(unknown),
+            _refs((known,)),
+            1,
+            self._seed,
+            self._seeded.c,
         )
         if kind == "derivatives":
-            return out
+            return out.copy()
         column[self._other_outputs] = out
         return column
 
@@ -417,7 +419,17 @@ class Runtime:
         visits = [order, order[::-1]]  # alternate: an instance shared by groups switches less often
         stage = [0]
         values = self._derivatives_of(inputs, p_rows, slots)
-        stage_need = (need[0], True, need[2], need[3])
+        stage_need = (need[0], True, need[2], False)
+        n_p = params.shape[1]
+        shifted_rows: list[tuple[float, ...]] = []  # parameter derivatives: central differences, each
+        if need[3]:  # shifted vector on its own instance, so no instance is re-initialised per stage
+            steps = _CUBE_ROOT_EPS * np.maximum(np.abs(params), self.desc.param_nominals)  # (size, n_p)
+            shifts = np.concatenate([np.eye(n_p), -np.eye(n_p)])  # (2 n_p, n_p): + then -
+            shifted = params[:, None, :] + shifts[None] * steps[:, None, :]
+            shifted_rows = [tuple(row) for row in shifted.reshape(size * 2 * n_p, n_p).tolist()]
+        shifted_slots = [groups.setdefault(row, len(groups)) % self._max_instances for row in shifted_rows]
+        shifted_values = self._derivatives_of(np.repeat(inputs, 2 * n_p, axis=0), shifted_rows, shifted_slots)
+        shifted_order = sorted(range(len(shifted_rows)), key=shifted_slots.__getitem__)
 
         def rhs(tt: np.ndarray, xs: np.ndarray) -> np.ndarray:
             f = np.empty((size, n))
@@ -428,12 +440,22 @@ class Runtime:
         def rhs_sensitivity(tt: np.ndarray, pair: tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarray, ...]:
             xs, s = pair
             f, ds = np.empty((size, n)), np.empty_like(s)
+            jac: dict[int, Any] = {}
+            if shifted_rows:
+                shifted_f = np.empty((len(shifted_rows), n))
+                shifted_values(
+                    shifted_order, np.repeat(tt, 2 * n_p), np.repeat(xs, 2 * n_p, axis=0), shifted_f
+                )
+                pairs = shifted_f.reshape(size, 2, n_p, n)
+                jac_p = np.swapaxes(pairs[:, 0] - pairs[:, 1], 1, 2) / (2.0 * steps[:, None, :])
             for b in visits[stage[0] % 2]:
                 self._use(slots[b])
                 value, *blocks = self._point(
                     "derivatives", stage_need, [tt[b : b + 1], xs[b], inputs[b], params[b]]
                 )
-                jac = dict(zip([i for i in range(4) if stage_need[i]], blocks, strict=True))
+                jac.update(zip([i for i in range(4) if stage_need[i]], blocks, strict=True))
+                if shifted_rows:
+                    jac[3] = jac_p[b]
                 f[b], ds[b] = value, jac[1] @ s[b]
                 for which in asked:
                     if which != 1:
