@@ -9,12 +9,13 @@ from the JAX model. For the UKF and the EKF each, one compiled program per model
 - ``<filter>.fmu_steps_per_s`` and ``<filter>.jax_steps_per_s``: record steps per second of the compiled
   run after its first (compiling) call, medians of the repeats;
 - ``<filter>.ratio``: JAX steps per second over the FMU's (issue #56's target: at most 20);
-- ``<filter>.callbacks_per_step``: the FMU's callbacks (one ``jax.pure_callback`` per batch of points:
-  the UKF's sigma points, the EKF's point and its Jacobian) per record step;
+- ``<filter>.callbacks_per_step``: the FMU's host calls per record step (one per batch of points: the
+  UKF's sigma points stepped whole, the EKF's step with its Jacobian; outputs that are states need none);
 - ``<filter>.mu_abs_diff``: the two estimates' final mu apart (the same filter on the same equations).
 
-The FMU's time is its callbacks: each is a host round trip out of the compiled program, and each point of
-a batch re-initialises the FMU where ``mu`` is a fixed parameter (``docs/fmu.md``).
+The FMU's time is its host calls' Python: per step, every stage of every sigma point is a few FMI calls
+through ctypes, and each point with its own ``mu`` (a fixed parameter) re-initialises its instance once
+(``docs/fmu.md``).
 """
 
 from __future__ import annotations

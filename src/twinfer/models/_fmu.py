@@ -3,11 +3,13 @@
 Engineers receive models from Modelica tools, Simulink and vendors as Functional Mock-up Units; the
 model-combination paper defines its model class after the FMI (specs/model-combination.md 1.1). An
 :class:`FMU` reads one with fmpy and answers :meth:`~FMU.vector_field` and :meth:`~FMU.output` by running
-its C code through ``jax.pure_callback``: one callback per batch (a ``vmap`` over sigma points or particles
-becomes one call that loops over the points in C), so the FMU works inside every jitted estimator.
-Derivatives sit behind ``jax.custom_jvp``: forward and reverse mode (``jacfwd`` for the EKF, ``grad`` for
-training) both see the Jacobian the FMU gives (its directional derivatives where it has them, central
-finite differences otherwise; :mod:`twinfer.models._fmu_runtime`).
+its C code through a host call (:mod:`twinfer.models._host_call`): one call per batch (a ``vmap`` over
+sigma points or particles becomes one call that loops over the points in C), so the FMU works inside every
+jitted estimator. :meth:`~FMU.host_step` takes a whole integrator step in one call, so a filter's step
+leaves the compiled program once, not once per stage. Derivatives sit behind ``jax.custom_jvp``: forward
+and reverse mode (``jacfwd`` for the EKF, ``grad`` for training) both see the Jacobian the FMU gives (its
+directional derivatives where it has them, central finite differences otherwise;
+:mod:`twinfer.models._fmu_runtime`), and a step's Jacobian is its forward sensitivities.
 
 Not yet: FMUs with events (refused by name), FMI 3.0, co-simulation FMUs (refused by name).
 """
