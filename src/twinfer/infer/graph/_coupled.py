@@ -94,8 +94,8 @@ class Coupled(AbstractModel):
         links: the :class:`Link` s (or ``(target, source, gain)`` tuples).
 
     Raises:
-        CoupledError: an unknown part or variable name, a link driving a state, a target linked with
-            nothing, a part name with a dot or no parts.
+        CoupledError: fewer than two parts, a part name with a dot, a part that is not a model or has
+            events (not coupled yet), an unknown part, input or source name, a gain that is not finite.
         CoupledLoopError: a source that feeds through from a linked input.
 
     References:
@@ -121,10 +121,21 @@ class Coupled(AbstractModel):
         bad = [n for n, m in parts.items() if not isinstance(m, AbstractModel)]
         if bad:
             raise CoupledError(f"Coupled parts: expected twinfer models; received non-models for {bad}.")
+        events = [n for n, m in parts.items() if m.n_events]
+        if events:
+            raise CoupledError(
+                f"Coupled parts: expected models without events (a part's events are not coupled yet); "
+                f"received {events} with event indicators."
+            )
         self.parts, self.names = models, names
         self.links = tuple(Link(*link) for link in links)
         sources, targets = [], []
         for link in self.links:
+            if not np.isfinite(link.gain):
+                raise CoupledError(
+                    f"Coupled link {link.target!r} <- {link.source!r} gain: expected a finite "
+                    f"number; received {link.gain!r}."
+                )
             i, local = _split(link.target, names, f"link target {link.target!r}")
             if local not in models[i].input_names:
                 raise CoupledError(
@@ -295,17 +306,17 @@ def coupled_graph(
     """The graph of a :class:`Coupled` model, one subsystem per part (``S1``, ``S2``, ... in order).
 
     :func:`~twinfer.infer.graph.model_graph` on ``model.partition``: each part steps its own equations
-    with the linked states of the others as messages; ``estimators=("ukf", "none")`` makes the second
-    part a deterministic node (no update, propagated from its messages). Its keywords are
-    :func:`~twinfer.infer.graph.model_graph`'s; an unknown ``"<part>.<parameter>"`` joins the part
-    whose equations read it.
+    with the linked states of the others as messages; ``estimator=("ukf", "none")`` makes the second
+    part a deterministic node (no update, propagated from its messages: the compositional paper's
+    deterministic component, such as a controller). An unknown ``"<part>.<parameter>"`` joins the part
+    whose equations read it. Also ``Graph.from_model(model, model.partition, dt=...)``.
 
     Args:
         model: the coupled model.
         dt: step length of the data.
         name: the graph's name.
         **options: :func:`~twinfer.infer.graph.model_graph`'s keywords (``x0``, ``state_sd``,
-            ``process_sd``, ``noise_sd``, ``unknown``, ``estimators``, ``messages``, ``integrator``, ...).
+            ``process_sd``, ``noise_sd``, ``unknown``, ``estimator``, ``messages``, ``integrator``, ...).
 
     Returns:
         The :class:`~twinfer.infer.graph.Graph`.
