@@ -31,7 +31,7 @@ pytestmark = pytest.mark.skipif(compiler() is None, reason="no C compiler (cc or
 
 M, K, C = 2.0, 3.0, 0.4  # the FMU's mass (fixed), stiffness and damping (tunable), not its start values
 KC, CC = 0.5, 0.1  # the coupling spring and damper between the chain's end mass and the FMU's mass
-DT, STEPS = 0.05, 150
+DT, STEPS = 0.05, 100
 
 
 @pytest.fixture(scope="session")
