@@ -389,7 +389,8 @@ def estimate(
         run_dir = write_run(
             new_run_dir(out_dir, parsed.name),
             parsed.name,
-            f"twinfer estimate {spec.name}: {parsed.estimator.description} on a {parsed.model.kind}",
+            f"twinfer estimate {spec.name}: {parsed.estimator.description} on "
+            + ("an FMU" if parsed.model.kind == "fmu" else f"a {parsed.model.kind}"),
             parsed.model_dump(mode="json"),
             artifacts,
             figures,
