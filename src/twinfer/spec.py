@@ -1,11 +1,12 @@
 """Estimation specs: a user's own system, data and estimator in one TOML file (``twinfer estimate``).
 
-A spec names a library model and its known parameters, where the data come from (a CSV file with a
-column mapping, or a simulation of the model itself, which also gives the truth), the unknown
-parameters with their priors, and the estimator: central (one filter or smoother on the whole model),
-distributed (the model cut into subsystems by :meth:`twinfer.infer.graph.Graph.from_model`, exchanging
-messages) or banded (the same subsystems, each keeping its correlation with ``bandwidth`` neighbours on
-either side: :class:`twinfer.infer.Banded`), all run by :func:`twinfer.infer.estimate`. Example::
+A spec names a library model (a chain, a grid) or an FMU (``kind = "fmu"``: :class:`FmuModel`) and its
+known parameters, where the data come from (a CSV file with a column mapping, or a simulation of the
+model itself, which also gives the truth), the unknown parameters with their priors, and the
+estimator: central (one filter or smoother on the whole model), distributed (the model cut into
+subsystems by :meth:`twinfer.infer.graph.Graph.from_model`, exchanging messages) or banded (the same
+subsystems, each keeping its correlation with ``bandwidth`` neighbours on either side:
+:class:`twinfer.infer.Banded`), all run by :func:`twinfer.infer.estimate`. Example::
 
     name = "frame"
 
@@ -1211,8 +1212,8 @@ def run_spec(spec: Spec, base: str | Path = ".") -> tuple[Any, Any, Any, Any]:
     return _run_model(spec, _chain(spec), Path(base))
 
 
-def _run_model(spec: Spec, chain: Any, base: Path) -> tuple[Any, Any, Any, Any]:
-    """:func:`run_spec` of a chain or an FMU (``chain``, the model built from ``[model]``)."""
+def _run_model(spec: Spec, system: Any, base: Path) -> tuple[Any, Any, Any, Any]:
+    """:func:`run_spec` of a chain or an FMU: ``system``, the model built from ``[model]``."""
     from twinfer import metrics
     from twinfer.infer import Banded, Central, Distributed, estimate
     from twinfer.infer.filters import tuning_of
@@ -1222,19 +1223,19 @@ def _run_model(spec: Spec, chain: Any, base: Path) -> tuple[Any, Any, Any, Any]:
     fmu = spec.model if isinstance(spec.model, FmuModel) else None
     if spec.simulate is not None:  # the record's length is known before it is simulated
         rows = int(round(spec.simulate.duration / spec.simulate.dt)) + 1
-        _refuse_run_beyond_memory(spec, chain.n_state, rows)
-    data = _dataset(spec, chain, base) if fmu is None else _fmu_dataset(spec, fmu, chain, base)
-    _refuse_run_beyond_memory(spec, chain.n_state, len(data.times))
+        _refuse_run_beyond_memory(spec, system.n_state, rows)
+    data = _dataset(spec, system, base) if fmu is None else _fmu_dataset(spec, fmu, system, base)
+    _refuse_run_beyond_memory(spec, system.n_state, len(data.times))
     dt = _step(data)
     e = spec.estimator
     noise_sd = e.noise_sd if e.noise_sd is not None else spec.simulate.noise_sd  # type: ignore[union-attr]
     x0: Any = e.x0
     if fmu is not None:  # one noise sd per output of the FMU (the unmeasured ones' are masked out)
         if noise_sd != "auto":
-            full = np.ones(chain.n_output)
-            full[[chain.output_names.index(o) for o in fmu.outputs]] = noise_sd
+            full = np.ones(system.n_output)
+            full[[system.output_names.index(o) for o in fmu.outputs]] = noise_sd
             noise_sd = full.tolist()
-        x0 = x0 if "x0" in e.model_fields_set else np.asarray(chain.start_state).tolist()
+        x0 = x0 if "x0" in e.model_fields_set else np.asarray(system.start_state).tolist()
     options: dict[str, Any] = dict(
         noise_sd=noise_sd, state_sd=e.state_sd, process_sd=e.process_sd, x0=x0, unknown=spec.unknown or None
     )
@@ -1257,9 +1258,9 @@ def _run_model(spec: Spec, chain: Any, base: Path) -> tuple[Any, Any, Any, Any]:
             substeps=e.substeps,
             kernel=e.kernel,
         )
-        est = estimate(chain, data, central, input_sd=input_sd if np.any(input_sd) else None, **options)
+        est = estimate(system, data, central, input_sd=input_sd if np.any(input_sd) else None, **options)
     else:
-        graph = Banded(**split).graph(chain, data, dt, {**options, "input_sd": input_sd})
+        graph = Banded(**split).graph(system, data, dt, {**options, "input_sd": input_sd})
         if e.kind == "banded":
             est = estimate(graph, data, Banded(bandwidth=e.bandwidth, parameters=e.parameters))
         elif not e.message_passing:  # the calibrated default: the banded filter, one wider than the cuts need
@@ -1322,7 +1323,7 @@ def _run_model(spec: Spec, chain: Any, base: Path) -> tuple[Any, Any, Any, Any]:
         "means": np.asarray(est.means),
         "stds": np.asarray(est.stds),
     }
-    n = chain.n_state
+    n = system.n_state
     truth = None if data.truth_states is None else np.asarray(data.truth_states)
     if truth is not None:
         mean, sd = np.asarray(est.means)[:, :n], np.asarray(est.stds)[:, :n]
@@ -1331,9 +1332,9 @@ def _run_model(spec: Spec, chain: Any, base: Path) -> tuple[Any, Any, Any, Any]:
         arrays["truth_states"] = truth
     notes = [f"{e.description}, {len(data.times) - 1} steps of {dt:g} s"]
     if fmu is not None:
-        unmeasured = [o for o in chain.output_names if o not in fmu.outputs]
+        unmeasured = [o for o in system.output_names if o not in fmu.outputs]
         notes.append(
-            f"FMU {fmu.path.name}: states {', '.join(chain.state_names)} (prior mean {x0}); measured "
+            f"FMU {fmu.path.name}: states {', '.join(system.state_names)} (prior mean {x0}); measured "
             f"outputs {', '.join(fmu.outputs)}"
             + (f"; unmeasured {', '.join(unmeasured)}" if unmeasured else "")
             + "."
