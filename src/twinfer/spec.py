@@ -56,6 +56,11 @@ from twinfer.data._checks import did_you_mean as _did_you_mean
 from twinfer.errors import TwinferRuntimeError, TwinferValueError
 from twinfer.report._run import RUN_NAME_MAX
 
+if typing.TYPE_CHECKING:  # the models and the data are imported when a spec runs, not with twinfer.spec
+    from twinfer.data import Dataset
+    from twinfer.models import FMU
+    from twinfer.models._fmu_archive import Description
+
 __all__ = ["LiveSetup", "Spec", "SpecError", "live_setup", "load_spec", "run_spec"]
 
 
@@ -808,7 +813,8 @@ def load_spec(path: str | Path) -> tuple[Spec, Path]:
     """Read and validate a spec file; returns the spec and the folder relative paths start from.
 
     An FMU's archive and model description are read and every name the spec gives is checked against
-    them (:func:`_fmu_description`); nothing of the FMU runs here.
+    them; nothing of the FMU runs here. Its ``[estimator] x0``, when not given, becomes the FMU's start
+    values (so the run folder's ``config.toml`` records the prior mean that ran).
 
     Raises:
         SpecError: the file cannot be read or is not TOML, or a value does not validate (each key named
@@ -935,7 +941,7 @@ def _fmu_parameters(spec: Spec, model: FmuModel) -> list[str]:
     return list(dict.fromkeys([*model.params, *spec.unknown]))
 
 
-def _fmu_description(spec: Spec, model: FmuModel, base: Path) -> Any:
+def _fmu_description(spec: Spec, model: FmuModel, base: Path) -> Description:
     """The FMU's model description, validated before anything of the FMU runs, with every name checked.
 
     :func:`twinfer.models._fmu_archive.describe` reads the archive and its ``modelDescription.xml``
@@ -1025,7 +1031,7 @@ def _fmu_description(spec: Spec, model: FmuModel, base: Path) -> Any:
     return desc
 
 
-def _fmu(spec: Spec, model: FmuModel, base: Path) -> Any:
+def _fmu(spec: Spec, model: FmuModel, base: Path) -> FMU:
     """The spec's :class:`~twinfer.models.FMU`, its description validated first (nothing runs before)."""
     from twinfer.models import FMU, FMUError
 
@@ -1054,7 +1060,7 @@ def _band_limited(s: Simulation, rng: np.random.Generator, rows: int, columns: i
     return np.asarray(lfilter(coeffs[0], coeffs[1], rng.normal(size=(rows, columns)) * sd, axis=0))
 
 
-def _fmu_dataset(spec: Spec, model: FmuModel, fmu: Any, base: Path) -> Any:
+def _fmu_dataset(spec: Spec, model: FmuModel, fmu: FMU, base: Path) -> Dataset:
     """An FMU spec's record over all the FMU's outputs, those not in ``model.outputs`` masked out.
 
     ``[data]``: the file's output columns, by position, under the measured outputs' names, its input
