@@ -263,6 +263,19 @@ SIMULATED = MODEL + SIMULATE + UNKNOWN
             "unknown.x1: * (type Real, causality output",
         ),
         (
+            lambda p: _copy(
+                p, edit=lambda xml: xml.replace('<Real start="1"/>', '<Real start="1" min="0" max="10"/>')
+            ),
+            MODEL + SIMULATE + "[unknown]\nmu = [-1.0, 0.5, 0.0]\n",
+            "unknown.mu: expected a value within 'mu''s declared range [0, 10] (its min and max in the model "
+            "description); received -1.0",
+        ),
+        (
+            FMUS / "Dahlquist.fmu",
+            MODEL.replace('"x0"', '"x"') + 'derivatives = "directional"\n' + SIMULATE,
+            "model.derivatives: expected an FMU with providesDirectionalDerivative for 'directional'",
+        ),
+        (
             VDP,
             SIMULATED.replace('["x0"]', '["x0", "y"]'),
             "model.outputs: expected outputs of the FMU (x0, x1); received 'y'",
@@ -312,6 +325,8 @@ SIMULATED = MODEL + SIMULATE + UNKNOWN
         "param-name",
         "unknown-name",
         "unknown-not-a-parameter",
+        "unknown-outside-its-range",
+        "no-directional-derivatives",
         "sensor-name",
         "banded",
         "distributed",

@@ -956,8 +956,9 @@ def _fmu_description(spec: Spec, model: FmuModel, base: Path) -> Description:
             this platform: :mod:`twinfer.models._fmu_errors`; or no continuous states),
             ``model.params.<name>`` and ``unknown.<name>`` (not a real parameter of variability fixed or
             tunable, or outside its declared min and max), ``model.outputs`` (not an output of the FMU),
-            and the counts that depend on its states and inputs (``data.inputs``, ``data.states``,
-            ``estimator.state_sd``, ``process_sd``, ``x0``, ``simulate.input_noise_sd``).
+            ``model.derivatives`` (``"directional"`` from an FMU without them), and the counts that
+            depend on its states and inputs (``data.inputs``, ``data.states``, ``estimator.state_sd``,
+            ``process_sd``, ``x0``, ``simulate.input_noise_sd``).
 
     """
     from twinfer.models import FMUError, FMUVariableError
@@ -984,6 +985,11 @@ def _fmu_description(spec: Spec, model: FmuModel, base: Path) -> Description:
         for name in model.outputs
         if name not in outputs
     ]
+    if model.derivatives == "directional" and not desc.directional:
+        problems.append(
+            "model.derivatives: expected an FMU with providesDirectionalDerivative for 'directional'; "
+            "received one without (use 'auto' or 'finite_differences')"
+        )
     values = [
         *((f"model.params.{n}", n, v) for n, v in model.params.items()),
         *((f"unknown.{n}", n, triple[0]) for n, triple in spec.unknown.items()),
