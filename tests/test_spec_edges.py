@@ -230,7 +230,7 @@ def test_item7_pandapower_to_mpc_mat_is_the_bundled_network(tmp_path):
         ),
         (
             '[model]\nkind = "gird"\n',
-            "'model.kind': expected one of 'chain', 'grid'; received 'gird' (did you mean 'grid'?)",
+            "'model.kind': expected one of 'chain', 'grid', 'fmu'; received 'gird' (did you mean 'grid'?)",
         ),
         (
             "[simulate]\nseeed = 3\n",

@@ -1,11 +1,12 @@
 """Estimation specs: a user's own system, data and estimator in one TOML file (``twinfer estimate``).
 
-A spec names a library model and its known parameters, where the data come from (a CSV file with a
-column mapping, or a simulation of the model itself, which also gives the truth), the unknown
-parameters with their priors, and the estimator: central (one filter or smoother on the whole model),
-distributed (the model cut into subsystems by :meth:`twinfer.infer.graph.Graph.from_model`, exchanging
-messages) or banded (the same subsystems, each keeping its correlation with ``bandwidth`` neighbours on
-either side: :class:`twinfer.infer.Banded`), all run by :func:`twinfer.infer.estimate`. Example::
+A spec names a library model (a chain, a grid) or an FMU (``kind = "fmu"``: :class:`FmuModel`) and its
+known parameters, where the data come from (a CSV file with a column mapping, or a simulation of the
+model itself, which also gives the truth), the unknown parameters with their priors, and the
+estimator: central (one filter or smoother on the whole model), distributed (the model cut into
+subsystems by :meth:`twinfer.infer.graph.Graph.from_model`, exchanging messages) or banded (the same
+subsystems, each keeping its correlation with ``bandwidth`` neighbours on either side:
+:class:`twinfer.infer.Banded`), all run by :func:`twinfer.infer.estimate`. Example::
 
     name = "frame"
 
@@ -54,6 +55,11 @@ from twinfer._atomic import read_regular
 from twinfer.data._checks import did_you_mean as _did_you_mean
 from twinfer.errors import TwinferRuntimeError, TwinferValueError
 from twinfer.report._run import RUN_NAME_MAX
+
+if typing.TYPE_CHECKING:  # the models and the data are imported when a spec runs, not with twinfer.spec
+    from twinfer.data import Dataset
+    from twinfer.models import FMU
+    from twinfer.models._fmu_archive import Description
 
 __all__ = ["LiveSetup", "Spec", "SpecError", "live_setup", "load_spec", "run_spec"]
 
@@ -157,6 +163,25 @@ class GridModel(_Strict):
     s_max: int = pydantic.Field(default=5, ge=1, le=10)
     damping: Values | None = None
     pmus: list[int] | None = None
+
+
+class FmuModel(_Strict):
+    """An FMI 2.0 Model Exchange FMU (:class:`twinfer.models.FMU`), its variables by their names.
+
+    ``path``: the ``.fmu`` file (relative to the spec); ``params``: values replacing some real
+    parameters' start values (with ``[simulate]`` they are the truth); ``outputs``: the FMU's outputs
+    that are measured, in the order of ``[data] outputs`` (the others are unmeasured); ``derivatives``:
+    where the EKF's Jacobians come from (:class:`~twinfer.models.FMU`). The FMU's archive and model
+    description are validated when the spec is read (nothing of it runs then), and every name is
+    checked against them. The states start at the FMU's start values unless ``[estimator] x0`` says
+    otherwise.
+    """
+
+    kind: Literal["fmu"]
+    path: Path
+    params: dict[str, Real] = {}
+    outputs: list[str] = pydantic.Field(min_length=1)
+    derivatives: Literal["auto", "directional", "finite_differences"] = "auto"
 
 
 class CsvData(_Strict):
@@ -388,7 +413,7 @@ class Spec(_Strict):
     name: str = pydantic.Field(default="estimate", pattern=r"^[A-Za-z0-9_.-]+$")
     """The run folder's name before its time stamp: letters, digits, ``_``, ``.`` and ``-``, at most
     ``RUN_NAME_MAX`` (217) of them (a file name holds 255 bytes)."""
-    model: ChainModel | GridModel = pydantic.Field(discriminator="kind")
+    model: ChainModel | GridModel | FmuModel = pydantic.Field(discriminator="kind")
     data: CsvData | None = None
     simulate: Simulation | None = None
     estimator: Estimator = Estimator()
@@ -456,6 +481,8 @@ class Spec(_Strict):
             )
         if isinstance(self.model, GridModel):
             problems += _grid_problems(self, self.model)
+        elif isinstance(self.model, FmuModel):
+            problems += _fmu_problems(self, self.model)
         else:
             problems += _chain_problems(self, self.model)
         if problems:
@@ -629,6 +656,61 @@ def _chain_problems(spec: Spec, model: ChainModel) -> list[str]:
     return problems
 
 
+def _fmu_problems(spec: Spec, model: FmuModel) -> list[str]:
+    """What an FMU spec gets wrong that the spec alone shows: the estimator, the noise levels, counts.
+
+    The checks that need the FMU's model description (its variables' names, its states and inputs) are
+    :func:`_fmu_description`'s.
+    """
+    e, outs = spec.estimator, model.outputs
+    per_output = f"measured output ({', '.join(outs)})"
+    problems = []
+    if e.kind != "central":
+        problems.append(
+            "estimator.kind: an FMU is one model whose equations are compiled code behind the FMI, which "
+            f"cannot be cut into subsystems; expected 'central'; received {e.kind!r}"
+        )
+    if e.estimator == "kf":
+        problems.append(
+            "estimator.estimator: 'kf' needs a linear model, and an FMU gives its equations as compiled "
+            "code, not as matrices; expected 'ukf' or 'ekf'; received 'kf'"
+        )
+    if e.integrator == "exact":
+        problems.append(
+            "estimator.integrator: 'exact' is the matrix exponential of a linear model, and an FMU gives "
+            "its equations as compiled code, not as matrices; expected 'rk4' or 'euler'; received 'exact'"
+        )
+    if np.any(np.asarray(e.input_sd) != 0):
+        problems.append(
+            "estimator.input_sd: recorded inputs' noise in the process noise is for a chain's forces, not "
+            f"yet for an FMU's inputs; expected 0; received {e.input_sd!r}"
+        )
+    if len(set(outs)) != len(outs):
+        problems.append(f"model.outputs: expected distinct output names; received {outs}")
+    if e.noise_sd is not None and e.noise_sd != "auto":
+        problems += _values_problem("estimator.noise_sd", e.noise_sd, len(outs), per_output, "> 0")
+    sim = spec.simulate
+    if sim is not None:
+        bound = ">= 0" if e.noise_sd is not None else "> 0"
+        note = (
+            "" if e.noise_sd is not None else " (it is the estimator's too: estimator.noise_sd is not given)"
+        )
+        problems += _values_problem("simulate.noise_sd", sim.noise_sd, len(outs), per_output, bound, note)
+        if "ground_sd" in sim.model_fields_set:
+            problems.append(
+                "simulate.ground_sd: the motion of a chain's moving ground; an FMU has none (force_sd "
+                f"drives its inputs); expected no ground_sd; received {sim.ground_sd!r}"
+            )
+    if spec.data is not None and len(spec.data.outputs) != len(outs):
+        problems.append(
+            f"data.outputs: expected {len(outs)} output columns (one per measured output {outs}, in "
+            f"order); received {len(spec.data.outputs)} {spec.data.outputs}"
+        )
+    for name, (init, prior_sd, walk_sd) in spec.unknown.items():
+        problems += _triple_problem(name, init, prior_sd, walk_sd)
+    return problems
+
+
 def _values_problem(
     key: str, value: Values, count: int | None, per: str, bound: str, note: str = ""
 ) -> list[str]:
@@ -704,11 +786,9 @@ def _unknown_problems(
                 + _did_you_mean(name, names)
             )
             continue
-        if not prior_sd > 0 or not walk_sd >= 0 or not all(math.isfinite(v * v) for v in (prior_sd, walk_sd)):
-            problems.append(
-                f"unknown.{name}: expected [initial value, prior sd > 0, random-walk sd >= 0] (sds with "
-                f"finite squares); received [{init!r}, {prior_sd!r}, {walk_sd!r}]"
-            )
+        triple = _triple_problem(name, init, prior_sd, walk_sd)
+        if triple:
+            problems += triple
             continue
         bound = next((b for g, b in groups if name.rstrip("0123456789") == g), "any")
         if (bound == "> 0" and not init > 0) or (bound == ">= 0" and not init >= 0):
@@ -719,8 +799,22 @@ def _unknown_problems(
     return problems
 
 
+def _triple_problem(name: str, init: float, prior_sd: float, walk_sd: float) -> list[str]:
+    """``[problem]`` unless an unknown's prior sd is > 0 and its random-walk sd >= 0, both squarable."""
+    if not prior_sd > 0 or not walk_sd >= 0 or not all(math.isfinite(v * v) for v in (prior_sd, walk_sd)):
+        return [
+            f"unknown.{name}: expected [initial value, prior sd > 0, random-walk sd >= 0] (sds with "
+            f"finite squares); received [{init!r}, {prior_sd!r}, {walk_sd!r}]"
+        ]
+    return []
+
+
 def load_spec(path: str | Path) -> tuple[Spec, Path]:
     """Read and validate a spec file; returns the spec and the folder relative paths start from.
+
+    An FMU's archive and model description are read and every name the spec gives is checked against
+    them; nothing of the FMU runs here. Its ``[estimator] x0``, when not given, becomes the FMU's start
+    values (so the run folder's ``config.toml`` records the prior mean that ran).
 
     Raises:
         SpecError: the file cannot be read or is not TOML, or a value does not validate (each key named
@@ -743,9 +837,18 @@ def load_spec(path: str | Path) -> tuple[Spec, Path]:
     except tomllib.TOMLDecodeError as exc:
         raise SpecError(f"spec {path}: could not read a TOML table ({exc}).") from None
     try:
-        return Spec.model_validate(values), path.resolve().parent
+        spec, base = Spec.model_validate(values), path.resolve().parent
     except pydantic.ValidationError as exc:
         raise SpecError(f"spec {path}:\n  " + "\n  ".join(_Problems.of(exc))) from None
+    if isinstance(spec.model, FmuModel):  # its model description, read and checked: nothing of it runs
+        try:
+            desc = _fmu_description(spec, spec.model, base)
+        except _Problems as exc:
+            raise SpecError(f"spec {path}:\n  " + "\n  ".join(exc.lines)) from None
+        if "x0" not in spec.estimator.model_fields_set:  # the prior mean as the run folder records it
+            estimator = spec.estimator.model_copy(update={"x0": list(desc.state_starts)})
+            spec = spec.model_copy(update={"estimator": estimator})
+    return spec, base
 
 
 def _tables(cls: Any, key: str) -> list[type[pydantic.BaseModel]]:
@@ -824,6 +927,208 @@ def _chain(spec: Spec) -> Any:
         raise SpecError(f"spec model: {exc}") from None
 
 
+def _fmu_path(model: FmuModel, base: Path) -> Path:
+    """The FMU file: ``model.path`` relative to the spec's folder, as a data file's is."""
+    return model.path if model.path.is_absolute() else base / model.path
+
+
+def _fmu_parameters(spec: Spec, model: FmuModel) -> list[str]:
+    """The FMU parameters a spec names, which become the model's ``params``.
+
+    ``[model.params]``'s, then the unknowns not among them; the FMU's other parameters keep their start
+    values.
+    """
+    return list(dict.fromkeys([*model.params, *spec.unknown]))
+
+
+def _fmu_description(spec: Spec, model: FmuModel, base: Path) -> Description:
+    """The FMU's model description, validated before anything of the FMU runs, with every name checked.
+
+    :func:`twinfer.models._fmu_archive.describe` reads the archive and its ``modelDescription.xml``
+    (FMI 2.0.4, sections 2.2 and 3.1) and loads no binary.
+
+    Returns:
+        The :class:`~twinfer.models._fmu_archive.Description`.
+
+    Raises:
+        _Problems: one line per problem, each naming its spec key: ``model.path`` (a missing file, a zip
+            that is not an FMU, not FMI 2.0 Model Exchange (co-simulation only), events, no binary for
+            this platform: :mod:`twinfer.models._fmu_errors`; or no continuous states),
+            ``model.params.<name>`` and ``unknown.<name>`` (not a real parameter of variability fixed or
+            tunable, or outside its declared min and max), ``model.outputs`` (not an output of the FMU),
+            ``model.derivatives`` (``"directional"`` from an FMU without them), and the counts that
+            depend on its states and inputs (``data.inputs``, ``data.states``, ``estimator.state_sd``,
+            ``process_sd``, ``x0``, ``simulate.input_noise_sd``).
+
+    """
+    from twinfer.models import FMUError, FMUVariableError
+    from twinfer.models._fmu_archive import describe
+
+    path = _fmu_path(model, base)
+    keyed = [*((f"model.params.{n}", n) for n in model.params), *((f"unknown.{n}", n) for n in spec.unknown)]
+    try:
+        desc = describe(path, _fmu_parameters(spec, model), model.params)
+    except FMUVariableError as exc:  # which names: each on its own (on this path only)
+        lines = []
+        for key, name in keyed:
+            try:
+                describe(path, [name])
+            except FMUVariableError as one:
+                lines.append(f"{key}: {one}")
+        raise _Problems(lines or [f"model.params: {exc}"]) from None
+    except FMUError as exc:
+        raise _Problems([f"model.path: {exc}"]) from None
+    outputs, states, inputs = desc.output_names, desc.state_names, desc.input_names
+    problems = [
+        f"model.outputs: expected outputs of the FMU ({', '.join(outputs) or 'none'}); received {name!r}"
+        + _did_you_mean(name, list(outputs))
+        for name in model.outputs
+        if name not in outputs
+    ]
+    if model.derivatives == "directional" and not desc.directional:
+        problems.append(
+            "model.derivatives: expected an FMU with providesDirectionalDerivative for 'directional'; "
+            "received one without (use 'auto' or 'finite_differences')"
+        )
+    values = [
+        *((f"model.params.{n}", n, v) for n, v in model.params.items()),
+        *((f"unknown.{n}", n, triple[0]) for n, triple in spec.unknown.items()),
+    ]
+    for key, name, value in values:
+        low, high = desc.param_bounds.get(name, (-math.inf, math.inf))
+        if not low <= value <= high:
+            problems.append(
+                f"{key}: expected a value within {name!r}'s declared range [{low:g}, {high:g}] (its min and "
+                f"max in the model description); received {value!r}"
+            )
+    e, d, sim = spec.estimator, spec.data, spec.simulate
+    if not states:
+        problems.append(
+            f"model.path: expected an FMU with continuous states (ModelStructure/Derivatives) for a filter "
+            f"to estimate; received {str(path)!r}, which has none"
+        )
+    else:
+        per_state = f"state ({', '.join(states)})"
+        problems += _values_problem("estimator.state_sd", e.state_sd, len(states), per_state, "> 0")
+        if e.process_sd != "auto":
+            problems += _values_problem("estimator.process_sd", e.process_sd, len(states), per_state, ">= 0")
+        problems += _values_problem("estimator.x0", e.x0, len(states), per_state, "any")
+    if d is not None and len(d.inputs) != len(inputs):
+        problems.append(
+            f"data.inputs: expected {len(inputs)} input columns (one per input of the FMU {list(inputs)}, "
+            f"in order); received {len(d.inputs)} {d.inputs}"
+        )
+    if d is not None and d.states is not None and len(d.states) != len(states):
+        problems.append(
+            f"data.states: expected {len(states)} columns, one per state of the FMU {list(states)} in "
+            f"order; received {len(d.states)} {d.states}"
+        )
+    if sim is not None and inputs:
+        per_input = f"input ({', '.join(inputs)})"
+        problems += _values_problem(
+            "simulate.input_noise_sd", sim.input_noise_sd, len(inputs), per_input, ">= 0"
+        )
+    elif sim is not None and np.any(np.asarray(sim.input_noise_sd) != 0):
+        problems.append(
+            f"simulate.input_noise_sd: the FMU has no inputs; expected 0; received {sim.input_noise_sd!r}"
+        )
+    if problems:
+        raise _Problems(problems)
+    return desc
+
+
+def _fmu(spec: Spec, model: FmuModel, base: Path) -> FMU:
+    """The spec's :class:`~twinfer.models.FMU`, its description validated first (nothing runs before)."""
+    from twinfer.models import FMU, FMUError
+
+    try:
+        _fmu_description(spec, model, base)
+    except _Problems as exc:
+        raise SpecError("spec:\n  " + "\n  ".join(exc.lines)) from None
+    try:
+        return FMU(
+            _fmu_path(model, base),
+            params=model.params,
+            parameters=_fmu_parameters(spec, model),
+            derivatives=model.derivatives,
+        )
+    except FMUError as exc:
+        raise SpecError(f"spec model.path: {exc}") from None
+
+
+def _band_limited(s: Simulation, rng: np.random.Generator, rows: int, columns: int, sd: float) -> np.ndarray:
+    """White noise of ``sd`` through a 4th-order Butterworth low-pass at ``force_band`` of Nyquist."""
+    from scipy.signal import butter, lfilter
+
+    coeffs = butter(4, s.force_band)
+    if coeffs is None:  # butter returns (b, a) by default; its annotation allows None
+        raise TwinferRuntimeError("internal: scipy.signal.butter returned no coefficients.")
+    return np.asarray(lfilter(coeffs[0], coeffs[1], rng.normal(size=(rows, columns)) * sd, axis=0))
+
+
+def _fmu_dataset(spec: Spec, model: FmuModel, fmu: FMU, base: Path) -> Dataset:
+    """An FMU spec's record over all the FMU's outputs, those not in ``model.outputs`` masked out.
+
+    ``[data]``: the file's output columns, by position, under the measured outputs' names, its input
+    columns under the FMU's inputs'. ``[simulate]``: :func:`twinfer.sim.simulate_dataset` of the FMU
+    itself (its ``params`` the truth, from its start values; an adaptive Dopri8 solve at tolerance 1e-10),
+    each input a band-limited signal of ``force_sd``, each measured output with noise of ``noise_sd``.
+    """
+    import jax
+
+    from twinfer.data import Dataset, from_table
+    from twinfer.sim import simulate_dataset
+
+    measured = [fmu.output_names.index(name) for name in model.outputs]
+    d, s = spec.data, spec.simulate
+    if d is not None:
+        file = d.file if d.file.is_absolute() else base / d.file
+        try:
+            table = from_table(
+                file, d.time, d.inputs or None, d.outputs, states=d.states, input_hold=d.input_hold
+            )
+        except (OSError, ValueError) as exc:
+            raise SpecError(f"spec data.file {file}: {exc}") from None
+        y = np.full((len(table.times), fmu.n_output), np.nan)
+        mask = np.zeros(y.shape, dtype=bool)
+        y[:, measured], mask[:, measured] = np.asarray(table.observations), np.asarray(table.mask)
+        columns = {"time": d.time, "inputs": d.inputs, "outputs": d.outputs, "states": d.states}
+        return Dataset(
+            table.times,
+            y,
+            inputs=table.inputs,
+            mask=mask,
+            truth_states=table.truth_states,
+            input_names=fmu.input_names or None,
+            output_names=fmu.output_names,
+            state_names=fmu.state_names if d.states is not None else None,
+            metadata={**table.metadata, "columns": columns},
+        )
+    if s is None:  # Spec holds [data] or [simulate]
+        raise TwinferRuntimeError("internal: a spec without [data] reached the simulation of its record.")
+    n = int(round(s.duration / s.dt))
+    noise = np.zeros(fmu.n_output)
+    noise[measured] = np.broadcast_to(np.asarray(s.noise_sd, dtype=np.float64), (len(measured),))
+    inputs = (
+        _band_limited(s, np.random.default_rng(s.seed), n + 1, fmu.n_input, s.force_sd)
+        if fmu.n_input
+        else None
+    )
+    record = simulate_dataset(
+        fmu,
+        inputs,
+        s.dt,
+        noise,
+        jax.random.key(s.seed),
+        x0=fmu.start_state,
+        n_steps=None if fmu.n_input else n,
+        input_noise_sd=s.input_noise_sd if fmu.n_input else None,
+    )
+    mask = np.zeros(np.shape(record.observations), dtype=bool)
+    mask[:, measured] = True
+    return Dataset(**{**record.to_dict(), "mask": mask})
+
+
 def _dataset(spec: Spec, chain: Any, base: Path) -> Any:
     """The spec's record: its data file's columns renamed to the chain's, or a simulation of the chain."""
     from twinfer.data import Dataset, from_table
@@ -851,7 +1156,6 @@ def _dataset(spec: Spec, chain: Any, base: Path) -> Any:
             }
         )
     import jax
-    from scipy.signal import butter, lfilter
 
     from twinfer.sim import simulate_dataset
 
@@ -860,12 +1164,8 @@ def _dataset(spec: Spec, chain: Any, base: Path) -> Any:
         raise TwinferRuntimeError("internal: a spec without [data] reached the simulation of its record.")
     n = int(round(s.duration / s.dt))
     rng = np.random.default_rng(s.seed)
-    coeffs = butter(4, s.force_band)
-    if coeffs is None:  # butter returns (b, a) by default; its annotation allows None
-        raise TwinferRuntimeError("internal: scipy.signal.butter returned no coefficients.")
-    b, a = coeffs[0], coeffs[1]
-    forces = lfilter(b, a, rng.normal(size=(n + 1, len(chain.forced_dofs))) * s.force_sd, axis=0)
-    ground = lfilter(b, a, rng.normal(size=(n + 1, min(chain.n_ground, 1))) * s.ground_sd, axis=0)
+    forces = _band_limited(s, rng, n + 1, len(chain.forced_dofs), s.force_sd)
+    ground = _band_limited(s, rng, n + 1, min(chain.n_ground, 1), s.ground_sd)
     if chain.n_ground == 2:  # a ground displacement and its velocity
         ground = np.concatenate([ground, np.gradient(ground, s.dt, axis=0)], axis=1)
     noise_sd = np.broadcast_to(np.asarray(s.input_noise_sd, dtype=np.float64), (len(chain.forced_dofs),))
@@ -903,32 +1203,53 @@ def run_spec(spec: Spec, base: str | Path = ".") -> tuple[Any, Any, Any, Any]:
     (a simulation, or truth columns in the data), the state RMSE and 95 % coverage and each unknown's
     error and whether its interval holds the truth. ``figures`` is a function making the figures.
 
+    An FMU (``kind = "fmu"``) is unpacked under a temporary folder, which goes with its instance when
+    the run ends (:meth:`twinfer.models.FMU.close`).
+
     Raises:
         SpecError: for a spec that does not fit its model or data, naming the key.
         ValueError: from the estimator, naming the argument (e.g. an unknown parameter name).
 
     """
+    if isinstance(spec.model, GridModel):
+        if spec.data is not None:
+            return _run_grid_data(spec, spec.model, Path(base))
+        return _run_grid(spec, spec.model, Path(base))
+    if isinstance(spec.model, FmuModel):
+        fmu = _fmu(spec, spec.model, Path(base))
+        try:
+            return _run_model(spec, fmu, Path(base))
+        finally:
+            fmu.close()
+    return _run_model(spec, _chain(spec), Path(base))
+
+
+def _run_model(spec: Spec, system: Any, base: Path) -> tuple[Any, Any, Any, Any]:
+    """:func:`run_spec` of a chain or an FMU: ``system``, the model built from ``[model]``."""
     from twinfer import metrics
     from twinfer.infer import Banded, Central, Distributed, estimate
     from twinfer.infer.filters import tuning_of
     from twinfer.infer.graph import check_messages, default_bandwidth
     from twinfer.report import RunArtifacts
 
-    if isinstance(spec.model, GridModel):
-        if spec.data is not None:
-            return _run_grid_data(spec, spec.model, Path(base))
-        return _run_grid(spec, spec.model, Path(base))
-    chain = _chain(spec)
+    fmu = spec.model if isinstance(spec.model, FmuModel) else None
     if spec.simulate is not None:  # the record's length is known before it is simulated
         rows = int(round(spec.simulate.duration / spec.simulate.dt)) + 1
-        _refuse_run_beyond_memory(spec, chain.n_state, rows)
-    data = _dataset(spec, chain, Path(base))
-    _refuse_run_beyond_memory(spec, chain.n_state, len(data.times))
+        _refuse_run_beyond_memory(spec, system.n_state, rows)
+    data = _dataset(spec, system, base) if fmu is None else _fmu_dataset(spec, fmu, system, base)
+    _refuse_run_beyond_memory(spec, system.n_state, len(data.times))
     dt = _step(data)
     e = spec.estimator
     noise_sd = e.noise_sd if e.noise_sd is not None else spec.simulate.noise_sd  # type: ignore[union-attr]
+    x0: Any = e.x0
+    if fmu is not None:  # one noise sd per output of the FMU (the unmeasured ones' are masked out)
+        if noise_sd != "auto":
+            full = np.ones(system.n_output)
+            full[[system.output_names.index(o) for o in fmu.outputs]] = noise_sd
+            noise_sd = full.tolist()
+        x0 = x0 if "x0" in e.model_fields_set else np.asarray(system.start_state).tolist()
     options: dict[str, Any] = dict(
-        noise_sd=noise_sd, state_sd=e.state_sd, process_sd=e.process_sd, x0=e.x0, unknown=spec.unknown or None
+        noise_sd=noise_sd, state_sd=e.state_sd, process_sd=e.process_sd, x0=x0, unknown=spec.unknown or None
     )
     input_sd = np.asarray(e.input_sd, dtype=np.float64)
     route: dict[str, float] = {}  # a distributed route's metrics, and its notes
@@ -949,9 +1270,9 @@ def run_spec(spec: Spec, base: str | Path = ".") -> tuple[Any, Any, Any, Any]:
             substeps=e.substeps,
             kernel=e.kernel,
         )
-        est = estimate(chain, data, central, input_sd=input_sd if np.any(input_sd) else None, **options)
+        est = estimate(system, data, central, input_sd=input_sd if np.any(input_sd) else None, **options)
     else:
-        graph = Banded(**split).graph(chain, data, dt, {**options, "input_sd": input_sd})
+        graph = Banded(**split).graph(system, data, dt, {**options, "input_sd": input_sd})
         if e.kind == "banded":
             est = estimate(graph, data, Banded(bandwidth=e.bandwidth, parameters=e.parameters))
         elif not e.message_passing:  # the calibrated default: the banded filter, one wider than the cuts need
@@ -1014,7 +1335,7 @@ def run_spec(spec: Spec, base: str | Path = ".") -> tuple[Any, Any, Any, Any]:
         "means": np.asarray(est.means),
         "stds": np.asarray(est.stds),
     }
-    n = chain.n_state
+    n = system.n_state
     truth = None if data.truth_states is None else np.asarray(data.truth_states)
     if truth is not None:
         mean, sd = np.asarray(est.means)[:, :n], np.asarray(est.stds)[:, :n]
@@ -1022,6 +1343,14 @@ def run_spec(spec: Spec, base: str | Path = ".") -> tuple[Any, Any, Any, Any]:
         out["state.coverage95"] = float(metrics.coverage(mean, sd, truth, 0.95))
         arrays["truth_states"] = truth
     notes = [f"{e.description}, {len(data.times) - 1} steps of {dt:g} s"]
+    if fmu is not None:
+        unmeasured = [o for o in system.output_names if o not in fmu.outputs]
+        notes.append(
+            f"FMU {fmu.path.name}: states {', '.join(system.state_names)} (prior mean {x0}); measured "
+            f"outputs {', '.join(fmu.outputs)}"
+            + (f"; unmeasured {', '.join(unmeasured)}" if unmeasured else "")
+            + "."
+        )
     notes += [] if tuning is None else [f"{str(tuning)[0].upper()}{str(tuning)[1:]}."]
     out |= route
     notes += route_notes
@@ -1062,6 +1391,11 @@ def live_setup(spec: Spec, base: Path | None = None) -> LiveSetup:
     e = spec.estimator
     if isinstance(spec.model, GridModel):
         return _grid_live_setup(spec, spec.model, Path(".") if base is None else base)
+    if isinstance(spec.model, FmuModel):
+        raise SpecError(
+            "spec model.kind: twinfer live runs a chain's or a grid's spec (an FMU's only through twinfer "
+            "estimate so far); received 'fmu'."
+        )
     if e.kind != "central":
         raise SpecError(f'spec estimator.kind: expected "central" for twinfer live; received "{e.kind}".')
     noise_sd = e.noise_sd if e.noise_sd is not None else spec.simulate.noise_sd  # type: ignore[union-attr]

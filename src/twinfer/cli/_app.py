@@ -358,10 +358,11 @@ def estimate(
 ) -> None:
     """Estimate a user's own system from a spec file and write a run folder.
 
-    The spec names a library model (a chain) with its known parameters, a CSV data file with its
-    column mapping or a simulation, the unknown parameters with priors, and the estimator (central, or
-    distributed with a partition); see :mod:`twinfer.spec`. The run folder holds ``estimate.nc`` (the
-    :class:`twinfer.infer.Estimate`), metrics (the truth's where known), figures and ``report.md``.
+    The spec names a library model (a chain or a grid) or an FMU with its known parameters, a CSV data
+    file with its column mapping or a simulation, the unknown parameters with priors, and the estimator
+    (central, or distributed with a partition); see :mod:`twinfer.spec`. The run folder holds
+    ``estimate.nc`` (the :class:`twinfer.infer.Estimate`), metrics (the truth's where known), figures
+    and ``report.md``.
     Exit status: 0, 1 for an error during the run, 2 for a bad spec.
     """
     _use_compilation_cache()
@@ -389,7 +390,8 @@ def estimate(
         run_dir = write_run(
             new_run_dir(out_dir, parsed.name),
             parsed.name,
-            f"twinfer estimate {spec.name}: {parsed.estimator.description} on a {parsed.model.kind}",
+            f"twinfer estimate {spec.name}: {parsed.estimator.description} on "
+            + ("an FMU" if parsed.model.kind == "fmu" else f"a {parsed.model.kind}"),
             parsed.model_dump(mode="json"),
             artifacts,
             figures,
