@@ -107,3 +107,22 @@ def test_outputs_that_are_states_are_read_without_a_callback_and_instances_are_f
     assert len(runtime._components) == 4 and runtime._active == 0
     model.close()
     assert not runtime.alive
+
+
+@pytest.mark.timeout(60)
+def test_nested_vmaps_over_any_axis_are_one_call():
+    """A ``vmap`` of a ``vmap`` (records of sigma points), batched along a non-leading axis, is one host
+    call whose points equal the JAX-written model's."""
+    model = FMU(VDP)
+    xs = jnp.stack([XS, XS[::-1] * 0.5, XS + 0.1])  # (3, 5, 2)
+    mus = jnp.stack([MUS, MUS[::-1], MUS + 0.2])  # (3, 5)
+
+    def points(m):
+        return jax.vmap(lambda x, mu: m.vector_field(0.0, x, jnp.zeros(0), {"mu": mu}))
+
+    before = model.calls
+    transposed = (jnp.swapaxes(xs, 0, 1), jnp.swapaxes(mus, 0, 1))  # records along axis 1
+    got = jax.jit(jax.vmap(points(model), in_axes=(1, 1)))(*transposed)
+    assert model.calls - before == 1
+    want = jax.vmap(points(VanDerPol()))(xs, mus)
+    np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=0, atol=1e-14)
