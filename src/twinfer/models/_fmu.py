@@ -9,7 +9,9 @@ Derivatives sit behind ``jax.custom_jvp``: forward and reverse mode (``jacfwd`` 
 training) both see the Jacobian the FMU gives (its directional derivatives where it has them, central
 finite differences otherwise; :mod:`twinfer.models._fmu_runtime`).
 
-Not yet: FMUs with events (refused by name), FMI 3.0, co-simulation FMUs (refused by name).
+State events run through the FMI event interface on twinfer's hybrid hooks
+(:mod:`twinfer.models._fmu_events`). Not yet: time events and discrete variables of an FMU with events
+(refused by name), FMI 3.0, co-simulation FMUs (refused by name).
 """
 
 from __future__ import annotations
@@ -25,9 +27,10 @@ import jax.numpy as jnp
 from jax.custom_derivatives import SymbolicZero
 from jaxtyping import Array, Float
 
-from twinfer.models._base import AbstractModel, Input, Output, Params, State
+from twinfer.models._base import Input, Output, Params, State
 from twinfer.models._fmu_archive import describe
 from twinfer.models._fmu_errors import FMUError, FMUKindError
+from twinfer.models._fmu_events import AbstractFMU, Events
 from twinfer.models._fmu_runtime import DerivativeSource, Kind, Runtime
 
 SOURCES: tuple[str, ...] = ("auto", "directional", "finite_differences")
@@ -68,7 +71,7 @@ def _evaluate_jvp(runtime: Runtime, kind: Kind, primals: tuple[Array, ...], tang
 _evaluate.defjvp(_evaluate_jvp, symbolic_zeros=True)
 
 
-class FMU(AbstractModel):
+class FMU(AbstractFMU):
     """An FMI 2.0 Model Exchange FMU as a twinfer model (states, inputs, outputs, parameters by name).
 
     States are the model description's continuous states (in ``ModelStructure/Derivatives`` order),
@@ -92,7 +95,8 @@ class FMU(AbstractModel):
     Raises:
         FMUError: a subclass naming what failed (:mod:`twinfer.models._fmu_errors`): a missing file
             (:class:`FMUNotFoundError`), not a zip or no model description (:class:`FMUArchiveError`),
-            not FMI 2.0 Model Exchange (:class:`FMUKindError`), events (:class:`FMUEventsError`), no
+            not FMI 2.0 Model Exchange (:class:`FMUKindError`), events it cannot carry (discrete
+            variables, time events: :class:`FMUEventsError`), no
             binary for this platform (:class:`FMUPlatformError`), an unknown or unsettable parameter
             name (:class:`FMUVariableError`).
 
@@ -104,6 +108,7 @@ class FMU(AbstractModel):
 
     params: Params
     runtime: Runtime = eqx.field(static=True)
+    events: Events = eqx.field(static=True)
 
     def __init__(
         self,
@@ -122,6 +127,7 @@ class FMU(AbstractModel):
                 "'directional'; received one without (use 'auto' or 'finite_differences')."
             )
         self.runtime = Runtime(desc, derivatives)
+        self.events = Events(self.runtime)
         self.params = {
             name: jnp.asarray(value, dtype=jnp.float64)
             for name, value in zip(desc.param_names, desc.param_starts, strict=True)

@@ -62,6 +62,9 @@ class Description:
     param_nominals: tuple[float, ...]
     param_fixed: tuple[bool, ...]
     param_bounds: dict[str, tuple[float, float]]
+    n_events: int = 0
+    other_param_names: tuple[str, ...] = ()
+    other_param_refs: tuple[int, ...] = ()
 
 
 def _float(value: Any, default: float) -> float:
@@ -107,11 +110,6 @@ def _check_kind(path: str, md: ModelDescription) -> tuple[str, bool]:
         raise FMUKindError(
             f"FMU {path!r} interface: expected Model Exchange (a <ModelExchange> element: twinfer integrates "
             "the equations itself); received a co-simulation-only FMU."
-        )
-    if md.numberOfEventIndicators > 0:
-        raise FMUEventsError(
-            f"FMU {path!r} numberOfEventIndicators: expected 0; received {md.numberOfEventIndicators}. "
-            "FMUs with state events are not supported yet (issue #56, events slice)."
         )
     return me.modelIdentifier, bool(me.providesDirectionalDerivative)
 
@@ -194,6 +192,7 @@ def describe(
     path = os.fspath(path)
     md = _archive(path)
     identifier, directional = _check_kind(path, md)
+    _check_events(path, md)
     _check_platform(path, identifier)
     params = _parameters(path, md, parameters)
     values = dict(values or {})
@@ -242,4 +241,38 @@ def describe(
         param_nominals=tuple(abs(_float(v.nominal, 1.0)) for v in params),
         param_fixed=tuple(v.variability == "fixed" for v in params),
         param_bounds=bounds,
+        n_events=int(md.numberOfEventIndicators or 0),
+        other_param_names=tuple(v.name for v in _settable(md) if v not in params),
+        other_param_refs=tuple(v.valueReference for v in _settable(md) if v not in params),
     )
+
+
+def _settable(md: ModelDescription) -> list[ScalarVariable]:
+    """The real parameters of variability fixed or tunable (those a model can set)."""
+    return [
+        v
+        for v in md.modelVariables
+        if v.type == "Real" and v.causality == "parameter" and v.variability in SETTABLE
+    ]
+
+
+def _check_events(path: str, md: ModelDescription) -> None:
+    """An FMU with event indicators: refused if it declares discrete variables twinfer cannot carry.
+
+    An event may change them, and FMI 2.0 lets no importer set a local or output variable (section 3.2.3,
+    the variables ``fmi2SetXXX`` may be called on), so twinfer could not restore them on the next call
+    (:mod:`twinfer.models._fmu_events`).
+    """
+    if not md.numberOfEventIndicators:
+        return
+    discrete = [
+        v.name
+        for v in md.modelVariables
+        if v.variability == "discrete" and v.causality in ("local", "output")
+    ]
+    if discrete:
+        raise FMUEventsError(
+            f"FMU {path!r} discrete variables: expected none in an FMU with event indicators (twinfer "
+            "carries an FMU's continuous states and parameters across events, and FMI 2.0 lets no importer "
+            f"set a local or output variable); received {len(discrete)}: {discrete[:8]}."
+        )
