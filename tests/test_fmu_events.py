@@ -4,7 +4,7 @@ The FMU is read from ``../shared/fmus`` (skipped when absent). References: fmpy'
 simulation (CVode, events recorded), the closed-form bounce times of a ball under constant gravity, the
 upstream reference trajectory (explicit Euler at 1 ms with events at step ends, reproduced with the
 model's hooks), the JAX-written bouncing ball of :mod:`twinfer.models.bouncing_ball`, and finite
-differences. Variants of the FMU that terminate or define a time event are built from the FMU's own
+differences. Variants of the FMU with time events or one that terminates are built from the FMU's own
 sources (``sources/`` in the archive, one line edited) with the machine's C compiler and fmpy's FMI
 headers; those tests are skipped without a compiler.
 """
@@ -24,7 +24,7 @@ import numpy as np
 import pytest
 
 from twinfer.data._benchmarks import default_data_root
-from twinfer.models import FMU, BouncingBall2D, FMUEventsError
+from twinfer.models import FMU, BouncingBall2D
 from twinfer.sim import simulate_events, simulate_rk4_sensitivity
 
 FMUS = default_data_root().parent / "fmus"  # ../shared/fmus, found as the data are (TWINFER_DATA_ROOT)
@@ -296,17 +296,56 @@ def test_terminate_simulation_at_an_event_is_a_named_error(tmp_path):
     np.testing.assert_allclose(np.asarray(x_new), [np.finfo(float).tiny, 4.2], rtol=1e-15)
 
 
+KICK = """if (comp->time > 0 && fabs(comp->time - 0.25 * floor(comp->time / 0.25 + 0.5)) < 1e-12) {
+        M(v) += 1.0;
+        comp->valuesOfContinuousStatesChanged = true;
+    }
+    comp->nextEventTimeDefined = true;
+    comp->nextEventTime = 0.25 * (floor(comp->time / 0.25 + 1e-9) + 1);"""
+"""A time event every 0.25 s that kicks the ball upwards by 1 m/s (the variant's event update)."""
+
+
+@needs_cc
+@pytest.mark.timeout(300)
+def test_time_events_follow_fmpy_model_exchange(tmp_path):
+    """A variant with a time event every 0.25 s (v += 1 m/s): z carries the FMU's next event time (0.25
+    at the start, then what each event defines), and ``simulate_events`` gives the states of fmpy's Model
+    Exchange simulation to 1e-6 and its three bounce times to 1e-6 s over 1.5 s."""
+    variant = _variant(tmp_path, "kicked", lambda c: c.replace("comp->nextEventTimeDefined = false;", KICK))
+    model = FMU(variant)
+    assert model.has_time_events
+    assert model.discrete_state_names == ("g_event_shift", "e_event_shift", "next_event_time")
+    np.testing.assert_array_equal(np.asarray(model.initial_discrete_state(model.params)), [0.0, 0.0, 0.25])
+    ts = TS[TS <= 1.5 + 1e-9]
+    out = fmpy.simulate_fmu(
+        str(variant),
+        fmi_type="ModelExchange",
+        stop_time=1.5,
+        output_interval=0.01,
+        relative_tolerance=1e-12,
+        record_events=True,
+    )
+    t = out["time"]
+    events = t[np.flatnonzero(np.diff(t) == 0)]
+    bounces = events[np.abs(events / 0.25 - np.round(events / 0.25)) > 1e-9]
+    on_grid = np.flatnonzero(np.isin(np.round(t, 10), ts) & np.append(np.diff(t) != 0, True))
+    traj = simulate_events(model, ts, model.start_state)
+    assert int(traj.n_events) == len(bounces) == 3
+    np.testing.assert_allclose(np.asarray(traj.event_times[:3]), bounces, rtol=0, atol=1e-6)
+    want = np.stack([out["h"][on_grid], out["v"][on_grid]], axis=1)
+    np.testing.assert_allclose(np.asarray(traj.states), want, rtol=0, atol=1e-6)
+    np.testing.assert_array_equal(np.asarray(traj.discrete[-1]), [0.0, 0.0, 1.75])
+
+
 @needs_cc
 @pytest.mark.timeout(120)
-def test_time_events_are_refused_by_name(tmp_path):
-    """A variant that defines a next event time (not carried yet) is refused when the model is built."""
-    variant = _variant(
-        tmp_path,
-        "clocked",
-        lambda c: c.replace(
-            "comp->nextEventTimeDefined = false;",
-            "comp->nextEventTimeDefined = true; comp->nextEventTime = 0.25;",
-        ),
-    )
-    with pytest.raises(FMUEventsError, match="nextEventTimeDefined: expected no time events.*0.25"):
-        FMU(variant)
+def test_a_time_event_defined_after_the_start_is_refused_by_name(tmp_path):
+    """A variant that defines no time event at its start (so z has no slot for one) but defines one at
+    its first impact is a named error from that update."""
+    late = "comp->nextEventTimeDefined = comp->time > 0.3; comp->nextEventTime = comp->time + 0.25;"
+    model = FMU(_variant(tmp_path, "late", lambda c: c.replace("comp->nextEventTimeDefined = false;", late)))
+    assert not model.has_time_events and model.discrete_state_names == ("g_event_shift", "e_event_shift")
+    with pytest.raises(jax.errors.JaxRuntimeError, match="FMUEventsError: .*nextEventTimeDefined"):
+        model.event_update(
+            0.5, jnp.array([-1e-12, -4.0]), jnp.zeros(2), NONE, model.params, jnp.array([True])
+        )

@@ -9,9 +9,9 @@ Derivatives sit behind ``jax.custom_jvp``: forward and reverse mode (``jacfwd`` 
 training) both see the Jacobian the FMU gives (its directional derivatives where it has them, central
 finite differences otherwise; :mod:`twinfer.models._fmu_runtime`).
 
-State events run through the FMI event interface on twinfer's hybrid hooks
-(:mod:`twinfer.models._fmu_events`). Not yet: time events and discrete variables of an FMU with events
-(refused by name), FMI 3.0, co-simulation FMUs (refused by name).
+State and time events run through the FMI event interface on twinfer's hybrid hooks
+(:mod:`twinfer.models._fmu_events`). Not yet: discrete variables of an FMU with events (refused by name),
+FMI 3.0, co-simulation FMUs (refused by name).
 """
 
 from __future__ import annotations
@@ -95,8 +95,8 @@ class FMU(AbstractFMU):
     Raises:
         FMUError: a subclass naming what failed (:mod:`twinfer.models._fmu_errors`): a missing file
             (:class:`FMUNotFoundError`), not a zip or no model description (:class:`FMUArchiveError`),
-            not FMI 2.0 Model Exchange (:class:`FMUKindError`), events it cannot carry (discrete
-            variables, time events: :class:`FMUEventsError`), no
+            not FMI 2.0 Model Exchange (:class:`FMUKindError`), events with discrete variables it
+            cannot carry (:class:`FMUEventsError`), no
             binary for this platform (:class:`FMUPlatformError`), an unknown or unsettable parameter
             name (:class:`FMUVariableError`).
 

@@ -65,6 +65,7 @@ class Description:
     n_events: int = 0
     other_param_names: tuple[str, ...] = ()
     other_param_refs: tuple[int, ...] = ()
+    discrete_names: tuple[str, ...] = ()
 
 
 def _float(value: Any, default: float) -> float:
@@ -244,6 +245,7 @@ def describe(
         n_events=int(md.numberOfEventIndicators or 0),
         other_param_names=tuple(v.name for v in _settable(md) if v not in params),
         other_param_refs=tuple(v.valueReference for v in _settable(md) if v not in params),
+        discrete_names=_discrete(md),
     )
 
 
@@ -263,16 +265,19 @@ def _check_events(path: str, md: ModelDescription) -> None:
     the variables ``fmi2SetXXX`` may be called on), so twinfer could not restore them on the next call
     (:mod:`twinfer.models._fmu_events`).
     """
-    if not md.numberOfEventIndicators:
-        return
-    discrete = [
-        v.name
-        for v in md.modelVariables
-        if v.variability == "discrete" and v.causality in ("local", "output")
-    ]
-    if discrete:
+    discrete = list(_discrete(md))
+    if md.numberOfEventIndicators and discrete:
         raise FMUEventsError(
             f"FMU {path!r} discrete variables: expected none in an FMU with event indicators (twinfer "
             "carries an FMU's continuous states and parameters across events, and FMI 2.0 lets no importer "
             f"set a local or output variable); received {len(discrete)}: {discrete[:8]}."
         )
+
+
+def _discrete(md: ModelDescription) -> tuple[str, ...]:
+    """The discrete local and output variables, which an event may change and no importer may set."""
+    return tuple(
+        v.name
+        for v in md.modelVariables
+        if v.variability == "discrete" and v.causality in ("local", "output")
+    )

@@ -34,8 +34,8 @@ class FMUPlatformError(FMUError):
 class FMUEventsError(FMUError):
     """Events the model cannot carry (:mod:`twinfer.models._fmu_events`).
 
-    Discrete variables of an FMU with event indicators, a time event, or a parameter outside ``params``
-    that an event changes.
+    Discrete variables of an FMU with events, a parameter outside ``params`` that an event changes, or a
+    time event from an FMU that defined none at its start.
     """
 
 

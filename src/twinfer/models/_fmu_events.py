@@ -1,4 +1,4 @@
-"""State events of an FMU on twinfer's hybrid hooks: the FMI 2.0 Model Exchange event interface (issue #56).
+"""Events of an FMU on twinfer's hybrid hooks: the FMI 2.0 Model Exchange event interface (issue #56).
 
 An FMU with event indicators (``numberOfEventIndicators > 0``) answers the hooks of
 :class:`~twinfer.models.AbstractModel` that :func:`twinfer.sim.simulate_events` drives:
@@ -11,6 +11,11 @@ An FMU with event indicators (``numberOfEventIndicators > 0``) answers the hooks
   ``fmi2GetContinuousStates`` when the FMU reports ``valuesOfContinuousStatesChanged``, and
   ``fmi2EnterContinuousTimeMode`` (section 3.2.2, the event-mode loop of the Model Exchange state machine,
   figure 6). ``terminateSimulation`` is an :class:`~twinfer.models.FMUTerminatedError`.
+- ``next_time_event`` / ``time_event_update``: time events. An FMU that defines a next event time
+  (``nextEventTimeDefined``) when initialised gets a last entry of ``z`` holding it
+  (``next_event_time``); every event update stores the next one the FMU defines (``inf`` for none), and
+  the time-event update is the same Event-Mode update at that time. The time's derivative is held at
+  zero (twinfer's simulators hold time-event times constant).
 
 **The discrete state z.** The functional contract passes ``(x, z)`` in and out, while the FMU instance
 is stateful. Everything an event can change must therefore travel in ``(x, z)``; twinfer restores it on
@@ -23,8 +28,8 @@ declares discrete variables (variability ``discrete``, causality local or output
 has event indicators: FMI 2.0 lets no importer set those (section 3.2.3), so twinfer cannot restore them
 and would silently lose them (:func:`twinfer.models._fmu_archive.describe`). A parameter left out of
 ``params`` (``parameters=[...]``) that an event changes is an :class:`~twinfer.models.FMUEventsError` when
-it happens. Memory an FMU keeps without declaring it as a variable cannot be seen by any importer.
-Time events (``nextEventTimeDefined``) are not carried yet: an FMU that defines one is refused by name.
+it happens, as is a time event from an FMU that defined none at its start (z has no slot for it).
+Memory an FMU keeps without declaring it as a variable cannot be seen by any importer.
 
 **Where the event is handed over.** The simulators locate a crossing to rounding, so the located state
 may lie a few units in the last place on the near side of the surface, where an FMU that tests its own
@@ -96,15 +101,17 @@ def _refs(refs: tuple[int, ...]) -> Any:
 class Events:
     """The event side of an FMU's :class:`~twinfer.models._fmu_runtime.Runtime` (module docstring).
 
-    Holds the runtime (it never owns the instance: the runtime frees it) and answers the two batched
-    callbacks, indicators and update. Built once per :class:`~twinfer.models.FMU`; after the model's own
-    initialisation it enters Event Mode once at the start to learn whether the FMU defines time events.
+    Holds the runtime (it never owns the instance: the runtime frees it) and answers the batched
+    callbacks: indicators, update and the first time event. Built once per :class:`~twinfer.models.FMU`:
+    it initialises the instance once more, keeping the initial event iteration's ``fmi2EventInfo``, to
+    learn whether the FMU defines time events.
 
     Args:
         runtime: the FMU's runtime, already initialised.
 
     Raises:
-        FMUEventsError: the FMU defines a time event (``nextEventTimeDefined``), not carried yet.
+        FMUEventsError: an FMU with time events but without event indicators that declares discrete
+            variables (refused for the reason the description check gives for one with indicators).
 
     """
 
@@ -116,7 +123,6 @@ class Events:
         self.n_events = desc.n_events
         self.n_state = len(desc.state_refs)
         self.n_params = len(desc.param_refs)
-        self.n_discrete = self.n_params if self.n_events else 0
         self._raw = {name: getattr(runtime._fmu.dll, name) for name in _FUNCTIONS}  # argtypes set by fmpy
         self._info = fmi2EventInfo()
         self._param_refs = _refs(desc.param_refs)
@@ -125,10 +131,17 @@ class Events:
         n = max(self.n_state, self.n_events, self.n_params, len(desc.other_param_refs), len(desc.input_refs))
         self._buf = (ctypes.c_double * max(n, 1))()
         self._view = np.ctypeslib.as_array(self._buf)
-        with runtime._lock:  # the instance is in Continuous-Time Mode at the start time after initialising
-            self._hot("fmi2EnterEventMode")
-            self._iterate()
-            self._hot("fmi2EnterContinuousTimeMode")
+        with runtime._lock:
+            self.first_time_event = self._restart(runtime._current or tuple(desc.param_starts))
+        self.has_time_events = math.isfinite(self.first_time_event)
+        hybrid = self.n_events > 0 or self.has_time_events
+        self.n_discrete = self.n_params + int(self.has_time_events) if hybrid else 0
+        if self.has_time_events and desc.discrete_names:
+            raise FMUEventsError(
+                f"FMU {desc.path!r} discrete variables: expected none in an FMU with time events (twinfer "
+                "carries an FMU's continuous states and parameters across events, and FMI 2.0 lets no "
+                f"importer set a local or output variable); received {list(desc.discrete_names[:8])}."
+            )
 
     # -- FMI calls ---------------------------------------------------------------------------------
     def _hot(self, name: str, *args: Any) -> None:
@@ -162,8 +175,28 @@ class Events:
             self._view[: u.size] = u
             self._hot("fmi2SetReal", self._input_refs, u.size, self._buf)
 
-    def _iterate(self) -> bool:
-        """The ``fmi2NewDiscreteStates`` loop of Event Mode; whether the continuous states changed."""
+    def _restart(self, p: tuple[float, ...]) -> float:
+        """Reset and initialise with parameters ``p``; the initial event iteration's next event time.
+
+        The runtime's sequence (FMI 2.0.4, section 3.2.3), keeping the ``fmi2EventInfo`` it discards
+        (``inf``: no time event); ends in Continuous-Time Mode.
+        """
+        runtime = self.runtime
+        runtime._hot("fmi2Reset")
+        runtime._hot("fmi2SetupExperiment", 0, 0.0, 0.0, 0, 0.0)
+        runtime._set(runtime._param_refs, runtime._p, p)
+        runtime._hot("fmi2EnterInitializationMode")
+        runtime._hot("fmi2ExitInitializationMode")
+        _, t_next = self._iterate()
+        self._hot("fmi2EnterContinuousTimeMode")
+        runtime._current = p
+        return t_next
+
+    def _iterate(self) -> tuple[bool, float]:
+        """The ``fmi2NewDiscreteStates`` loop of Event Mode.
+
+        Returns whether the continuous states changed, and the next event time (``inf``: none defined).
+        """
         info, changed = self._info, False
         path = self.runtime.desc.path
         for _ in range(_MAX_EVENT_ITERATIONS):
@@ -181,12 +214,7 @@ class Events:
                 f"FMU {path!r}: expected the event iteration to settle; still iterating after "
                 f"{_MAX_EVENT_ITERATIONS} rounds."
             )
-        if info.nextEventTimeDefined:
-            raise FMUEventsError(
-                f"FMU {path!r} nextEventTimeDefined: expected no time events (twinfer does not carry an "
-                f"FMU's time events yet); received a next event time {info.nextEventTime!r}."
-            )
-        return changed
+        return changed, float(info.nextEventTime) if info.nextEventTimeDefined else math.inf
 
     # -- one point ---------------------------------------------------------------------------------
     def _indicators(self, point: list[np.ndarray]) -> tuple[np.ndarray, bool]:
@@ -218,20 +246,27 @@ class Events:
         return x
 
     def _update(self, point: list[np.ndarray]) -> tuple[np.ndarray, bool]:
-        """``(concat(x+, z+), whether the FMU acted)`` after the events flagged in ``which``."""
+        """``(concat(x+, z+), whether the FMU acted)`` after the flagged events.
+
+        ``which[:-1]`` flags state events, ``which[-1]`` the time event.
+        """
         t, x, z, u, p, which = point
         n_p = self.n_params
-        flagged = which > 0.5
-        if not flagged.any():
+        flagged = which[:-1] > 0.5
+        if not (which > 0.5).any():
             return np.concatenate([x, z]), False
         effective = p + z[:n_p]
         runtime = self.runtime
+        time = float(t[0])
+        if which[-1] > 0.5:  # a time event reached to rounding is handed over at its own time
+            time = max(time, float(z[-1]))
         try:
-            self._set(float(t[0]), x, u, effective)
-            self._handover(float(t[0]), x, flagged)
+            self._set(time, x, u, effective)
+            if flagged.any():
+                self._handover(time, x, flagged)
             others = self._get("fmi2GetReal", len(self._other_refs), self._other_refs)
             self._hot("fmi2EnterEventMode")
-            changed = self._iterate()
+            changed, t_next = self._iterate()
             x_new = self._get("fmi2GetContinuousStates", self.n_state) if changed else x.copy()
             p_new = self._get("fmi2GetReal", n_p, self._param_refs)
             others_new = self._get("fmi2GetReal", len(self._other_refs), self._other_refs)
@@ -240,6 +275,11 @@ class Events:
             runtime._initialise(runtime._current or tuple(runtime.desc.param_starts))  # a known mode again
             raise
         runtime._current = tuple(p_new.tolist())  # the values the instance holds now
+        if math.isfinite(t_next) and not self.has_time_events:
+            raise FMUEventsError(
+                f"FMU {runtime.desc.path!r} nextEventTimeDefined: expected no time events from an FMU that "
+                f"defined none at its start (z has no slot for one); received a next event time {t_next!r}."
+            )
         moved = np.flatnonzero(others_new != others)
         if moved.size:
             desc, k = runtime.desc, int(moved[0])
@@ -252,6 +292,8 @@ class Events:
         shifted = p_new != effective
         z_new = z.copy()
         z_new[:n_p] = np.where(shifted, p_new - p, z[:n_p])
+        if self.has_time_events:
+            z_new[-1] = t_next
         return np.concatenate([x_new, z_new]), changed or bool(shifted.any())
 
     # -- finite differences and batches --------------------------------------------------------------
@@ -296,11 +338,14 @@ class Events:
         base = fn(point)
         out = [base[0]]
         quiet = kind == "update" and not (point[-1] > 0.5).any()  # no event: the identity map
+        timed = kind == "update" and point[-1][-1] > 0.5  # a time event's time is held constant
         for which, wanted in enumerate(need):
             if not wanted:
                 continue
             width = point[which].size
-            if quiet:
+            if timed and which == 0:
+                jac = np.zeros((base[0].size, 1))
+            elif quiet:
                 jac = np.zeros((base[0].size, width))
                 if which in (1, 2):
                     jac[np.arange(width) + (0 if which == 1 else self.n_state), np.arange(width)] = 1.0
@@ -309,6 +354,21 @@ class Events:
                 jac = np.stack(columns, axis=1) if columns else np.zeros((base[0].size, 0))
             out.append(jac[:, 0] if which == 0 else jac)
         return out
+
+    def start(self, p: np.ndarray) -> np.ndarray:
+        """The first time event of the instance initialised with parameters ``p`` (leading axes: a batch)."""
+        p = np.asarray(p, dtype=np.float64)
+        batch = p.shape[:-1]
+        flat = p.reshape(math.prod(batch), p.shape[-1])
+        runtime = self.runtime
+        with runtime._lock:
+            if not runtime.alive:
+                raise FMUCallError(
+                    f"FMU {runtime.desc.path!r}: expected a live instance; received a closed model."
+                )
+            runtime.calls += 1
+            first = [self._restart(tuple(row.tolist())) for row in flat]
+        return np.asarray(first, dtype=np.float64).reshape(batch)
 
     def evaluate(self, kind: str, need: tuple[bool, ...], *args: np.ndarray) -> tuple[np.ndarray, ...]:
         """The body of one callback: value and the asked Jacobian blocks for a batch.
@@ -399,7 +459,8 @@ class AbstractFMU(AbstractModel):
 
     Without event indicators every hook keeps :class:`~twinfer.models.AbstractModel`'s "none" default.
     With them, ``z`` holds the shift an event made to each of ``params`` (named ``<name>_event_shift``,
-    0 at the start): the FMU computes with ``params + z``.
+    0 at the start): the FMU computes with ``params + z``; with time events its last entry is the FMU's
+    next event time (``next_event_time``, ``inf`` for none).
     """
 
     runtime: eqx.AbstractVar[Runtime]
@@ -426,10 +487,49 @@ class AbstractFMU(AbstractModel):
 
     @property
     def discrete_state_names(self) -> tuple[str, ...]:
-        """``<name>_event_shift`` for each of ``params`` when the FMU has events, else none."""
+        """``<name>_event_shift`` for each of ``params`` (and ``next_event_time``) when the FMU has events."""
         if not self.events.n_discrete:
             return ()
-        return tuple(f"{name}_event_shift" for name in self.runtime.desc.param_names)
+        shifts = tuple(f"{name}_event_shift" for name in self.runtime.desc.param_names)
+        return (*shifts, "next_event_time") if self.has_time_events else shifts
+
+    @property
+    def has_time_events(self) -> bool:
+        """Whether the FMU defined a next event time (``nextEventTimeDefined``) when initialised."""
+        return self.events.has_time_events
+
+    def initial_discrete_state(self, params: Params) -> Array:
+        """No shifts, and the FMU's first time event when initialised with ``params`` (held constant)."""
+        shifts = jnp.zeros((self.events.n_params if self.n_discrete else 0,))
+        if not self.has_time_events:
+            return shifts
+        first = jax.pure_callback(
+            self.events.start,
+            jax.ShapeDtypeStruct((), jnp.float64),
+            jax.lax.stop_gradient(self._vector(params)),
+            vmap_method="expand_dims",
+        )
+        return jnp.concatenate([shifts, first[None]])
+
+    def next_time_event(self, t: Any, z: Array, u: Input, params: Params) -> Any:
+        """The next event time the FMU defined at its last event (carried in ``z``), ``inf`` for none."""
+        return z[-1] if self.has_time_events else jnp.inf
+
+    def time_event_update(self, t: Any, x: State, z: Array, u: Input, params: Params) -> tuple[State, Array]:
+        """``(x+, z+)`` from the FMU's Event Mode at its time event, once ``t`` reached it (to rounding)."""
+        if not self.has_time_events:
+            return x, z
+        t, x, u = self._point(t, x, u)
+        z = jnp.asarray(z, dtype=jnp.float64)
+        p = self._vector(params)
+        flags = jnp.concatenate([jnp.zeros((self.n_events,)), jnp.ones((1,))])
+        due = t >= z[-1] - 1e-10 * jnp.maximum(1.0, jnp.abs(t))  # the simulators' snap to a save time
+        out = jax.lax.cond(
+            jax.lax.stop_gradient(due),
+            lambda: _update(self.events, t, x, z, u, p, flags),
+            lambda: jnp.concatenate([x, z]),
+        )
+        return out[: self.n_state], out[self.n_state :]
 
     def hybrid_vector_field(self, t: Any, x: State, z: Array, u: Input, params: Params) -> State:
         """dx/dt with the parameters an event shifted (``params + z``)."""
@@ -460,6 +560,7 @@ class AbstractFMU(AbstractModel):
         z = jnp.asarray(z, dtype=jnp.float64)
         p = self._vector(params)
         flags = jax.lax.stop_gradient(jnp.asarray(which, dtype=jnp.float64))
+        flags = jnp.concatenate([flags, jnp.zeros((1,))])  # the last slot flags a time event
         out = jax.lax.cond(
             jnp.any(flags > 0.5),
             lambda: _update(self.events, t, x, z, u, p, flags),
