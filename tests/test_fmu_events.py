@@ -310,7 +310,8 @@ KICK = """if (comp->time > 0 && fabs(comp->time - 0.25 * floor(comp->time / 0.25
 def test_time_events_follow_fmpy_model_exchange(tmp_path):
     """A variant with a time event every 0.25 s (v += 1 m/s): z carries the FMU's next event time (0.25
     at the start, then what each event defines), and ``simulate_events`` gives the states of fmpy's Model
-    Exchange simulation to 1e-6 and its three bounce times to 1e-6 s over 1.5 s."""
+    Exchange simulation to 1e-6 and its three bounce times to 1e-6 s over 1.5 s; in a batch, only the
+    points that reached the time event are handed to the FMU."""
     variant = _variant(tmp_path, "kicked", lambda c: c.replace("comp->nextEventTimeDefined = false;", KICK))
     model = FMU(variant)
     assert model.has_time_events
@@ -335,6 +336,15 @@ def test_time_events_follow_fmpy_model_exchange(tmp_path):
     want = np.stack([out["h"][on_grid], out["v"][on_grid]], axis=1)
     np.testing.assert_allclose(np.asarray(traj.states), want, rtol=0, atol=1e-6)
     np.testing.assert_array_equal(np.asarray(traj.discrete[-1]), [0.0, 0.0, 1.75])
+    # a batch of points, one not yet due (left as it is), one due and one a rounding before it (kicked)
+    z, x = jnp.array([0.0, 0.0, 0.25]), jnp.array([0.5, -1.0])
+    before = model.calls
+    xs, zs = jax.vmap(lambda t: model.time_event_update(t, x, z, NONE, model.params))(
+        jnp.array([0.1, 0.25, 0.25 - 1e-12])
+    )
+    assert model.calls - before == 1
+    np.testing.assert_array_equal(np.asarray(xs), [[0.5, -1.0], [0.5, 0.0], [0.5, 0.0]])
+    np.testing.assert_array_equal(np.asarray(zs[:, 2]), [0.25, 0.5, 0.5])
 
 
 @needs_cc

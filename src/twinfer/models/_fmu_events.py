@@ -1,6 +1,6 @@
 """Events of an FMU on twinfer's hybrid hooks: the FMI 2.0 Model Exchange event interface (issue #56).
 
-An FMU with event indicators (``numberOfEventIndicators > 0``) answers the hooks of
+An FMU with event indicators (``numberOfEventIndicators > 0``) or time events answers the hooks of
 :class:`~twinfer.models.AbstractModel` that :func:`twinfer.sim.simulate_events` drives:
 
 - ``event_indicators``: ``fmi2GetEventIndicators`` at ``(t, x, u)`` (FMI 2.0.4, section 3.2.2: event
@@ -91,7 +91,6 @@ _FUNCTIONS = (
     "fmi2NewDiscreteStates",
     "fmi2EnterContinuousTimeMode",
 )
-_POINTER = ctypes.POINTER(ctypes.c_double)
 
 
 def _refs(refs: tuple[int, ...]) -> Any:
@@ -455,9 +454,9 @@ _update.defjvp(
 
 
 class AbstractFMU(AbstractModel):
-    """The hybrid hooks of an FMU with state events (module docstring); :class:`~twinfer.models.FMU` is one.
+    """The hybrid hooks of an FMU with events (module docstring); :class:`~twinfer.models.FMU` is one.
 
-    Without event indicators every hook keeps :class:`~twinfer.models.AbstractModel`'s "none" default.
+    Without events every hook keeps :class:`~twinfer.models.AbstractModel`'s "none" default.
     With them, ``z`` holds the shift an event made to each of ``params`` (named ``<name>_event_shift``,
     0 at the start): the FMU computes with ``params + z``; with time events its last entry is the FMU's
     next event time (``next_event_time``, ``inf`` for none).
@@ -522,10 +521,12 @@ class AbstractFMU(AbstractModel):
         t, x, u = self._point(t, x, u)
         z = jnp.asarray(z, dtype=jnp.float64)
         p = self._vector(params)
-        flags = jnp.concatenate([jnp.zeros((self.n_events,)), jnp.ones((1,))])
-        due = t >= z[-1] - 1e-10 * jnp.maximum(1.0, jnp.abs(t))  # the simulators' snap to a save time
+        # reached to rounding, as the simulators snap a time event to a save time; the flag travels per
+        # point because under vmap the cond runs both branches, and the FMU skips the points not due
+        due = jax.lax.stop_gradient(t >= z[-1] - 1e-10 * jnp.maximum(1.0, jnp.abs(t)))
+        flags = jnp.concatenate([jnp.zeros((self.n_events,)), due.astype(jnp.float64)[None]])
         out = jax.lax.cond(
-            jax.lax.stop_gradient(due),
+            due,
             lambda: _update(self.events, t, x, z, u, p, flags),
             lambda: jnp.concatenate([x, z]),
         )
