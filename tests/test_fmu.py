@@ -74,6 +74,15 @@ def _cosimulation_only(xml: str) -> str:
     return re.sub(r"<ModelExchange.*?</ModelExchange>", "", xml, flags=re.S)
 
 
+def _discrete_variable(xml: str) -> str:
+    """A discrete local counter, which an FMU with events could change and no importer can set."""
+    counter = (
+        '<ScalarVariable name="n" valueReference="99" causality="local" variability="discrete" '
+        'initial="exact"><Integer start="0"/></ScalarVariable>'
+    )
+    return xml.replace("</ModelVariables>", counter + "</ModelVariables>")
+
+
 # -- simulation ----------------------------------------------------------------------------------------
 @pytest.mark.timeout(300)
 def test_simulate_matches_fmpy_model_exchange_and_the_jax_model():
@@ -258,7 +267,8 @@ def test_mu_interval_holds_the_truth_at_four_of_five_seeds(method):
 @pytest.mark.timeout(60)
 def test_named_errors_for_files_that_are_not_usable_fmus(tmp_path):
     """A missing file, a non-zip, a zip without modelDescription.xml, a co-simulation-only FMU, an FMU
-    without this platform's binary, one with events: each its own named error (a TwinferValueError)."""
+    without this platform's binary, one with events and discrete variables twinfer cannot carry: each its
+    own named error (a TwinferValueError)."""
     with pytest.raises(FMUNotFoundError, match="not a file"):
         FMU(tmp_path / "missing.fmu")
     (tmp_path / "text.fmu").write_text("not a zip")
@@ -272,10 +282,11 @@ def test_named_errors_for_files_that_are_not_usable_fmus(tmp_path):
         FMU(_copy(tmp_path, "VanDerPol.fmu", edit=_cosimulation_only))
     with pytest.raises(FMUPlatformError, match=f"binaries/{fmpy.platform}/VanDerPol"):
         FMU(_copy(tmp_path, "VanDerPol.fmu", drop="binaries/"))
-    with pytest.raises(FMUEventsError, match="numberOfEventIndicators: expected 0; received 1"):
-        FMU(FMUS / "BouncingBall.fmu")
+    discrete = _copy(tmp_path, "BouncingBall.fmu", edit=_discrete_variable)
+    with pytest.raises(FMUEventsError, match=r"discrete variables: expected none.*received 1: \['n'\]"):
+        FMU(discrete)
     with pytest.raises(TwinferValueError):
-        FMU(FMUS / "BouncingBall.fmu")
+        FMU(discrete)
 
 
 @pytest.mark.timeout(60)
@@ -302,7 +313,7 @@ def test_nothing_of_the_fmu_runs_before_its_description_is_validated(tmp_path, m
     with pytest.raises(FMUKindError, match="co-simulation-only"):
         FMU(broken)
     with pytest.raises(FMUEventsError):
-        FMU(_copy(tmp_path, "BouncingBall.fmu", drop="binaries/"))
+        FMU(_copy(tmp_path, "BouncingBall.fmu", drop="binaries/", edit=_discrete_variable))
     assert touched == []
 
 

@@ -19,6 +19,7 @@ from twinfer.models._fmu_errors import (
     FMUKindError,
     FMUNotFoundError,
     FMUPlatformError,
+    FMUTerminatedError,
     FMUVariableError,
 )
 from twinfer.models._params import get_param, locate, param_names, set_param_vector, set_params
@@ -90,6 +91,7 @@ __all__ = [
     "FMUKindError",
     "FMUNotFoundError",
     "FMUPlatformError",
+    "FMUTerminatedError",
     "FMUVariableError",
     "GridCase",
     "KuramotoNetwork",

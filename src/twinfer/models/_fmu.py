@@ -11,7 +11,9 @@ and reverse mode (``jacfwd`` for the EKF, ``grad`` for training) both see the Ja
 directional derivatives where it has them, central finite differences otherwise;
 :mod:`twinfer.models._fmu_runtime`), and a step's Jacobian is its forward sensitivities.
 
-Not yet: FMUs with events (refused by name), FMI 3.0, co-simulation FMUs (refused by name).
+State and time events run through the FMI event interface on twinfer's hybrid hooks
+(:mod:`twinfer.models._fmu_events`). Not yet: discrete variables of an FMU with events (refused by name),
+FMI 3.0, co-simulation FMUs (refused by name).
 """
 
 from __future__ import annotations
@@ -28,9 +30,10 @@ import numpy as np
 from jax.custom_derivatives import SymbolicZero
 from jaxtyping import Array, Float
 
-from twinfer.models._base import AbstractModel, Input, Output, Params, State
+from twinfer.models._base import Input, Output, Params, State
 from twinfer.models._fmu_archive import describe
 from twinfer.models._fmu_errors import FMUError, FMUKindError
+from twinfer.models._fmu_events import AbstractFMU, Events
 from twinfer.models._fmu_runtime import DerivativeSource, Kind, Runtime
 from twinfer.models._host_call import host_call
 
@@ -129,7 +132,7 @@ def _step_jvp(
 _step.defjvp(_step_jvp, symbolic_zeros=True)
 
 
-class FMU(AbstractModel):
+class FMU(AbstractFMU):
     """An FMI 2.0 Model Exchange FMU as a twinfer model (states, inputs, outputs, parameters by name).
 
     States are the model description's continuous states (in ``ModelStructure/Derivatives`` order),
@@ -153,7 +156,8 @@ class FMU(AbstractModel):
     Raises:
         FMUError: a subclass naming what failed (:mod:`twinfer.models._fmu_errors`): a missing file
             (:class:`FMUNotFoundError`), not a zip or no model description (:class:`FMUArchiveError`),
-            not FMI 2.0 Model Exchange (:class:`FMUKindError`), events (:class:`FMUEventsError`), no
+            not FMI 2.0 Model Exchange (:class:`FMUKindError`), events with discrete variables it
+            cannot carry (:class:`FMUEventsError`), no
             binary for this platform (:class:`FMUPlatformError`), an unknown or unsettable parameter
             name (:class:`FMUVariableError`).
 
@@ -165,6 +169,7 @@ class FMU(AbstractModel):
 
     params: Params
     runtime: Runtime = eqx.field(static=True)
+    events: Events = eqx.field(static=True)
 
     def __init__(
         self,
@@ -183,6 +188,7 @@ class FMU(AbstractModel):
                 "'directional'; received one without (use 'auto' or 'finite_differences')."
             )
         self.runtime = Runtime(desc, derivatives)
+        self.events = Events(self.runtime)
         self.params = {
             name: jnp.asarray(value, dtype=jnp.float64)
             for name, value in zip(desc.param_names, desc.param_starts, strict=True)

@@ -64,6 +64,10 @@ class Description:
     param_bounds: dict[str, tuple[float, float]]
     single_instance: bool = False
     """``canBeInstantiatedOnlyOncePerProcess``: the FMU allows one instance only."""
+    n_events: int = 0
+    other_param_names: tuple[str, ...] = ()
+    other_param_refs: tuple[int, ...] = ()
+    discrete_names: tuple[str, ...] = ()
 
 
 def _float(value: Any, default: float) -> float:
@@ -109,11 +113,6 @@ def _check_kind(path: str, md: ModelDescription) -> tuple[str, bool]:
         raise FMUKindError(
             f"FMU {path!r} interface: expected Model Exchange (a <ModelExchange> element: twinfer integrates "
             "the equations itself); received a co-simulation-only FMU."
-        )
-    if md.numberOfEventIndicators > 0:
-        raise FMUEventsError(
-            f"FMU {path!r} numberOfEventIndicators: expected 0; received {md.numberOfEventIndicators}. "
-            "FMUs with state events are not supported yet (issue #56, events slice)."
         )
     return me.modelIdentifier, bool(me.providesDirectionalDerivative)
 
@@ -196,6 +195,7 @@ def describe(
     path = os.fspath(path)
     md = _archive(path)
     identifier, directional = _check_kind(path, md)
+    _check_events(path, md)
     _check_platform(path, identifier)
     params = _parameters(path, md, parameters)
     values = dict(values or {})
@@ -245,4 +245,42 @@ def describe(
         param_fixed=tuple(v.variability == "fixed" for v in params),
         param_bounds=bounds,
         single_instance=bool(getattr(md.modelExchange, "canBeInstantiatedOnlyOncePerProcess", False)),
+        n_events=int(md.numberOfEventIndicators or 0),
+        other_param_names=tuple(v.name for v in _settable(md) if v not in params),
+        other_param_refs=tuple(v.valueReference for v in _settable(md) if v not in params),
+        discrete_names=_discrete(md),
+    )
+
+
+def _settable(md: ModelDescription) -> list[ScalarVariable]:
+    """The real parameters of variability fixed or tunable (those a model can set)."""
+    return [
+        v
+        for v in md.modelVariables
+        if v.type == "Real" and v.causality == "parameter" and v.variability in SETTABLE
+    ]
+
+
+def _check_events(path: str, md: ModelDescription) -> None:
+    """An FMU with event indicators: refused if it declares discrete variables twinfer cannot carry.
+
+    An event may change them, and FMI 2.0 lets no importer set a local or output variable (section 3.2.3,
+    the variables ``fmi2SetXXX`` may be called on), so twinfer could not restore them on the next call
+    (:mod:`twinfer.models._fmu_events`).
+    """
+    discrete = list(_discrete(md))
+    if md.numberOfEventIndicators and discrete:
+        raise FMUEventsError(
+            f"FMU {path!r} discrete variables: expected none in an FMU with event indicators (twinfer "
+            "carries an FMU's continuous states and parameters across events, and FMI 2.0 lets no importer "
+            f"set a local or output variable); received {len(discrete)}: {discrete[:8]}."
+        )
+
+
+def _discrete(md: ModelDescription) -> tuple[str, ...]:
+    """The discrete local and output variables, which an event may change and no importer may set."""
+    return tuple(
+        v.name
+        for v in md.modelVariables
+        if v.variability == "discrete" and v.causality in ("local", "output")
     )

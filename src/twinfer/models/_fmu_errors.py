@@ -32,7 +32,11 @@ class FMUPlatformError(FMUError):
 
 
 class FMUEventsError(FMUError):
-    """The FMU declares event indicators; events are not supported by :class:`~twinfer.models.FMU` yet."""
+    """Events the model cannot carry (:mod:`twinfer.models._fmu_events`).
+
+    Discrete variables of an FMU with events, a parameter outside ``params`` that an event changes, or a
+    time event from an FMU that defined none at its start.
+    """
 
 
 class FMUVariableError(FMUError):
@@ -41,3 +45,7 @@ class FMUVariableError(FMUError):
 
 class FMUCallError(TwinferRuntimeError):
     """An FMI function returned an error status while the model ran."""
+
+
+class FMUTerminatedError(FMUCallError):
+    """The FMU asked to end the simulation (``terminateSimulation`` at an event, FMI 2.0.4 section 3.2.2)."""
