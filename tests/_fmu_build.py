@@ -3,6 +3,8 @@
 :func:`build_fmu` compiles ``model.c`` with the machine's C compiler against the FMI 2.0 headers fmpy
 ships (``fmpy/c-code``) into ``binaries/<platform>/<modelIdentifier>.so`` and zips it with
 ``modelDescription.xml`` and ``sources/`` as an ``.fmu`` (FMI 2.0.4, section 2.3: the archive's layout).
+A model whose description says ``fmiVersion="3.0"`` is compiled against the FMI 3.0 headers and its
+binary placed under the platform tuple, ``binaries/<arch>-<os>/`` (FMI 3.0.1, section 2.5.1).
 Nothing built is committed; the tests build into a temporary folder once per session.
 """
 
@@ -55,9 +57,11 @@ def build_fmu(name: str, folder: Path) -> Path:
     )
     if done.returncode != 0:
         raise RuntimeError(f"build_fmu {name}: the C compiler failed:\n{done.stderr}")
+    fmi3 = 'fmiVersion="3.0"' in (source / "modelDescription.xml").read_text()
+    platform = fmpy.platform_tuple if fmi3 else fmpy.platform
     fmu = folder / f"{name}.fmu"
     with zipfile.ZipFile(fmu, "w", zipfile.ZIP_DEFLATED) as zf:
         zf.write(source / "modelDescription.xml", "modelDescription.xml")
-        zf.write(library, f"binaries/{fmpy.platform}/{name}{fmpy.sharedLibraryExtension}")
+        zf.write(library, f"binaries/{platform}/{name}{fmpy.sharedLibraryExtension}")
         zf.write(source / "model.c", "sources/model.c")
     return fmu

@@ -1,4 +1,4 @@
-"""FMUs as twinfer models: an FMI 2.0 Model Exchange FMU behind the Model contract (issue #56).
+"""FMUs as twinfer models: an FMI 2.0 or 3.0 Model Exchange FMU behind the Model contract (issue #56).
 
 Engineers receive models from Modelica tools, Simulink and vendors as Functional Mock-up Units; the
 model-combination paper defines its model class after the FMI (specs/model-combination.md 1.1). An
@@ -12,8 +12,9 @@ directional derivatives where it has them, central finite differences otherwise;
 :mod:`twinfer.models._fmu_runtime`), and a step's Jacobian is its forward sensitivities.
 
 State and time events run through the FMI event interface on twinfer's hybrid hooks
-(:mod:`twinfer.models._fmu_events`). Not yet: discrete variables of an FMU with events (refused by name),
-FMI 3.0, co-simulation FMUs (refused by name).
+(:mod:`twinfer.models._fmu_events`). FMI 3.0 FMUs run through the same calls, mapped by
+:mod:`twinfer.models._fmi3`. Not yet: discrete variables of an FMU with events, FMI 3.0 arrays and clocks,
+co-simulation FMUs (each refused by name).
 """
 
 from __future__ import annotations
@@ -133,7 +134,7 @@ _step.defjvp(_step_jvp, symbolic_zeros=True)
 
 
 class FMU(AbstractFMU):
-    """An FMI 2.0 Model Exchange FMU as a twinfer model (states, inputs, outputs, parameters by name).
+    """An FMI 2.0 or 3.0 Model Exchange FMU as a twinfer model (states, inputs, outputs, parameters by name).
 
     States are the model description's continuous states (in ``ModelStructure/Derivatives`` order),
     inputs its real inputs of continuous variability, outputs its real outputs, ``params`` its real
@@ -156,13 +157,14 @@ class FMU(AbstractFMU):
     Raises:
         FMUError: a subclass naming what failed (:mod:`twinfer.models._fmu_errors`): a missing file
             (:class:`FMUNotFoundError`), not a zip or no model description (:class:`FMUArchiveError`),
-            not FMI 2.0 Model Exchange (:class:`FMUKindError`), events with discrete variables it
+            not FMI 2.0 or 3.0 Model Exchange (:class:`FMUKindError`), events with discrete variables it
             cannot carry (:class:`FMUEventsError`), no
             binary for this platform (:class:`FMUPlatformError`), an unknown or unsettable parameter
             name (:class:`FMUVariableError`).
 
     References:
-        Modelica Association, Functional Mock-up Interface 2.0.4 (2022), sections 2.2 and 3.
+        Modelica Association, Functional Mock-up Interface 2.0.4 (2022), sections 2.2 and 3; Functional
+        Mock-up Interface 3.0.1 (2023), chapters 2 and 3.
         Specs/model-combination.md 1.1 (FMUs fall into the model class, eq. 6).
 
     """

@@ -6,6 +6,14 @@ binary for this platform, the names asked for), so an FMU that fails any of them
 loaded. References: FMI 2.0.4 standard (Modelica Association, 2022), sections 2.2 (the model
 description), 3.1 (Model Exchange: the continuous state vector is ordered as ``ModelStructure/Derivatives``)
 and 2.2.7 (causality and variability of a parameter).
+
+FMI 3.0 Model Exchange FMUs are read the same way (FMI 3.0.1 standard, 2023, chapter 2 "Common
+Concepts": the FMI Description Schema and the FMU Distribution): variables are typed elements,
+``Float64`` for a real, whose ``causality`` and ``variability`` keep their words;
+``ModelStructure/ContinuousStateDerivative`` orders the states; the Model Exchange element's attribute
+is ``providesDirectionalDerivatives`` (chapter 3); binaries sit under a platform tuple such as
+``binaries/x86_64-linux``. Array variables (``<Dimension>``) and clocks are refused by name;
+:mod:`twinfer.models._fmi3` maps the FMI 3.0 calls.
 """
 
 from __future__ import annotations
@@ -16,6 +24,7 @@ import os
 import zipfile
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
+from xml.etree import ElementTree
 
 from twinfer.models._fmu_errors import (
     FMUArchiveError,
@@ -31,6 +40,10 @@ if TYPE_CHECKING:  # fmpy is imported when an FMU is read, not with twinfer
 
 SETTABLE = ("fixed", "tunable")
 """Variabilities of a real parameter that a model can change (FMI 2.0, section 2.2.7)."""
+VERSIONS = ("2.0", "3.0")
+"""The FMI versions twinfer reads (``fmiVersion``; FMI 3.0 patch releases such as 3.0.1 read as 3.0)."""
+REAL = ("Real", "Float64")
+"""The element of a real variable: FMI 2.0's ``<Real>``, FMI 3.0's ``<Float64>``."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -68,6 +81,33 @@ class Description:
     other_param_names: tuple[str, ...] = ()
     other_param_refs: tuple[int, ...] = ()
     discrete_names: tuple[str, ...] = ()
+    fmi_version: str = "2.0"
+    """``"2.0"`` or ``"3.0"`` (:data:`VERSIONS`)."""
+
+
+def _real(v: ScalarVariable) -> bool:
+    """A scalar real variable (FMI 3.0 arrays have ``<Dimension>`` children, refused in :func:`describe`)."""
+    return v.type in REAL and not getattr(v, "dimensions", None)
+
+
+def _version(path: str, xml: bytes) -> tuple[str, dict[str, str]]:
+    """``(fmiVersion, attributes of <ModelExchange>)`` read before fmpy parses the description.
+
+    An FMI 1.0 FMU or one of a version fmpy does not know is refused by its version, not by a schema.
+    """
+    try:
+        root = ElementTree.fromstring(xml)
+    except ElementTree.ParseError:
+        return "", {}  # fmpy's parser names the problem (FMUArchiveError)
+    version = root.get("fmiVersion") or ""
+    read = "3.0" if version == "3.0" or version.startswith("3.0.") else version
+    if read not in VERSIONS:
+        raise FMUKindError(
+            f"FMU {path!r} fmiVersion: expected one of {list(VERSIONS)} (FMI 2.0 or 3.0 Model Exchange); "
+            f"received {version!r}."
+        )
+    me = root.find("ModelExchange")
+    return read, dict(me.attrib) if me is not None else {}
 
 
 def _float(value: Any, default: float) -> float:
@@ -86,11 +126,12 @@ def _archive(path: str) -> ModelDescription:
         )
     with zipfile.ZipFile(path) as zf:
         names = zf.namelist()
-    if "modelDescription.xml" not in names:
-        raise FMUArchiveError(
-            f"FMU {path!r}: expected a modelDescription.xml at the archive's root; received a zip holding "
-            f"{sorted(names)[:8]} (is this an FMU?)."
-        )
+        if "modelDescription.xml" not in names:
+            raise FMUArchiveError(
+                f"FMU {path!r}: expected a modelDescription.xml at the archive's root; received a zip "
+                f"holding {sorted(names)[:8]} (is this an FMU?)."
+            )
+        _version(path, zf.read("modelDescription.xml"))  # an unknown version is refused by name first
     import fmpy
 
     try:
@@ -104,27 +145,28 @@ def _archive(path: str) -> ModelDescription:
 
 def _check_kind(path: str, md: ModelDescription) -> tuple[str, bool]:
     """``(modelIdentifier, providesDirectionalDerivative)`` of the Model Exchange interface, once checked."""
-    if md.fmiVersion != "2.0":
-        raise FMUKindError(
-            f"FMU {path!r} fmiVersion: expected '2.0' (FMI 2.0 Model Exchange); received {md.fmiVersion!r}."
-        )
+    with zipfile.ZipFile(path) as zf:
+        version, attributes = _version(path, zf.read("modelDescription.xml"))
     me = md.modelExchange
     if me is None or me.modelIdentifier is None:
         raise FMUKindError(
             f"FMU {path!r} interface: expected Model Exchange (a <ModelExchange> element: twinfer integrates "
             "the equations itself); received a co-simulation-only FMU."
         )
+    if version == "3.0":  # fmpy 0.3 drops FMI 3.0's plural attribute: read it from the XML
+        return me.modelIdentifier, attributes.get("providesDirectionalDerivatives") in ("true", "1")
     return me.modelIdentifier, bool(me.providesDirectionalDerivative)
 
 
-def _check_platform(path: str, identifier: str) -> None:
+def _check_platform(path: str, identifier: str, version: str) -> None:
     import fmpy
 
-    wanted = f"binaries/{fmpy.platform}/{identifier}{fmpy.sharedLibraryExtension}"
+    platform = fmpy.platform_tuple if version == "3.0" else fmpy.platform  # FMI 3.0: a platform tuple
+    wanted = f"binaries/{platform}/{identifier}{fmpy.sharedLibraryExtension}"
     with zipfile.ZipFile(path) as zf:
         if wanted not in zf.namelist():
             raise FMUPlatformError(
-                f"FMU {path!r} binary: expected {wanted} for this platform ({fmpy.platform}); received an "
+                f"FMU {path!r} binary: expected {wanted} for this platform ({platform}); received an "
                 f"FMU for {fmpy.supported_platforms(path) or 'no platform'}."
             )
 
@@ -143,9 +185,7 @@ def _state(path: str, derivative: ScalarVariable | None) -> tuple[ScalarVariable
 def _parameters(path: str, md: ModelDescription, chosen: Sequence[str] | None) -> tuple[ScalarVariable, ...]:
     by_name = {v.name: v for v in md.modelVariables}
     eligible = [
-        v
-        for v in md.modelVariables
-        if v.type == "Real" and v.causality == "parameter" and v.variability in SETTABLE
+        v for v in md.modelVariables if _real(v) and v.causality == "parameter" and v.variability in SETTABLE
     ]
     names = [v.name for v in eligible] if chosen is None else list(chosen)
     if len(set(names)) != len(names):
@@ -195,8 +235,11 @@ def describe(
     path = os.fspath(path)
     md = _archive(path)
     identifier, directional = _check_kind(path, md)
+    version = "3.0" if (md.fmiVersion or "").startswith("3.") else "2.0"
+    if version == "3.0":
+        _check_fmi3(path, md)
     _check_events(path, md)
-    _check_platform(path, identifier)
+    _check_platform(path, identifier, version)
     params = _parameters(path, md, parameters)
     values = dict(values or {})
     unknown = sorted(set(values) - {v.name for v in params})
@@ -213,11 +256,9 @@ def describe(
     pairs = [_state(path, d.variable) for d in md.derivatives]
     states = [state for _, state in pairs]
     inputs = [
-        v
-        for v in md.modelVariables
-        if v.causality == "input" and v.type == "Real" and v.variability == "continuous"
+        v for v in md.modelVariables if v.causality == "input" and _real(v) and v.variability == "continuous"
     ]
-    outputs = [o.variable for o in md.outputs if o.variable is not None and o.variable.type == "Real"]
+    outputs = [o.variable for o in md.outputs if o.variable is not None and _real(o.variable)]
     bounds = {
         v.name: (_float(v.min, -math.inf), _float(v.max, math.inf))
         for v in params
@@ -249,15 +290,30 @@ def describe(
         other_param_names=tuple(v.name for v in _settable(md) if v not in params),
         other_param_refs=tuple(v.valueReference for v in _settable(md) if v not in params),
         discrete_names=_discrete(md),
+        fmi_version=version,
     )
+
+
+def _check_fmi3(path: str, md: ModelDescription) -> None:
+    """What twinfer does not carry of an FMI 3.0 description: array states, clocks (FMI 3.0.1, chapter 2)."""
+    arrays = [d.variable.name for d in md.derivatives if d.variable is not None and d.variable.dimensions]
+    if arrays:
+        raise FMUVariableError(
+            f"FMU {path!r} ModelStructure/ContinuousStateDerivative: expected scalar states (twinfer reads "
+            f"no FMI 3.0 arrays); received array derivatives {arrays[:8]}."
+        )
+    clocks = [v.name for v in md.modelVariables if v.type == "Clock"]
+    if clocks:
+        raise FMUKindError(
+            f"FMU {path!r} clocks: expected none (twinfer's FMI 3.0 Model Exchange has no clocked "
+            f"partitions); received {clocks[:8]}."
+        )
 
 
 def _settable(md: ModelDescription) -> list[ScalarVariable]:
     """The real parameters of variability fixed or tunable (those a model can set)."""
     return [
-        v
-        for v in md.modelVariables
-        if v.type == "Real" and v.causality == "parameter" and v.variability in SETTABLE
+        v for v in md.modelVariables if _real(v) and v.causality == "parameter" and v.variability in SETTABLE
     ]
 
 

@@ -24,7 +24,7 @@ class FMUArchiveError(FMUError):
 
 
 class FMUKindError(FMUError):
-    """The FMU is not FMI 2.0, or offers no Model Exchange interface (co-simulation only)."""
+    """Not FMI 2.0 or 3.0, no Model Exchange interface (co-simulation only), or FMI 3.0 clocks."""
 
 
 class FMUPlatformError(FMUError):

@@ -122,7 +122,7 @@ class Events:
         self.n_events = desc.n_events
         self.n_state = len(desc.state_refs)
         self.n_params = len(desc.param_refs)
-        self._raw = {name: getattr(runtime._fmu.dll, name) for name in _FUNCTIONS}  # argtypes set by fmpy
+        self._raw = {name: runtime.function(name) for name in _FUNCTIONS}  # argtypes set by fmpy
         self._info = fmi2EventInfo()
         self._param_refs = _refs(desc.param_refs)
         self._other_refs = _refs(desc.other_param_refs)

@@ -121,7 +121,13 @@ class Runtime:
         self.directory = tempfile.mkdtemp(prefix="twinfer-fmu-")
         try:
             fmpy.extract(desc.path, self.directory)
-            fmu = FMU2Model(
+            if desc.fmi_version != "2.0":  # FMI 3.0 behind the 2.0 calls (twinfer.models._fmi3)
+                from twinfer.models._fmi3 import FMU3Instance
+
+                model_class: Any = FMU3Instance
+            else:
+                model_class = FMU2Model
+            fmu = model_class(
                 guid=desc.guid,
                 unzipDirectory=self.directory,
                 modelIdentifier=desc.model_identifier,
@@ -148,11 +154,17 @@ class Runtime:
         self._other_outputs = [i for i, s in enumerate(self._output_state) if s < 0]
         self._other_refs = _refs(tuple(desc.output_refs[i] for i in self._other_outputs))
         self._output_refs = _refs(desc.output_refs)
-        self._raw = {name: getattr(fmu.dll, name) for name in _FUNCTIONS}  # argtypes set by fmpy
-        by_address = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t)
-        self._by_address = tuple(  # the same two functions taking a row's address as an int (no copy)
-            by_address((name, fmu.dll)) for name in ("fmi2SetContinuousStates", "fmi2GetDerivatives")
-        )
+        if desc.fmi_version != "2.0":
+            from twinfer.models import _fmi3
+
+            self._raw: dict[str, Any] = _fmi3.functions(fmu)
+            self._by_address = _fmi3.by_address(fmu)
+        else:
+            self._raw = {name: getattr(fmu.dll, name) for name in _FUNCTIONS}  # argtypes set by fmpy
+            by_address = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t)
+            self._by_address = tuple(  # the same two functions taking a row's address as an int (no copy)
+                by_address((name, fmu.dll)) for name in ("fmi2SetContinuousStates", "fmi2GetDerivatives")
+            )
         n_x, n_u, n_y = len(desc.state_refs), len(desc.input_refs), len(desc.output_refs)
         self._x, self._u, self._dx, self._y = _Buffer(n_x), _Buffer(n_u), _Buffer(n_x), _Buffer(n_y)
         self._p, self._tunable = _Buffer(len(desc.param_refs)), _Buffer(len(self._tunable_refs))
@@ -183,6 +195,12 @@ class Runtime:
     def alive(self) -> bool:
         """Whether the instance is still held (not yet freed)."""
         return self._finalizer.alive
+
+    def function(self, name: str) -> Any:
+        """The instance's FMI function ``name``, an FMI 2.0 name (FMI 3.0: its counterpart in ``_fmi3``)."""
+        if name not in self._raw:
+            self._raw[name] = getattr(self._fmu.dll, name)
+        return self._raw[name]
 
     # -- the FMI state machine -------------------------------------------------------------------
     def _hot(self, name: str, *args: Any) -> None:
@@ -488,7 +506,7 @@ class Runtime:
         if slot == self._active:
             return
         self._held[self._active] = self._current
-        if slot == len(self._components):
+        while slot >= len(self._components):  # slots of a step's shifted parameters may come first
             try:
                 self._fmu.instantiate()
             except Exception as error:  # fmpy raises a plain Exception when fmi2Instantiate returns NULL
