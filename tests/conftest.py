@@ -91,8 +91,10 @@ _LONG_MODULES = {
     "tests/test_multihost.py": 44,
     "tests/reliability/test_no_lu_deadlock.py": 36,
     "tests/test_docs.py": 31,
+    "tests/test_fmu_graph.py": 28,
     "tests/test_program.py": 28,
     "tests/test_distributed_default.py": 20,
+    "tests/test_fmu_events.py": 20,
 }
 
 
