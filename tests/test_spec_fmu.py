@@ -363,8 +363,38 @@ def test_nothing_of_the_fmu_runs_when_its_spec_is_read(tmp_path, monkeypatch):
     with pytest.raises(SpecError, match=r"model\.path: .*co-simulation-only"):
         load_spec(_spec(tmp_path, SIMULATED, broken))
     assert touched == []
-    with pytest.raises(SpecError, match=r"model\.kind: twinfer live runs a chain's or a grid's spec"):
-        live_setup(spec, base)
+
+
+@pytest.mark.timeout(300)
+def test_a_live_twin_of_an_fmu_spec_equals_its_program_over_the_whole_record(tmp_path):
+    """``twinfer live``'s setup of an FMU spec: the stream's column ``pos`` is the FMU's output x0 (x1
+    unmeasured, never waited for), and a :class:`~twinfer.live.Twin` fed the record frame by frame (UKF,
+    mu unknown) applies each step as its frame comes and gives every row of the program's run over the
+    whole record to 1e-12."""
+    from twinfer.live import Twin
+
+    n, dt, sd = 60, 0.1, 0.05
+    out = fmpy.simulate_fmu(str(VDP), fmi_type="ModelExchange", stop_time=n * dt, output_interval=dt,
+                            relative_tolerance=1e-12, start_values={"mu": 1.5})  # fmt: skip
+    t = dt * np.arange(n + 1)
+    pos = np.asarray(out["x0"]) + sd * np.random.default_rng(5).standard_normal(n + 1)
+    body = MODEL + '\n[data]\nfile = "stream.csv"\ntime = "t"\noutputs = ["pos"]\n'
+    body += ESTIMATOR + "noise_sd = 0.05\n" + UNKNOWN + "\n[live]\ndt = 0.1\n"
+    spec, base = load_spec(_spec(tmp_path, body))
+    setup = live_setup(spec, base)
+    assert setup.columns == {"pos": "x0"} and setup.program.output_names == ("x0", "x1")
+    assert setup.measured == ("x0",)
+    twin = Twin(setup.program, dt=setup.dt, alarms=(), measured=setup.measured)
+    rows, _ = twin.push((float(ti), {setup.columns["pos"]: float(p)}) for ti, p in zip(t, pos, strict=True))
+    assert twin.finish()[0].k.size == 0  # each step applied when its frame came: x1 is not waited for
+    data = Dataset(t, np.column_stack([pos, np.full(n + 1, np.nan)]), output_names=("x0", "x1"),
+                   mask=np.column_stack([np.ones(n + 1, bool), np.zeros(n + 1, bool)]))  # fmt: skip
+    est = setup.program.run(data)
+    assert rows.k.tolist() == list(range(1, n + 1))
+    np.testing.assert_allclose(rows.mean, np.asarray(est.means[1:]), rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(rows.std, np.asarray(est.stds[1:]), rtol=1e-12, atol=1e-12)
+    low, high = est.interval("mu")
+    assert low < 1.5 < high
 
 
 @pytest.fixture(scope="module")

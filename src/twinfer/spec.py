@@ -1224,6 +1224,20 @@ def run_spec(spec: Spec, base: str | Path = ".") -> tuple[Any, Any, Any, Any]:
     return _run_model(spec, _chain(spec), Path(base))
 
 
+def _fmu_numbers(spec: Spec, model: FmuModel, fmu: FMU, noise_sd: Any) -> tuple[Any, Any]:
+    """``(noise_sd, x0)`` of an FMU's filter.
+
+    One sd per output (the unmeasured ones' are never used: they are masked out), and the estimator's
+    x0, or the FMU's start values where the spec gives none.
+    """
+    if noise_sd != "auto":
+        full = np.ones(fmu.n_output)
+        full[[fmu.output_names.index(o) for o in model.outputs]] = noise_sd
+        noise_sd = full.tolist()
+    e = spec.estimator
+    return noise_sd, e.x0 if "x0" in e.model_fields_set else np.asarray(fmu.start_state).tolist()
+
+
 def _run_model(spec: Spec, system: Any, base: Path) -> tuple[Any, Any, Any, Any]:
     """:func:`run_spec` of a chain or an FMU: ``system``, the model built from ``[model]``."""
     from twinfer import metrics
@@ -1242,12 +1256,8 @@ def _run_model(spec: Spec, system: Any, base: Path) -> tuple[Any, Any, Any, Any]
     e = spec.estimator
     noise_sd = e.noise_sd if e.noise_sd is not None else spec.simulate.noise_sd  # type: ignore[union-attr]
     x0: Any = e.x0
-    if fmu is not None:  # one noise sd per output of the FMU (the unmeasured ones' are masked out)
-        if noise_sd != "auto":
-            full = np.ones(system.n_output)
-            full[[system.output_names.index(o) for o in fmu.outputs]] = noise_sd
-            noise_sd = full.tolist()
-        x0 = x0 if "x0" in e.model_fields_set else np.asarray(system.start_state).tolist()
+    if fmu is not None:
+        noise_sd, x0 = _fmu_numbers(spec, fmu, system, noise_sd)
     options: dict[str, Any] = dict(
         noise_sd=noise_sd, state_sd=e.state_sd, process_sd=e.process_sd, x0=x0, unknown=spec.unknown or None
     )
@@ -1363,7 +1373,9 @@ class LiveSetup(typing.NamedTuple):
 
     ``columns`` maps each stream column to the program's input or output name (``[data]``'s columns,
     or the model's own names); ``time`` is the stream's time column; ``groups`` the outputs the
-    innovation alarm tests together (``[live] groups``, and a grid's clusters: ``S<c> (buses ...)``).
+    innovation alarm tests together (``[live] groups``, and a grid's clusters: ``S<c> (buses ...)``);
+    ``measured`` the outputs the stream carries where not all (an FMU's measured outputs), which the
+    twin's clock waits for (:class:`twinfer.live.Twin`'s ``measured``).
     """
 
     program: Any
@@ -1371,6 +1383,7 @@ class LiveSetup(typing.NamedTuple):
     time: str
     columns: dict[str, str]
     groups: dict[str, list[str]] = {}
+    measured: tuple[str, ...] | None = None
 
 
 def live_setup(spec: Spec, base: Path | None = None) -> LiveSetup:
@@ -1391,11 +1404,6 @@ def live_setup(spec: Spec, base: Path | None = None) -> LiveSetup:
     e = spec.estimator
     if isinstance(spec.model, GridModel):
         return _grid_live_setup(spec, spec.model, Path(".") if base is None else base)
-    if isinstance(spec.model, FmuModel):
-        raise SpecError(
-            "spec model.kind: twinfer live runs a chain's or a grid's spec (an FMU's only through twinfer "
-            "estimate so far); received 'fmu'."
-        )
     if e.kind != "central":
         raise SpecError(f'spec estimator.kind: expected "central" for twinfer live; received "{e.kind}".')
     noise_sd = e.noise_sd if e.noise_sd is not None else spec.simulate.noise_sd  # type: ignore[union-attr]
@@ -1408,11 +1416,17 @@ def live_setup(spec: Spec, base: Path | None = None) -> LiveSetup:
         raise SpecError(
             "spec live.dt: expected the model's step [s] (the stream's sampling interval); received none."
         )
-    chain = _chain(spec)
+    fmu = spec.model if isinstance(spec.model, FmuModel) else None
+    x0: Any = e.x0
+    if fmu is None:
+        system = _chain(spec)
+    else:  # the FMU lives as long as the twin's program (its instance is freed with it)
+        system = _fmu(spec, fmu, Path(".") if base is None else base)
+        noise_sd, x0 = _fmu_numbers(spec, fmu, system, noise_sd)
     input_sd = np.asarray(e.input_sd, dtype=np.float64)
     hold = spec.data.input_hold if spec.data is not None else "zoh"
     program = compile(
-        chain,
+        system,
         Central(
             filter=e.estimator, smoother=False, integrator=e.integrator, substeps=e.substeps, kernel=e.kernel
         ),
@@ -1421,17 +1435,19 @@ def live_setup(spec: Spec, base: Path | None = None) -> LiveSetup:
         noise_sd=noise_sd,
         state_sd=e.state_sd,
         process_sd=e.process_sd,
-        x0=e.x0,
+        x0=x0,
         unknown=spec.unknown or None,
         input_sd=input_sd if np.any(input_sd) else None,
     )
+    measured = list(program.output_names) if fmu is None else list(fmu.outputs)  # an FMU's, by name
     if spec.data is not None:
         names = [*(spec.data.inputs or []), *spec.data.outputs]
         time = spec.data.time
     else:
-        names, time = [*chain.input_names, *chain.output_names], "t"
-    columns = dict(zip(names, [*program.input_names, *program.output_names], strict=True))
-    return LiveSetup(program, float(dt), time, columns, _live_groups(spec, program, {}))
+        names, time = [*system.input_names, *measured], "t"
+    columns = dict(zip(names, [*program.input_names, *measured], strict=True))
+    groups = _live_groups(spec, program, {})
+    return LiveSetup(program, float(dt), time, columns, groups, None if fmu is None else tuple(measured))
 
 
 def _live_groups(spec: Spec, program: Any, own: dict[str, list[str]]) -> dict[str, list[str]]:

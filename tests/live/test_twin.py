@@ -126,6 +126,19 @@ def test_a_stream_off_the_model_step_is_a_named_error_at_start():
         later.add(13 * DT, {"q": 1.0})
 
 
+def test_a_step_waits_only_for_the_measured_outputs():
+    """With ``measured``, a step is complete once its input and the measured outputs are in; an output no
+    frame carries (``q``) is not waited for, where by default the step waits for a later frame."""
+    every, measured = Clock(DT, ("f",), ("p", "q")), Clock(DT, ("f",), ("p", "q"), measured=("p",))
+    for clock in (every, measured):
+        clock.add(0.0, {"f": 0.0, "p": 1.0})
+        clock.add(DT, {"f": 0.5, "p": 2.0})
+    assert [s.k for s in every.ready()] == [0] and [s.k for s in measured.ready()] == [0, 1]
+    assert [s.k for s in every.ready(flush=True)] == [1]
+    with pytest.raises(ValueError, match=r"Clock measured: expected some of the outputs \['p', 'q'\]"):
+        Clock(DT, ("f",), ("p", "q"), measured=("z",))
+
+
 def test_a_snapshot_resumes_exactly_and_refuses_another_twin(program, tmp_path):
     data = _record()
     frames = _frames(data)

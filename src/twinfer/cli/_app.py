@@ -787,7 +787,14 @@ def live(
             )
 
     try:
-        twin = Twin(setup.program, dt=setup.dt, tolerance=cfg.tolerance, window=cfg.window, alarms=alarms)
+        twin = Twin(
+            setup.program,
+            dt=setup.dt,
+            tolerance=cfg.tolerance,
+            window=cfg.window,
+            alarms=alarms,
+            measured=setup.measured,
+        )
         src = _live_source(source, columns, setup.time, parsed.name, fmt)
         sinks: list[Any] = [JsonLinesSink(sys.stdout)] if to_stdout else []
         if publish is not None:

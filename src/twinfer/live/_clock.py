@@ -70,6 +70,8 @@ class Clock:
         tolerance: how far from a step a frame may lie, as a fraction of ``dt`` (below 0.5).
         window: the reorder window in steps: a step waits for missing channels until a frame this many
             steps later arrives (0: applied when complete or when any later frame arrives).
+        measured: the outputs the stream carries (None: every output); a step is complete once its inputs
+            and these are in (an FMU's unmeasured outputs are never waited for).
 
     """
 
@@ -79,6 +81,7 @@ class Clock:
     t0: float | None = None
     tolerance: float = 0.25
     window: int = 0
+    measured: tuple[str, ...] | None = None
     next_k: int = 0
     """The next step to take (step 0 is the prior's: its frame gives only the first input)."""
     last_u: list[float] | None = None
@@ -106,6 +109,13 @@ class Clock:
                 f"Clock channels: expected distinct input and output names; {sorted(clash)} are both."
             )
         self._channels = frozenset(self.inputs) | frozenset(self.outputs)
+        measured = self.outputs if self.measured is None else tuple(self.measured)
+        if not set(measured) <= set(self.outputs):
+            raise TwinferValueError(
+                f"Clock measured: expected some of the outputs {list(self.outputs)}; received "
+                f"{sorted(set(measured) - set(self.outputs))}."
+            )
+        self._needed = frozenset(self.inputs) | frozenset(measured)
         self._outputs = frozenset(self.outputs)
         self._pick = operator.itemgetter(*self.outputs) if len(self.outputs) > 1 else None
         for key in ("frames", "applied", "predicted", "duplicate", "late", "off-grid"):
@@ -182,7 +192,7 @@ class Clock:
         while self.next_k <= last:
             k = self.next_k
             slot = self.pending.get(k)
-            complete = slot is not None and len(slot) == len(self._channels)
+            complete = slot is not None and self._needed <= slot.keys()
             if not (complete or flush or last > k + self.window):
                 break
             out.append(self._take(k, slot or {}))
@@ -235,6 +245,7 @@ class Clock:
             "dt": self.dt,
             "inputs": list(self.inputs),
             "outputs": list(self.outputs),
+            **({} if self.measured is None else {"measured": list(self.measured)}),
             "tolerance": self.tolerance,
             "window": self.window,
         }

@@ -135,6 +135,9 @@ class Twin:
             innovation alarm). ``()`` runs none.
         history: rows kept for plots (:attr:`history`); events kept likewise.
         chunk: the most steps one compiled call takes (:data:`CHUNK`).
+        measured: the outputs the stream carries (default: all); a step is applied as soon as its
+            inputs and these are in, so an output no frame carries (an FMU's unmeasured one) is not
+            waited for.
 
     """
 
@@ -149,6 +152,7 @@ class Twin:
         alarms: Sequence[Monitor] | None = None,
         history: int = 10_000,
         chunk: int = CHUNK,
+        measured: Sequence[str] | None = None,
     ) -> None:
         if not isinstance(program, Program):
             raise TwinferValueError(
@@ -158,7 +162,15 @@ class Twin:
         if int(chunk) < 1:
             raise TwinferValueError(f"Twin chunk: expected a number of steps >= 1; received {chunk!r}.")
         self.program = program
-        self.clock = Clock(float(dt), program.input_names, program.output_names, t0, tolerance, window)
+        self.clock = Clock(
+            float(dt),
+            program.input_names,
+            program.output_names,
+            t0,
+            tolerance,
+            window,
+            None if measured is None else tuple(measured),
+        )
         self.chunk = int(chunk)
         self._numbers, self._advance = _compiled(program)
         self.alarms: tuple[Monitor, ...] = (
