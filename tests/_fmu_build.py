@@ -65,3 +65,17 @@ def build_fmu(name: str, folder: Path) -> Path:
         zf.write(library, f"binaries/{platform}/{name}{fmpy.sharedLibraryExtension}")
         zf.write(source / "model.c", "sources/model.c")
     return fmu
+
+
+def edited_copy(source: Path, target: Path, *, drop: str | None = None, edit=None) -> Path:
+    """``source`` copied to ``target`` without its members under ``drop``, its modelDescription.xml edited
+    by ``edit(xml) -> xml``: an FMU broken on purpose, for the tests of the named errors."""
+    with zipfile.ZipFile(source) as src, zipfile.ZipFile(target, "w") as dst:
+        for item in src.infolist():
+            if drop is not None and item.filename.startswith(drop):
+                continue
+            data = src.read(item.filename)
+            if item.filename == "modelDescription.xml" and edit is not None:
+                data = edit(data.decode()).encode()
+            dst.writestr(item, data)
+    return target

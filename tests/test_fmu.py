@@ -21,6 +21,7 @@ import numpy as np
 import pytest
 
 import twinfer
+from _fmu_build import edited_copy
 from twinfer.data import Dataset
 from twinfer.data._benchmarks import default_data_root
 from twinfer.errors import TwinferValueError
@@ -58,16 +59,7 @@ def _fmpy_me(mu: float, stop: float, step: float) -> np.ndarray:
 
 def _copy(tmp_path: Path, name: str, *, drop: str | None = None, edit=None) -> Path:
     """A copy of a Reference FMU in ``tmp_path``, without the members under ``drop``, its XML edited."""
-    target = tmp_path / f"edited-{name}"
-    with zipfile.ZipFile(FMUS / name) as src, zipfile.ZipFile(target, "w") as dst:
-        for item in src.infolist():
-            if drop is not None and item.filename.startswith(drop):
-                continue
-            data = src.read(item.filename)
-            if item.filename == "modelDescription.xml" and edit is not None:
-                data = edit(data.decode()).encode()
-            dst.writestr(item, data)
-    return target
+    return edited_copy(FMUS / name, tmp_path / f"edited-{name}", drop=drop, edit=edit)
 
 
 def _cosimulation_only(xml: str) -> str:

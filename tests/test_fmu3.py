@@ -12,7 +12,6 @@ finite differences.
 from __future__ import annotations
 
 import re
-import zipfile
 from pathlib import Path
 
 import fmpy
@@ -23,7 +22,7 @@ import pytest
 from scipy.linalg import expm
 
 import twinfer
-from _fmu_build import build_fmu, compiler
+from _fmu_build import build_fmu, compiler, edited_copy
 from twinfer.infer.filters._augment import augment
 from twinfer.models import FMU, FMUKindError, FMUPlatformError, FMUVariableError
 from twinfer.sim import discretise, simulate, simulate_dataset, simulate_events
@@ -250,16 +249,7 @@ def test_k_and_m_estimated_as_the_fmi2_twin_does(fmus, record, method):
 # -- validation ----------------------------------------------------------------------------------------
 def _edited(tmp_path: Path, fmu: Path, name: str, edit=None, drop: str | None = None) -> Path:
     """A copy of ``fmu`` with its modelDescription.xml edited and the members under ``drop`` left out."""
-    target = tmp_path / f"{name}.fmu"
-    with zipfile.ZipFile(fmu) as src, zipfile.ZipFile(target, "w") as dst:
-        for item in src.infolist():
-            if drop is not None and item.filename.startswith(drop):
-                continue
-            data = src.read(item.filename)
-            if item.filename == "modelDescription.xml" and edit is not None:
-                data = edit(data.decode()).encode()
-            dst.writestr(item, data)
-    return target
+    return edited_copy(fmu, tmp_path / f"{name}.fmu", drop=drop, edit=edit)
 
 
 @pytest.mark.timeout(60)

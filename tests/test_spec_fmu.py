@@ -25,6 +25,7 @@ import xarray
 from typer.testing import CliRunner
 
 import twinfer
+from _fmu_build import edited_copy
 from twinfer.cli import app
 from twinfer.data import Dataset
 from twinfer.data._benchmarks import default_data_root
@@ -61,16 +62,7 @@ def _spec(tmp_path: Path, body: str, fmu: Path | None = VDP) -> Path:
 
 def _copy(tmp_path: Path, *, drop: str | None = None, edit=None) -> Path:
     """A copy of the Van der Pol FMU without the members under ``drop``, its XML edited."""
-    target = tmp_path / "edited.fmu"
-    with zipfile.ZipFile(VDP) as src, zipfile.ZipFile(target, "w") as dst:
-        for item in src.infolist():
-            if drop is not None and item.filename.startswith(drop):
-                continue
-            data = src.read(item.filename)
-            if item.filename == "modelDescription.xml" and edit is not None:
-                data = edit(data.decode()).encode()
-            dst.writestr(item, data)
-    return target
+    return edited_copy(VDP, tmp_path / "edited.fmu", drop=drop, edit=edit)
 
 
 def _cosimulation_only(xml: str) -> str:

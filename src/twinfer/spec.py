@@ -1076,19 +1076,13 @@ def _fmu_dataset(spec: Spec, model: FmuModel, fmu: FMU, base: Path) -> Dataset:
     """
     import jax
 
-    from twinfer.data import Dataset, from_table
+    from twinfer.data import Dataset
     from twinfer.sim import simulate_dataset
 
     measured = [fmu.output_names.index(name) for name in model.outputs]
     d, s = spec.data, spec.simulate
     if d is not None:
-        file = d.file if d.file.is_absolute() else base / d.file
-        try:
-            table = from_table(
-                file, d.time, d.inputs or None, d.outputs, states=d.states, input_hold=d.input_hold
-            )
-        except (OSError, ValueError) as exc:
-            raise SpecError(f"spec data.file {file}: {exc}") from None
+        table = _table(d, base)
         y = np.full((len(table.times), fmu.n_output), np.nan)
         mask = np.zeros(y.shape, dtype=bool)
         y[:, measured], mask[:, measured] = np.asarray(table.observations), np.asarray(table.mask)
@@ -1129,19 +1123,24 @@ def _fmu_dataset(spec: Spec, model: FmuModel, fmu: FMU, base: Path) -> Dataset:
     return Dataset(**{**record.to_dict(), "mask": mask})
 
 
+def _table(d: CsvData, base: Path) -> Any:
+    """``[data]``'s file (relative to ``base``) read by :func:`twinfer.data.from_table`, its columns named."""
+    from twinfer.data import from_table
+
+    file = d.file if d.file.is_absolute() else base / d.file
+    try:
+        return from_table(file, d.time, d.inputs or None, d.outputs, states=d.states, input_hold=d.input_hold)
+    except (OSError, ValueError) as exc:
+        raise SpecError(f"spec data.file {file}: {exc}") from None
+
+
 def _dataset(spec: Spec, chain: Any, base: Path) -> Any:
     """The spec's record: its data file's columns renamed to the chain's, or a simulation of the chain."""
-    from twinfer.data import Dataset, from_table
+    from twinfer.data import Dataset
 
     if spec.data is not None:
         d = spec.data  # its column counts are checked against the chain by Spec
-        file = d.file if d.file.is_absolute() else base / d.file
-        try:
-            table = from_table(
-                file, d.time, d.inputs or None, d.outputs, states=d.states, input_hold=d.input_hold
-            )
-        except (OSError, ValueError) as exc:
-            raise SpecError(f"spec data.file {file}: {exc}") from None
+        table = _table(d, base)
         # the file's columns under the model's names (the filters check the names, the graph the order)
         return Dataset(
             **{

@@ -72,7 +72,7 @@ from jaxtyping import Array
 
 from twinfer.models._base import AbstractModel, Input, Output, Params, State
 from twinfer.models._fmu_errors import FMUCallError, FMUEventsError, FMUTerminatedError
-from twinfer.models._fmu_runtime import Runtime
+from twinfer.models._fmu_runtime import Runtime, flat_batch
 
 _CUBE_ROOT_EPS = float(np.finfo(np.float64).eps) ** (1.0 / 3.0)
 _MAX_EVENT_ITERATIONS = 100
@@ -360,12 +360,7 @@ class Events:
         batch = p.shape[:-1]
         flat = p.reshape(math.prod(batch), p.shape[-1])
         runtime = self.runtime
-        with runtime._lock:
-            if not runtime.alive:
-                raise FMUCallError(
-                    f"FMU {runtime.desc.path!r}: expected a live instance; received a closed model."
-                )
-            runtime.calls += 1
+        with runtime.serving():
             first = [self._restart(tuple(row.tolist())) for row in flat]
         return np.asarray(first, dtype=np.float64).reshape(batch)
 
@@ -381,23 +376,12 @@ class Events:
             ``(value (..., k), *blocks)``: ``(..., k)`` for time, ``(..., k, n_arg)`` for the others.
 
         """
-        arrays = [np.asarray(a, dtype=np.float64) for a in args]
-        batch = np.broadcast_shapes(arrays[0].shape, *(a.shape[:-1] for a in arrays[1:]))
-        size = math.prod(batch)
-        widths = [1, *(a.shape[-1] for a in arrays[1:])]
-        flat = [
-            np.ascontiguousarray(np.broadcast_to(a, (*batch, w) if i else batch).reshape(size, w))
-            for i, (a, w) in enumerate(zip(arrays, widths, strict=True))
-        ]
+        batch, widths, flat = flat_batch(*args)
+        size = len(flat[0])
         n_out = self.n_events if kind == "indicators" else self.n_state + self.n_discrete
         shapes = [(n_out,)] + [(n_out,) if i == 0 else (n_out, widths[i]) for i, w in enumerate(need) if w]
         runtime = self.runtime
-        with runtime._lock:
-            if not runtime.alive:
-                raise FMUCallError(
-                    f"FMU {runtime.desc.path!r}: expected a live instance; received a closed model."
-                )
-            runtime.calls += 1
+        with runtime.serving():
             rows = [self._point(kind, need, [a[b] for a in flat]) for b in range(size)]
         return tuple(
             np.stack([row[i] for row in rows]).reshape(*batch, *shape) if size else np.zeros((*batch, *shape))

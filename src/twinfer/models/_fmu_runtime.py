@@ -17,12 +17,14 @@ batch whose points share their parameters pays for this once.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import math
 import shutil
 import tempfile
 import threading
 import weakref
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
@@ -73,7 +75,7 @@ class _Buffer:
         self.view = np.ctypeslib.as_array(self.c)[:size]
 
 
-def _flat_batch(*arrays: Any) -> tuple[tuple[int, ...], list[int], list[np.ndarray]]:
+def flat_batch(*arrays: Any) -> tuple[tuple[int, ...], list[int], list[np.ndarray]]:
     """``(t, x, u, p)`` with broadcast leading axes as rows: ``(batch, widths, [(size, width) each])``.
 
     ``t`` has no trailing axis (its width is 1); the others' last axis is their width.
@@ -190,6 +192,17 @@ class Runtime:
     def close(self) -> None:
         """Free the instance and remove the unpacked folder now (otherwise when garbage collected)."""
         self._finalizer()
+
+    @contextlib.contextmanager
+    def serving(self) -> Iterator[None]:
+        """The frame of every callback's body: the lock held, a live instance, one more call counted."""
+        with self._lock:
+            if not self.alive:
+                raise FMUCallError(
+                    f"FMU {self.desc.path!r}: expected a live instance; received a closed model."
+                )
+            self.calls += 1
+            yield
 
     @property
     def alive(self) -> bool:
@@ -366,16 +379,11 @@ class Runtime:
             others, in the order ``t, x, u, p`` of those asked.
 
         """
-        batch, widths, flat = _flat_batch(t, x, u, p)
+        batch, widths, flat = flat_batch(t, x, u, p)
         size = len(flat[1])
         n_out = len(self.desc.state_refs) if kind == "derivatives" else len(self.desc.output_refs)
         shapes = [(n_out,)] + [(n_out,) if i == 0 else (n_out, widths[i]) for i in range(4) if need[i]]
-        with self._lock:
-            if not self.alive:
-                raise FMUCallError(
-                    f"FMU {self.desc.path!r}: expected a live instance; received a closed model."
-                )
-            self.calls += 1
+        with self.serving():
             rows = [self._point(kind, need, [a[b] for a in flat]) for b in range(size)]
         return tuple(
             np.stack([row[i] for row in rows]).reshape(*batch, *shape) if size else np.zeros((*batch, *shape))
@@ -423,7 +431,7 @@ class Runtime:
             for the others, in the order ``t, x, u, p`` of those asked.
 
         """
-        batch, widths, (times, states, inputs, params) = _flat_batch(t, x, u, p)
+        batch, widths, (times, states, inputs, params) = flat_batch(t, x, u, p)
         size, n = states.shape
         asked = [i for i in range(4) if need[i]]
         columns, start = {}, 0
@@ -481,12 +489,7 @@ class Runtime:
             stage[0] += 1
             return f, ds
 
-        with self._lock:
-            if not self.alive:
-                raise FMUCallError(
-                    f"FMU {self.desc.path!r}: expected a live instance; received a closed model."
-                )
-            self.calls += 1
+        with self.serving():
             sensitivity = np.zeros((size, n, start))
             if 1 in columns:
                 sensitivity[:, :, columns[1]] = np.eye(n)
