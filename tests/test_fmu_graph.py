@@ -1,5 +1,8 @@
 """An FMU as a graph subsystem (issue #56, item 3), with a test FMU compiled from its C source.
 
+The same FMU's Co-Simulation interface (its own RK4 solver inside ``fmi2DoStep``) is checked against
+fmpy's co-simulation and the zero-order-hold closed form, and runs as a deterministic graph node.
+
 ``tests/fmu_src/SpringMass`` (model.c and modelDescription.xml, written for these tests) is compiled
 with the machine's C compiler against the FMI 2.0 headers fmpy ships, once per session, into a
 temporary folder (no binary is committed). It is checked against fmpy's own Model Exchange simulation
@@ -20,12 +23,12 @@ import pytest
 from scipy.linalg import expm
 from scipy.signal import butter, lfilter
 
-from _fmu_build import build_fmu, compiler
+from _fmu_build import build_fmu, compiler, edited_copy
 from twinfer.data import Dataset
-from twinfer.infer.graph import Coupled, CoupledError, CoupledLoopError, Graph, Link, coupled_graph
+from twinfer.infer.graph import Coupled, CoupledError, CoupledLoopError, Graph, Link
 from twinfer.infer.graph._run import estimate
-from twinfer.models import FMU, AbstractModel, Chain
-from twinfer.sim import simulate, simulate_dataset
+from twinfer.models import FMU, AbstractModel, Chain, CoSimulationFMU, FMUKindError, FMUVariableError
+from twinfer.sim import discretise, simulate, simulate_dataset, simulate_discrete
 
 pytestmark = pytest.mark.skipif(compiler() is None, reason="no C compiler (cc or gcc) to build the test FMU")
 
@@ -165,13 +168,13 @@ def test_a_graph_with_an_fmu_subsystem_estimates_like_the_native_graph(spring_ma
     assert coupled.output_names == ("chain.a1", "chain.a2", "msd.x", "msd.v", "msd.a")
     data, sd = record
     options = dict(noise_sd=sd, state_sd=0.1, process_sd=1e-4, unknown={"msd.k": (2.0, 1.0, 0.0)})
-    graph = Graph.from_model(coupled, coupled.partition, dt=DT, **options)  # also coupled_graph(...)
+    graph = Graph.from_model(coupled, dt=DT, **options)  # one subsystem per part
     holders = {s.name: s.parameters for s in graph.flatten()[0]}
     assert holders == {"S1": (), "S2": ("msd.k",)}, holders
     before = fmu.calls
     got = estimate(graph, data)
     calls = (fmu.calls - before) / STEPS
-    want = estimate(coupled_graph(native, dt=DT, **options), data)
+    want = estimate(Graph.from_model(native, dt=DT, **options), data)
     assert got.state_names == want.state_names == (*coupled.state_names, "msd.k")
     sds = np.asarray(want.stds)
     np.testing.assert_array_less(np.abs(np.asarray(got.means) - np.asarray(want.means)), 1e-9 * sds)
@@ -188,19 +191,81 @@ def test_a_graph_with_an_fmu_subsystem_estimates_like_the_native_graph(spring_ma
 def test_the_fmu_as_a_deterministic_node(spring_mass, record):
     """``estimator=("ukf", "none")``: the FMU's subsystem only propagates (no update, no covariance
     beyond its prior and process noise), driven by the chain's messages; it follows the truth to 2 % of
-    its motion, and the chain's UKF, reading it through the coupling, still covers its own states."""
+    its motion, and the chain's UKF, reading it through the coupling, still covers its own states.
+
+    The same FMU's Co-Simulation interface as that node (one ``fmi2DoStep`` a step, the chain's states
+    held over it, the chain reading its outputs held): it follows the truth to 5 % of its motion (the
+    explicit coupling's error, O(dt)), the chain's estimate stays within 0.5 sd of the Model Exchange
+    node's graph and covers its states, and a second run gives the same numbers (each run starts from the
+    FMU's initial state, handle 0)."""
     fmu = FMU(spring_mass, params={"m": M, "k": K, "c": C})
     coupled = Coupled({"chain": _chain(), "msd": fmu}, _links())
     data, sd = record
-    est = estimate(
-        coupled_graph(coupled, dt=DT, estimator=("ukf", "none"), noise_sd=sd, state_sd=1e-3, process_sd=1e-4),
-        data,
-    )
+    options = dict(estimator=("ukf", "none"), noise_sd=sd, state_sd=1e-3, process_sd=1e-4)
+    est = estimate(Graph.from_model(coupled, dt=DT, **options), data)
     truth = np.asarray(data.truth_states)
     error = np.asarray(est.means) - truth
     assert np.max(np.abs(error[:, 4:])) < 0.02 * np.max(np.abs(truth[:, 4:])), np.abs(error[:, 4:]).max()
     coverage = np.mean(np.abs(error[:, :4]) <= 1.96 * np.asarray(est.stds)[:, :4])
     assert 0.9 <= coverage <= 1.0, coverage
+
+    stepped = CoSimulationFMU(spring_mass, params={"m": M, "k": K, "c": C}, start={"x": 0.0, "v": 0.0})
+    cosim = Coupled({"chain": _chain(), "msd": stepped}, _links())
+    assert cosim.state_names[4:] == ("msd.x", "msd.v", "msd.a", "msd.fmu_state")
+    graph = Graph.from_model(cosim, dt=DT, **options)
+    before = stepped.calls
+    got = estimate(graph, data)
+    calls = (stepped.calls - before) / STEPS
+    again = estimate(graph, data)
+    np.testing.assert_array_equal(np.asarray(again.means), np.asarray(got.means))  # the handles too
+    means = np.asarray(got.means)
+    assert np.max(np.abs(means[:, 4:6] - truth[:, 4:])) < 0.05 * np.max(np.abs(truth[:, 4:]))
+    assert np.max(np.abs(means[:, :4] - np.asarray(est.means)[:, :4]) / np.asarray(est.stds)[:, :4]) < 0.5
+    coverage = np.mean(np.abs(means[:, :4] - truth[:, :4]) <= 1.96 * np.asarray(got.stds)[:, :4])
+    assert 0.9 <= coverage <= 1.0, coverage
+    assert calls <= 4, calls  # host calls per step: the mean, the state and message Jacobians, a1
+
+
+@pytest.mark.timeout(300)
+def test_a_cosimulation_fmu_steps_as_fmpy_does(spring_mass):
+    """``CoSimulationFMU``: its states are the outputs and a handle; ``sim.simulate_discrete`` (one
+    ``fmi2DoStep`` a step) equals fmpy's co-simulation of the same FMU to 1e-12 under a piecewise-constant
+    force, and the closed form to 1e-7 (the FMU's RK4, ten steps per 0.1 s); the Jacobian of a step in the
+    input (central differences, each from the restored FMU state) equals the zero-order-hold closed form's
+    to 1e-6; it has no vector field (a named error from the adaptive ``sim.simulate``)."""
+    h = 0.1
+    times = np.arange(0.0, 5.0 + 1e-9, h)
+    forces = np.where(times < 1.0 - 1e-9, 0.0, np.where(times < 2.5 - 1e-9, 1.5, -0.5))
+    model = CoSimulationFMU(spring_mass, params={"m": M, "k": K, "c": C}, start={"x": 0.3, "v": -0.2})
+    assert (model.state_names, model.input_names, model.output_names) == (
+        ("x", "v", "a", "fmu_state"),
+        ("F",),
+        ("x", "v", "a"),
+    )
+    np.testing.assert_allclose(np.asarray(model.start_state), [0.3, -0.2, (-K * 0.3 + C * 0.2) / M, 0.0])
+    traj = simulate_discrete(discretise(model, h, "rk4"), model.start_state, forces[:-1, None])
+    signal = np.array(list(zip(times, forces, strict=True)), dtype=[("time", np.float64), ("F", np.float64)])
+    start = {"m": M, "k": K, "c": C, "x": 0.3, "v": -0.2}
+    ref = fmpy.simulate_fmu(
+        str(spring_mass),
+        fmi_type="CoSimulation",
+        stop_time=5.0,
+        output_interval=h,
+        input=signal,
+        start_values=start,
+    )
+    states = np.asarray(traj.states)
+    np.testing.assert_allclose(states[:, :3], np.stack([ref["x"], ref["v"], ref["a"]], 1), rtol=0, atol=1e-12)
+    np.testing.assert_allclose(
+        states[:, :2], _closed_form(np.array([0.3, -0.2]), forces, times, h), atol=1e-7
+    )
+    step = discretise(model, h, "rk4")
+    jac = jax.jacfwd(lambda u: step.transition(0.0, model.start_state, u, model.params))(jnp.array([0.4]))
+    a = np.array([[0.0, 1.0, 0.0], [-K / M, -C / M, 1.0 / M], [0.0, 0.0, 0.0]])
+    np.testing.assert_allclose(np.asarray(jac)[:2, 0], expm(a * h)[:2, 2], rtol=0, atol=1e-6)
+    assert np.asarray(jac)[3, 0] == 0.0
+    with pytest.raises(FMUKindError, match="vector field: expected a Model Exchange FMU"):
+        simulate(model, times, model.start_state, forces[:, None])
 
 
 @pytest.mark.timeout(120)
@@ -216,5 +281,39 @@ def test_coupling_errors_are_named(spring_mass):
         Coupled({"chain": _chain(), "msd": fmu}, [Link("msd.F", "chain.a9")])
     with pytest.raises(CoupledLoopError, match=r"link source 'msd.a'.*\['F'\].*algebraic loop"):
         Coupled({"chain": _chain(), "msd": fmu}, [Link("msd.F", "chain.x2"), Link("chain.f2", "msd.a")])
-    with pytest.raises(CoupledError, match=r"expected a Coupled model; received Chain"):
-        coupled_graph(_chain(), dt=DT)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"Graph.from_model partition: .*a Chain .*received none"):
+        Graph.from_model(_chain(), dt=DT)
+
+
+@pytest.mark.timeout(120)
+def test_cosimulation_errors_are_named(spring_mass, tmp_path):
+    """A Model-Exchange-only FMU, one that cannot get and set its state, a start value for a parameter or
+    an unknown name; in a graph a co-simulation part with a UKF, an unknown among its parameters, an x0
+    that moves its start or a group mixing it with other states; a whole-model filter on it: each named."""
+
+    def only_me(xml: str) -> str:
+        return xml[: xml.index("<CoSimulation")] + xml[xml.index("</CoSimulation>") + 15 :]
+
+    with pytest.raises(FMUKindError, match="expected Co-Simulation .* Model-Exchange-only"):
+        CoSimulationFMU(edited_copy(spring_mass, tmp_path / "me.fmu", edit=only_me))
+    no_state = edited_copy(
+        spring_mass, tmp_path / "ns.fmu", edit=lambda xml: xml.replace('canGetAndSetFMUstate="true"', "")
+    )
+    with pytest.raises(FMUKindError, match="canGetAndSetFMUstate: expected true"):
+        CoSimulationFMU(no_state)
+    with pytest.raises(FMUVariableError, match=r"start\['k'\].*a parameter goes in params"):
+        CoSimulationFMU(spring_mass, start={"k": 2.0})
+    with pytest.raises(FMUVariableError, match=r"start\['y'\].*no such variable"):
+        CoSimulationFMU(spring_mass, start={"y": 2.0})
+    cosim = Coupled({"chain": _chain(), "msd": CoSimulationFMU(spring_mass)}, _links())
+    with pytest.raises(CoupledError, match=r"estimator of S2 .*expected 'none'.*received 'ukf'"):
+        Graph.from_model(cosim, dt=DT)
+    with pytest.raises(CoupledError, match=r"unknown 'msd.k'"):
+        Graph.from_model(cosim, dt=DT, estimator=("ukf", "none"), unknown={"msd.k": (2.0, 1.0, 0.0)})
+    with pytest.raises(CoupledError, match=r"x0 of \['msd.x', 'msd.v', 'msd.a', 'msd.fmu_state'\]"):
+        Graph.from_model(cosim, dt=DT, estimator=("ukf", "none"), x0=np.zeros(8))
+    mixed = [("chain.x1", "chain.v1"), ("chain.x2", "chain.v2", "msd.x", "msd.v", "msd.a", "msd.fmu_state")]
+    with pytest.raises(CoupledError, match=r"co-simulation part 'msd'.*one group of their own"):
+        Graph.from_model(cosim, mixed, dt=DT, estimator="none")
+    with pytest.raises(FMUKindError, match="vector field"):
+        discretise(cosim, DT, "rk4").transition(0.0, jnp.zeros(8), jnp.zeros(1), cosim.params)

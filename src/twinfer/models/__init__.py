@@ -11,6 +11,7 @@ from twinfer.models._base import AbstractModel, Connection, Params
 from twinfer.models._combine import BLOCKS, TOPOLOGIES, Combination, System, noisy, psd
 from twinfer.models._combine_model import CombinedModel
 from twinfer.models._fmu import FMU
+from twinfer.models._fmu_cosim import CoSimulationFMU
 from twinfer.models._fmu_errors import (
     FMUArchiveError,
     FMUCallError,
@@ -83,6 +84,7 @@ __all__ = [
     "Chain",
     "Combination",
     "CombinedModel",
+    "CoSimulationFMU",
     "FMU",
     "FMUArchiveError",
     "FMUCallError",

@@ -20,7 +20,7 @@ variants, which also see ``z``. :func:`twinfer.sim.simulate_events` runs any of 
 from __future__ import annotations
 
 import abc
-from typing import Any, NamedTuple
+from typing import Any, ClassVar, NamedTuple
 
 import equinox as eqx
 import jax
@@ -59,6 +59,10 @@ class AbstractModel(eqx.Module):
     """
 
     params: eqx.AbstractVar[Params]
+    steps_itself: ClassVar[bool] = False
+    """A model that takes each step whole through :meth:`host_step` and has no vector field (a
+    co-simulation FMU, whose solver is its own): nothing linearises it (the step-size check) and a graph
+    steps it as a node of its own."""
 
     def __new__(cls, *args: Any, **kwargs: Any) -> Any:
         """Apply :func:`twinfer.configure` (float64) before the first model makes its parameter arrays.

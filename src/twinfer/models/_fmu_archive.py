@@ -23,7 +23,7 @@ import math
 import os
 import zipfile
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 from xml.etree import ElementTree
 
 from twinfer.models._fmu_errors import (
@@ -38,6 +38,8 @@ from twinfer.models._fmu_errors import (
 if TYPE_CHECKING:  # fmpy is imported when an FMU is read, not with twinfer
     from fmpy.model_description import ModelDescription, ScalarVariable
 
+Interface = Literal["model-exchange", "co-simulation"]
+"""Which interface of an FMU a model runs: Model Exchange (twinfer integrates) or Co-Simulation."""
 SETTABLE = ("fixed", "tunable")
 """Variabilities of a real parameter that a model can change (FMI 2.0, section 2.2.7)."""
 VERSIONS = ("2.0", "3.0")
@@ -143,10 +145,12 @@ def _archive(path: str) -> ModelDescription:
         ) from error
 
 
-def _check_kind(path: str, md: ModelDescription) -> tuple[str, bool]:
-    """``(modelIdentifier, providesDirectionalDerivative)`` of the Model Exchange interface, once checked."""
+def _check_kind(path: str, md: ModelDescription, interface: Interface) -> tuple[str, bool]:
+    """``(modelIdentifier, providesDirectionalDerivative)`` of the interface asked for, once checked."""
     with zipfile.ZipFile(path) as zf:
         version, attributes = _version(path, zf.read("modelDescription.xml"))
+    if interface == "co-simulation":
+        return _check_cosimulation(path, md, version), False
     me = md.modelExchange
     if me is None or me.modelIdentifier is None:
         raise FMUKindError(
@@ -156,6 +160,28 @@ def _check_kind(path: str, md: ModelDescription) -> tuple[str, bool]:
     if version == "3.0":  # fmpy 0.3 drops FMI 3.0's plural attribute: read it from the XML
         return me.modelIdentifier, attributes.get("providesDirectionalDerivatives") in ("true", "1")
     return me.modelIdentifier, bool(me.providesDirectionalDerivative)
+
+
+def _check_cosimulation(path: str, md: ModelDescription, version: str) -> str:
+    """The Co-Simulation ``modelIdentifier`` of an FMI 2.0 FMU that can get and set its FMU state."""
+    cs = md.coSimulation
+    if cs is None or cs.modelIdentifier is None:
+        raise FMUKindError(
+            f"FMU {path!r} interface: expected Co-Simulation (a <CoSimulation> element: the FMU steps itself "
+            "with fmi2DoStep); received a Model-Exchange-only FMU (use twinfer.models.FMU)."
+        )
+    if version != "2.0":
+        raise FMUKindError(
+            f"FMU {path!r} fmiVersion: expected 2.0 for a co-simulation FMU (twinfer steps FMI 3.0 FMUs "
+            f"through Model Exchange only); received {version}."
+        )
+    if not cs.canGetAndSetFMUstate:
+        raise FMUKindError(
+            f"FMU {path!r} <CoSimulation> canGetAndSetFMUstate: expected true (an estimator takes a step "
+            "more than once from the same point, so twinfer restores the FMU state before each); received "
+            "false."
+        )
+    return cs.modelIdentifier
 
 
 def _check_platform(path: str, identifier: str, version: str) -> None:
@@ -216,6 +242,7 @@ def describe(
     path: str | os.PathLike[str],
     parameters: Sequence[str] | None = None,
     values: Mapping[str, float] | None = None,
+    interface: Interface = "model-exchange",
 ) -> Description:
     """Validate the FMU at ``path`` and read its states, inputs, outputs and parameters.
 
@@ -223,6 +250,9 @@ def describe(
         path: the ``.fmu`` file.
         parameters: the real parameters (fixed or tunable) that become the model's ``params``; default all.
         values: values replacing some of those parameters' start values.
+        interface: ``"model-exchange"`` (:class:`~twinfer.models.FMU`) or ``"co-simulation"``
+            (:class:`~twinfer.models.CoSimulationFMU`: FMI 2.0 that can get and set its FMU state; its
+            events stay inside it).
 
     Returns:
         The :class:`Description`.
@@ -234,11 +264,12 @@ def describe(
     """
     path = os.fspath(path)
     md = _archive(path)
-    identifier, directional = _check_kind(path, md)
+    identifier, directional = _check_kind(path, md, interface)
     version = "3.0" if (md.fmiVersion or "").startswith("3.") else "2.0"
     if version == "3.0":
         _check_fmi3(path, md)
-    _check_events(path, md)
+    if interface == "model-exchange":
+        _check_events(path, md)
     _check_platform(path, identifier, version)
     params = _parameters(path, md, parameters)
     values = dict(values or {})
@@ -285,7 +316,13 @@ def describe(
         param_nominals=tuple(abs(_float(v.nominal, 1.0)) for v in params),
         param_fixed=tuple(v.variability == "fixed" for v in params),
         param_bounds=bounds,
-        single_instance=bool(getattr(md.modelExchange, "canBeInstantiatedOnlyOncePerProcess", False)),
+        single_instance=bool(
+            getattr(
+                md.modelExchange if interface == "model-exchange" else md.coSimulation,
+                "canBeInstantiatedOnlyOncePerProcess",
+                False,
+            )
+        ),
         n_events=int(md.numberOfEventIndicators or 0),
         other_param_names=tuple(v.name for v in _settable(md) if v not in params),
         other_param_refs=tuple(v.valueReference for v in _settable(md) if v not in params),

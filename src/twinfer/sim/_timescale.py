@@ -120,10 +120,14 @@ def _jacobian(model: AbstractModel, t: Any, x: Any, u: Any, params: Any) -> Any:
 
 
 def _jacobian_at(model: AbstractModel, x: Any, u: Any, params: Params | None, t: float) -> np.ndarray | None:
-    """The Jacobian as a host array, or None (no state, too many states, wrong shapes, non-finite)."""
+    """The Jacobian as a host array, or None.
+
+    None for no state, too many states, wrong shapes, a non-finite Jacobian, or a model that steps itself
+    (:attr:`~twinfer.models.AbstractModel.steps_itself`).
+    """
     params = model.params if params is None else params
     x = np.asarray(x, dtype=np.float64)
-    if x.shape != (model.n_state,) or not 0 < model.n_state <= MAX_STATES:
+    if model.steps_itself or x.shape != (model.n_state,) or not 0 < model.n_state <= MAX_STATES:
         return None
     u = np.asarray(u, dtype=np.float64).reshape(model.n_input)
     jac = np.asarray(_jacobian(model, jnp.float64(t), jnp.asarray(x), jnp.asarray(u), params))

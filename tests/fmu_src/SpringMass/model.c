@@ -7,7 +7,10 @@
  *
  * States x and v (both also outputs), input F (continuous), output a (feeds through from F),
  * parameters m (fixed: settable only before initialisation), k and c (tunable: settable in Event Mode).
- * No event indicators, no directional derivatives, no co-simulation interface.
+ * No event indicators, no directional derivatives. Co-Simulation too (a second interface of the same
+ * model): fmi2DoStep integrates the equations with its own solver (classic Runge-Kutta, COSIM_SUBSTEPS steps
+ * per communication step, the input held), and the FMU state can be got, set and freed
+ * (canGetAndSetFMUstate in <CoSimulation> only), so an importer can take a communication step again.
  *
  * The value references equal the variables' 1-based indices in modelDescription.xml:
  * 1 x, 2 der(x), 3 v, 4 der(v), 5 F, 6 m, 7 k, 8 c, 9 a.
@@ -15,6 +18,7 @@
  * Reference: Modelica Association, Functional Mock-up Interface 2.0.4 (2022): the common functions
  * (section 2.1), the Model Exchange functions and their state machine (sections 3.2.1-3.2.3).
  */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -23,6 +27,7 @@
 #define GUID "{6f1e3c9a-2b7d-4e58-9a41-3c5d7e9f0b12}"
 #define N_VARS 10 /* index 0 unused */
 #define N_STATES 2
+#define COSIM_SUBSTEPS 10
 
 enum { VR_X = 1, VR_DX = 2, VR_V = 3, VR_DV = 4, VR_F = 5, VR_M = 6, VR_K = 7, VR_C = 8, VR_A = 9 };
 
@@ -32,6 +37,7 @@ typedef struct {
     double r[N_VARS];
     double time;
     Mode mode;
+    int cosim; /* instantiated as fmi2CoSimulation */
     fmi2CallbackFunctions callbacks;
     char *name;
 } Instance;
@@ -81,8 +87,9 @@ fmi2Component fmi2Instantiate(fmi2String instanceName, fmi2Type fmuType, fmi2Str
     (void)fmuResourceLocation;
     (void)visible;
     (void)loggingOn;
-    if (fmuType != fmi2ModelExchange || fmuGUID == NULL || strcmp(fmuGUID, GUID) != 0) {
-        return NULL; /* Model Exchange only, and only for this model description */
+    if ((fmuType != fmi2ModelExchange && fmuType != fmi2CoSimulation) || fmuGUID == NULL ||
+        strcmp(fmuGUID, GUID) != 0) {
+        return NULL; /* only for this model description */
     }
     Instance *s = (Instance *)calloc(1, sizeof(Instance));
     if (s == NULL) {
@@ -100,6 +107,7 @@ fmi2Component fmi2Instantiate(fmi2String instanceName, fmi2Type fmuType, fmi2Str
     strcpy(s->name, name);
     start_values(s);
     s->mode = INSTANTIATED;
+    s->cosim = fmuType == fmi2CoSimulation;
     return s;
 }
 
@@ -251,22 +259,45 @@ fmi2Status fmi2SetString(fmi2Component c, const fmi2ValueReference vr[], size_t 
     return nvr == 0 && c != NULL ? fmi2OK : fail((Instance *)c, "fmi2SetString: no string variables");
 }
 
-/* ---- optional capabilities this FMU does not declare: each an error (section 2.1.8, 2.1.9) ---- */
+/* ---- the FMU state: a copy of the instance (Co-Simulation declares canGetAndSetFMUstate) ---- */
 fmi2Status fmi2GetFMUstate(fmi2Component c, fmi2FMUstate *FMUstate) {
-    (void)FMUstate;
-    return fail((Instance *)c, "fmi2GetFMUstate: canGetAndSetFMUstate is false");
+    Instance *s = (Instance *)c;
+    if (s == NULL || FMUstate == NULL) {
+        return fmi2Error;
+    }
+    Instance *copy = *FMUstate != NULL ? (Instance *)*FMUstate : (Instance *)malloc(sizeof(Instance));
+    if (copy == NULL) {
+        return fail(s, "fmi2GetFMUstate: out of memory");
+    }
+    memcpy(copy->r, s->r, sizeof(s->r));
+    copy->time = s->time;
+    copy->mode = s->mode;
+    *FMUstate = copy;
+    return fmi2OK;
 }
 
 fmi2Status fmi2SetFMUstate(fmi2Component c, fmi2FMUstate FMUstate) {
-    (void)FMUstate;
-    return fail((Instance *)c, "fmi2SetFMUstate: canGetAndSetFMUstate is false");
+    Instance *s = (Instance *)c;
+    const Instance *saved = (const Instance *)FMUstate;
+    if (s == NULL || saved == NULL) {
+        return fail(s, "fmi2SetFMUstate: expected a state from fmi2GetFMUstate");
+    }
+    memcpy(s->r, saved->r, sizeof(s->r));
+    s->time = saved->time;
+    s->mode = saved->mode;
+    return fmi2OK;
 }
 
 fmi2Status fmi2FreeFMUstate(fmi2Component c, fmi2FMUstate *FMUstate) {
-    (void)FMUstate;
-    return fail((Instance *)c, "fmi2FreeFMUstate: canGetAndSetFMUstate is false");
+    if (c == NULL || FMUstate == NULL) {
+        return fmi2Error;
+    }
+    free(*FMUstate);
+    *FMUstate = NULL;
+    return fmi2OK;
 }
 
+/* ---- optional capabilities this FMU does not declare: each an error (section 2.1.8, 2.1.9) ---- */
 fmi2Status fmi2SerializedFMUstateSize(fmi2Component c, fmi2FMUstate FMUstate, size_t *size) {
     (void)FMUstate;
     (void)size;
@@ -401,7 +432,7 @@ fmi2Status fmi2GetNominalsOfContinuousStates(fmi2Component c, fmi2Real x_nominal
     return fmi2OK;
 }
 
-/* ---- Co-Simulation: not offered by this FMU (no <CoSimulation> element) ---- */
+/* ---- Co-Simulation (FMI 2.0.4 section 4): fmi2DoStep with the input held; no input derivatives ---- */
 fmi2Status fmi2SetRealInputDerivatives(fmi2Component c, const fmi2ValueReference vr[], size_t nvr,
                                        const fmi2Integer order[], const fmi2Real value[]) {
     (void)vr;
@@ -420,12 +451,38 @@ fmi2Status fmi2GetRealOutputDerivatives(fmi2Component c, const fmi2ValueReferenc
     return fail((Instance *)c, "fmi2GetRealOutputDerivatives: Model Exchange only");
 }
 
+/* one classic Runge-Kutta step of h from the current states, the input and parameters held */
+static void rk4(Instance *s, double h) {
+    double *r = s->r, x = r[VR_X], v = r[VR_V], k[4][2];
+    for (int i = 0; i < 4; i++) {
+        double w = i == 0 ? 0.0 : (i == 3 ? h : 0.5 * h);
+        r[VR_X] = x + w * (i ? k[i - 1][0] : 0.0);
+        r[VR_V] = v + w * (i ? k[i - 1][1] : 0.0);
+        evaluate(s);
+        k[i][0] = r[VR_DX];
+        k[i][1] = r[VR_DV];
+    }
+    r[VR_X] = x + h / 6.0 * (k[0][0] + 2.0 * k[1][0] + 2.0 * k[2][0] + k[3][0]);
+    r[VR_V] = v + h / 6.0 * (k[0][1] + 2.0 * k[1][1] + 2.0 * k[2][1] + k[3][1]);
+    evaluate(s);
+}
+
 fmi2Status fmi2DoStep(fmi2Component c, fmi2Real currentCommunicationPoint, fmi2Real communicationStepSize,
                       fmi2Boolean noSetFMUStatePriorToCurrentPoint) {
-    (void)currentCommunicationPoint;
-    (void)communicationStepSize;
+    Instance *s = (Instance *)c;
     (void)noSetFMUStatePriorToCurrentPoint;
-    return fail((Instance *)c, "fmi2DoStep: Model Exchange only");
+    if (s == NULL || !s->cosim || s->mode != EVENT) {
+        return fail(s, "fmi2DoStep: only in a Co-Simulation instance after initialisation");
+    }
+    if (!(communicationStepSize > 0.0) || fabs(currentCommunicationPoint - s->time) > 1e-9 * (1.0 + fabs(s->time))) {
+        return fail(s, "fmi2DoStep: expected a positive step from the instance's own time");
+    }
+    double h = communicationStepSize / COSIM_SUBSTEPS;
+    for (int i = 0; i < COSIM_SUBSTEPS; i++) {
+        rk4(s, h);
+    }
+    s->time = currentCommunicationPoint + communicationStepSize;
+    return fmi2OK;
 }
 
 fmi2Status fmi2CancelStep(fmi2Component c) { return fail((Instance *)c, "fmi2CancelStep: Model Exchange only"); }

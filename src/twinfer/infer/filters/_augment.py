@@ -70,7 +70,8 @@ class Augmented(AbstractModel):
         self.unknown = unknown
         self.log_scale = flags
 
-    def _split(self, z: Any, params: Params) -> tuple[Any, Params]:
+    def split(self, z: Any, params: Params) -> tuple[Any, Params]:
+        """``(base state, params)``: the augmented state ``z`` apart, the unknowns' values in ``params``."""
         n = self.base.n_state
         theta = z[n:]
         logged = [i for i, log in enumerate(self.log_scale) if log]
@@ -82,16 +83,16 @@ class Augmented(AbstractModel):
         return z[:n], set_param_vector(params, self.unknown, theta)
 
     def vector_field(self, t: Any, x: Any, u: Any, params: Params) -> Any:
-        base_x, p = self._split(x, params)
+        base_x, p = self.split(x, params)
         return jnp.concatenate([self.base.vector_field(t, base_x, u, p), jnp.zeros(len(self.unknown))])
 
     def output(self, t: Any, x: Any, u: Any, params: Params) -> Any:
-        base_x, p = self._split(x, params)
+        base_x, p = self.split(x, params)
         return self.base.output(t, base_x, u, p)
 
     def host_step(self, step: Any, t: Any, x: Any, u: Any, params: Params, h: float, substeps: int) -> Any:
         """The base model's whole step where it takes one (the unknowns do not move within a step)."""
-        base_x, p = self._split(x, params)
+        base_x, p = self.split(x, params)
         stepped = self.base.host_step(step, t, base_x, u, p, h, substeps)
         return None if stepped is None else jnp.concatenate([stepped, x[self.base.n_state :]])
 

@@ -3,7 +3,7 @@
 The parts (:class:`Subsystem`, :class:`Port`, :class:`Interface`, :class:`Field`) make a :class:`Graph`;
 builders make graphs from library models (:func:`from_model`, also ``Graph.from_model``;
 :func:`chain_graph`, :func:`model_graph`), from models joined through their inputs and outputs, an FMU
-among them (:func:`coupled_graph` on a :class:`Coupled` model), from power networks
+among them (``Graph.from_model`` on a :class:`Coupled` model), from power networks
 (:func:`kuramoto_graph`) and from partitions (:class:`Partition`). A graph is run by
 :func:`twinfer.infer.estimate` or compiled into a :class:`~twinfer.infer.Program` by
 :func:`twinfer.infer.compile`, with a :class:`~twinfer.infer.Distributed` method (local message
@@ -24,7 +24,7 @@ from twinfer.infer.graph._builders import from_model
 from twinfer.infer.graph._cache import clear_compiled
 from twinfer.infer.graph._chain import chain_graph
 from twinfer.infer.graph._check import MessageFitWarning, check_messages, default_bandwidth
-from twinfer.infer.graph._coupled import Coupled, CoupledError, CoupledLoopError, Link, coupled_graph
+from twinfer.infer.graph._coupled import Coupled, CoupledError, CoupledLoopError, Link
 from twinfer.infer.graph._graph import Graph
 from twinfer.infer.graph._kuramoto import kuramoto_graph
 from twinfer.infer.graph._messages import Schedule
@@ -48,7 +48,6 @@ __all__ = [
     "chain_graph",
     "check_messages",
     "clear_compiled",
-    "coupled_graph",
     "default_bandwidth",
     "from_model",
     "kuramoto_graph",

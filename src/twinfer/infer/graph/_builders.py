@@ -16,16 +16,20 @@ import dataclasses
 from typing import Any
 
 from twinfer.infer.graph._chain import chain_graph
+from twinfer.infer.graph._coupled import Coupled, coupled_graph
 from twinfer.infer.graph._graph import Graph
 from twinfer.infer.graph._kuramoto import kuramoto_graph
 from twinfer.infer.graph._model import model_graph
 from twinfer.models import AbstractModel, Chain, KuramotoNetwork
 
 
-def from_model(model: Any, partition: Any, **options: Any) -> Graph:
+def from_model(model: Any, partition: Any = None, **options: Any) -> Graph:
     """The graph of a library model cut into subsystems along its own interfaces.
 
     * a :class:`~twinfer.models.Chain` and contiguous DOF groups: :func:`chain_graph` (its keywords);
+    * a :class:`~twinfer.infer.graph.Coupled` model, one subsystem per part unless ``partition`` says
+      otherwise (a :class:`~twinfer.models.CoSimulationFMU` part a node stepped by ``fmi2DoStep``):
+      :func:`~twinfer.infer.graph._coupled.coupled_graph`;
     * a :class:`~twinfer.models.KuramotoNetwork` and a :class:`~twinfer.infer.graph.Partition`:
       :func:`kuramoto_graph` (its keywords; the graph is its ``.graph``, its columns named as the
       network's outputs and inputs);
@@ -39,6 +43,13 @@ def from_model(model: Any, partition: Any, **options: Any) -> Graph:
         TypeError: for a model that declares no interface coupling, naming the ways to give one.
 
     """
+    if isinstance(model, Coupled):
+        return coupled_graph(model, partition, **options)
+    if partition is None:
+        raise TypeError(
+            f"Graph.from_model partition: expected the groups to cut a {type(model).__name__} into (only a "
+            "Coupled model has a default, one group per part); received none."
+        )
     if isinstance(model, Chain):
         return chain_graph(model, partition, **options)
     if isinstance(model, KuramotoNetwork):

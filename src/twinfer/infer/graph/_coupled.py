@@ -36,11 +36,13 @@ import jax.numpy as jnp
 import numpy as np
 
 from twinfer.errors import TwinferValueError
-from twinfer.infer.graph._chain import GraphKeywords
+from twinfer.infer.filters._augment import Augmented
+from twinfer.infer.graph._chain import GraphKeywords, _values
 from twinfer.infer.graph._graph import Graph
-from twinfer.infer.graph._model import model_graph
-from twinfer.models import AbstractModel, Connection
+from twinfer.infer.graph._model import _Group, model_graph
+from twinfer.models import AbstractModel, Connection, CoSimulationFMU
 from twinfer.models._base import Input, Output, Params, State
+from twinfer.sim import GraphNode
 
 
 class CoupledError(TwinferValueError):
@@ -285,11 +287,14 @@ class Coupled(AbstractModel):
                 read = np.flatnonzero(np.any(np.stack(rows) != 0, axis=0)).tolist()
             else:
                 read = [source.index]
-            jac_u = jax.jit(
-                jax.jacfwd(lambda u, m=dst: m.vector_field(0.0, jnp.zeros(m.n_state), u, m.params))
-            )
-            cols = [np.asarray(jac_u(jnp.asarray(rng.normal(size=dst.n_input))))[:, k] for _ in range(3)]
-            driven = np.flatnonzero(np.any(np.stack(cols) != 0, axis=0)).tolist()
+            if isinstance(dst, CoSimulationFMU):  # a step's outputs may depend on every input held over it
+                driven = list(range(dst.n_output))
+            else:
+                jac_u = jax.jit(
+                    jax.jacfwd(lambda u, m=dst: m.vector_field(0.0, jnp.zeros(m.n_state), u, m.params))
+                )
+                cols = [np.asarray(jac_u(jnp.asarray(rng.normal(size=dst.n_input))))[:, k] for _ in range(3)]
+                driven = np.flatnonzero(np.any(np.stack(cols) != 0, axis=0)).tolist()
             if read and driven:
                 out.append(
                     Connection(
@@ -300,19 +305,98 @@ class Coupled(AbstractModel):
         return tuple(out)
 
 
+class _Held(AbstractModel):
+    """A co-simulation FMU between communication points: its outputs held (zero vector field).
+
+    The view :func:`coupled_graph` gives :func:`~twinfer.infer.graph.model_graph` for the structure (who
+    reads what) and for the other parts, which read the FMU's outputs held over the step, as co-simulation
+    exchanges them; the FMU's own group steps by ``fmi2DoStep`` (:func:`_cosim_node`).
+    """
+
+    fmu: CoSimulationFMU
+    params: Params
+
+    def __init__(self, fmu: CoSimulationFMU):
+        self.fmu, self.params = fmu, fmu.params
+
+    def vector_field(self, t: Any, x: State, u: Input, params: Params) -> State:
+        return jnp.zeros_like(jnp.asarray(x, dtype=jnp.float64))
+
+    def output(self, t: Any, x: State, u: Input, params: Params) -> Output:
+        return self.fmu.output(t, x, u, params)
+
+    @property
+    def state_names(self) -> tuple[str, ...]:
+        return self.fmu.state_names
+
+    @property
+    def input_names(self) -> tuple[str, ...]:
+        return self.fmu.input_names
+
+    @property
+    def output_names(self) -> tuple[str, ...]:
+        return self.fmu.output_names
+
+
+def _cosim_node(model: Coupled, part: int, dt: float) -> Any:
+    """The factory of a co-simulation part's node: one ``fmi2DoStep`` a step, its inputs from the messages.
+
+    The FMU's inputs are the links' sums (:meth:`Coupled._inputs`) at the whole state in which the
+    group's own states and its messages (the linked sources' states, at the step's start: held over the
+    step) are filled in.
+    """
+    fmu = model.parts[part]
+    if not isinstance(fmu, CoSimulationFMU):
+        raise CoupledError(f"Coupled part {model.names[part]!r}: expected a co-simulation FMU.")
+
+    def factory(
+        full: AbstractModel, own: tuple[int, ...], reads: tuple[int, ...], outputs: tuple[int, ...]
+    ) -> GraphNode:
+        block = _Group(full, own, reads)
+        out_i = np.asarray(outputs, int)
+
+        def coupled_state(x: Any, u: Any, m: Any, params: Params) -> tuple[Any, Params]:
+            whole = block.whole(x, jnp.concatenate([u, m]))
+            return full.split(whole, params) if isinstance(full, Augmented) else (whole, params)
+
+        def transition(x: Any, u: Any, m: Any, params: Params) -> Any:
+            base_x, p = coupled_state(x, u, m, params)
+            u_fmu = model._inputs(0.0, base_x, u, p)[part]
+            return fmu.communicate(x, u_fmu, model._own(part, p), dt)
+
+        def output(x: Any, u: Any, m: Any, params: Params) -> Any:
+            return full.output(0.0, block.whole(x, jnp.concatenate([u, m])), u, params)[out_i]
+
+        return GraphNode(transition, output, None)
+
+    return factory
+
+
 def coupled_graph(
-    model: Coupled, *, dt: float, name: str = "coupled", **options: Unpack[GraphKeywords]
+    model: Coupled,
+    partition: Sequence[Sequence[str | int]] | None = None,
+    *,
+    dt: float,
+    name: str = "coupled",
+    **options: Unpack[GraphKeywords],
 ) -> Graph:
     """The graph of a :class:`Coupled` model, one subsystem per part (``S1``, ``S2``, ... in order).
 
-    :func:`~twinfer.infer.graph.model_graph` on ``model.partition``: each part steps its own equations
-    with the linked states of the others as messages; ``estimator=("ukf", "none")`` makes the second
-    part a deterministic node (no update, propagated from its messages: the compositional paper's
-    deterministic component, such as a controller). An unknown ``"<part>.<parameter>"`` joins the part
-    whose equations read it. Also ``Graph.from_model(model, model.partition, dt=...)``.
+    What ``Graph.from_model(coupled, dt=...)`` builds: :func:`~twinfer.infer.graph.model_graph` on
+    ``partition`` (default :attr:`Coupled.partition`): each part steps its own equations with the linked
+    states of the others as messages; ``estimator=("ukf", "none")`` makes the second part a deterministic
+    node (no update, propagated from its messages: the compositional paper's deterministic component,
+    such as a controller). An unknown ``"<part>.<parameter>"`` joins the part whose equations read it.
+
+    A :class:`~twinfer.models.CoSimulationFMU` part is a deterministic node stepped by ``fmi2DoStep``
+    (one communication step of ``dt`` per data step, its inputs held over it, ``integrator`` and
+    ``substeps`` being the other parts'); the other parts read its outputs held over the step. Its group
+    must be its states alone with estimator ``"none"``; its states start at the FMU's initialised outputs
+    and handle 0 (``x0`` a scalar fills the other parts' states; a vector must give those values there).
 
     Args:
         model: the coupled model.
+        partition: groups of state names (default: one per part).
         dt: step length of the data.
         name: the graph's name.
         **options: :func:`~twinfer.infer.graph.model_graph`'s keywords (``x0``, ``state_sd``,
@@ -321,10 +405,62 @@ def coupled_graph(
     Returns:
         The :class:`~twinfer.infer.graph.Graph`.
 
+    Raises:
+        CoupledError: a co-simulation part whose states are not one group, whose group's estimator is not
+            ``"none"``, an unknown among its parameters, or an ``x0`` that moves its start.
+
     References:
-        Ghorbani & Hackl, section 1, SI (S1)-(S4).
+        Ghorbani & Hackl, section 1, SI (S1)-(S4). Modelica Association, FMI 2.0.4, section 4.
 
     """
     if not isinstance(model, Coupled):
         raise CoupledError(f"coupled_graph model: expected a Coupled model; received {type(model).__name__}.")
-    return model_graph(model, model.partition, dt=dt, name=name, **options)
+    partition = model.partition if partition is None else partition
+    stepped = [i for i, m in enumerate(model.parts) if isinstance(m, CoSimulationFMU)]
+    if not stepped:
+        return model_graph(model, partition, dt=dt, name=name, **options)
+    names = model.state_names
+    groups = [{names[g] if isinstance(g, int | np.integer) else str(g) for g in part} for part in partition]
+    nodes, estimators = {}, options.get("estimator", "ukf")
+    x0 = _values("x0", options.get("x0", 0.0), len(names), "any", "coupled_graph").copy()
+    for i in stepped:
+        mine = set(model.partition[i])
+        where = [g for g, group in enumerate(groups) if group == mine]
+        if not where:
+            raise CoupledError(
+                f"coupled_graph partition: expected the co-simulation part {model.names[i]!r}'s states "
+                f"{sorted(mine)} as one group of their own; received {[sorted(g) for g in groups]}."
+            )
+        g = where[0]
+        estimator = estimators if isinstance(estimators, str) else list(estimators)[g]
+        if estimator != "none":
+            raise CoupledError(
+                f"coupled_graph estimator of S{g + 1} (the co-simulation part {model.names[i]!r}): expected "
+                f"'none' (a deterministic node: its FMU state is opaque); received {estimator!r}."
+            )
+        own = [k for k in (options.get("unknown") or {}) if k.startswith(f"{model.names[i]}.")]
+        if own:
+            raise CoupledError(
+                f"coupled_graph unknown {own[0]!r}: expected no parameter of the co-simulation part "
+                f"{model.names[i]!r} (set at its initialisation, no derivative); received one."
+            )
+        idx = [names.index(s) for s in model.partition[i]]
+        fmu = model.parts[i]
+        start = np.asarray(fmu.start_state if isinstance(fmu, CoSimulationFMU) else ())
+        if np.ndim(options.get("x0", 0.0)) == 0:
+            x0[idx] = start
+        elif not np.allclose(x0[idx], start, rtol=0.0, atol=1e-12):
+            raise CoupledError(
+                f"coupled_graph x0 of {[names[k] for k in idx]}: expected the co-simulation FMU's "
+                f"initialised outputs and handle 0, {start.tolist()} (or a scalar x0); received "
+                f"{x0[idx].tolist()}."
+            )
+        nodes[g] = _cosim_node(model, i, float(dt))
+    parts = {
+        n: _Held(m) if isinstance(m, CoSimulationFMU) else m
+        for n, m in zip(model.names, model.parts, strict=True)
+    }
+    held = Coupled(parts, model.links)
+    options = {**options, "x0": x0}
+    connections = options.pop("connections", None) or model.connections  # the FMU's inputs drive it
+    return model_graph(held, partition, dt=dt, name=name, connections=connections, nodes=nodes, **options)  # type: ignore[misc]

@@ -13,7 +13,7 @@ References:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Unpack
 
 import equinox as eqx
@@ -29,6 +29,9 @@ from twinfer.infer.graph._graph import Graph
 from twinfer.infer.graph._parts import Interface, Port, Subsystem
 from twinfer.models import AbstractModel, Connection
 from twinfer.sim import Dynamics, GraphNode, discretise
+
+NodeFactory = Callable[[AbstractModel, tuple[int, ...], tuple[int, ...], tuple[int, ...]], GraphNode]
+"""Builds a group's :class:`~twinfer.sim.GraphNode` from the model, its own, read and output indices."""
 
 
 def _read_sender(s_send: Any, s_recv: Any, gamma: Any) -> Any:
@@ -48,6 +51,7 @@ def model_graph(
     dt: float,
     connections: Sequence[Connection] | None = None,
     name: str = "model",
+    nodes: Mapping[int, NodeFactory] | None = None,
     **options: Unpack[GraphKeywords],
 ) -> Graph:
     """The graph of any model that declares its interface coupling, cut into the groups of ``partition``.
@@ -82,6 +86,11 @@ def model_graph(
         dt: step length of the data.
         connections: the interface coupling (default ``model.connections``).
         name: the graph's name.
+        nodes: ``{group index: factory(model, own, reads, outputs) -> GraphNode}`` for groups that step
+            otherwise than by the model's vector field (a co-simulation FMU's ``fmi2DoStep``:
+            :class:`~twinfer.infer.graph.Coupled`); ``model`` is the (augmented) model, ``own``, ``reads``
+            and ``outputs`` its state and output indices of the group's own states, its messages and its
+            outputs.
         **options: the keywords of :class:`~twinfer.infer.graph._chain.GraphKeywords`. Here the
             ``integrator`` may not be ``"exact"`` (a group is nonlinear in its messages in general);
             ``messages`` gives one kind for every directed interface or one per interface in creation
@@ -228,10 +237,13 @@ def model_graph(
     subs = []
     for i in range(p):
         shape = (tuple(own[i]), tuple(read_idx[i]), tuple(out_of[i]), integrator, float(dt), int(substeps))
-        node = GROUP_NODES.get(
-            lambda shape=shape: (structure(), shape),
-            lambda shape=shape: _group_node(full, *shape),
-        )
+        if nodes and i in nodes:
+            node = nodes[i](full, tuple(own[i]), tuple(read_idx[i]), tuple(out_of[i]))
+        else:
+            node = GROUP_NODES.get(
+                lambda shape=shape: (structure(), shape),
+                lambda shape=shape: _group_node(full, *shape),
+            )
         ports = {}
         for j in sorted({*reads[i], *(q for q in range(p) if i in reads[q])}):
             base = sum(len(reads[i][q]) for q in sorted(reads[i]) if q < j)
