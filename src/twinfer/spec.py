@@ -51,15 +51,18 @@ from typing import Annotated, Any, Literal
 import numpy as np
 import pydantic
 
+from twinfer import _spec_fmu  # the FMU part of a spec (kind = "fmu"), issue #56
 from twinfer._atomic import read_regular
+from twinfer._spec_shared import Problems as _Problems
+from twinfer._spec_shared import band_limited as _band_limited
+from twinfer._spec_shared import triple_problem as _triple_problem
+from twinfer._spec_shared import values_problem as _values_problem
 from twinfer.data._checks import did_you_mean as _did_you_mean
 from twinfer.errors import TwinferRuntimeError, TwinferValueError
 from twinfer.report._run import RUN_NAME_MAX
 
-if typing.TYPE_CHECKING:  # the models and the data are imported when a spec runs, not with twinfer.spec
-    from twinfer.data import Dataset
+if typing.TYPE_CHECKING:  # the models are imported when a spec runs, not with twinfer.spec
     from twinfer.models import FMU
-    from twinfer.models._fmu_archive import Description
 
 __all__ = ["LiveSetup", "Spec", "SpecError", "live_setup", "load_spec", "run_spec"]
 
@@ -72,51 +75,40 @@ class _Strict(pydantic.BaseModel):
     model_config = pydantic.ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
-class _Problems(TwinferValueError):
-    """Several spec problems found together, one line each naming its key (``estimator.noise_sd: ...``).
+def _problem_lines(exc: pydantic.ValidationError) -> list[str]:
+    """One line per problem of a failed :class:`Spec` validation, each naming its key.
 
-    Raised inside the validators; :func:`load_spec` prints its lines as they are.
+    Keys are named as the spec writes them (``model.network``, not pydantic's ``model.grid.network``).
+    An unknown key, an unknown option and an unknown model kind get the closest allowed one
+    (:func:`difflib.get_close_matches`) and the list of those allowed.
     """
-
-    def __init__(self, lines: list[str]) -> None:
-        super().__init__("\n".join(lines))
-        self.lines = lines
-
-    @staticmethod
-    def of(exc: pydantic.ValidationError) -> list[str]:
-        """One line per problem of a failed :class:`Spec` validation, each naming its key.
-
-        Keys are named as the spec writes them (``model.network``, not pydantic's ``model.grid.network``).
-        An unknown key, an unknown option and an unknown model kind get the closest allowed one
-        (:func:`difflib.get_close_matches`) and the list of those allowed.
-        """
-        lines = []
-        for item in exc.errors():
-            shown, table = _spec_location(item["loc"])
-            key = ".".join(shown) or "(spec)"
-            ctx = item.get("ctx", {})
-            error = ctx.get("error")
-            if isinstance(error, _Problems):  # the validators' own lines, each naming its key
-                lines += error.lines
-            elif item["type"] == "value_error":
-                lines.append(f"{key}: {error}")
-            elif item["type"] == "extra_forbidden":
-                lines.append(_unknown_key(shown, table))
-            elif item["type"] == "union_tag_invalid":  # the model kind
-                tags = re.findall(r"'([^']*)'", str(ctx.get("expected_tags", "")))
-                lines.append(
-                    f"'{key}.kind': expected one of {ctx.get('expected_tags')}; received {ctx.get('tag')!r}"
-                    + _did_you_mean(ctx.get("tag"), tags)
-                )
-            elif item["type"] == "literal_error":  # an option: estimator.kind = "centrl"
-                options = re.findall(r"'([^']*)'", str(ctx.get("expected", "")))
-                lines.append(
-                    f"{key!r}: {item['msg']}; received {item.get('input')!r}"
-                    + _did_you_mean(item.get("input"), options)
-                )
-            else:
-                lines.append(f"{key!r}: {item['msg']}; received {item.get('input')!r}")
-        return lines
+    lines = []
+    for item in exc.errors():
+        shown, table = _spec_location(item["loc"])
+        key = ".".join(shown) or "(spec)"
+        ctx = item.get("ctx", {})
+        error = ctx.get("error")
+        if isinstance(error, _Problems):  # the validators' own lines, each naming its key
+            lines += error.lines
+        elif item["type"] == "value_error":
+            lines.append(f"{key}: {error}")
+        elif item["type"] == "extra_forbidden":
+            lines.append(_unknown_key(shown, table))
+        elif item["type"] == "union_tag_invalid":  # the model kind
+            tags = re.findall(r"'([^']*)'", str(ctx.get("expected_tags", "")))
+            lines.append(
+                f"'{key}.kind': expected one of {ctx.get('expected_tags')}; received {ctx.get('tag')!r}"
+                + _did_you_mean(ctx.get("tag"), tags)
+            )
+        elif item["type"] == "literal_error":  # an option: estimator.kind = "centrl"
+            options = re.findall(r"'([^']*)'", str(ctx.get("expected", "")))
+            lines.append(
+                f"{key!r}: {item['msg']}; received {item.get('input')!r}"
+                + _did_you_mean(item.get("input"), options)
+            )
+        else:
+            lines.append(f"{key!r}: {item['msg']}; received {item.get('input')!r}")
+    return lines
 
 
 Real = Annotated[float, pydantic.Strict()]
@@ -482,7 +474,7 @@ class Spec(_Strict):
         if isinstance(self.model, GridModel):
             problems += _grid_problems(self, self.model)
         elif isinstance(self.model, FmuModel):
-            problems += _fmu_problems(self, self.model)
+            problems += _spec_fmu.problems(self, self.model)
         else:
             problems += _chain_problems(self, self.model)
         if problems:
@@ -656,82 +648,6 @@ def _chain_problems(spec: Spec, model: ChainModel) -> list[str]:
     return problems
 
 
-def _fmu_problems(spec: Spec, model: FmuModel) -> list[str]:
-    """What an FMU spec gets wrong that the spec alone shows: the estimator, the noise levels, counts.
-
-    The checks that need the FMU's model description (its variables' names, its states and inputs) are
-    :func:`_fmu_description`'s.
-    """
-    e, outs = spec.estimator, model.outputs
-    per_output = f"measured output ({', '.join(outs)})"
-    problems = []
-    if e.kind != "central":
-        problems.append(
-            "estimator.kind: an FMU is one model whose equations are compiled code behind the FMI, which "
-            f"cannot be cut into subsystems; expected 'central'; received {e.kind!r}"
-        )
-    if e.estimator == "kf":
-        problems.append(
-            "estimator.estimator: 'kf' needs a linear model, and an FMU gives its equations as compiled "
-            "code, not as matrices; expected 'ukf' or 'ekf'; received 'kf'"
-        )
-    if e.integrator == "exact":
-        problems.append(
-            "estimator.integrator: 'exact' is the matrix exponential of a linear model, and an FMU gives "
-            "its equations as compiled code, not as matrices; expected 'rk4' or 'euler'; received 'exact'"
-        )
-    if np.any(np.asarray(e.input_sd) != 0):
-        problems.append(
-            "estimator.input_sd: recorded inputs' noise in the process noise is for a chain's forces, not "
-            f"yet for an FMU's inputs; expected 0; received {e.input_sd!r}"
-        )
-    if len(set(outs)) != len(outs):
-        problems.append(f"model.outputs: expected distinct output names; received {outs}")
-    if e.noise_sd is not None and e.noise_sd != "auto":
-        problems += _values_problem("estimator.noise_sd", e.noise_sd, len(outs), per_output, "> 0")
-    sim = spec.simulate
-    if sim is not None:
-        bound = ">= 0" if e.noise_sd is not None else "> 0"
-        note = (
-            "" if e.noise_sd is not None else " (it is the estimator's too: estimator.noise_sd is not given)"
-        )
-        problems += _values_problem("simulate.noise_sd", sim.noise_sd, len(outs), per_output, bound, note)
-        if "ground_sd" in sim.model_fields_set:
-            problems.append(
-                "simulate.ground_sd: the motion of a chain's moving ground; an FMU has none (force_sd "
-                f"drives its inputs); expected no ground_sd; received {sim.ground_sd!r}"
-            )
-    if spec.data is not None and len(spec.data.outputs) != len(outs):
-        problems.append(
-            f"data.outputs: expected {len(outs)} output columns (one per measured output {outs}, in "
-            f"order); received {len(spec.data.outputs)} {spec.data.outputs}"
-        )
-    for name, (init, prior_sd, walk_sd) in spec.unknown.items():
-        problems += _triple_problem(name, init, prior_sd, walk_sd)
-    return problems
-
-
-def _values_problem(
-    key: str, value: Values, count: int | None, per: str, bound: str, note: str = ""
-) -> list[str]:
-    """``[problem]`` unless ``value`` is one number or ``count`` numbers (one per ``per``) with ``bound``.
-
-    ``count`` None: any length; 0: one value only (``per`` then names the model). ``bound``: ``"> 0"``,
-    ``">= 0"`` (standard deviations, whose squares must also be finite) or ``"any"`` (a mean).
-    """
-    values = value if isinstance(value, list) else [value]
-    if isinstance(value, list) and (count == 0 or (count is not None and len(value) != count)):
-        expected = f"one value for a {per}" if count == 0 else f"one value or {count}, one per {per}"
-        return [f"{key}: expected {expected}; received {len(value)} values {value}"]
-    if bound == "> 0" and any(v <= 0 for v in values):
-        return [f"{key}: expected standard deviations > 0{note}; received {value}"]
-    if bound == ">= 0" and any(v < 0 for v in values):
-        return [f"{key}: expected standard deviations >= 0{note}; received {value}"]
-    if bound != "any" and not all(math.isfinite(v * v) for v in values):
-        return [f"{key}: expected standard deviations whose square (a variance) is finite; received {value}"]
-    return []
-
-
 def _partition_problem(partition: list[list[int]], n: int) -> list[str]:
     """``[problem]`` unless the groups are contiguous, in order and cover DOFs 1..n once."""
     flat = [d for group in partition for d in group]
@@ -799,16 +715,6 @@ def _unknown_problems(
     return problems
 
 
-def _triple_problem(name: str, init: float, prior_sd: float, walk_sd: float) -> list[str]:
-    """``[problem]`` unless an unknown's prior sd is > 0 and its random-walk sd >= 0, both squarable."""
-    if not prior_sd > 0 or not walk_sd >= 0 or not all(math.isfinite(v * v) for v in (prior_sd, walk_sd)):
-        return [
-            f"unknown.{name}: expected [initial value, prior sd > 0, random-walk sd >= 0] (sds with "
-            f"finite squares); received [{init!r}, {prior_sd!r}, {walk_sd!r}]"
-        ]
-    return []
-
-
 def load_spec(path: str | Path) -> tuple[Spec, Path]:
     """Read and validate a spec file; returns the spec and the folder relative paths start from.
 
@@ -839,10 +745,10 @@ def load_spec(path: str | Path) -> tuple[Spec, Path]:
     try:
         spec, base = Spec.model_validate(values), path.resolve().parent
     except pydantic.ValidationError as exc:
-        raise SpecError(f"spec {path}:\n  " + "\n  ".join(_Problems.of(exc))) from None
+        raise SpecError(f"spec {path}:\n  " + "\n  ".join(_problem_lines(exc))) from None
     if isinstance(spec.model, FmuModel):  # its model description, read and checked: nothing of it runs
         try:
-            desc = _fmu_description(spec, spec.model, base)
+            desc = _spec_fmu.description(spec, spec.model, base)
         except _Problems as exc:
             raise SpecError(f"spec {path}:\n  " + "\n  ".join(exc.lines)) from None
         if "x0" not in spec.estimator.model_fields_set:  # the prior mean as the run folder records it
@@ -927,200 +833,23 @@ def _chain(spec: Spec) -> Any:
         raise SpecError(f"spec model: {exc}") from None
 
 
-def _fmu_path(model: FmuModel, base: Path) -> Path:
-    """The FMU file: ``model.path`` relative to the spec's folder, as a data file's is."""
-    return model.path if model.path.is_absolute() else base / model.path
-
-
-def _fmu_parameters(spec: Spec, model: FmuModel) -> list[str]:
-    """The FMU parameters a spec names, which become the model's ``params``.
-
-    ``[model.params]``'s, then the unknowns not among them; the FMU's other parameters keep their start
-    values.
-    """
-    return list(dict.fromkeys([*model.params, *spec.unknown]))
-
-
-def _fmu_description(spec: Spec, model: FmuModel, base: Path) -> Description:
-    """The FMU's model description, validated before anything of the FMU runs, with every name checked.
-
-    :func:`twinfer.models._fmu_archive.describe` reads the archive and its ``modelDescription.xml``
-    (FMI 2.0.4, sections 2.2 and 3.1) and loads no binary.
-
-    Returns:
-        The :class:`~twinfer.models._fmu_archive.Description`.
-
-    Raises:
-        _Problems: one line per problem, each naming its spec key: ``model.path`` (a missing file, a zip
-            that is not an FMU, not FMI 2.0 Model Exchange (co-simulation only), events, no binary for
-            this platform: :mod:`twinfer.models._fmu_errors`; or no continuous states),
-            ``model.params.<name>`` and ``unknown.<name>`` (not a real parameter of variability fixed or
-            tunable, or outside its declared min and max), ``model.outputs`` (not an output of the FMU),
-            ``model.derivatives`` (``"directional"`` from an FMU without them), and the counts that
-            depend on its states and inputs (``data.inputs``, ``data.states``, ``estimator.state_sd``,
-            ``process_sd``, ``x0``, ``simulate.input_noise_sd``).
-
-    """
-    from twinfer.models import FMUError, FMUVariableError
-    from twinfer.models._fmu_archive import describe
-
-    path = _fmu_path(model, base)
-    keyed = [*((f"model.params.{n}", n) for n in model.params), *((f"unknown.{n}", n) for n in spec.unknown)]
-    try:
-        desc = describe(path, _fmu_parameters(spec, model), model.params)
-    except FMUVariableError as exc:  # which names: each on its own (on this path only)
-        lines = []
-        for key, name in keyed:
-            try:
-                describe(path, [name])
-            except FMUVariableError as one:
-                lines.append(f"{key}: {one}")
-        raise _Problems(lines or [f"model.params: {exc}"]) from None
-    except FMUError as exc:
-        raise _Problems([f"model.path: {exc}"]) from None
-    outputs, states, inputs = desc.output_names, desc.state_names, desc.input_names
-    problems = [
-        f"model.outputs: expected outputs of the FMU ({', '.join(outputs) or 'none'}); received {name!r}"
-        + _did_you_mean(name, list(outputs))
-        for name in model.outputs
-        if name not in outputs
-    ]
-    if model.derivatives == "directional" and not desc.directional:
-        problems.append(
-            "model.derivatives: expected an FMU with providesDirectionalDerivative for 'directional'; "
-            "received one without (use 'auto' or 'finite_differences')"
-        )
-    values = [
-        *((f"model.params.{n}", n, v) for n, v in model.params.items()),
-        *((f"unknown.{n}", n, triple[0]) for n, triple in spec.unknown.items()),
-    ]
-    for key, name, value in values:
-        low, high = desc.param_bounds.get(name, (-math.inf, math.inf))
-        if not low <= value <= high:
-            problems.append(
-                f"{key}: expected a value within {name!r}'s declared range [{low:g}, {high:g}] (its min and "
-                f"max in the model description); received {value!r}"
-            )
-    e, d, sim = spec.estimator, spec.data, spec.simulate
-    if not states:
-        problems.append(
-            f"model.path: expected an FMU with continuous states (ModelStructure/Derivatives) for a filter "
-            f"to estimate; received {str(path)!r}, which has none"
-        )
-    else:
-        per_state = f"state ({', '.join(states)})"
-        problems += _values_problem("estimator.state_sd", e.state_sd, len(states), per_state, "> 0")
-        if e.process_sd != "auto":
-            problems += _values_problem("estimator.process_sd", e.process_sd, len(states), per_state, ">= 0")
-        problems += _values_problem("estimator.x0", e.x0, len(states), per_state, "any")
-    if d is not None and len(d.inputs) != len(inputs):
-        problems.append(
-            f"data.inputs: expected {len(inputs)} input columns (one per input of the FMU {list(inputs)}, "
-            f"in order); received {len(d.inputs)} {d.inputs}"
-        )
-    if d is not None and d.states is not None and len(d.states) != len(states):
-        problems.append(
-            f"data.states: expected {len(states)} columns, one per state of the FMU {list(states)} in "
-            f"order; received {len(d.states)} {d.states}"
-        )
-    if sim is not None and inputs:
-        per_input = f"input ({', '.join(inputs)})"
-        problems += _values_problem(
-            "simulate.input_noise_sd", sim.input_noise_sd, len(inputs), per_input, ">= 0"
-        )
-    elif sim is not None and np.any(np.asarray(sim.input_noise_sd) != 0):
-        problems.append(
-            f"simulate.input_noise_sd: the FMU has no inputs; expected 0; received {sim.input_noise_sd!r}"
-        )
-    if problems:
-        raise _Problems(problems)
-    return desc
-
-
 def _fmu(spec: Spec, model: FmuModel, base: Path) -> FMU:
     """The spec's :class:`~twinfer.models.FMU`, its description validated first (nothing runs before)."""
     from twinfer.models import FMU, FMUError
 
     try:
-        _fmu_description(spec, model, base)
+        _spec_fmu.description(spec, model, base)
     except _Problems as exc:
         raise SpecError("spec:\n  " + "\n  ".join(exc.lines)) from None
     try:
         return FMU(
-            _fmu_path(model, base),
+            _spec_fmu.path(model, base),
             params=model.params,
-            parameters=_fmu_parameters(spec, model),
+            parameters=_spec_fmu.parameters(spec, model),
             derivatives=model.derivatives,
         )
     except FMUError as exc:
         raise SpecError(f"spec model.path: {exc}") from None
-
-
-def _band_limited(s: Simulation, rng: np.random.Generator, rows: int, columns: int, sd: float) -> np.ndarray:
-    """White noise of ``sd`` through a 4th-order Butterworth low-pass at ``force_band`` of Nyquist."""
-    from scipy.signal import butter, lfilter
-
-    coeffs = butter(4, s.force_band)
-    if coeffs is None:  # butter returns (b, a) by default; its annotation allows None
-        raise TwinferRuntimeError("internal: scipy.signal.butter returned no coefficients.")
-    return np.asarray(lfilter(coeffs[0], coeffs[1], rng.normal(size=(rows, columns)) * sd, axis=0))
-
-
-def _fmu_dataset(spec: Spec, model: FmuModel, fmu: FMU, base: Path) -> Dataset:
-    """An FMU spec's record over all the FMU's outputs, those not in ``model.outputs`` masked out.
-
-    ``[data]``: the file's output columns, by position, under the measured outputs' names, its input
-    columns under the FMU's inputs'. ``[simulate]``: :func:`twinfer.sim.simulate_dataset` of the FMU
-    itself (its ``params`` the truth, from its start values; an adaptive Dopri8 solve at tolerance 1e-10),
-    each input a band-limited signal of ``force_sd``, each measured output with noise of ``noise_sd``.
-    """
-    import jax
-
-    from twinfer.data import Dataset
-    from twinfer.sim import simulate_dataset
-
-    measured = [fmu.output_names.index(name) for name in model.outputs]
-    d, s = spec.data, spec.simulate
-    if d is not None:
-        table = _table(d, base)
-        y = np.full((len(table.times), fmu.n_output), np.nan)
-        mask = np.zeros(y.shape, dtype=bool)
-        y[:, measured], mask[:, measured] = np.asarray(table.observations), np.asarray(table.mask)
-        columns = {"time": d.time, "inputs": d.inputs, "outputs": d.outputs, "states": d.states}
-        return Dataset(
-            table.times,
-            y,
-            inputs=table.inputs,
-            mask=mask,
-            truth_states=table.truth_states,
-            input_names=fmu.input_names or None,
-            output_names=fmu.output_names,
-            state_names=fmu.state_names if d.states is not None else None,
-            metadata={**table.metadata, "columns": columns},
-        )
-    if s is None:  # Spec holds [data] or [simulate]
-        raise TwinferRuntimeError("internal: a spec without [data] reached the simulation of its record.")
-    n = int(round(s.duration / s.dt))
-    noise = np.zeros(fmu.n_output)
-    noise[measured] = np.broadcast_to(np.asarray(s.noise_sd, dtype=np.float64), (len(measured),))
-    inputs = (
-        _band_limited(s, np.random.default_rng(s.seed), n + 1, fmu.n_input, s.force_sd)
-        if fmu.n_input
-        else None
-    )
-    record = simulate_dataset(
-        fmu,
-        inputs,
-        s.dt,
-        noise,
-        jax.random.key(s.seed),
-        x0=fmu.start_state,
-        n_steps=None if fmu.n_input else n,
-        input_noise_sd=s.input_noise_sd if fmu.n_input else None,
-    )
-    mask = np.zeros(np.shape(record.observations), dtype=bool)
-    mask[:, measured] = True
-    return Dataset(**{**record.to_dict(), "mask": mask})
 
 
 def _table(d: CsvData, base: Path) -> Any:
@@ -1163,8 +892,8 @@ def _dataset(spec: Spec, chain: Any, base: Path) -> Any:
         raise TwinferRuntimeError("internal: a spec without [data] reached the simulation of its record.")
     n = int(round(s.duration / s.dt))
     rng = np.random.default_rng(s.seed)
-    forces = _band_limited(s, rng, n + 1, len(chain.forced_dofs), s.force_sd)
-    ground = _band_limited(s, rng, n + 1, min(chain.n_ground, 1), s.ground_sd)
+    forces = _band_limited(s.force_band, rng, n + 1, len(chain.forced_dofs), s.force_sd)
+    ground = _band_limited(s.force_band, rng, n + 1, min(chain.n_ground, 1), s.ground_sd)
     if chain.n_ground == 2:  # a ground displacement and its velocity
         ground = np.concatenate([ground, np.gradient(ground, s.dt, axis=0)], axis=1)
     noise_sd = np.broadcast_to(np.asarray(s.input_noise_sd, dtype=np.float64), (len(chain.forced_dofs),))
@@ -1223,20 +952,6 @@ def run_spec(spec: Spec, base: str | Path = ".") -> tuple[Any, Any, Any, Any]:
     return _run_model(spec, _chain(spec), Path(base))
 
 
-def _fmu_numbers(spec: Spec, model: FmuModel, fmu: FMU, noise_sd: Any) -> tuple[Any, Any]:
-    """``(noise_sd, x0)`` of an FMU's filter.
-
-    One sd per output (the unmeasured ones' are never used: they are masked out), and the estimator's
-    x0, or the FMU's start values where the spec gives none.
-    """
-    if noise_sd != "auto":
-        full = np.ones(fmu.n_output)
-        full[[fmu.output_names.index(o) for o in model.outputs]] = noise_sd
-        noise_sd = full.tolist()
-    e = spec.estimator
-    return noise_sd, e.x0 if "x0" in e.model_fields_set else np.asarray(fmu.start_state).tolist()
-
-
 def _run_model(spec: Spec, system: Any, base: Path) -> tuple[Any, Any, Any, Any]:
     """:func:`run_spec` of a chain or an FMU: ``system``, the model built from ``[model]``."""
     from twinfer import metrics
@@ -1249,14 +964,17 @@ def _run_model(spec: Spec, system: Any, base: Path) -> tuple[Any, Any, Any, Any]
     if spec.simulate is not None:  # the record's length is known before it is simulated
         rows = int(round(spec.simulate.duration / spec.simulate.dt)) + 1
         _refuse_run_beyond_memory(spec, system.n_state, rows)
-    data = _dataset(spec, system, base) if fmu is None else _fmu_dataset(spec, fmu, system, base)
+    if fmu is None:
+        data = _dataset(spec, system, base)
+    else:  # [data]'s file read by _table, as a chain's is
+        data = _spec_fmu.dataset(spec, fmu, system, None if spec.data is None else _table(spec.data, base))
     _refuse_run_beyond_memory(spec, system.n_state, len(data.times))
     dt = _step(data)
     e = spec.estimator
     noise_sd = e.noise_sd if e.noise_sd is not None else spec.simulate.noise_sd  # type: ignore[union-attr]
     x0: Any = e.x0
     if fmu is not None:
-        noise_sd, x0 = _fmu_numbers(spec, fmu, system, noise_sd)
+        noise_sd, x0 = _spec_fmu.numbers(spec, fmu, system, noise_sd)
     options: dict[str, Any] = dict(
         noise_sd=noise_sd, state_sd=e.state_sd, process_sd=e.process_sd, x0=x0, unknown=spec.unknown or None
     )
@@ -1421,7 +1139,7 @@ def live_setup(spec: Spec, base: Path | None = None) -> LiveSetup:
         system = _chain(spec)
     else:  # the FMU lives as long as the twin's program (its instance is freed with it)
         system = _fmu(spec, fmu, Path(".") if base is None else base)
-        noise_sd, x0 = _fmu_numbers(spec, fmu, system, noise_sd)
+        noise_sd, x0 = _spec_fmu.numbers(spec, fmu, system, noise_sd)
     input_sd = np.asarray(e.input_sd, dtype=np.float64)
     hold = spec.data.input_hold if spec.data is not None else "zoh"
     program = compile(
