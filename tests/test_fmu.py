@@ -29,6 +29,7 @@ from twinfer.infer.filters._augment import augment
 from twinfer.models import (
     FMU,
     AbstractModel,
+    CoSimulationFMU,
     FMUArchiveError,
     FMUEventsError,
     FMUKindError,
@@ -330,12 +331,34 @@ def test_the_instance_and_its_folder_are_freed_with_the_model():
         closed.vector_field(0.0, jnp.array([1.0, 0.0]), jnp.zeros(0), closed.params)
 
 
+# -- co-simulation --------------------------------------------------------------------------------------
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize(
+    ("name", "h", "stop"), [("VanDerPol", 0.05, 5.0), ("BouncingBall", 0.01, 3.0), ("Dahlquist", 0.1, 5.0)]
+)
+def test_reference_fmus_cosimulation_interface_steps_as_fmpys(name, h, stop):
+    """``CoSimulationFMU`` on the Reference FMUs' Co-Simulation interfaces (their own solvers, the
+    bouncing ball's events inside ``fmi2DoStep``): ``simulate_discrete``, one ``fmi2DoStep`` a step, equals
+    fmpy's co-simulation at every communication point to 1e-12; the states are the outputs and the
+    handle, which starts at 0."""
+    model = CoSimulationFMU(FMUS / f"{name}.fmu")
+    ref = fmpy.simulate_fmu(
+        str(FMUS / f"{name}.fmu"), fmi_type="CoSimulation", stop_time=stop, output_interval=h
+    )
+    outputs = [c for c in ref.dtype.names if c != "time"]
+    assert model.state_names == (*outputs, "fmu_state") and float(model.start_state[-1]) == 0.0
+    steps = round(stop / h)
+    traj = simulate_discrete(discretise(model, h, "rk4"), model.start_state, None, n_steps=steps)
+    want = np.stack([ref[c] for c in outputs], axis=1)
+    np.testing.assert_allclose(np.asarray(traj.states)[:, :-1], want, rtol=0, atol=1e-12)
+
+
 # -- twinfer bench fmu ----------------------------------------------------------------------------------
 @pytest.mark.timeout(300)
 def test_bench_fmu_counts_the_callbacks_and_the_filters_agree():
-    """``twinfer bench fmu --quick``: one callback per RK4 stage and one for the output (the UKF's 7 sigma
-    points batched in each), twice that for the EKF (value and Jacobian asked apart); the FMU's and the
-    JAX model's final mu equal to 1e-6; both rates measured."""
+    """``twinfer bench fmu --quick``: one callback a step for each filter (the UKF's 7 sigma points and
+    every RK4 stage in one, the EKF's value and Jacobian in one); the FMU's and the JAX model's final mu
+    equal to 1e-6; both rates measured."""
     from twinfer.bench.fmu import bench_fmu
 
     figures = bench_fmu(True, lambda message: None)
