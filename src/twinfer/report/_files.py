@@ -26,11 +26,20 @@ def write_json(path: Path, payload: Any) -> Path:
 
 
 def write_figure(path: Path, figure: Any, dpi: int = 120) -> Path:
-    """Save a matplotlib figure as PNG atomically and close it."""
+    """Save a matplotlib figure as PNG atomically and close it, cropped to its artists.
+
+    The crop is ``bbox_inches="tight"``'s (the artists' extent padded by ``savefig.pad_inches``), taken
+    from the canvas's renderer before saving: given ``"tight"``, ``savefig`` renders the whole figure
+    once to find the extent and again to write it, so this draws each figure once (the same pixels).
+    """
+    import matplotlib
     import matplotlib.pyplot as plt
 
     buffer = io.BytesIO()
-    figure.savefig(buffer, format="png", dpi=dpi, bbox_inches="tight")
+    figure.set_dpi(dpi)
+    extent = figure.get_tightbbox(figure.canvas.get_renderer())
+    crop = extent.padded(matplotlib.rcParams["savefig.pad_inches"])
+    figure.savefig(buffer, format="png", dpi=dpi, bbox_inches=crop)
     plt.close(figure)
     return write_bytes(path, buffer.getvalue())
 
