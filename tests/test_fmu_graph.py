@@ -27,7 +27,15 @@ from _fmu_build import build_fmu, compiler, edited_copy
 from twinfer.data import Dataset
 from twinfer.infer.graph import Coupled, CoupledError, CoupledLoopError, Graph, Link
 from twinfer.infer.graph._run import estimate
-from twinfer.models import FMU, AbstractModel, Chain, CoSimulationFMU, FMUKindError, FMUVariableError
+from twinfer.models import (
+    FMU,
+    AbstractModel,
+    Chain,
+    CoSimulationFMU,
+    FMUCallError,
+    FMUKindError,
+    FMUVariableError,
+)
 from twinfer.sim import discretise, simulate, simulate_dataset, simulate_discrete
 
 pytestmark = pytest.mark.skipif(compiler() is None, reason="no C compiler (cc or gcc) to build the test FMU")
@@ -232,7 +240,8 @@ def test_a_cosimulation_fmu_steps_as_fmpy_does(spring_mass):
     ``fmi2DoStep`` a step) equals fmpy's co-simulation of the same FMU to 1e-12 under a piecewise-constant
     force, and the closed form to 1e-7 (the FMU's RK4, ten steps per 0.1 s); the Jacobian of a step in the
     input (central differences, each from the restored FMU state) equals the zero-order-hold closed form's
-    to 1e-6; it has no vector field (a named error from the adaptive ``sim.simulate``)."""
+    to 1e-6; it has no vector field (a named error from the adaptive ``sim.simulate``); closed, its folder
+    is gone and a step is a named error."""
     h = 0.1
     times = np.arange(0.0, 5.0 + 1e-9, h)
     forces = np.where(times < 1.0 - 1e-9, 0.0, np.where(times < 2.5 - 1e-9, 1.5, -0.5))
@@ -266,6 +275,14 @@ def test_a_cosimulation_fmu_steps_as_fmpy_does(spring_mass):
     assert np.asarray(jac)[3, 0] == 0.0
     with pytest.raises(FMUKindError, match="vector field: expected a Model Exchange FMU"):
         simulate(model, times, model.start_state, forces[:, None])
+    folder, start = Path(model.runtime.directory), model.start_state
+    assert folder.is_dir()
+    model.close()  # frees the saved states and the instance, removes the unpacked folder
+    assert not folder.exists()
+    with pytest.raises(FMUCallError, match="closed model"):
+        step.transition(0.0, start, jnp.array([0.4]), model.params)
+    with pytest.raises(FMUCallError, match="closed model"):
+        model.start_state  # noqa: B018  (the property reads the FMU)
 
 
 @pytest.mark.timeout(120)

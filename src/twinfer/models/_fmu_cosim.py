@@ -191,9 +191,14 @@ class CoSimRuntime:
             del self._all[id(old)]
             self._fmu.freeFMUstate(old)
 
+    def _check_alive(self) -> None:
+        if not self._finalizer.alive:
+            raise FMUCallError(f"FMU {self.desc.path!r}: expected a live instance; received a closed model.")
+
     def initial_outputs(self, p: Sequence[float]) -> np.ndarray:
         """The outputs of the FMU initialised with the parameter values ``p`` (at handle 0)."""
         with self._lock:
+            self._check_alive()
             state, _ = self._initial_state(tuple(float(v) for v in p))
             self._call("fmi2SetFMUstate", self._fmu.setFMUstate, state)
             return self._outputs()
