@@ -67,34 +67,63 @@ def _release_compiled_programs():
 
 
 # The modules that hold the suite's longest tests, with their seconds in the last full run (`make pytest`'s
-# --durations, both workers busy). `make pytest` hands whole modules to its two workers (--dist loadfile)
-# in the order of the collection (--no-loadscope-reorder); these go first, longest first, and the rest
-# after them by their number of tests (xdist's own order), so the run does not end on one worker still in a
-# long module while the other waits. Only the order depends on this table: a stale entry costs balance,
-# never a result. test_banded and test_live_damage less what #53's test-time cut measured off them;
-# test_partitions, test_graph_from_model and test_events (not listed before, so handed out late by their
-# few tests) scaled from single-module runs on the loaded machine by the ratio of their tests that the full
-# run's 20 longest name (0.6: test_partitions 211 s there, test_graph_from_model 206 s, test_events 85 s).
+# --durations=0 summed per module: call, setup and teardown, both workers busy). `make pytest` hands whole
+# modules to its two workers (--dist loadfile) in the order of the collection (--no-loadscope-reorder);
+# these go first, longest first, and the rest after them by their number of tests (xdist's own order), so
+# the run does not end on one worker still in a long module while the other waits. Only the order depends
+# on this table: a stale entry costs balance, never a result. Every module of 10 s or more is listed
+# (2026-12-07, 1092 tests, 820 s): a module of few tests but long ones (tests/reliability/test_checkpoints.py,
+# 52 s in 16 tests; tests/test_fmu_hybrid.py, 13 s in one) was otherwise handed out late by its count, and
+# stale entries (test_partitions 125 s, now 33 s; test_live_damage 47 s, now 10 s) sent short modules
+# first. A replay of that run's per-test seconds through xdist's scheduling (a worker takes the next module
+# when two of its tests are left) gives the two workers' ends 1.5 s apart on average with every test's
+# seconds varied by +-25 %, against 4.7 s with the former table.
 _LONG_MODULES = {
-    "tests/test_banded.py": 134,
-    "tests/test_partitions.py": 125,
-    "tests/test_graph_from_model.py": 120,
-    "tests/test_graph_cases.py": 99,
-    "tests/test_turbine_grid_case.py": 68,
-    "tests/test_learn_cases.py": 68,
-    "tests/test_pinn_cases.py": 59,
-    "tests/test_turbine_case.py": 53,
-    "tests/live/test_live_cli.py": 50,
-    "tests/test_events.py": 50,
-    "tests/test_live_damage.py": 47,
-    "tests/test_spec.py": 45,
-    "tests/test_multihost.py": 44,
-    "tests/reliability/test_no_lu_deadlock.py": 36,
-    "tests/test_docs.py": 31,
-    "tests/test_fmu_graph.py": 28,
-    "tests/test_program.py": 28,
-    "tests/test_distributed_default.py": 20,
-    "tests/test_fmu_events.py": 20,
+    "tests/test_banded.py": 106,
+    "tests/test_docs.py": 77,
+    "tests/test_graph_cases.py": 73,
+    "tests/test_graph_from_model.py": 69,
+    "tests/live/test_live_cli.py": 60,
+    "tests/reliability/test_checkpoints.py": 52,
+    "tests/test_turbine_grid_case.py": 46,
+    "tests/test_grid_estimators.py": 44,
+    "tests/test_events.py": 42,
+    "tests/test_spec.py": 42,
+    "tests/test_learn_cases.py": 40,
+    "tests/test_pinn_cases.py": 39,
+    "tests/test_program.py": 39,
+    "tests/test_smc.py": 39,
+    "tests/test_gaussian_core.py": 37,
+    "tests/test_fmu_graph.py": 36,
+    "tests/test_pn.py": 35,
+    "tests/reliability/test_no_lu_deadlock.py": 34,
+    "tests/test_partitions.py": 33,
+    "tests/test_ukf.py": 33,
+    "tests/test_sim.py": 32,
+    "tests/test_pn_models_cases.py": 29,
+    "tests/test_turbine_case.py": 29,
+    "tests/test_models_turbine_grid.py": 27,
+    "tests/test_multihost.py": 27,
+    "tests/test_learn.py": 25,
+    "tests/test_pinn.py": 25,
+    "tests/test_fmu_events.py": 21,
+    "tests/test_live_grid.py": 19,
+    "tests/test_graph_checks.py": 17,
+    "tests/test_grid.py": 17,
+    "tests/test_base_excitation.py": 16,
+    "tests/test_configure.py": 16,
+    "tests/test_distributed_default.py": 16,
+    "tests/test_graph.py": 16,
+    "tests/test_spec_fmu.py": 14,
+    "tests/test_fmu_hybrid.py": 13,
+    "tests/live/test_live_spec.py": 12,
+    "tests/test_fmu.py": 12,
+    "tests/test_noise_auto.py": 12,
+    "tests/reliability/test_step_property.py": 11,
+    "tests/test_fmu3.py": 11,
+    "tests/test_live_damage.py": 10,
+    "tests/test_state_space.py": 10,
+    "tests/test_time_convention.py": 10,
 }
 
 

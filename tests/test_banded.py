@@ -5,6 +5,7 @@ Public API only, on chains that are not a paper case.
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import equinox as eqx
@@ -44,15 +45,22 @@ def _duffing_cut_chain() -> Chain:
     )
 
 
-def test_one_window_over_the_whole_chain_is_the_central_ekf():
+@pytest.fixture(scope="module")
+def duffing_record() -> tuple[Chain, float, int, Any]:
+    """The Duffing chain's 300-step record (1 ms), simulated once for the central-EKF and the redrawn-UKF
+    tests (each used to simulate the same record: same chain, force and key)."""
+    chain = _duffing_cut_chain()
+    dt, n = 1e-3, 300
+    return chain, dt, n, simulate_dataset(chain, _force(n, 1), dt, 0.02, jax.random.key(1))
+
+
+def test_one_window_over_the_whole_chain_is_the_central_ekf(duffing_record):
     """With L = p - 1 the posterior is not restricted: the central EKF on the same model, to rounding
     (Duffing cut, an unknown stiffness in the state, accelerometers on half the masses). The estimate is
     the one timing.timed returns (the filter's compiled scan timed: its first call apart from two runs),
     so the timed path is what is checked against the central EKF (one banded compile, not two). 300 steps,
     the record of the unscented test below: its simulation is compiled once for both."""
-    chain = _duffing_cut_chain()
-    dt, n = 1e-3, 300
-    data = simulate_dataset(chain, _force(n, 1), dt, 0.02, jax.random.key(1))
+    chain, dt, n, data = duffing_record
     graph = Graph.from_model(
         chain,
         [(1, 2), (3, 4), (5, 6)],
@@ -72,16 +80,11 @@ def test_one_window_over_the_whole_chain_is_the_central_ekf():
     assert len(seconds.run_s) == 2 and seconds.compile_s > 0 and all(s > 0 for s in seconds.run_s)
 
 
-@pytest.mark.parametrize("update", ["unscented", "compensated"])
-def test_one_unscented_window_over_the_whole_chain_is_the_redrawn_ukf(update):
-    """With L = p - 1 and sigma points (prediction "unscented"), the textbook UKF with points redrawn for the
-    measurement (dense numpy, Merwe's weights; update "unscented") or, for "compensated", the Jacobian update
-    with the variance of its error at the redrawn points added to R, on the same model: a Duffing cut with its
-    stiffness unknown, one accelerometer reading it (so the update's regression has a residual) and two that
-    do not; blocks of unequal size (the padding has no points)."""
-    chain = _duffing_cut_chain()
-    dt, n = 1e-3, 300
-    data = simulate_dataset(chain, _force(n, 1), dt, 0.02, jax.random.key(1))
+@pytest.fixture(scope="module")
+def unscented_window(duffing_record):
+    """The redrawn-UKF tests' graph (k3 unknown, Merwe's weights) on the Duffing record, and its central
+    model's vmapped transition and output compiled once for both updates (each test compiled its own)."""
+    chain, dt, n, data = duffing_record
     graph = Graph.from_model(
         chain,
         [(1, 2), (3, 4), (5, 6)],
@@ -92,7 +95,6 @@ def test_one_unscented_window_over_the_whole_chain_is_the_redrawn_ukf(update):
         unknown={"k3": (2e4, 5e3, 0.0)},
         weights=UnscentedWeights.merwe(1.0, 2.0, 0.0),
     )
-    banded = banded_estimate(graph, data, bandwidth=2, prediction="unscented", update=update)
     mono = graph.monolithic()
     empty = jnp.zeros((0,))
     cols = np.asarray(mono.inputs)
@@ -101,6 +103,18 @@ def test_one_unscented_window_over_the_whole_chain_is_the_redrawn_ukf(update):
     assert callable(output)
     f = jax.jit(jax.vmap(lambda x, u: transition(x, u, empty, mono.params), in_axes=(0, None)))
     h = jax.jit(jax.vmap(lambda x, u: output(x, u, empty, mono.params), in_axes=(0, None)))
+    return graph, data, n, mono, f, h, ins
+
+
+@pytest.mark.parametrize("update", ["unscented", "compensated"])
+def test_one_unscented_window_over_the_whole_chain_is_the_redrawn_ukf(update, unscented_window):
+    """With L = p - 1 and sigma points (prediction "unscented"), the textbook UKF with points redrawn for the
+    measurement (dense numpy, Merwe's weights; update "unscented") or, for "compensated", the Jacobian update
+    with the variance of its error at the redrawn points added to R, on the same model: a Duffing cut with its
+    stiffness unknown, one accelerometer reading it (so the update's regression has a residual) and two that
+    do not; blocks of unequal size (the padding has no points)."""
+    graph, data, n, mono, f, h, ins = unscented_window
+    banded = banded_estimate(graph, data, bandwidth=2, prediction="unscented", update=update)
     x, P = np.asarray(mono.x0, dtype=float), np.asarray(mono.P0)
     Q, R = np.asarray(mono.Q), np.asarray(mono.R)
     ys = np.asarray(data.observations)[:, np.asarray(mono.outputs)]
@@ -195,38 +209,57 @@ def _central_functions(graph: Graph, data: Any) -> tuple[Any, Any, Any, Any]:
     return f, h, lambda k: np.where(cols >= 0, np.asarray(data.inputs)[k][np.maximum(cols, 0)], 0.0), mono
 
 
+@pytest.fixture(scope="module")
+def projected_kalman():
+    """The linear five-pair chain's 400-step record and graph, and the reference filter of the test below
+    for a given bandwidth: computed once per bandwidth (L = 1 serves the Taylor and the unscented
+    parametrisations alike: the reference does not depend on the prediction or the update), its central
+    model compiled once for all three (each parametrisation simulated, compiled and filtered its own)."""
+    n = 400
+    graph, data = _five_pairs(n)
+    f, h, ins, mono = _central_functions(graph, data)
+    x0 = np.asarray(mono.x0, dtype=float)
+    F = np.asarray(jax.jacfwd(f)(jnp.asarray(x0), jnp.asarray(ins(0))))
+    H = np.asarray(jax.jacfwd(h)(jnp.asarray(x0), jnp.asarray(ins(0))))
+    Q, R, P0 = np.asarray(mono.Q), np.asarray(mono.R), np.asarray(mono.P0)
+    blocks = [np.arange(a, b) for a, b in graph.state_slices().values()]
+    ys = np.asarray(data.observations)[:, np.asarray(mono.outputs)]
+
+    @functools.cache
+    def reference(bandwidth: int) -> tuple[list[np.ndarray], list[np.ndarray], np.ndarray]:
+        x, P = x0, P0
+        means, sds, full = [x], [np.sqrt(np.diag(P))], P
+        for k in range(n):
+            x = np.asarray(f(jnp.asarray(x), jnp.asarray(ins(k))))
+            P = _markov(F @ P @ F.T + Q, blocks, bandwidth)
+            S = H @ P @ H.T + R
+            gain = np.linalg.solve(S, H @ P).T
+            x = x + gain @ (ys[k + 1] - np.asarray(h(jnp.asarray(x), jnp.asarray(ins(k + 1)))))  # sampled
+            P = P - gain @ S @ gain.T
+            means.append(x)
+            sds.append(np.sqrt(np.diag(P)))
+            full = F @ full @ F.T + Q  # the unrestricted filter's covariance, for contrast
+            full = full - full @ H.T @ np.linalg.solve(H @ full @ H.T + R, H @ full)
+        return means, sds, full
+
+    return graph, data, mono, reference
+
+
 @pytest.mark.parametrize(
     ("bandwidth", "prediction", "update"),
     [(1, "taylor", "taylor"), (2, "taylor", "compensated"), (1, "unscented", "unscented")],
 )
-def test_banded_is_the_kalman_filter_whose_prediction_is_projected_on_the_band(bandwidth, prediction, update):
+def test_banded_is_the_kalman_filter_whose_prediction_is_projected_on_the_band(
+    bandwidth, prediction, update, projected_kalman
+):
     """A linear chain of five subsystems: each step's prediction replaced by the maximum-entropy
     completion of its band (dense numpy, an independent reference) and a plain Kalman update give
     banded_estimate's numbers; the update keeps the band, as the information form says. On a linear
     model the unscented windows (whose evaluations are shared between cliques far enough apart) are
     exact too."""
-    n = 400
-    graph, data = _five_pairs(n)
+    graph, data, mono, reference = projected_kalman
     banded = banded_estimate(graph, data, bandwidth=bandwidth, prediction=prediction, update=update)
-    f, h, ins, mono = _central_functions(graph, data)
-    x = np.asarray(mono.x0, dtype=float)
-    F = np.asarray(jax.jacfwd(f)(jnp.asarray(x), jnp.asarray(ins(0))))
-    H = np.asarray(jax.jacfwd(h)(jnp.asarray(x), jnp.asarray(ins(0))))
-    Q, R, P = np.asarray(mono.Q), np.asarray(mono.R), np.asarray(mono.P0)
-    blocks = [np.arange(a, b) for a, b in graph.state_slices().values()]
-    ys = np.asarray(data.observations)[:, np.asarray(mono.outputs)]
-    means, sds, full = [x], [np.sqrt(np.diag(P))], P
-    for k in range(n):
-        x = np.asarray(f(jnp.asarray(x), jnp.asarray(ins(k))))
-        P = _markov(F @ P @ F.T + Q, blocks, bandwidth)
-        S = H @ P @ H.T + R
-        gain = np.linalg.solve(S, H @ P).T
-        x = x + gain @ (ys[k + 1] - np.asarray(h(jnp.asarray(x), jnp.asarray(ins(k + 1)))))  # sampled
-        P = P - gain @ S @ gain.T
-        means.append(x)
-        sds.append(np.sqrt(np.diag(P)))
-        full = F @ full @ F.T + Q  # the unrestricted filter's covariance, for contrast
-        full = full - full @ H.T @ np.linalg.solve(H @ full @ H.T + R, H @ full)
+    means, sds, full = reference(bandwidth)
     order = [banded.state_names.index(name) for name in mono.names]
     np.testing.assert_allclose(np.asarray(banded.means)[:, order], means, rtol=1e-7, atol=1e-11)
     np.testing.assert_allclose(np.asarray(banded.stds)[:, order], sds, rtol=1e-6)
