@@ -23,6 +23,7 @@ import pytest
 from scipy.linalg import expm
 from scipy.signal import butter, lfilter
 
+import twinfer
 from _fmu_build import build_fmu, compiler, edited_copy
 from twinfer.data import Dataset
 from twinfer.infer.graph import Coupled, CoupledError, CoupledLoopError, Graph, Link
@@ -306,7 +307,8 @@ def test_coupling_errors_are_named(spring_mass):
 def test_cosimulation_errors_are_named(spring_mass, tmp_path):
     """A Model-Exchange-only FMU, one that cannot get and set its state, a start value for a parameter or
     an unknown name; in a graph a co-simulation part with a UKF, an unknown among its parameters, an x0
-    that moves its start or a group mixing it with other states; a whole-model filter on it: each named."""
+    that moves its start or a group mixing it with other states; a whole-model filter on a Coupled model
+    holding it, and a filter on it alone (estimate and compile): each named."""
 
     def only_me(xml: str) -> str:
         return xml[: xml.index("<CoSimulation")] + xml[xml.index("</CoSimulation>") + 15 :]
@@ -334,3 +336,9 @@ def test_cosimulation_errors_are_named(spring_mass, tmp_path):
         Graph.from_model(cosim, mixed, dt=DT, estimator="none")
     with pytest.raises(FMUKindError, match="vector field"):
         discretise(cosim, DT, "rk4").transition(0.0, jnp.zeros(8), jnp.zeros(1), cosim.params)
+    alone = CoSimulationFMU(spring_mass)
+    data = Dataset(np.arange(11) * DT, np.zeros((11, 3)), output_names=alone.output_names)
+    with pytest.raises(TypeError, match=r"filter model: .*co-simulation FMU, whose state is opaque"):
+        twinfer.estimate(alone, data, "ukf")
+    with pytest.raises(TypeError, match=r"co-simulation FMU, whose state is opaque"):
+        twinfer.compile(alone, "ekf", dt=DT)

@@ -47,7 +47,7 @@ from twinfer.infer.filters._program import CentralProgram, _filtered_summary, _u
 from twinfer.infer.filters._smoother import rts_smooth
 from twinfer.infer.filters._tune import AUTO, attach, filter_loglik, is_auto, noise_floor, tune_noise
 from twinfer.infer.gaussian import UnscentedWeights, linear, psd_factor, taylor
-from twinfer.models import AbstractModel, StateSpace
+from twinfer.models import AbstractModel, CoSimulationFMU, StateSpace
 from twinfer.sim import METHODS as INTEGRATORS
 from twinfer.sim import StepProblem, StepSizeError, StepSizeWarning, discretise, step_problem, unit_hint
 
@@ -479,6 +479,13 @@ def _run(
     integrator, no step check), and it has no parameters to estimate.
     """
     discrete = isinstance(model, StateSpace)
+    if isinstance(model, CoSimulationFMU):
+        raise TypeError(
+            f"{where} model: expected a model whose state a filter can carry; received a co-simulation FMU, "
+            f"whose state is opaque ({model.state_names[-1]!r} is a handle to a saved FMU state, which sigma "
+            "points and Jacobians cannot move): make it a deterministic node of a graph (Graph.from_model on "
+            "a Coupled model, estimator 'none'), or use its Model Exchange interface (twinfer.models.FMU)."
+        )
     opts = _settings(where, options)
     estimator = _choice(where, "estimator", opts.estimator, ESTIMATORS)
     allowed = LINEARISATIONS[estimator]
