@@ -75,11 +75,15 @@ def _derived(handle: float, u: np.ndarray, p: np.ndarray, h: float) -> int:
     return int.from_bytes(hashlib.blake2b(data, digest_size=8).digest(), "little") >> 12 or 1
 
 
-def _release(fmu: Any, folder: str, saved: dict[Any, Any]) -> None:
-    """Free the saved states and the instance, unload the library, remove the folder (the finalizer)."""
+def _release(fmu: Any, folder: str, *held: dict[Any, tuple[Any, ...]]) -> None:
+    """Free the saved states and the instance, unload the library, remove the folder (the finalizer).
+
+    ``held``: the dictionaries whose values start with a saved FMU state (the initial and the stepped).
+    """
     try:
-        for state, _ in saved.values():
-            fmu.freeFMUstate(state)
+        for states in held:
+            for state, *_ in states.values():
+                fmu.freeFMUstate(state)
         fmu.freeInstance()
     finally:
         shutil.rmtree(folder, ignore_errors=True)
@@ -120,8 +124,7 @@ class CoSimRuntime:
         self._saved: collections.OrderedDict[int, tuple[Any, float, np.ndarray]] = collections.OrderedDict()
         self._initial: dict[tuple[float, ...], tuple[Any, float]] = {}
         self._lock = threading.Lock()
-        self._all: dict[Any, tuple[Any, float]] = {}  # every state held, for the finalizer
-        self._finalizer = weakref.finalize(self, _release, fmu, self.directory, self._all)
+        self._finalizer = weakref.finalize(self, _release, fmu, self.directory, self._initial, self._saved)
 
     def close(self) -> None:
         """Free the states and the instance and remove the unpacked folder now."""
@@ -150,7 +153,7 @@ class CoSimRuntime:
             self._call("fmi2ExitInitializationMode", fmu.exitInitializationMode)
             self._initialised = True
             state = self._call("fmi2GetFMUstate", fmu.getFMUstate)
-            self._initial[p] = self._all[id(state)] = (state, 0.0)
+            self._initial[p] = (state, 0.0)
         return self._initial[p]
 
     def _state(self, handle: float, p: tuple[float, ...]) -> tuple[Any, float]:
@@ -185,10 +188,8 @@ class CoSimRuntime:
     def _save(self, key: int, time: float, outputs: np.ndarray) -> None:
         state = self._call("fmi2GetFMUstate", self._fmu.getFMUstate)
         self._saved[key] = (state, time, outputs)
-        self._all[id(state)] = (state, time)
         while len(self._saved) > MAX_SAVED:
             _, (old, _, _) = self._saved.popitem(last=False)
-            del self._all[id(old)]
             self._fmu.freeFMUstate(old)
 
     def _check_alive(self) -> None:

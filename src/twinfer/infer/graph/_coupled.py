@@ -338,16 +338,13 @@ class _Held(AbstractModel):
         return self.fmu.output_names
 
 
-def _cosim_node(model: Coupled, part: int, dt: float) -> Any:
+def _cosim_node(model: Coupled, part: int, fmu: CoSimulationFMU, dt: float) -> Any:
     """The factory of a co-simulation part's node: one ``fmi2DoStep`` a step, its inputs from the messages.
 
     The FMU's inputs are the links' sums (:meth:`Coupled._inputs`) at the whole state in which the
     group's own states and its messages (the linked sources' states, at the step's start: held over the
     step) are filled in.
     """
-    fmu = model.parts[part]
-    if not isinstance(fmu, CoSimulationFMU):
-        raise CoupledError(f"Coupled part {model.names[part]!r}: expected a co-simulation FMU.")
 
     def factory(
         full: AbstractModel, own: tuple[int, ...], reads: tuple[int, ...], outputs: tuple[int, ...]
@@ -416,14 +413,14 @@ def coupled_graph(
     if not isinstance(model, Coupled):
         raise CoupledError(f"coupled_graph model: expected a Coupled model; received {type(model).__name__}.")
     partition = model.partition if partition is None else partition
-    stepped = [i for i, m in enumerate(model.parts) if isinstance(m, CoSimulationFMU)]
+    stepped = [(i, m) for i, m in enumerate(model.parts) if isinstance(m, CoSimulationFMU)]
     if not stepped:
         return model_graph(model, partition, dt=dt, name=name, **options)
     names = model.state_names
     groups = [{names[g] if isinstance(g, int | np.integer) else str(g) for g in part} for part in partition]
     nodes, estimators = {}, options.get("estimator", "ukf")
     x0 = _values("x0", options.get("x0", 0.0), len(names), "any", "coupled_graph").copy()
-    for i in stepped:
+    for i, fmu in stepped:
         mine = set(model.partition[i])
         where = [g for g, group in enumerate(groups) if group == mine]
         if not where:
@@ -445,8 +442,7 @@ def coupled_graph(
                 f"{model.names[i]!r} (set at its initialisation, no derivative); received one."
             )
         idx = [names.index(s) for s in model.partition[i]]
-        fmu = model.parts[i]
-        start = np.asarray(fmu.start_state if isinstance(fmu, CoSimulationFMU) else ())
+        start = np.asarray(fmu.start_state)
         if np.ndim(options.get("x0", 0.0)) == 0:
             x0[idx] = start
         elif not np.allclose(x0[idx], start, rtol=0.0, atol=1e-12):
@@ -455,7 +451,7 @@ def coupled_graph(
                 f"initialised outputs and handle 0, {start.tolist()} (or a scalar x0); received "
                 f"{x0[idx].tolist()}."
             )
-        nodes[g] = _cosim_node(model, i, float(dt))
+        nodes[g] = _cosim_node(model, i, fmu, float(dt))
     parts = {
         n: _Held(m) if isinstance(m, CoSimulationFMU) else m
         for n, m in zip(model.names, model.parts, strict=True)
