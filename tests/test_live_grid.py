@@ -19,7 +19,7 @@ from twinfer.experiments import get_case, resolve_config
 from twinfer.experiments.live_grid import coupled_lines
 from twinfer.infer.graph._grid import partition_for
 from twinfer.infer.graph._kuramoto import faithful_substeps, stable_substeps
-from twinfer.live import PlacementWarning, grid_twin, pmu_buses
+from twinfer.live import PlacementWarning, grid_twin, pmu_buses, spare_buses
 from twinfer.live._grid import first_frame_state, lines_of
 from twinfer.models import KuramotoNetwork, draw_grid_parameters
 from twinfer.report._run import check_metrics
@@ -112,6 +112,48 @@ def test_a_twin_placement_that_leaves_a_line_unmeasured_is_warned_and_its_cluste
         assert labels[b] == labels[stiffest] and stiffest in pmus
     assert twin.channels == tuple(f"{q}{b + 1}" for q in ("theta", "omega") for b in pmus)
     assert all(int(s[5:]) - 1 in pmus for group in twin.groups.values() for s in group)
+
+
+@pytest.mark.parametrize("network", ["ieee118", "case1888rte"])
+def test_a_spare_bus_has_every_neighbour_measured_in_its_cluster_and_keeps_the_partition(network):
+    net = load_grid(network)
+    index, weight = (np.asarray(a) for a in net.neighbours)
+    every = pmu_buses(net, 1, True)
+    partition = partition_for(net, 5, 0.01, measured=every)
+    spare = spare_buses(net, partition, every)
+    labels = np.asarray(partition.labels)
+    assert spare.size > 0 and not set(spare.tolist()) & set(np.asarray(net.gen_buses).tolist())
+    for b in spare:
+        near = index[b][weight[b] > 0]
+        assert near.size and np.all(labels[near] == labels[b]) and not np.isin(near, spare).any()
+    left = np.setdiff1d(every, spare)
+    again = partition_for(net, 5, 0.01, measured=left)
+    np.testing.assert_array_equal(again.labels, labels)  # a bus without a PMU already sits with them
+    if network == "case1888rte":
+        assert (spare.size, left.size) == (210, 1678)  # docs/live.md
+
+
+def test_the_scheduled_injection_is_generation_less_load_per_unit():
+    net = load_grid("ieee9")  # case9: loads 90/100/125 MW at buses 5/7/9, units of 163/85 MW at 2/3
+    expected = np.zeros(9)  # the reference bus 1's unit has no dispatch in the table (it balances)
+    expected[[1, 2, 4, 6, 8]] = [1.63, 0.85, -0.9, -1.0, -1.25]  # per unit of 100 MVA
+    assert net.injection is not None
+    np.testing.assert_allclose(net.injection, expected, atol=1e-12)
+
+
+def test_a_twin_takes_its_natural_frequencies_prior_and_refuses_a_wrong_one():
+    net = load_grid("ieee14")
+    damping = np.full(net.n_bus, 0.2)
+    every = np.arange(net.n_bus)
+    prior = np.linspace(-1.0, 1.0, net.n_bus)
+    twin = grid_twin(net, damping, every, dt=0.01, noise_sd=0.01, natural_frequency=prior)
+    means = np.asarray(jax.tree_util.tree_leaves(twin.program.init())[0])  # one group: (clusters, 3 S)
+    s = means.shape[1] // 3
+    assert means.shape[0] == len(twin.partition.clusters)
+    for c, members in enumerate(twin.partition.clusters):  # slots [theta, omega, Omega] x S, in order
+        np.testing.assert_array_equal(means[c, 2 * s : 2 * s + len(members)], prior[members])
+    with pytest.raises(TwinferValueError, match="natural_frequency: expected 14 finite values"):
+        grid_twin(net, damping, every, dt=0.01, noise_sd=0.01, natural_frequency=prior[:3])
 
 
 def test_the_first_frame_puts_a_bus_without_a_pmu_at_its_neighbours_weighted_phase():

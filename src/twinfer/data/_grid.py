@@ -100,6 +100,9 @@ class GridNetwork:
         coupling: sparse ``K`` (N, N), ``K_ij = |Y_ij|``, zero diagonal.
         gen_buses: unique generator buses in generator-table order (0-based).
         bus_ids: the case's own bus numbers, in twinfer's 0..N-1 order (for labels).
+        injection: each bus's scheduled net active power ``(P_gen - P_load) / baseMVA`` [p.u.] from the
+            case's dispatch (in-service generators' PG less the bus's PD), or None where the case gives
+            no dispatch (a MATPOWER file is read for its bus, generator-bus and branch columns only).
 
     """
 
@@ -107,6 +110,7 @@ class GridNetwork:
     coupling: sp.csr_matrix
     gen_buses: np.ndarray
     bus_ids: np.ndarray
+    injection: np.ndarray | None = None
 
     @property
     def n_bus(self) -> int:
@@ -525,7 +529,24 @@ def load_grid(case: str) -> GridNetwork:
         coupling=branch_coupling(n_bus, np.asarray(ppc["branch"])),
         gen_buses=gens,
         bus_ids=ids,
+        injection=_injection(ppc, n_bus),
     )
+
+
+_PD, _PG, _GEN_STATUS = 2, 1, 7
+"""MATPOWER columns (from 0): the bus's active load, a generator's active output and its status."""
+
+
+def _injection(ppc: dict[str, Any], n_bus: int) -> np.ndarray | None:
+    """Each bus's scheduled net active power injection [p.u.] (:attr:`GridNetwork.injection`), or None."""
+    bus, gen = np.real(np.asarray(ppc["bus"])), np.real(np.asarray(ppc["gen"]))
+    base = float(np.real(ppc.get("baseMVA", 0.0)))
+    if bus.shape[1] <= _PD or gen.shape[1] <= _GEN_STATUS or not base > 0:
+        return None
+    p = -bus[:, _PD].copy()
+    live = gen[:, _GEN_STATUS] > 0
+    np.add.at(p, gen[live, 0].astype(int), gen[live, _PG])
+    return p / base if np.all(np.isfinite(p)) else None
 
 
 _BUS_COLUMN = re.compile(r"^(?P<quantity>theta|omega)[ _]?(?P<bus>[0-9]+)$", re.IGNORECASE)

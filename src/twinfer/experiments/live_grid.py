@@ -16,7 +16,10 @@ outage is the loss of the line's coupling ``K_ij = K_ji`` at a random step, the 
 state it reached (:func:`~twinfer.sim.simulate_grid_outage`); the line is drawn uniformly among the
 network's coupled pairs. PMUs sit on the buses of :func:`~twinfer.live.pmu_buses`: every
 ``pmu_every``-th bus, the generator buses if ``pmu_generators``, and with ``pmu_cover`` one end of every
-line that has none; the frames carry only their channels.
+line that has none; with ``pmu_spare``, none on :func:`~twinfer.live.spare_buses` (every neighbour
+measured and in the bus's cluster); the frames carry only their channels. ``operating_point =
+"scheduled"`` adds the case's scheduled injections (mean removed) to the natural frequencies, so lines
+carry the dispatch's power, and gives the twin the schedule as its prior mean.
 
 The twin (:class:`twinfer.live.Twin`) runs :func:`twinfer.live.grid_twin`, as a grid spec's ``twinfer
 live`` does: each cluster of the generator-seeded partition its own UKF (Table S4's settings, damping
@@ -47,6 +50,7 @@ References:
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -58,9 +62,11 @@ import pydantic
 
 from twinfer.data import load_grid
 from twinfer.data._frames import record_frames
+from twinfer.errors import TwinferValueError
 from twinfer.experiments._case import Case, CaseConfig, Progress, register
+from twinfer.infer.graph._grid import GRID_DEFAULTS, partition_for
 from twinfer.infer.graph._kuramoto import faithful_substeps, stable_substeps
-from twinfer.live import GridTwin, InnovationAlarm, Twin, grid_twin, pmu_buses
+from twinfer.live import GridTwin, InnovationAlarm, Twin, grid_twin, pmu_buses, spare_buses
 from twinfer.live._grid import lines_of
 from twinfer.models import KuramotoNetwork, draw_grid_parameters, wrap_angle
 from twinfer.report import PaperValue, RunArtifacts, at_most
@@ -87,6 +93,23 @@ class LiveGridConfig(CaseConfig):
     pmu_generators: bool = pydantic.Field(True, description="Also a PMU on every generator bus.")
     pmu_cover: bool = pydantic.Field(
         False, description="Also a PMU on one end of every line whose two ends have none."
+    )
+    pmu_spare: bool = pydantic.Field(
+        False,
+        description="Then no PMU on the buses twinfer.live.spare_buses finds: every neighbour measured and "
+        "in the bus's cluster, no two adjacent, no generator bus.",
+    )
+    twin_q: float | None = pydantic.Field(
+        None,
+        gt=0,
+        description="The twin's process-noise variance of phase and frequency per frame (None: Table S4's "
+        "1e-4; Omega keeps its 1e-6).",
+    )
+    operating_point: Literal["table-s4", "scheduled"] = pydantic.Field(
+        "table-s4",
+        description="Natural frequencies: Table S4's draws ('table-s4'), or the case's scheduled injections "
+        "(mean removed) plus those draws ('scheduled': lines carry the dispatch's power; the twin's prior "
+        "mean is the schedule).",
     )
     settle: float = pydantic.Field(
         0.0, ge=0, description="Seconds the truth runs from its random start before the stream begins."
@@ -117,6 +140,25 @@ class LiveGridConfig(CaseConfig):
 def coupled_lines(model: KuramotoNetwork) -> np.ndarray:
     """The network's lines (L, 2): its coupled bus pairs ``i < j`` with ``K_ij > 0``, from 0."""
     return lines_of(model.index, model.weight)
+
+
+def scheduled(net: Any, config: LiveGridConfig) -> np.ndarray:
+    """The natural frequencies' scheduled part (N,): the case's injections less their mean, or zeros."""
+    if config.operating_point == "table-s4":
+        return np.zeros(net.n_bus)
+    if net.injection is None:
+        raise TwinferValueError(
+            f"live-grid operating_point: 'scheduled' needs the case's dispatch; {config.network!r} gives "
+            "none."
+        )
+    return np.asarray(net.injection) - float(np.mean(net.injection))
+
+
+def twin_process_sd(config: LiveGridConfig) -> tuple[float, float, float] | None:
+    """The twin's process-noise standard deviations: ``twin_q``'s, or None (Table S4's)."""
+    if config.twin_q is None:
+        return None
+    return math.sqrt(config.twin_q), math.sqrt(config.twin_q), GRID_DEFAULTS.process_sd(False)[2]
 
 
 def truth_substeps(config: LiveGridConfig, model: KuramotoNetwork) -> int:
@@ -265,8 +307,12 @@ def run(config: LiveGridConfig, progress: Progress) -> RunArtifacts:
     net = load_grid(config.network)
     index, weight = net.neighbours
     damping, big_omega = draw_grid_parameters(net.n_bus, jax.random.key(config.seed))
-    model = KuramotoNetwork(index, weight, damping, big_omega)
+    schedule = scheduled(net, config)
+    model = KuramotoNetwork(index, weight, damping, big_omega + schedule)
     pmus = pmu_buses(net, config.pmu_every, config.pmu_generators, config.pmu_cover)
+    if config.pmu_spare:
+        part = partition_for(net, config.s_max, config.dt, GRID_DEFAULTS.bond, measured=pmus)
+        pmus = np.setdiff1d(pmus, spare_buses(net, part, pmus))
     substeps = stable_substeps(np.asarray(weight), config.dt)  # the truth's, for every cluster's UKF
     metrics: dict[str, float] = {"network.buses": float(net.n_bus), "network.pmus": float(len(pmus))}
     arrays: dict[str, Any] = {}
@@ -276,7 +322,8 @@ def run(config: LiveGridConfig, progress: Progress) -> RunArtifacts:
         progress(f"outage {i + 1}: simulating (seed {seed})", 1 + i, total)
         outage = outage_stream(config, model, pmus, seed)
         twin_spec = grid_twin(net, damping, pmus, dt=config.dt, noise_sd=config.noise_sd, s_max=config.s_max,
-                              first_frame=outage.observations[1], substeps=substeps)  # fmt: skip
+                              first_frame=outage.observations[1], substeps=substeps,
+                              natural_frequency=schedule, process_sd=twin_process_sd(config))  # fmt: skip
         labels = twin_spec.cluster_of
         progress(f"outage {i + 1}: line {outage.line[0] + 1}-{outage.line[1] + 1} at {outage.onset:.2f} s",
                  1 + i, total)  # fmt: skip
@@ -312,6 +359,7 @@ def run(config: LiveGridConfig, progress: Progress) -> RunArtifacts:
             [f"every {config.pmu_every}. bus"] * (config.pmu_every > 0)
             + ["the generator buses"] * config.pmu_generators
             + ["one end of every line without one"] * config.pmu_cover
+            + ["less the spare buses"] * config.pmu_spare
         )
         + f"), {twin_spec.partition.n_clusters} clusters, {len(twin_spec.groups)} of them measured. Each "
         "outage's twin starts from its first frame (a bus without a PMU from its measured neighbours).",

@@ -6,7 +6,7 @@ the model's steps (:class:`Clock`), raises condition-monitoring alarms (:class:`
 """
 
 from twinfer.live._clock import Clock, RateError, Step
-from twinfer.live._grid import GridTwin, PlacementWarning, grid_twin, pmu_buses
+from twinfer.live._grid import GridTwin, PlacementWarning, grid_twin, pmu_buses, spare_buses
 from twinfer.live._monitor import DriftAlarm, InnovationAlarm, Monitor
 from twinfer.live._twin import CHUNK, Rows, Twin, TwinDiverged
 
@@ -25,4 +25,5 @@ __all__ = [
     "TwinDiverged",
     "grid_twin",
     "pmu_buses",
+    "spare_buses",
 ]

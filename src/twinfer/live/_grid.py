@@ -106,6 +106,35 @@ def pmu_buses(net: Any, every: int, generators: bool, cover: bool = False) -> np
     return np.flatnonzero(chosen).astype(np.int64)
 
 
+def spare_buses(net: Any, partition: Partition, pmus: Sequence[int] | np.ndarray) -> np.ndarray:
+    """Measured buses (from 0) whose PMU a twin on ``partition`` can spare.
+
+    Spare: every neighbour measured and in the bus's cluster, no two spare buses adjacent, no generator
+    bus. A bus without a PMU is seen through its neighbours' measurements. Inside its cluster's filter
+    they are joint states, so the information runs both ways; a neighbour in another cluster only
+    exchanges means and variances (the field's messages), and its measurements of the bus's pull never
+    reach the bus's own filter: with a PMU on one end of every line (``pmu_buses(..., cover=True)``)
+    the measured neighbours across a cut raise false alarms (docs/live.md, "A grid twin"). Buses are
+    taken greedily in bus order; each taken bus keeps its neighbours' PMUs.
+    """
+    n = net.n_bus
+    labels = np.asarray(partition.labels)
+    measured = np.zeros(n, bool)
+    measured[np.asarray(pmus, dtype=np.int64)] = True
+    generator = np.zeros(n, bool)
+    generator[np.asarray(net.gen_buses, dtype=np.int64)] = True
+    index, weight = (np.asarray(a) for a in net.neighbours)
+    coupled = weight > 0
+    inside = np.all(~coupled | ((labels[index] == labels[:, None]) & measured[index]), axis=1)
+    keep = measured.copy()  # PMUs a spared bus's neighbours keep
+    spared = []
+    for b in np.flatnonzero(measured & inside & ~generator & coupled.any(axis=1)):
+        near = index[b][coupled[b]]
+        if np.all(keep[near]) and not np.any(np.isin(near, spared)):
+            spared.append(int(b))
+    return np.asarray(spared, dtype=np.int64)
+
+
 def first_frame_state(
     net: Any, partition: Partition, pmus: Sequence[int] | np.ndarray, frame: np.ndarray
 ) -> np.ndarray:
@@ -149,6 +178,8 @@ def grid_twin(
     messages: Literal["held", "probabilistic"] = "probabilistic",
     substeps: int | None = None,
     central: bool = False,
+    natural_frequency: np.ndarray | None = None,
+    process_sd: tuple[float, float, float] | None = None,
 ) -> GridTwin:
     """The field engine's program of ``net`` with PMUs (phase and frequency) on buses ``pmus`` (from 0).
 
@@ -164,6 +195,11 @@ def grid_twin(
         messages: out-of-cluster phases ``"held"`` (S89) or ``"probabilistic"``.
         substeps: Heun sub-steps of every cluster per frame; None: each cluster's own stable count.
         central: one UKF on the whole network (Table S4's central Q) instead of the clusters'.
+        natural_frequency: the prior mean (N,) of the buses' natural frequencies, e.g. the case's
+            scheduled injections (:attr:`~twinfer.data.GridNetwork.injection`); None: zeros (Table S4).
+        process_sd: process-noise standard deviations of (theta, omega, Omega) per frame; None: Table
+            S4's (:data:`~twinfer.infer.graph._grid.GRID_DEFAULTS`), made for a truth whose every bus
+            swings; a calm grid's innovations are then a quarter of their predicted variance.
 
     Returns:
         The :class:`GridTwin`.
@@ -202,13 +238,20 @@ def grid_twin(
         partition = whole_network(n)
     else:
         partition = partition_for(net, s_max, dt, GRID_DEFAULTS.bond, measured=np.asarray(buses))
+    prior = np.zeros(n) if natural_frequency is None else np.asarray(natural_frequency, dtype=np.float64)
+    if prior.shape != (n,) or not np.all(np.isfinite(prior)):
+        raise TwinferValueError(
+            f"grid_twin natural_frequency: expected {n} finite values; received shape {prior.shape}."
+        )
     network = KuramotoNetwork(index, weight, damping, np.zeros(n))
+    x0 = np.zeros((n, 3)) if first_frame is None else first_frame_state(net, partition, buses, first_frame)
+    x0[:, 2] = prior
     graph = grid_graph(
         network,
         partition,
-        np.zeros((n, 3)) if first_frame is None else first_frame_state(net, partition, buses, first_frame),
+        x0,
         dt=dt,
-        process_sd=GRID_DEFAULTS.process_sd(central),
+        process_sd=GRID_DEFAULTS.process_sd(central) if process_sd is None else process_sd,
         noise_sd=float(noise_sd),
         gamma=GRID_DEFAULTS.ukf_gamma,
         messages=messages,
