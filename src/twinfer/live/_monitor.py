@@ -61,7 +61,11 @@ def _events(
     """Raise/clear transitions down a chunk: ``up``/``down`` (c, k) where each name would rise/clear."""
     events: list[dict[str, Any]] = []
     state = raised.copy()
-    for i, j in zip(*np.nonzero(up | down), strict=True):
+    # only a name raised already or rising in the chunk can change (healthy, ``down`` holds almost
+    # everywhere: 1M entries a chunk on a 1,888-bus grid's tests, looped over in Python before)
+    cols = np.flatnonzero(raised | up.any(axis=0))
+    rows_at, at = np.nonzero((up | down)[:, cols])  # row-major, names in order: the events' order
+    for i, j in zip(rows_at, cols[at], strict=True):
         if up[i, j] and not state[j]:
             state[j] = True
             events.append(_event(kind, names[int(j)], "raised", rows, i, float(value[i, j])))
@@ -202,9 +206,15 @@ class InnovationAlarm:
         filled = state["filled"][0] + np.arange(1, c + 1)
         state["filled"][0] = min(int(filled[-1]), width)
         ready = (filled >= width)[:, None] & (rows.t >= state["t_start"][0])[:, None] & (count >= MIN_VALUES)
-        tail = np.where(count > 0, special.chdtrc(np.maximum(count, 1.0), np.maximum(total, 0.0)), 1.0)
-        up = ready & (tail < self.p)
-        calm = _runs(ready & (tail > self.p_clear), state["calm"])  # cleared after a whole calm window
+        # the tail probability below p <=> the sum above the chi-square quantile of its count (one table
+        # of quantiles per call: a count is a whole number up to the window's, where chdtrc at every
+        # entry cost 1.3 ms a frame on a 1,888-bus grid's 4,154 tests)
+        levels = np.maximum(np.arange(int(count.max(initial=0.0)) + 1, dtype=np.float64), 1.0)
+        at = count.astype(np.int64)
+        tested = count > 0
+        up = ready & tested & (total > special.chdtri(levels, self.p)[at])
+        quiet = ~tested | (total < special.chdtri(levels, self.p_clear)[at])
+        calm = _runs(ready & quiet, state["calm"])  # cleared after a whole calm window
         state["calm"] = calm[-1].copy()
         down = calm >= width
         value = total / np.maximum(count, 1.0)
