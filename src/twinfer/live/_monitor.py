@@ -25,6 +25,7 @@ never stops the twin: it is an event (a flat dict) for the events sink and the t
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -39,6 +40,14 @@ __all__ = ["DriftAlarm", "InnovationAlarm", "Monitor"]
 MIN_VALUES = 10
 """Observed values a window needs before it is tested (a sensor sampled slower than the model's step is
 tested over fewer values; a window with fewer, a sensor out, is not tested)."""
+
+
+@functools.lru_cache(maxsize=32)
+def _quantiles(p: float, top: int) -> np.ndarray:
+    """Chi-square quantiles of upper tail ``p`` for 0..``top`` degrees of freedom (0 read as 1), read-only."""
+    table = special.chdtri(np.maximum(np.arange(top + 1, dtype=np.float64), 1.0), p)
+    table.flags.writeable = False
+    return table
 
 
 def _runs(flags: np.ndarray, carry: np.ndarray) -> np.ndarray:
@@ -206,14 +215,14 @@ class InnovationAlarm:
         filled = state["filled"][0] + np.arange(1, c + 1)
         state["filled"][0] = min(int(filled[-1]), width)
         ready = (filled >= width)[:, None] & (rows.t >= state["t_start"][0])[:, None] & (count >= MIN_VALUES)
-        # the tail probability below p <=> the sum above the chi-square quantile of its count (one table
-        # of quantiles per call: a count is a whole number up to the window's, where chdtrc at every
-        # entry cost 1.3 ms a frame on a 1,888-bus grid's 4,154 tests)
-        levels = np.maximum(np.arange(int(count.max(initial=0.0)) + 1, dtype=np.float64), 1.0)
+        # the tail probability below p <=> the sum above the chi-square quantile of its count, read from
+        # a table (a count is a whole number up to the window's); chdtrc at every entry cost 1.3 ms a
+        # frame on a 1,888-bus grid's 4,154 tests
         at = count.astype(np.int64)
+        top = 1 << int(at.max(initial=0)).bit_length()
         tested = count > 0
-        up = ready & tested & (total > special.chdtri(levels, self.p)[at])
-        quiet = ~tested | (total < special.chdtri(levels, self.p_clear)[at])
+        up = ready & tested & (total > _quantiles(self.p, top)[at])
+        quiet = ~tested | (total < _quantiles(self.p_clear, top)[at])
         calm = _runs(ready & quiet, state["calm"])  # cleared after a whole calm window
         state["calm"] = calm[-1].copy()
         down = calm >= width
