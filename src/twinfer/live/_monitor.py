@@ -74,7 +74,7 @@ def _events(
     # everywhere: 1M entries a chunk on a 1,888-bus grid's tests, looped over in Python before)
     cols = np.flatnonzero(raised | up.any(axis=0))
     rows_at, at = np.nonzero((up | down)[:, cols])  # row-major, names in order: the events' order
-    for i, j in zip(rows_at, cols[at], strict=True):
+    for i, j in zip(rows_at.tolist(), cols[at].tolist(), strict=True):
         if up[i, j] and not state[j]:
             state[j] = True
             events.append(_event(kind, names[int(j)], "raised", rows, i, float(value[i, j])))
