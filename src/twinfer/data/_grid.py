@@ -529,7 +529,7 @@ def load_grid(case: str) -> GridNetwork:
         coupling=branch_coupling(n_bus, np.asarray(ppc["branch"])),
         gen_buses=gens,
         bus_ids=ids,
-        injection=_injection(ppc, n_bus),
+        injection=_injection(ppc),
     )
 
 
@@ -537,7 +537,7 @@ _PD, _PG, _GEN_STATUS = 2, 1, 7
 """MATPOWER columns (from 0): the bus's active load, a generator's active output and its status."""
 
 
-def _injection(ppc: dict[str, Any], n_bus: int) -> np.ndarray | None:
+def _injection(ppc: dict[str, Any]) -> np.ndarray | None:
     """Each bus's scheduled net active power injection [p.u.] (:attr:`GridNetwork.injection`), or None."""
     bus, gen = np.real(np.asarray(ppc["bus"])), np.real(np.asarray(ppc["gen"]))
     base = float(np.real(ppc.get("baseMVA", 0.0)))

@@ -126,13 +126,10 @@ def spare_buses(net: Any, partition: Partition, pmus: Sequence[int] | np.ndarray
     index, weight = (np.asarray(a) for a in net.neighbours)
     coupled = weight > 0
     inside = np.all(~coupled | ((labels[index] == labels[:, None]) & measured[index]), axis=1)
-    keep = measured.copy()  # PMUs a spared bus's neighbours keep
-    spared = []
+    spared = np.zeros(n, bool)
     for b in np.flatnonzero(measured & inside & ~generator & coupled.any(axis=1)):
-        near = index[b][coupled[b]]
-        if np.all(keep[near]) and not np.any(np.isin(near, spared)):
-            spared.append(int(b))
-    return np.asarray(spared, dtype=np.int64)
+        spared[b] = not spared[index[b][coupled[b]]].any()  # a spared neighbour keeps this bus's PMU
+    return np.flatnonzero(spared).astype(np.int64)
 
 
 def first_frame_state(
