@@ -232,7 +232,9 @@ class Live(_Strict):
     change from the baseline taken after ``learning`` seconds, and by at least ``drift_relative`` of the
     baseline) for ``persistence`` seconds; a sensor's
     or a group's innovations over ``innovation_window`` seconds with a chi-square tail below
-    ``innovation_p``; ``groups`` names sets of outputs (as the model names them) tested together.
+    ``innovation_p``, their time-average NIS (``innovation_test = "nis"``), their mean (``"mean"``: a
+    persistent bias, such as a tripped line's) or both; ``groups`` names sets of outputs (as the model
+    names them) tested together.
     """
 
     dt: Real | None = pydantic.Field(default=None, gt=0)
@@ -245,6 +247,7 @@ class Live(_Strict):
     drift_relative: Real = pydantic.Field(default=0.0, ge=0)
     innovation_window: Real = pydantic.Field(default=1.0, gt=0)
     innovation_p: Real = pydantic.Field(default=1e-9, gt=0, lt=1e-2)
+    innovation_test: Literal["nis", "mean", "both"] = "nis"
     groups: dict[str, list[str]] = {}
 
 

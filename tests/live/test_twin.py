@@ -11,7 +11,8 @@ import pytest
 import twinfer
 from twinfer import Dataset, StateSpace
 from twinfer.checkpoint import CheckpointError
-from twinfer.live import Clock, DriftAlarm, InnovationAlarm, RateError, Rows, Twin
+from twinfer.errors import TwinferValueError
+from twinfer.live import Clock, DriftAlarm, InnovationAlarm, RateError, Rows, Twin, innovation_alarms
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -200,6 +201,52 @@ def test_the_innovation_alarm_is_silent_on_white_noise_and_names_the_stuck_senso
     raised = [e for e in events if e["state"] == "raised"]
     assert {e["name"] for e in raised} == {"y2", "right"}
     assert all(0 < e["t"] - (n + 1000) * DT < 1.0 for e in raised)
+
+
+def _check_in_chunks(alarm: InnovationAlarm, innov: np.ndarray, size: int) -> list[dict]:
+    state = alarm.start([f"y{i}" for i in range(innov.shape[1])], DT)
+    r = _rows(innov.shape[0], np.zeros((innov.shape[0], 1)), np.ones((innov.shape[0], 1)), innov)
+    events = []
+    for i in range(0, innov.shape[0], size):
+        sl = slice(i, i + size)
+        chunk = Rows(r.names, r.outputs, r.k[sl], r.t[sl], r.mean[sl], r.std[sl], r.loglik[sl], r.nis[sl],
+                     r.observed[sl], r.innov[sl])  # fmt: skip
+        events += alarm.check(state, chunk, chunk.observed)
+    return events
+
+
+def test_the_mean_test_sees_a_bias_the_nis_test_misses_and_is_silent_on_white_noise():
+    rng = np.random.default_rng(5)
+    n, m, onset, end = 60_000, 4, 40_000, 50_000  # ten minutes at 100 Hz; y1 biased for 100 s
+    innov = rng.normal(size=(n, m))
+    innov[onset:end, 1] += 0.8  # a persistent shift of 0.8 sd (a tripped line's power flow)
+    groups = {"left": ["y0", "y1"], "right": ["y2", "y3"]}
+    mean = InnovationAlarm(window=1.0, groups=groups, test="mean")
+    events = _check_in_chunks(mean, innov, 997)
+    whole = _check_in_chunks(mean, innov, n)  # chunking changes nothing (values to rounding)
+    assert [{**e, "value": 0} for e in events] == [{**e, "value": 0} for e in whole]
+    assert [e["value"] for e in events] == pytest.approx([e["value"] for e in whole], rel=1e-9)
+    raised = [e for e in events if e["state"] == "raised"]
+    assert {e["alarm"] for e in raised} == {"innovation-mean"}
+    assert {e["name"] for e in raised} == {"y1", "left"}
+    first = min(raised, key=lambda e: e["step"])
+    assert 0 < first["t"] - onset * DT < 1.0
+    # the event's value is the window's sum squared over its count (chi-square(1), per degree of freedom)
+    assert first["name"] == "y1"  # a group of two needs more: chi-square(2) at 1e-9 is 41.4, not 37.3
+    window = innov[first["step"] - 100 : first["step"], 1]
+    assert first["value"] == pytest.approx(window.sum() ** 2 / 100, rel=1e-9)
+    cleared = [e for e in events if e["state"] == "cleared"]
+    assert {e["name"] for e in cleared} == {"y1", "left"} and all(e["t"] > end * DT for e in cleared)
+    # the time-average NIS of the same record: a shift of 0.8 sd adds 0.64 to a mean square of 1, short
+    # of the chi-square(100) quantile at 1e-9 (2.09 a value) but for the noise's luckier windows
+    nis = _check_in_chunks(InnovationAlarm(window=1.0, groups=groups), innov, 997)
+    assert all(e["t"] > first["t"] + 1.0 for e in nis)
+    with pytest.raises(TwinferValueError, match="InnovationAlarm test"):
+        InnovationAlarm(test="median")  # type: ignore[arg-type]
+    both = innovation_alarms("both", window=1.0, p=1e-9, learning=10.0, groups=groups)
+    assert [a.kind for a in both] == ["innovation", "innovation-mean"] and both[1] == mean
+    with pytest.raises(TwinferValueError, match="innovation test"):
+        innovation_alarms("median", window=1.0, p=1e-9, learning=10.0, groups={})  # type: ignore[arg-type]
 
 
 def test_the_drift_alarm_waits_for_its_baseline_and_persistence_and_names_the_parameter():

@@ -727,7 +727,7 @@ def live(
     import signal
 
     _use_compilation_cache()
-    from twinfer.live import DriftAlarm, InnovationAlarm, Twin
+    from twinfer.live import DriftAlarm, Twin, innovation_alarms
     from twinfer.live._run import run_live
     from twinfer.live._sinks import JsonLinesSink, MqttSink
     from twinfer.spec import SpecError, live_setup, load_spec
@@ -759,8 +759,12 @@ def live(
             persistence=cfg.persistence,
             relative=cfg.drift_relative,
         ),
-        InnovationAlarm(
-            window=cfg.innovation_window, p=cfg.innovation_p, learning=cfg.learning, groups=setup.groups
+        *innovation_alarms(
+            cfg.innovation_test,
+            window=cfg.innovation_window,
+            p=cfg.innovation_p,
+            learning=cfg.learning,
+            groups=setup.groups,
         ),
     )
     columns = list(setup.columns)

@@ -7,7 +7,7 @@ the model's steps (:class:`Clock`), raises condition-monitoring alarms (:class:`
 
 from twinfer.live._clock import Clock, RateError, Step
 from twinfer.live._grid import GridTwin, PlacementWarning, grid_twin, pmu_buses, spare_buses
-from twinfer.live._monitor import DriftAlarm, InnovationAlarm, Monitor
+from twinfer.live._monitor import DriftAlarm, InnovationAlarm, Monitor, innovation_alarms
 from twinfer.live._twin import CHUNK, Rows, Twin, TwinDiverged
 
 __all__ = [
@@ -24,6 +24,7 @@ __all__ = [
     "Twin",
     "TwinDiverged",
     "grid_twin",
+    "innovation_alarms",
     "pmu_buses",
     "spare_buses",
 ]

@@ -17,6 +17,14 @@ catches up on a backlog checks every row without a Python loop per row):
   time-average NIS test). The alarm is raised when that sum's upper tail probability falls below
   ``p`` (a stuck or drifting sensor, or a part of the model that no longer fits), naming the sensor or
   group, and cleared once it has stayed above ``p_clear`` for a whole window (no flapping).
+  With ``test="mean"`` it tests the innovations' windowed mean instead: a sensor's sum ``s`` over its
+  ``n`` values is N(0, n), so ``s^2 / n`` is chi-square(1), and a group's sensors add theirs
+  (chi-square with as many degrees of freedom as sensors tested). A persistent bias (a line that
+  trips and shifts the power flow, a sensor's offset) grows ``s`` in proportion to ``n`` but the sum
+  of squares only through its square, so the mean test sees a bias of a fraction of the noise's sd
+  that the NIS test misses; it is blind to a change of spread, which the NIS test sees (Willsky, A
+  survey of design methods for failure detection in dynamic systems, Automatica 12, 1976: the
+  innovations' mean under a jump).
 
 Both start after ``learning`` seconds (the filter's transient and the baseline); defaults are chosen so
 that a healthy record raises nothing (a test's false-alarm probability per window is ``p``). An alarm
@@ -28,14 +36,14 @@ from __future__ import annotations
 import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 from scipy import special
 
 from twinfer.errors import TwinferValueError
 
-__all__ = ["DriftAlarm", "InnovationAlarm", "Monitor"]
+__all__ = ["DriftAlarm", "InnovationAlarm", "Monitor", "innovation_alarms"]
 
 MIN_VALUES = 10
 """Observed values a window needs before it is tested (a sensor sampled slower than the model's step is
@@ -157,6 +165,8 @@ class InnovationAlarm:
         p_clear: the probability above which (for a whole window) a raised alarm clears.
         learning: seconds after the first row before testing (the filter's transient).
         groups: named groups of outputs (a subsystem's sensors) tested together, besides each sensor.
+        test: ``"nis"``, the time-average NIS (events ``"innovation"``), or ``"mean"``, the windowed mean
+            (events ``"innovation-mean"``): the module docstring gives both.
 
     """
 
@@ -165,7 +175,15 @@ class InnovationAlarm:
     p_clear: float = 1e-2
     learning: float = 10.0
     groups: Mapping[str, Sequence[str]] = field(default_factory=dict)
+    test: Literal["nis", "mean"] = "nis"
     kind: str = field(default="innovation", init=False)
+
+    def __post_init__(self) -> None:
+        if self.test not in ("nis", "mean"):
+            raise TwinferValueError(
+                f"InnovationAlarm test: expected 'nis' or 'mean'; received {self.test!r}."
+            )
+        self.kind = "innovation" if self.test == "nis" else "innovation-mean"
 
     def start(self, outputs: Sequence[str], dt: float) -> dict[str, Any]:
         """The alarm's state for sensors ``outputs``, rows ``dt`` apart."""
@@ -190,9 +208,9 @@ class InnovationAlarm:
                 )
             member[[index[s] for s in sensors], j] = 1.0
         width = max(1, int(round(self.window / dt)))
-        k = len(outputs) + len(self.groups)
+        m, k = len(outputs), len(outputs) + len(self.groups)
         return {"names": [*outputs, *self.groups], "member": member, "t_start": np.full(1, np.nan),
-                "z2": np.zeros((width, k)), "seen": np.zeros((width, k)), "filled": np.zeros(1, np.int64),
+                "sum": np.zeros((width, m)), "seen": np.zeros((width, m)), "filled": np.zeros(1, np.int64),
                 "raised": np.zeros(k, bool), "calm": np.zeros(k, np.int64)}  # fmt: skip
 
     def check(self, state: dict[str, Any], rows: Any, observed: np.ndarray) -> list[dict[str, Any]]:
@@ -202,33 +220,63 @@ class InnovationAlarm:
         if np.isnan(state["t_start"][0]):
             state["t_start"][0] = rows.t[0] + self.learning
         seen = observed.astype(np.float64)
-        z2 = np.where(observed, rows.innov, 0.0) ** 2
-        z2 = np.concatenate([z2, z2 @ state["member"]], axis=1)
-        seen = np.concatenate([seen, seen @ state["member"]], axis=1)
-        width, c = state["z2"].shape[0], rows.t.size
-        all_z2, all_seen = np.concatenate([state["z2"], z2]), np.concatenate([state["seen"], seen])
-        head = np.zeros((1, all_z2.shape[1]))
-        cz, cn = np.concatenate([head, np.cumsum(all_z2, 0)]), np.concatenate([head, np.cumsum(all_seen, 0)])
-        total = cz[width + 1 :] - cz[1 : c + 1]  # each new row's window: rows (i - width, i]
+        z = np.where(observed, rows.innov, 0.0)
+        x = z**2 if self.test == "nis" else z
+        width, c = state["sum"].shape[0], rows.t.size
+        all_x, all_seen = np.concatenate([state["sum"], x]), np.concatenate([state["seen"], seen])
+        head = np.zeros((1, all_x.shape[1]))
+        cx, cn = np.concatenate([head, np.cumsum(all_x, 0)]), np.concatenate([head, np.cumsum(all_seen, 0)])
+        total = cx[width + 1 :] - cx[1 : c + 1]  # each new row's window: rows (i - width, i]
         count = np.rint(cn[width + 1 :] - cn[1 : c + 1])
-        state["z2"], state["seen"] = all_z2[-width:].copy(), all_seen[-width:].copy()
+        state["sum"], state["seen"] = all_x[-width:].copy(), all_seen[-width:].copy()
+        member = state["member"]
+        if self.test == "nis":
+            # a sensor's sum of squares over its n values is chi-square(n); a group's, over its values
+            stat = np.concatenate([total, total @ member], axis=1)
+            dof = np.concatenate([count, count @ member], axis=1)
+            enough = dof >= MIN_VALUES
+        else:
+            # a sensor's window sum over its n values is N(0, n): sum^2 / n is chi-square(1); a group's
+            # sensors (each with enough values) add theirs, chi-square with as many degrees of freedom
+            enough_s = count >= MIN_VALUES
+            square = np.where(enough_s, total**2 / np.maximum(count, 1.0), 0.0)
+            stat = np.concatenate([square, square @ member], axis=1)
+            dof = np.concatenate([enough_s, enough_s @ member], axis=1).astype(np.float64)
+            enough = dof >= 1
         filled = state["filled"][0] + np.arange(1, c + 1)
         state["filled"][0] = min(int(filled[-1]), width)
-        ready = (filled >= width)[:, None] & (rows.t >= state["t_start"][0])[:, None] & (count >= MIN_VALUES)
-        # the tail probability below p <=> the sum above the chi-square quantile of its count, read from
-        # a table (a count is a whole number up to the window's); chdtrc at every entry cost 1.3 ms a
-        # frame on a 1,888-bus grid's 4,154 tests
-        at = count.astype(np.int64)
+        ready = (filled >= width)[:, None] & (rows.t >= state["t_start"][0])[:, None] & enough
+        # the tail probability below p <=> the statistic above the chi-square quantile of its degrees of
+        # freedom, read from a table (a whole number up to the window's, or the group's size); chdtrc at
+        # every entry cost 1.3 ms a frame on a 1,888-bus grid's 4,154 tests
+        at = np.rint(dof).astype(np.int64)
         top = 1 << int(at.max(initial=0)).bit_length()
-        tested = count > 0
-        up = ready & tested & (total > _quantiles(self.p, top)[at])
-        quiet = ~tested | (total < _quantiles(self.p_clear, top)[at])
+        tested = dof > 0
+        up = ready & tested & (stat > _quantiles(self.p, top)[at])
+        quiet = ~tested | (stat < _quantiles(self.p_clear, top)[at])
         calm = _runs(ready & quiet, state["calm"])  # cleared after a whole calm window
         state["calm"] = calm[-1].copy()
         down = calm >= width
-        value = total / np.maximum(count, 1.0)
+        value = stat / np.maximum(dof, 1.0)
         events, state["raised"] = _events(self.kind, state["names"], state["raised"], up, down, rows, value)
         return events
+
+
+def innovation_alarms(
+    test: Literal["nis", "mean", "both"],
+    *,
+    window: float,
+    p: float,
+    learning: float,
+    groups: Mapping[str, Sequence[str]],
+) -> tuple[InnovationAlarm, ...]:
+    """The innovation alarms ``test`` names: the NIS test, the mean test, or both (one settings each)."""
+    if test not in ("nis", "mean", "both"):
+        raise TwinferValueError(f"innovation test: expected 'nis', 'mean' or 'both'; received {test!r}.")
+    tests: tuple[Literal["nis", "mean"], ...] = ("nis", "mean") if test == "both" else (test,)
+    return tuple(
+        InnovationAlarm(window=window, p=p, learning=learning, groups=groups, test=kind) for kind in tests
+    )
 
 
 Monitor = DriftAlarm | InnovationAlarm
