@@ -217,6 +217,9 @@ class Stream:
     t: np.ndarray
     z2: np.ndarray
     """Mean squared standardised innovation per batch (B, groups), the groups in the twin's order."""
+    bias: np.ndarray
+    """The mean test over each batch (B, groups): its sensors' ``s^2 / n`` (``s`` the batch's sum of
+    standardised innovations over ``n`` values) averaged, 1 under a model that fits."""
     healthy_z2: dict[str, float]
     """Mean squared standardised innovation of the phases and the frequencies after the learning period
     and before the outage (1: consistent), and the largest batch mean of a group there."""
@@ -240,7 +243,7 @@ def stream(twin_spec: GridTwin, config: LiveGridConfig, outage: Outage) -> Strea
         member[[outputs.index(s) for s in sensors], g] = 1.0
     phase = np.array([name.startswith("theta") for name in outputs])
     raised: list[dict[str, Any]] = []
-    t, z2 = [], []
+    t, z2, bias = [], [], []
     sums, peak = np.zeros(4), 0.0  # phase z2 and count, frequency z2 and count
     start = time.perf_counter()
     for frames in record_frames(outage.observations, twin_spec.channels, config.dt, config.batch):
@@ -251,6 +254,9 @@ def stream(twin_spec: GridTwin, config: LiveGridConfig, outage: Outage) -> Strea
             squares = np.where(rows.observed, rows.innov, 0.0) ** 2
             t.append(rows.t[-1])
             z2.append(squares.sum(0) @ member / np.maximum(seen.sum(0) @ member, 1.0))
+            n = seen.sum(0)
+            square = np.where(rows.observed, rows.innov, 0.0).sum(0) ** 2 / np.maximum(n, 1.0)
+            bias.append(square @ member / np.maximum((n > 0) @ member, 1.0))
             healthy = (rows.t >= config.learning) & (rows.t < outage.onset)  # the stream starts at t = 0
             if healthy.any():
                 part, count = squares[healthy].sum(0), seen[healthy].sum(0)
@@ -265,7 +271,7 @@ def stream(twin_spec: GridTwin, config: LiveGridConfig, outage: Outage) -> Strea
         "omega": sums[2] / max(sums[3], 1.0),
         "group_peak": peak,
     }
-    return Stream(raised, np.asarray(t), np.asarray(z2), healthy_z2, wall)
+    return Stream(raised, np.asarray(t), np.asarray(z2), np.asarray(bias), healthy_z2, wall)
 
 
 def near_clusters(model: KuramotoNetwork, labels: np.ndarray, line: tuple[int, int]) -> set[int]:
@@ -346,7 +352,8 @@ def run(config: LiveGridConfig, progress: Progress) -> RunArtifacts:
             shown = [g for g, name in enumerate(names) if named_cluster(name, labels) in near][:6]
             events = [outage.onset, scores["delay_s"] + outage.onset, outage.line[0] + 1, outage.line[1] + 1]
             clusters = [named_cluster(names[g], labels) + 1 for g in shown]
-            arrays.update(t=seen.t, z2=seen.z2[:, shown], events=np.array(events, dtype=np.float64),
+            arrays.update(t=seen.t, z2=seen.z2[:, shown], bias=seen.bias[:, shown],
+                          events=np.array(events, dtype=np.float64),
                           clusters=np.array(clusters))  # fmt: skip
     progress("done", total, total)
     metrics["partition.clusters"] = float(twin_spec.partition.n_clusters)
@@ -390,7 +397,11 @@ def figures(arrays: Mapping[str, Any], config: LiveGridConfig) -> dict[str, Any]
     names = [f"S{int(c)}" for c in arrays["clusters"]]
     if not names:
         return {}
-    fig = innovation_figure(arrays["t"], arrays["z2"], names, onset, alarm, names[0])
+    if config.innovation_test == "nis":
+        fig = innovation_figure(arrays["t"], arrays["z2"], names, onset, alarm, names[0])
+    else:  # what the mean test sees: each cluster's batch means
+        label = f"mean test per sensor, batches of {config.batch * config.dt:g} s"
+        fig = innovation_figure(arrays["t"], arrays["bias"], names, onset, alarm, names[0], ylabel=label)
     ax = fig.axes[0]
     for line in ax.lines:  # the figure marks a sensor's fault; here the fault is the line's outage
         if line.get_label() == f"{names[0]} stuck":

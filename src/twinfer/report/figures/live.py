@@ -67,7 +67,13 @@ def drift_track_figure(
 
 
 def innovation_figure(
-    t: np.ndarray, z2: np.ndarray, names: Sequence[str], fault: float, alarm: float, sensor: str
+    t: np.ndarray,
+    z2: np.ndarray,
+    names: Sequence[str],
+    fault: float,
+    alarm: float,
+    sensor: str,
+    ylabel: str = "mean squared standardised innovation",
 ) -> Any:
     """Each sensor's mean squared standardised innovation over blocks, the fault and the alarm.
 
@@ -79,6 +85,7 @@ def innovation_figure(
         fault: when the sensor failed [s].
         alarm: when the innovation alarm naming it was raised [s] (NaN: never).
         sensor: the failed sensor's name.
+        ylabel: what ``z2`` is (another block statistic that is 1 under a model that fits).
 
     Returns:
         The matplotlib figure.
@@ -93,7 +100,7 @@ def innovation_figure(
     _mark(ax, fault, f"{sensor} stuck", "--")
     _mark(ax, alarm, "innovation alarm", "-")
     ax.set_xlabel("time [s]")
-    ax.set_ylabel("mean squared standardised innovation")
+    ax.set_ylabel(ylabel)
     ax.legend(loc="upper left", ncol=3, fontsize=8, frameon=False)
     ax.grid(alpha=0.3)
     return fig
