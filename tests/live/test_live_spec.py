@@ -52,7 +52,10 @@ def test_what_the_live_twin_cannot_run_is_refused_by_key(tmp_path, extra, named)
         _setup(tmp_path, CHAIN + DATA + extra)
 
 
-@pytest.mark.parametrize(("key", "value"), [("tolerance", "0.7"), ("window", "-1"), ("snapshot_every", "0")])
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [("tolerance", "0.7"), ("window", "-1"), ("snapshot_every", "0"), ("innovation_test", '"median"')],
+)
 def test_the_live_table_is_validated(tmp_path, key, value):
     with pytest.raises(SpecError, match=f"live.{key}"):
         _setup(tmp_path, CHAIN + DATA + f"[estimator]\nnoise_sd = 0.05\n[live]\ndt = 0.01\n{key} = {value}\n")
