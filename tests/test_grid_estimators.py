@@ -292,7 +292,12 @@ def test_cluster_axis_sharded_over_four_devices_agrees_with_one_device():
     import sys
     from pathlib import Path
 
-    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4", JAX_ENABLE_X64="1")
+    from _xla import QUICK_XLA_FLAGS
+
+    # four host devices with the suite's quick compile options (XLA's defaults, as the variable was set
+    # before, compiled for 2-3 times as long): both runs are the child's, compiled alike
+    flags = " ".join(["--xla_force_host_platform_device_count=4", *QUICK_XLA_FLAGS])
+    env = dict(os.environ, XLA_FLAGS=flags, JAX_ENABLE_X64="1")
     script = _SHARDED.format(tests=str(Path(__file__).parent))
     proc = subprocess.run(
         [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300

@@ -120,7 +120,12 @@ def test_forward_mode_split_over_two_devices_or_two_threads_takes_the_same_steps
     import sys
     from pathlib import Path
 
-    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=2", JAX_ENABLE_X64="1")
+    from _xla import QUICK_XLA_FLAGS
+
+    # two host devices with the suite's quick compile options (the variable set alone compiled the child's
+    # programs with XLA's defaults): the runs compared are all the child's, compiled alike
+    flags = " ".join(["--xla_force_host_platform_device_count=2", *QUICK_XLA_FLAGS])
+    env = dict(os.environ, XLA_FLAGS=flags, JAX_ENABLE_X64="1")
     script = _TWO_DEVICES.format(tests=str(Path(__file__).parent))
     proc = subprocess.run(
         [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300

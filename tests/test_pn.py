@@ -135,14 +135,18 @@ def test_agrees_with_probdiffeq(method):
     ode = pdx.ode(vf)
     ssm = pdx.state_space_model_dense()
     x0 = jnp.array([1.0, 0.0])
-    tcoeffs, _ = pdx.jetexpand_ode_via_jvp(num=2)(ode, [x0], t=0.0)
-    prior = ssm.prior_wiener_integrated(tcoeffs)
-    constraint = ssm.constraint_ode_ts0(ode) if method == "ek0" else ssm.constraint_ode_ts1(ode)
-    solver = pdx.solver(constraint=constraint, strategy=pdx.strategy_filter())
     n, t_end = 60, 3.0
-    grid = jnp.linspace(0.0, t_end, n + 1)
-    ref = ivpsolve.solve_fixed_grid(solver=solver)(prior, grid=grid)
-    ref_mean = np.asarray(ref.u.mean[0])
+
+    @jax.jit  # probdiffeq's solve as one program (op by op, its set-up compiled ~200 small ones)
+    def reference(x0):
+        tcoeffs, _ = pdx.jetexpand_ode_via_jvp(num=2)(ode, [x0], t=0.0)
+        prior = ssm.prior_wiener_integrated(tcoeffs)
+        constraint = ssm.constraint_ode_ts0(ode) if method == "ek0" else ssm.constraint_ode_ts1(ode)
+        solver = pdx.solver(constraint=constraint, strategy=pdx.strategy_filter())
+        ref = ivpsolve.solve_fixed_grid(solver=solver)(prior, grid=jnp.linspace(0.0, t_end, n + 1))
+        return ref.u.mean[0], ref.u.std[0]
+
+    ref_mean, ref_std = (np.asarray(v) for v in reference(x0))
     ours = pn_solve(
         PNFilter(duffing, q=2, method=method, calibrate=False),
         params,
@@ -152,7 +156,6 @@ def test_agrees_with_probdiffeq(method):
         jnp.zeros((n + 1, 1)),
     )
     np.testing.assert_allclose(np.asarray(ours.mean), ref_mean, rtol=1e-9, atol=1e-11)
-    ref_std = np.asarray(ref.u.std[0])
     np.testing.assert_allclose(np.asarray(ours.std), ref_std, rtol=1e-6, atol=1e-12)
 
 
@@ -356,8 +359,9 @@ def test_pn_likelihood_solve_is_the_samplers_filter_and_mixes_particles():
     theta = jnp.array([4.0])
     sol = lik.solve(theta)
     carry, total = lik.init(theta), 0.0
+    step = jax.jit(lambda c, th, k: lik.step(c, th, k))  # one program for the 60 steps (op by op: ~10 s)
     for k in range(60):
-        carry, ll = lik.step(carry, theta, k)
+        carry, ll = step(carry, theta, k)
         total += float(ll)
     assert float(sol.loglik) == pytest.approx(total, rel=1e-10)
     same = lik.posterior_states(jnp.stack([theta, theta]), t)

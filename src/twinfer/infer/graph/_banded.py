@@ -43,7 +43,7 @@ from twinfer.infer.graph._band import (
     _update,
     _window_starts,
 )
-from twinfer.infer.graph._cache import BANDED
+from twinfer.infer.graph._cache import BANDED, BANDED_JACOBIANS
 from twinfer.infer.graph._graph import Graph
 from twinfer.infer.graph._numbers import _columns
 from twinfer.infer.graph._record import check_step
@@ -311,13 +311,24 @@ def _structure(graph: Graph) -> tuple[list[Any], Any, list[tuple[int, int]]]:
     return subs, mono, slices
 
 
-def _reach(fn: Any, x: Any, owner: np.ndarray, n_blocks: int) -> np.ndarray:
-    """Block incidence (rows' blocks x columns' blocks) of the Jacobian of ``fn`` at ``x``.
+def _jacobian(fn: Any) -> Any:
+    """``fn``'s Jacobian in the state, ``(x, u, params) -> d fn(x, u, [], params) / dx``, one program.
 
-    The Jacobian is compiled as one program: taken op by op, a ten-mass chain's step dispatched and
-    compiled 345 small programs (12 s of a 14 s setup).
+    Taken op by op, a ten-mass chain's step dispatched and compiled 345 small programs (12 s of a 14 s
+    setup). Kept per central model's function (``BANDED_JACOBIANS``): the input and the parameters are
+    arguments, so every graph of one structure (another bandwidth, update or record) reuses the program
+    rather than tracing and compiling it again (~2 s a call on a ten-mass chain).
     """
-    jac = np.asarray(jax.jit(jax.jacfwd(fn))(x))
+    zero_m = jnp.zeros((0,))
+    return jax.jit(jax.jacfwd(lambda x, u, params: fn(x, u, zero_m, params)))
+
+
+def _reach(jac: Any, x: Any, u: Any, params: Any, owner: np.ndarray, n_blocks: int) -> np.ndarray:
+    """Block incidence (rows' blocks x columns' blocks) of the Jacobian ``jac(x, u, params)``.
+
+    ``jac`` is :func:`_jacobian` of the central model's transition or output.
+    """
+    jac = np.asarray(jac(x, u, params))
     out = np.zeros((jac.shape[0], n_blocks), dtype=bool)
     for j in range(n_blocks):
         out[:, j] = np.any(jac[:, owner == j] != 0.0, axis=1)
@@ -451,14 +462,6 @@ def banded_setup(
     inputs = jnp.asarray(mono.inputs, dtype=int)
     outputs = np.asarray(mono.outputs, dtype=int)
     params = mono.params
-    zero_m = jnp.zeros((0,))
-
-    def f(x: Any, u: Any) -> Any:
-        return mono.transition(x, u, zero_m, params)
-
-    def h(x: Any, u: Any) -> Any:
-        return mono.output(x, u, zero_m, params)
-
     x0 = jnp.asarray(mono.x0, dtype=jnp.float64)
     P0 = np.asarray(mono.P0, dtype=np.float64)
     # the structure of one step, at a draw from the prior (a zero state hides terms such as k x)
@@ -466,7 +469,8 @@ def banded_setup(
     draw = x0 + jnp.sqrt(jnp.diag(jnp.asarray(P0))) * jax.random.normal(key, x0.shape)
     us_all = np.zeros((dataset.n_steps, 0)) if dataset.inputs is None else np.asarray(dataset.inputs)
     u_draw = _columns(jnp.asarray(us_all[0]), inputs)
-    f_blocks = _reach(lambda x: f(x, u_draw), draw, owner, p + g)
+    jac_f = BANDED_JACOBIANS.get(lambda: ("f", mono.transition), lambda: _jacobian(mono.transition))
+    f_blocks = _reach(jac_f, draw, u_draw, params, owner, p + g)
     if g and f_blocks[glob][:, :p].any():
         names = [n for sub in subs for n in sub.parameters]
         raise ValueError(
@@ -478,9 +482,11 @@ def banded_setup(
     for i in range(p):
         cols = np.flatnonzero(f_blocks[owner == i][:, :p].any(axis=0))
         reach = max(reach, int(np.max(np.abs(cols - i))) if cols.size else 0)
-    h_blocks = (
-        _reach(lambda x: h(x, u_draw), draw, owner, p + g) if outputs.size else np.zeros((0, p + g), bool)
-    )
+    if outputs.size:
+        jac_h = BANDED_JACOBIANS.get(lambda: ("h", mono.output), lambda: _jacobian(mono.output))
+        h_blocks = _reach(jac_h, draw, u_draw, params, owner, p + g)
+    else:
+        h_blocks = np.zeros((0, p + g), bool)
     for o, row in enumerate(h_blocks):
         cols = np.flatnonzero(row[:p])
         if cols.size and cols.max() - cols.min() > L:

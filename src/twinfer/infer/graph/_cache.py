@@ -52,11 +52,12 @@ class StructureCache:
 
 COMPILED = StructureCache("message-passing programs (compiled_for)", 16)
 BANDED = StructureCache("banded scans (banded_estimate)", 8)
+BANDED_JACOBIANS = StructureCache("banded_estimate's structure Jacobians", 16)
 MONOLITHIC = StructureCache("central models' functions (Graph.monolithic)", 16)
 JACOBIANS = StructureCache("model_graph's dependence Jacobians", 16)
 GROUP_NODES = StructureCache("model_graph's subsystem functions", 64)
 SEGMENT_NODES = StructureCache("chain_graph's segment functions", None)
-CACHES = (COMPILED, BANDED, MONOLITHIC, JACOBIANS, GROUP_NODES, SEGMENT_NODES)
+CACHES = (COMPILED, BANDED, BANDED_JACOBIANS, MONOLITHIC, JACOBIANS, GROUP_NODES, SEGMENT_NODES)
 
 
 def clear_compiled() -> None:

@@ -32,7 +32,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from twinfer.infer.filters import FilterConsistencyWarning
-from twinfer.infer.graph._banded import _reach, banded_estimate
+from twinfer.infer.graph._banded import _jacobian, _reach, banded_estimate
+from twinfer.infer.graph._cache import BANDED_JACOBIANS
 from twinfer.infer.graph._graph import Graph
 from twinfer.infer.graph._messages import Schedule
 from twinfer.infer.graph._numbers import _columns
@@ -135,9 +136,8 @@ def smallest_bandwidth(graph: Graph, dataset: Any = None, *, key: Any = None) ->
     inputs = jnp.asarray(mono.inputs, dtype=int)
     row = np.zeros(0) if dataset is None or dataset.inputs is None else np.asarray(dataset.inputs)[0]
     u = _columns(jnp.asarray(row, dtype=jnp.float64), inputs)
-    zero_m = jnp.zeros((0,))
-    output: Any = mono.output
-    blocks = _reach(lambda x: output(x, u, zero_m, mono.params), draw, owner, p)
+    jac_h = BANDED_JACOBIANS.get(lambda: ("h", mono.output), lambda: _jacobian(mono.output))
+    blocks = _reach(jac_h, draw, u, mono.params, owner, p)
     spans = [int(np.ptp(np.flatnonzero(r))) for r in blocks if r.any()]
     return int(min(max([1, *spans]), p - 1))
 
