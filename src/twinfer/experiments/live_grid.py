@@ -251,12 +251,11 @@ def stream(twin_spec: GridTwin, config: LiveGridConfig, outage: Outage) -> Strea
         raised += [e for e in events if e["state"] == "raised"]
         if len(rows) and rows.innov is not None:
             seen = rows.observed.astype(np.float64)
-            squares = np.where(rows.observed, rows.innov, 0.0) ** 2
+            z = np.where(rows.observed, rows.innov, 0.0)
+            squares, n = z**2, seen.sum(0)
             t.append(rows.t[-1])
-            z2.append(squares.sum(0) @ member / np.maximum(seen.sum(0) @ member, 1.0))
-            n = seen.sum(0)
-            square = np.where(rows.observed, rows.innov, 0.0).sum(0) ** 2 / np.maximum(n, 1.0)
-            bias.append(square @ member / np.maximum((n > 0) @ member, 1.0))
+            z2.append(squares.sum(0) @ member / np.maximum(n @ member, 1.0))
+            bias.append((z.sum(0) ** 2 / np.maximum(n, 1.0)) @ member / np.maximum((n > 0) @ member, 1.0))
             healthy = (rows.t >= config.learning) & (rows.t < outage.onset)  # the stream starts at t = 0
             if healthy.any():
                 part, count = squares[healthy].sum(0), seen[healthy].sum(0)

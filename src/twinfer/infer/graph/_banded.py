@@ -320,7 +320,9 @@ def _jacobian(fn: Any) -> Any:
     rather than tracing and compiling it again (~2 s a call on a ten-mass chain).
     """
     zero_m = jnp.zeros((0,))
-    return jax.jit(jax.jacfwd(lambda x, u, params: fn(x, u, zero_m, params)))
+    return BANDED_JACOBIANS.get(
+        lambda: fn, lambda: jax.jit(jax.jacfwd(lambda x, u, params: fn(x, u, zero_m, params)))
+    )
 
 
 def _reach(jac: Any, x: Any, u: Any, params: Any, owner: np.ndarray, n_blocks: int) -> np.ndarray:
@@ -469,8 +471,7 @@ def banded_setup(
     draw = x0 + jnp.sqrt(jnp.diag(jnp.asarray(P0))) * jax.random.normal(key, x0.shape)
     us_all = np.zeros((dataset.n_steps, 0)) if dataset.inputs is None else np.asarray(dataset.inputs)
     u_draw = _columns(jnp.asarray(us_all[0]), inputs)
-    jac_f = BANDED_JACOBIANS.get(lambda: ("f", mono.transition), lambda: _jacobian(mono.transition))
-    f_blocks = _reach(jac_f, draw, u_draw, params, owner, p + g)
+    f_blocks = _reach(_jacobian(mono.transition), draw, u_draw, params, owner, p + g)
     if g and f_blocks[glob][:, :p].any():
         names = [n for sub in subs for n in sub.parameters]
         raise ValueError(
@@ -483,8 +484,7 @@ def banded_setup(
         cols = np.flatnonzero(f_blocks[owner == i][:, :p].any(axis=0))
         reach = max(reach, int(np.max(np.abs(cols - i))) if cols.size else 0)
     if outputs.size:
-        jac_h = BANDED_JACOBIANS.get(lambda: ("h", mono.output), lambda: _jacobian(mono.output))
-        h_blocks = _reach(jac_h, draw, u_draw, params, owner, p + g)
+        h_blocks = _reach(_jacobian(mono.output), draw, u_draw, params, owner, p + g)
     else:
         h_blocks = np.zeros((0, p + g), bool)
     for o, row in enumerate(h_blocks):

@@ -33,7 +33,6 @@ import numpy as np
 
 from twinfer.infer.filters import FilterConsistencyWarning
 from twinfer.infer.graph._banded import _jacobian, _reach, banded_estimate
-from twinfer.infer.graph._cache import BANDED_JACOBIANS
 from twinfer.infer.graph._graph import Graph
 from twinfer.infer.graph._messages import Schedule
 from twinfer.infer.graph._numbers import _columns
@@ -136,8 +135,7 @@ def smallest_bandwidth(graph: Graph, dataset: Any = None, *, key: Any = None) ->
     inputs = jnp.asarray(mono.inputs, dtype=int)
     row = np.zeros(0) if dataset is None or dataset.inputs is None else np.asarray(dataset.inputs)[0]
     u = _columns(jnp.asarray(row, dtype=jnp.float64), inputs)
-    jac_h = BANDED_JACOBIANS.get(lambda: ("h", mono.output), lambda: _jacobian(mono.output))
-    blocks = _reach(jac_h, draw, u, mono.params, owner, p)
+    blocks = _reach(_jacobian(mono.output), draw, u, mono.params, owner, p)
     spans = [int(np.ptp(np.flatnonzero(r))) for r in blocks if r.any()]
     return int(min(max([1, *spans]), p - 1))
 
