@@ -14,6 +14,7 @@ from twinfer.infer.gaussian import (
     cho_solve,
     cholesky,
     condition_exact,
+    predict_condition,
     psd_factor,
     solve_lower,
     tria,
@@ -120,11 +121,12 @@ def test_tria_takes_the_library_qr_on_one_matrix_and_reflections_in_a_batch_with
     np.testing.assert_allclose(many[1][0] @ many[1][0].T, one[1] @ one[1].T, atol=1e-13)
 
 
-def test_tria_rows_gives_the_update_factors_of_the_full_tria():
+@pytest.mark.parametrize(("shape", "k"), [((9, 9), 3), ((11, 17), 6), ((11, 17), 9)])
+def test_tria_rows_gives_the_update_factors_of_the_full_tria(shape, k):
     """k reflections: T lower-triangular with T T^T = A1 A1^T (the full tria's top block), the cross block
-    G T^T = A2 A1^T, and the remaining factor B B^T = A2 A2^T - G G^T (the updated covariance)."""
-    a = np.random.default_rng(1).normal(size=(9, 9))
-    k = 3
+    G T^T = A2 A1^T, and the remaining factor B B^T = A2 A2^T - G G^T (the updated covariance). k of 6
+    and 9 take more than one block of reflections (REFLECTION_BLOCK = 4), with a remainder."""
+    a = np.random.default_rng(1).normal(size=shape)
     out = np.asarray(tria_rows(jnp.asarray(a), k))
     T, G, B = out[:k, :k], out[k:, :k], out[k:, k:]
     np.testing.assert_allclose(out[:k, k:], 0.0, atol=0)
@@ -158,6 +160,59 @@ def test_update_with_correlated_noise_and_a_mask_equals_the_dense_update(n_x):
             jnp.asarray(mask), args[5], jnp.nan
         )  # the value of a masked entry is never read
         np.testing.assert_allclose(update(*args[:5], y_missing, jnp.asarray(mask))[0], mean, rtol=0)
+
+
+@pytest.mark.parametrize("n_x", [3, 9, 40])
+def test_predict_condition_equals_predict_then_update_on_one_system_and_in_a_batch(n_x):
+    """One factorisation of the joint factor written from the prior equals the covariance-form predict and
+    update (correlated R, masks), on one system (the library QR) and under vmap (reflections, a square
+    factor carried); the triangular factor is that of the posterior; no sensor gives the prediction."""
+    rng = np.random.default_rng(3)
+    n_y, q = 4, 2
+    a = rng.normal(size=(n_x, n_x))
+    P = a @ a.T + np.eye(n_x)
+    A, N = rng.normal(size=(n_x, n_x)) / np.sqrt(n_x), rng.normal(size=(n_x, q))
+    b_r = rng.normal(size=(n_y, n_y))
+    R = b_r @ b_r.T + 0.5 * np.eye(n_y)
+    m, b, H = rng.normal(size=n_x), rng.normal(size=n_x), rng.normal(size=(n_y, n_x))
+    d, y = rng.normal(size=n_y), rng.normal(size=n_y)
+    P_pred, m_pred = A @ P @ A.T + N @ N.T, A @ m + b
+    fixed = [jnp.asarray(v) for v in (np.linalg.cholesky(P), A, b, N, H, d, np.linalg.cholesky(R))]
+
+    def run(mean, y, mask):
+        chol_P, A_, b_, N_, H_, d_, chol_R = fixed
+        return predict_condition(mean, chol_P, A_, b_, N_, H_, d_, chol_R, y, mask)
+
+    masks = (np.ones(n_y, bool), np.array([True, False, True, False]), np.zeros(n_y, bool))
+    for mask in masks:
+        mean, carry, chol, info = run(jnp.asarray(m), jnp.asarray(y), jnp.asarray(mask))
+        ref_m, ref_P, ref_ll = _dense_update(m_pred, P_pred, H, d, R, y, mask)
+        np.testing.assert_allclose(mean, ref_m, rtol=1e-9, atol=1e-10)
+        np.testing.assert_allclose(np.asarray(chol @ chol.T), ref_P, rtol=1e-9, atol=1e-9)
+        np.testing.assert_allclose(np.asarray(carry @ carry.T), ref_P, rtol=1e-9, atol=1e-9)
+        np.testing.assert_allclose(float(info.loglik), ref_ll, rtol=1e-10, atol=1e-10)
+        assert np.allclose(chol, np.tril(chol))
+    means = jnp.asarray(rng.normal(size=(3, n_x)))
+    ys = jnp.asarray(rng.normal(size=(3, n_y)))
+    batch = jax.vmap(run)(means, ys, jnp.asarray(np.stack(masks)))
+    for i, mask in enumerate(masks):
+        prior_mean, y_i = A @ np.asarray(means[i]) + b, np.asarray(ys[i])
+        ref_m, ref_P, ref_ll = _dense_update(prior_mean, P_pred, H, d, R, y_i, mask)
+        np.testing.assert_allclose(batch[0][i], ref_m, rtol=1e-9, atol=1e-10)
+        np.testing.assert_allclose(np.asarray(batch[1][i] @ batch[1][i].T), ref_P, rtol=1e-9, atol=1e-9)
+        np.testing.assert_allclose(np.asarray(batch[2][i] @ batch[2][i].T), ref_P, rtol=1e-9, atol=1e-9)
+        assert np.allclose(batch[2][i], np.tril(batch[2][i]))
+        np.testing.assert_allclose(float(batch[3].loglik[i]), ref_ll, rtol=1e-10, atol=1e-10)
+    grad = jax.grad(lambda mu: run(mu, jnp.asarray(y), jnp.ones(n_y, bool))[3].loglik)(jnp.asarray(m))
+    step = 1e-6 * np.eye(n_x)[0]
+    ll = lambda mu: _dense_update(A @ mu + b, P_pred, H, d, R, y, np.ones(n_y, bool))[2]  # noqa: E731
+    np.testing.assert_allclose(float(grad[0]), (ll(m + step) - ll(m - step)) / 2e-6, rtol=1e-5)
+    chol_P, A_, b_, N_ = fixed[:4]
+    nothing = (jnp.zeros((0, n_x)), jnp.zeros(0), jnp.zeros((0, 0)), jnp.zeros(0), jnp.zeros(0, bool))
+    none = predict_condition(jnp.asarray(m), chol_P, A_, b_, N_, *nothing)
+    np.testing.assert_allclose(none[0], m_pred, rtol=1e-12)
+    np.testing.assert_allclose(np.asarray(none[2] @ none[2].T), P_pred, rtol=1e-9, atol=1e-9)
+    assert float(none[3].loglik) == 0.0
 
 
 def test_scalar_and_exact_updates_equal_the_dense_update():

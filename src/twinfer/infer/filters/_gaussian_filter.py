@@ -28,6 +28,8 @@ from twinfer.infer.gaussian import (
     condition_moments,
     noise_factor,
     predict,
+    predict_condition,
+    reads_factor,
     taylor,
     tria,
     update,
@@ -77,6 +79,9 @@ class GaussianStep(NamedTuple):
     nis: Float[Array, ""] | None = None
     innov: Float[Array, " m"] | None = None
     """Each output's innovation over its own sd, 0 where unobserved (:attr:`UpdateInfo.standardised`)."""
+    factor: Float[Array, "n n"] | None = None
+    """A square factor of the posterior covariance to carry to the next step, when it is not ``chol``
+    (not triangular: :func:`~twinfer.infer.gaussian.predict_condition` under ``vmap``); None: ``chol``."""
 
     @property
     def cov(self) -> Float[Array, "n n"]:
@@ -148,7 +153,8 @@ def scan_steps(
         mean, chol, loglik, bad, k, nis = carry
         out = step(mean, chol, inp)
         bad = jnp.where((bad < 0) & ~out.ok, k, bad)
-        carry = (out.mean, out.chol, loglik + out.loglik, bad, k + 1, nis + out.nis)
+        factor = out.chol if out.factor is None else out.factor
+        carry = (out.mean, factor, loglik + out.loglik, bad, k + 1, nis + out.nis)
         return carry, (out.mean, out.chol, out.pred_mean, out.pred_chol, out.cross_cov)
 
     zero = jnp.zeros((), x0.dtype)
@@ -257,12 +263,21 @@ def gaussian_step(
     if kernel != "qr":
         raise ValueError(f"gaussian_step kernel: expected 'qr' or 'gram'; received {kernel!r}.")
     A, b, chol_omega = linearisation(lambda x: f(x, u), mean, chol_P)
+    cross = chol_P @ (chol_P.T @ A.T)
+    if not reads_factor(linearisation):  # H before the predicted factor, Omega = 0: one factorisation
+        chol_N = jnp.concatenate([chol_Q, chol_extra], 1)
+        m_pred, c_pred = predict(mean, chol_P, A, b, chol_N)  # for the record only (dropped unless read)
+        H, d, _ = linearisation(lambda x: h(x, u), m_pred, c_pred)
+        m_new, carry, c_new, info = predict_condition(mean, chol_P, A, b, chol_N, H, d, chol_R, y, mask)
+        ok = jnp.all(jnp.isfinite(m_new)) & jnp.all(jnp.isfinite(carry)) & jnp.isfinite(info.loglik)
+        return GaussianStep(
+            m_new, c_new, info.loglik, ok, m_pred, c_pred, cross, info.nis, info.standardised, carry
+        )
     m_pred, c_pred = predict(mean, chol_P, A, b, jnp.concatenate([chol_Q, chol_omega, chol_extra], 1))
     H, d, chol_omega_h = linearisation(lambda x: h(x, u), m_pred, c_pred)
     chol_R_k = tria(jnp.concatenate([chol_R, chol_omega_h], axis=1))
     m_new, c_new, info = update(m_pred, c_pred, H, d, chol_R_k, y, mask)
     ok = jnp.all(jnp.isfinite(m_new)) & jnp.all(jnp.isfinite(c_new)) & jnp.isfinite(info.loglik)
-    cross = chol_P @ (chol_P.T @ A.T)
     return GaussianStep(m_new, c_new, info.loglik, ok, m_pred, c_pred, cross, info.nis, info.standardised)
 
 

@@ -3,8 +3,9 @@
 Everything below that filters calls these; nothing else writes a Kalman update (DESIGN.md):
 
 * atoms on ``(mean, chol)``: :func:`predict`, :func:`update` (one masking rule, correlated noise
-  allowed), :func:`condition` (on a joint factor; :func:`condition_moments` on its Gram matrix, the same
-  read-off), :func:`condition_exact` (noise-free
+  allowed), :func:`predict_condition` (both in one factorisation, for a measurement map known
+  before the prediction), :func:`condition` (on a joint factor; :func:`condition_moments` on its Gram
+  matrix, the same read-off), :func:`condition_exact` (noise-free
   pseudo-observations), :func:`update_scalar` (sequential Potter updates), :func:`masked_loglik`;
 * linear algebra whose unrolled kernels are chosen by size: :func:`tria`, :func:`tria_rows`,
   :func:`tria_scalar`, :func:`cholesky`, :func:`solve_lower`, :func:`solve_upper_t`,
@@ -21,6 +22,7 @@ from twinfer.infer.gaussian._atoms import (
     masked_loglik,
     noise_factor,
     predict,
+    predict_condition,
     update,
     update_scalar,
 )
@@ -40,6 +42,7 @@ from twinfer.infer.gaussian._linearise import (
     UnscentedWeights,
     deviation_factor,
     linear,
+    reads_factor,
     taylor,
     unscented,
 )
@@ -61,7 +64,9 @@ __all__ = [
     "masked_loglik",
     "noise_factor",
     "predict",
+    "predict_condition",
     "psd_factor",
+    "reads_factor",
     "solve_lower",
     "solve_upper_t",
     "taylor",

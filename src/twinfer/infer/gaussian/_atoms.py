@@ -183,6 +183,84 @@ def _joint_blocks(n_y: int, triangular: bool) -> Any:
     )
 
 
+def predict_condition(
+    mean: Float[Array, " n"],
+    chol_P: Float[Array, "n n"],
+    A: Float[Array, "n n"],
+    b: Float[Array, " n"],
+    chol_N: Float[Array, "n q"],
+    H: Float[Array, "m n"],
+    d: Float[Array, " m"],
+    chol_R: Float[Array, "m r"] | Float[Array, " m"] | None,
+    y: Float[Array, " m"],
+    mask: Bool[Array, " m"],
+) -> tuple[Float[Array, " n"], Float[Array, "n n"], Float[Array, "n n"], UpdateInfo]:
+    """:func:`predict` then :func:`update`, for a measurement map ``H`` known before the prediction.
+
+    ``x' = A x + b + w`` with ``w ~ N(0, N N^T)``, then ``y = H x' + d + v`` with ``v ~ N(0, R)`` where
+    ``mask`` holds (the masking rule of :func:`condition`). Because ``H`` is known before the predicted
+    factor (a Kalman filter's, or an EKF's Jacobian at the predicted mean), the joint factor of
+    ``(y, x')`` can be written from the prior's: ``[[H A L_P, H N, L_R], [A L_P, N, 0]]``, a factor of
+    ``[[H P' H^T + R, H P'], [P' H^T, P']]`` with ``P' = A P A^T + N N^T``. On one system this is
+    triangularised by a single library QR instead of one for the prediction and one for the update
+    (and the noise's own factorisation): the 10-state EKF's step about 1.2 times and the 20-state Kalman
+    filter's about 1.25 times faster on the CPU. Under ``vmap`` over systems whose covariances differ,
+    the prediction is triangularised by reflections and the update keeps the square factor its first
+    ``m`` reflections leave (:func:`tria_rows`), which fuses across the batch better than the wide joint
+    factor (:func:`~twinfer.infer.gaussian._linalg.by_batching` chooses when the function is batched).
+
+    Returns:
+        Posterior mean, a square factor of the posterior covariance to carry to the next step (lower-
+        triangular on one system, not under ``vmap``), its lower-triangular form (for the record: XLA
+        drops it where it is not read), :class:`UpdateInfo`.
+
+    """
+    m_pred = A @ mean + b
+    spread = A @ chol_P
+    n_y = y.shape[0]
+    if n_y == 0:  # nothing measured: the prediction
+        c_pred = tria(jnp.concatenate([spread, chol_N], axis=1))
+        zero = jnp.zeros((), mean.dtype)
+        return m_pred, c_pred, c_pred, UpdateInfo(zero, y, jnp.zeros((0, 0), mean.dtype), zero)
+    h_m = H * mask.astype(mean.dtype)[:, None]
+    noise = noise_factor(chol_R, mask, square=False)
+    chol_s, gain, carry, chol_post = _predict_condition_blocks(spread, chol_N, h_m, noise)
+    innovation = jnp.where(mask, y - (H @ m_pred + d), 0.0)
+    new_mean, info = _read_off(m_pred, chol_s, gain, innovation, mask)
+    return new_mean, carry, chol_post, info
+
+
+def _predict_condition_one(spread: Any, chol_N: Any, h_m: Any, noise: Any) -> tuple[Any, Any, Any, Any]:
+    """``(L_S, G, posterior factor, the same)`` from one QR of the joint factor written from the prior."""
+    n_y, n_x = h_m.shape
+    top = jnp.concatenate([h_m @ spread, h_m @ chol_N, noise], axis=1)
+    bottom = jnp.concatenate([spread, chol_N, jnp.zeros((n_x, noise.shape[1]), spread.dtype)], axis=1)
+    big = tria(jnp.concatenate([top, bottom], axis=0))
+    post = big[n_y:, n_y:]
+    return big[:n_y, :n_y], big[n_y:, :n_y], post, post
+
+
+def _predict_condition_many(spread: Any, chol_N: Any, h_m: Any, noise: Any) -> tuple[Any, Any, Any, Any]:
+    """``(L_S, G, square posterior factor, its triangular form)``: predict, then the first reflections."""
+    n_y, n_x = h_m.shape
+    c_pred = tria(jnp.concatenate([spread, chol_N], axis=1))
+    joint = jnp.concatenate(
+        [
+            jnp.concatenate([tria(noise), h_m @ c_pred], axis=1),
+            jnp.concatenate([jnp.zeros((n_x, n_y), spread.dtype), c_pred], axis=1),
+        ],
+        axis=0,
+    )
+    if n_y + n_x > HOUSEHOLDER_MAX:
+        chol_s, gain, post = _blocks_by_tria(joint, n_y)
+        return chol_s, gain, post, post
+    chol_s, gain, square = _blocks_by_rows(joint, n_y, triangular=False)
+    return chol_s, gain, square, tria(square)
+
+
+_predict_condition_blocks = by_batching(_predict_condition_one, _predict_condition_many)
+
+
 def condition_moments(
     mean: Float[Array, " n"], s_yy: Float[Array, "m m"], s_xy: Float[Array, "n m"], s_xx: Float[Array, "n n"],
     innovation: Float[Array, " m"], mask: Bool[Array, " m"],

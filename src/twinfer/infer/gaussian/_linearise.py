@@ -157,6 +157,17 @@ def taylor(
     return linear(fn, mean, chol_P)
 
 
+def reads_factor(linearisation: Linearisation) -> bool:
+    """Whether a linearisation reads the covariance factor it is given (not :func:`linear`, :func:`taylor`).
+
+    One that does not (a Jacobian at the mean) gives the measurement map before the predicted factor
+    is known, and it has no remainder (``Omega = 0``), so a filter step can predict and condition in
+    one factorisation (:func:`~twinfer.infer.gaussian.predict_condition`). Any other linearisation,
+    a user's own included, is taken to read it.
+    """
+    return linearisation not in (linear, taylor)
+
+
 def unscented(weights: UnscentedWeights) -> Linearisation:
     """Statistical linear regression through the unscented transform with the given weights.
 
