@@ -301,7 +301,7 @@ def test_save_is_atomic_on_failure(tmp_path, monkeypatch):
     def boom(*args, **kwargs):
         raise OSError("disk full")
 
-    monkeypatch.setattr(np, "savez_compressed", boom)
+    monkeypatch.setattr(np.lib.format, "write_array", boom)
     with pytest.raises(OSError, match="disk full"):
         Dataset([0.0, 1.0], np.ones((2, 1))).save(path)
     assert path.read_bytes() == before

@@ -114,6 +114,29 @@ def test_sqrt_ukf_matches_covariance_ukf_on_nonlinear_model():
     np.testing.assert_allclose(sqrt_form.loglik, ref_ll, rtol=1e-10)
 
 
+def test_redrawn_sigma_point_ukf_equals_the_unscented_linearisation_with_missing_values():
+    """ukf_scan(redraw=True) (one QR a half step) and gaussian_filter with the unscented linearisation
+    (statistical linear regression) give the same moments for non-negative weights: CentralProgram's
+    "redrawn" filter takes the first (twinfer bench peers: about 2.4 times faster)."""
+    from twinfer.infer.filters import ukf_scan
+
+    f = lambda x, u: jnp.array([x[0] + 0.1 * x[1], x[1] - 0.1 * jnp.sin(x[0]) + 0.1 * u[0]])
+    h = lambda x, u: jnp.array([x[0] ** 2, x[1], x[0] * x[1]])
+    rng = np.random.default_rng(4)
+    us, ys = jnp.asarray(rng.normal(size=(40, 1))), jnp.asarray(0.3 + 0.1 * rng.normal(size=(40, 3)))
+    masks = jnp.asarray(rng.random(size=(40, 3)) > 0.3)
+    lr = rng.normal(size=(3, 3)) * 0.05 + 0.1 * np.eye(3)
+    chols = (0.3 * jnp.eye(2), 0.03 * jnp.eye(2), jnp.asarray(np.linalg.cholesky(lr @ lr.T)))
+    x0 = jnp.array([0.3, 0.1])
+    merwe = UnscentedWeights.merwe
+    for w in (merwe(), merwe(1.0, 2.0, 0.5), UnscentedWeights.paper_code(1.0)):
+        slr = gaussian_filter(f, h, x0, *chols, us, ys, masks, linearisation=unscented(w))
+        direct = ukf_scan(f, h, x0, *chols, us, ys, masks, weights=w, redraw=True)
+        np.testing.assert_allclose(direct.means, slr.means, rtol=0, atol=1e-12)
+        np.testing.assert_allclose(direct.covs, slr.covs, rtol=0, atol=1e-13)
+        np.testing.assert_allclose(direct.loglik, slr.loglik, rtol=1e-12)
+
+
 def test_tria_and_extra_process_noise():
     """tria gives a lower factor of A A^T; injected extra process noise adds to Q exactly."""
     a = jax.random.normal(jax.random.key(0), (3, 5))

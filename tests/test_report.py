@@ -35,10 +35,22 @@ def test_write_json_is_atomic_and_refuses_nan(tmp_path):
     assert [p.name for p in tmp_path.iterdir()] == ["metrics.json"]  # no temporary left behind
 
 
-def test_npz_roundtrip(tmp_path):
-    write_npz(tmp_path / "a.npz", {"x": np.arange(3.0)})
-    with np.load(tmp_path / "a.npz") as npz:
-        np.testing.assert_array_equal(npz["x"], np.arange(3.0))
+def test_npz_roundtrip_deflates_what_compresses_and_stores_the_rest(tmp_path):
+    """Noise is stored, a mask and a constant are deflated; numpy reads both back exactly, dtypes kept."""
+    import zipfile
+
+    noise = np.random.default_rng(0).normal(size=(300, 40))
+    arrays = {"x": np.arange(3.0), "noise": noise, "mask": np.ones((500, 8), bool), "zeros": np.zeros(9000)}
+    arrays["names"] = np.array(["a1", "a4"])
+    write_npz(tmp_path / "a.npz", arrays)
+    with np.load(tmp_path / "a.npz", allow_pickle=False) as npz:
+        assert sorted(npz.files) == sorted(arrays)
+        for name, value in arrays.items():
+            np.testing.assert_array_equal(npz[name], value)
+            assert npz[name].dtype == value.dtype
+    kinds = {i.filename: i.compress_type for i in zipfile.ZipFile(tmp_path / "a.npz").infolist()}
+    assert kinds["noise.npy"] == zipfile.ZIP_STORED
+    assert kinds["mask.npy"] == kinds["zeros.npy"] == zipfile.ZIP_DEFLATED
 
 
 def test_report_table_has_paper_values():

@@ -71,11 +71,36 @@ def write_bytes(path: str | Path, payload: bytes) -> Path:
     return path
 
 
+COMPRESS_SAMPLE = 1 << 16
+"""Bytes of an array :func:`write_npz` compresses to decide whether the whole array is worth it."""
+
+COMPRESS_WORTH = 0.8
+"""Largest compressed-to-raw ratio of that sample for which :func:`write_npz` compresses the array."""
+
+
 def write_npz(path: str | Path, arrays: Mapping[str, Any]) -> Path:
-    """Write a compressed ``.npz`` (no pickled objects) atomically, to exactly ``path``."""
+    """Write an ``.npz`` (no pickled objects) atomically, to exactly ``path``, compressing what compresses.
+
+    Each array is a ``.npy`` member of the zip file, deflated if a sample of its first bytes deflates
+    to at most :data:`COMPRESS_WORTH` of its size (masks, zeros, integers, repeated values), else
+    stored: the float64 records of an estimator deflate by about 10 % for about 30 times the write time
+    (``twinfer run chain4``'s 7.8 MB of arrays: 0.37 s compressed, 0.01 s stored). ``numpy.load`` reads
+    either member the same way.
+    """
+    import zipfile
+    import zlib
+
     buffer = io.BytesIO()
-    payload: dict[str, Any] = {k: np.asarray(v) for k, v in arrays.items()}
-    np.savez_compressed(buffer, allow_pickle=False, **payload)
+    with zipfile.ZipFile(buffer, "w", allowZip64=True) as archive:
+        for name, value in arrays.items():
+            array = np.asarray(value)
+            member = io.BytesIO()
+            np.lib.format.write_array(member, array, allow_pickle=False)
+            raw = member.getvalue()
+            sample = raw[:COMPRESS_SAMPLE]
+            worth = len(zlib.compress(sample, 1)) <= COMPRESS_WORTH * len(sample)
+            method = zipfile.ZIP_DEFLATED if worth else zipfile.ZIP_STORED
+            archive.writestr(f"{name}.npy", raw, compress_type=method)
     return write_bytes(path, buffer.getvalue())
 
 

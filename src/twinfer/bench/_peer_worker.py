@@ -108,13 +108,42 @@ MERWE = (1.0, 2.0, 0.0)
 
 
 def twinfer_filter(p: dict[str, Any], kernel: str) -> Callable[[Any], Any]:
-    """The square-root filter, :func:`~twinfer.infer.filters.gaussian_filter`: means and log-likelihood."""
+    """The problem's square-root filter in twinfer: means and log-likelihood.
+
+    :func:`~twinfer.infer.filters.gaussian_filter` with the problem's linearisation, except the UKF with
+    the QR kernel: :func:`~twinfer.infer.filters.ukf_scan` with ``redraw`` (the same moments; the Gram
+    kernel's UKF stays the linearised one, since ``ukf_scan``'s Gram kernel does not redraw).
+    """
     from twinfer.infer.filters import gaussian_filter
     from twinfer.infer.gaussian import UnscentedWeights, linear, taylor, unscented
 
     lin = {"kf": linear, "ekf": taylor, "ukf": unscented(UnscentedWeights.merwe(*MERWE))}[p["kind"]]
     f, h = p["f"], p["h"]
     options: dict[str, Any] = {} if kernel == "qr" else {"kernel": kernel}  # a baseline may predate kernels
+
+    if p["kind"] == "ukf" and kernel == "qr":
+        from twinfer.infer.filters import ukf_scan
+
+        def run_ukf(ys):
+            # twinfer's UKF with the sigma points redrawn for the measurement, as dynamax's and cuthbert's
+            # (the square-root form of the same moments as the unscented linearisation, one QR a half step)
+            us = jnp.zeros((ys.shape[0], 0), ys.dtype)
+            out = ukf_scan(
+                lambda x, u: f(x),
+                lambda x, u: h(x),
+                p["m0"],
+                p["chol_P0"],
+                p["chol_Q"],
+                p["chol_R"],
+                us,
+                ys,
+                jnp.ones(ys.shape[-2:], bool),
+                weights=UnscentedWeights.merwe(*MERWE),
+                redraw=True,
+            )
+            return out.means, out.loglik
+
+        return run_ukf
 
     def run(ys):
         us = jnp.zeros((ys.shape[0], 0), ys.dtype)
@@ -212,7 +241,7 @@ def _beside(name: str) -> Any:
 
 def build(library: str, p: dict[str, Any]) -> Callable[[Any], Any]:
     """The library's filter of one system, ``ys -> (means, loglik)``."""
-    if library == "twinfer":
+    if library in ("twinfer", "baseline"):  # the baseline: another checkout's twinfer on PYTHONPATH
         return twinfer_filter(p, "qr")
     if library == "twinfer-gram":
         return twinfer_filter(p, "gram")

@@ -16,7 +16,10 @@ The problems (every library gets the same functions and arrays):
   100 systems of 1,000 steps.
 
 twinfer runs its square-root filter (:func:`twinfer.infer.filters.gaussian_filter`) with the default QR
-kernel (``twinfer``) and with ``kernel="gram"`` (``twinfer-gram``); dynamax its covariance-form filters
+kernel (``twinfer``) and with ``kernel="gram"`` (``twinfer-gram``); its QR UKF is
+:func:`twinfer.infer.filters.ukf_scan` with the sigma points redrawn for the measurement, as the peers'
+are (before 2026-12-08 it was ``gaussian_filter`` with the unscented linearisation: the same moments,
+about 2.4 times slower); dynamax its covariance-form filters
 (``lgssm_filter``, ``extended_kalman_filter``, ``unscented_kalman_filter``) keeping the filtered means
 only; cuthbert its square-root filters. Every call returns the filtered means and the log-likelihood.
 

@@ -164,8 +164,17 @@ class CentralProgram(Program):
         mask = jnp.ones(jnp.shape(frame.y), bool) if frame.mask is None else frame.mask
         y = jnp.where(mask, frame.y, 0.0)
         pair = input_pair(state.u, frame.u, self.input_hold, self.alignment)
-        if self.linearisation == "propagated":
-            weights = UnscentedWeights.merwe() if self.weights is None else self.weights
+        weights = UnscentedWeights.merwe() if self.weights is None else self.weights
+        # Redrawn sigma points with non-negative weights: the statistical linear regression's moments
+        # are the sigma points' own (A P A^T + Omega is their covariance), so the direct square-root UKF
+        # (ukf_step with redraw, one factorisation a half step) gives the same posterior to rounding,
+        # about 2.4 times faster than linearising (twinfer bench peers).
+        direct = (
+            self.linearisation == "redrawn"
+            and self.kernel == "qr"
+            and weights.centre_weight(state.mean.shape[0]) >= 0
+        )
+        if self.linearisation == "propagated" or direct:
             out = ukf_step(
                 self.f,
                 self.h,
@@ -177,6 +186,7 @@ class CentralProgram(Program):
                 y,
                 mask,
                 weights=weights,
+                redraw=direct,
                 kernel=self.kernel,
             )
         else:
