@@ -219,8 +219,7 @@ def gaussian_filter(
     ensure("gaussian_filter", x0=x0, chol_P0=chol_P0, chol_Q=chol_Q, chol_R=chol_R, ys=ys)
     masks = jnp.isfinite(ys) if masks is None else jnp.asarray(masks, bool)
     ys = jnp.where(masks, ys, 0.0)
-    n = x0.shape[0]
-    extra = jnp.zeros((ys.shape[0], n, 1), x0.dtype) if extra_chol_Q is None else extra_chol_Q
+    extra = extra_chol_Q  # None: no extra noise (no zero column in every step's factorisation)
 
     def step(mean: Float[Array, " n"], chol_P: Float[Array, "n n"], inp: Any) -> GaussianStep:
         u, y, mask, chol_extra = inp
@@ -251,13 +250,14 @@ def gaussian_step(
     Linearise ``f`` at the posterior, predict, linearise ``h`` at the prediction, update with ``y`` where
     ``mask`` holds (``y`` is 0 elsewhere, never read).
 
-    ``chol_extra`` (n, k) is extra process noise of this step (zeros when None). ``kernel`` (see
+    ``chol_extra`` (n, k) is extra process noise of this step (None: none). ``kernel`` (see
     :data:`Kernel`): ``"qr"`` triangularises stacked factors; ``"gram"`` forms the predicted covariance
     and the joint covariance of the update by products and factors them by Cholesky
     (:func:`~twinfer.infer.gaussian.condition_moments`).
     """
+    chol_N = chol_Q if chol_extra is None else jnp.concatenate([chol_Q, chol_extra], 1)
     if chol_extra is None:
-        chol_extra = jnp.zeros((mean.shape[0], 1), mean.dtype)
+        chol_extra = jnp.zeros((mean.shape[0], 0), mean.dtype)
     if kernel == "gram":
         return _gram_step(f, h, linearisation, chol_Q, chol_R, mean, chol_P, u, y, mask, chol_extra)
     if kernel != "qr":
@@ -265,7 +265,6 @@ def gaussian_step(
     A, b, chol_omega = linearisation(lambda x: f(x, u), mean, chol_P)
     cross = chol_P @ (chol_P.T @ A.T)
     if not reads_factor(linearisation):  # H before the predicted factor, Omega = 0: one factorisation
-        chol_N = jnp.concatenate([chol_Q, chol_extra], 1)
         m_pred, c_pred = predict(mean, chol_P, A, b, chol_N)  # for the record only (dropped unless read)
         H, d, _ = linearisation(lambda x: h(x, u), m_pred, c_pred)
         m_new, carry, c_new, info = predict_condition(mean, chol_P, A, b, chol_N, H, d, chol_R, y, mask)

@@ -203,8 +203,9 @@ def predict_condition(
     ``(y, x')`` can be written from the prior's: ``[[H A L_P, H N, L_R], [A L_P, N, 0]]``, a factor of
     ``[[H P' H^T + R, H P'], [P' H^T, P']]`` with ``P' = A P A^T + N N^T``. On one system this is
     triangularised by a single library QR instead of one for the prediction and one for the update
-    (and the noise's own factorisation): the 10-state EKF's step about 1.2 times and the 20-state Kalman
-    filter's about 1.25 times faster on the CPU. Under ``vmap`` over systems whose covariances differ,
+    (and the noise's own factorisation): the 10-state EKF 1.2-1.4 times and the 20-state Kalman filter
+    1.1-1.25 times faster on the CPU (``twinfer bench peers``, two sittings, against the two QRs of
+    :func:`predict` and :func:`update`). Under ``vmap`` over systems whose covariances differ,
     the prediction is triangularised by reflections and the update keeps the square factor its first
     ``m`` reflections leave (:func:`tria_rows`), which fuses across the batch better than the wide joint
     factor (:func:`~twinfer.infer.gaussian._linalg.by_batching` chooses when the function is batched).
