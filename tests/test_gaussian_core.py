@@ -185,8 +185,9 @@ def test_predict_condition_equals_predict_then_update_on_one_system_and_in_a_bat
 
     masks = (np.ones(n_y, bool), np.array([True, False, True, False]), np.zeros(n_y, bool))
     for mask in masks:
-        mean, carry, chol, info = run(jnp.asarray(m), jnp.asarray(y), jnp.asarray(mask))
+        mean, carry, chol, chol_pred, info = run(jnp.asarray(m), jnp.asarray(y), jnp.asarray(mask))
         ref_m, ref_P, ref_ll = _dense_update(m_pred, P_pred, H, d, R, y, mask)
+        np.testing.assert_allclose(chol_pred, np.linalg.cholesky(P_pred), rtol=1e-9, atol=1e-9)
         np.testing.assert_allclose(mean, ref_m, rtol=1e-9, atol=1e-10)
         np.testing.assert_allclose(np.asarray(chol @ chol.T), ref_P, rtol=1e-9, atol=1e-9)
         np.testing.assert_allclose(np.asarray(carry @ carry.T), ref_P, rtol=1e-9, atol=1e-9)
@@ -202,8 +203,9 @@ def test_predict_condition_equals_predict_then_update_on_one_system_and_in_a_bat
         np.testing.assert_allclose(np.asarray(batch[1][i] @ batch[1][i].T), ref_P, rtol=1e-9, atol=1e-9)
         np.testing.assert_allclose(np.asarray(batch[2][i] @ batch[2][i].T), ref_P, rtol=1e-9, atol=1e-9)
         assert np.allclose(batch[2][i], np.tril(batch[2][i]))
-        np.testing.assert_allclose(float(batch[3].loglik[i]), ref_ll, rtol=1e-10, atol=1e-10)
-    grad = jax.grad(lambda mu: run(mu, jnp.asarray(y), jnp.ones(n_y, bool))[3].loglik)(jnp.asarray(m))
+        np.testing.assert_allclose(batch[3][i], np.linalg.cholesky(P_pred), rtol=1e-9, atol=1e-9)
+        np.testing.assert_allclose(float(batch[4].loglik[i]), ref_ll, rtol=1e-10, atol=1e-10)
+    grad = jax.grad(lambda mu: run(mu, jnp.asarray(y), jnp.ones(n_y, bool))[4].loglik)(jnp.asarray(m))
     step = 1e-6 * np.eye(n_x)[0]
     ll = lambda mu: _dense_update(A @ mu + b, P_pred, H, d, R, y, np.ones(n_y, bool))[2]  # noqa: E731
     np.testing.assert_allclose(float(grad[0]), (ll(m + step) - ll(m - step)) / 2e-6, rtol=1e-5)
@@ -212,7 +214,7 @@ def test_predict_condition_equals_predict_then_update_on_one_system_and_in_a_bat
     none = predict_condition(jnp.asarray(m), chol_P, A_, b_, N_, *nothing)
     np.testing.assert_allclose(none[0], m_pred, rtol=1e-12)
     np.testing.assert_allclose(np.asarray(none[2] @ none[2].T), P_pred, rtol=1e-9, atol=1e-9)
-    assert float(none[3].loglik) == 0.0
+    assert float(none[4].loglik) == 0.0
 
 
 def test_scalar_and_exact_updates_equal_the_dense_update():

@@ -265,9 +265,10 @@ def gaussian_step(
     A, b, chol_omega = linearisation(lambda x: f(x, u), mean, chol_P)
     cross = chol_P @ (chol_P.T @ A.T)
     if not reads_factor(linearisation):  # H before the predicted factor, Omega = 0: one factorisation
-        m_pred, c_pred = predict(mean, chol_P, A, b, chol_N)  # for the record only (dropped unless read)
-        H, d, _ = linearisation(lambda x: h(x, u), m_pred, c_pred)
-        m_new, carry, c_new, info = predict_condition(mean, chol_P, A, b, chol_N, H, d, chol_R, y, mask)
+        m_pred = A @ mean + b
+        H, d, _ = linearisation(lambda x: h(x, u), m_pred, chol_P)  # not read (reads_factor)
+        pc = predict_condition(mean, chol_P, A, b, chol_N, H, d, chol_R, y, mask)
+        m_new, carry, c_new, c_pred, info = pc
         ok = jnp.all(jnp.isfinite(m_new)) & jnp.all(jnp.isfinite(carry)) & jnp.isfinite(info.loglik)
         return GaussianStep(
             m_new, c_new, info.loglik, ok, m_pred, c_pred, cross, info.nis, info.standardised, carry

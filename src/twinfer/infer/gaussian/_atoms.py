@@ -194,7 +194,7 @@ def predict_condition(
     chol_R: Float[Array, "m r"] | Float[Array, " m"] | None,
     y: Float[Array, " m"],
     mask: Bool[Array, " m"],
-) -> tuple[Float[Array, " n"], Float[Array, "n n"], Float[Array, "n n"], UpdateInfo]:
+) -> tuple[Float[Array, " n"], Float[Array, "n n"], Float[Array, "n n"], Float[Array, "n n"], UpdateInfo]:
     """:func:`predict` then :func:`update`, for a measurement map ``H`` known before the prediction.
 
     ``x' = A x + b + w`` with ``w ~ N(0, N N^T)``, then ``y = H x' + d + v`` with ``v ~ N(0, R)`` where
@@ -212,8 +212,10 @@ def predict_condition(
 
     Returns:
         Posterior mean, a square factor of the posterior covariance to carry to the next step (lower-
-        triangular on one system, not under ``vmap``), its lower-triangular form (for the record: XLA
-        drops it where it is not read), :class:`UpdateInfo`.
+        triangular on one system, not under ``vmap``), its lower-triangular form, the lower-triangular
+        factor of the predicted covariance (on one system from the joint factor's blocks,
+        ``tria([G, L_post])``, an ``n``-row QR; the last two are for the record and the smoother, and XLA
+        drops them where they are not read), :class:`UpdateInfo`.
 
     """
     m_pred = A @ mean + b
@@ -222,27 +224,31 @@ def predict_condition(
     if n_y == 0:  # nothing measured: the prediction
         c_pred = tria(jnp.concatenate([spread, chol_N], axis=1))
         zero = jnp.zeros((), mean.dtype)
-        return m_pred, c_pred, c_pred, UpdateInfo(zero, y, jnp.zeros((0, 0), mean.dtype), zero)
+        return m_pred, c_pred, c_pred, c_pred, UpdateInfo(zero, y, jnp.zeros((0, 0), mean.dtype), zero)
     h_m = H * mask.astype(mean.dtype)[:, None]
     noise = noise_factor(chol_R, mask, square=False)
-    chol_s, gain, carry, chol_post = _predict_condition_blocks(spread, chol_N, h_m, noise)
+    chol_s, gain, carry, chol_post, chol_pred = _predict_condition_blocks(spread, chol_N, h_m, noise)
     innovation = jnp.where(mask, y - (H @ m_pred + d), 0.0)
     new_mean, info = _read_off(m_pred, chol_s, gain, innovation, mask)
-    return new_mean, carry, chol_post, info
+    return new_mean, carry, chol_post, chol_pred, info
 
 
-def _predict_condition_one(spread: Any, chol_N: Any, h_m: Any, noise: Any) -> tuple[Any, Any, Any, Any]:
-    """``(L_S, G, posterior factor, the same)`` from one QR of the joint factor written from the prior."""
+def _predict_condition_one(spread: Any, chol_N: Any, h_m: Any, noise: Any) -> tuple[Any, ...]:
+    """``(L_S, G, posterior factor, the same, predicted factor)`` from one QR of the joint factor.
+
+    The predicted covariance is ``G G^T + L_post L_post^T`` (the joint factor's state rows), so its factor
+    is a QR of those ``n`` rows, narrower than the prediction's own ``[A L_P, N]``.
+    """
     n_y, n_x = h_m.shape
     top = jnp.concatenate([h_m @ spread, h_m @ chol_N, noise], axis=1)
     bottom = jnp.concatenate([spread, chol_N, jnp.zeros((n_x, noise.shape[1]), spread.dtype)], axis=1)
     big = tria(jnp.concatenate([top, bottom], axis=0))
-    post = big[n_y:, n_y:]
-    return big[:n_y, :n_y], big[n_y:, :n_y], post, post
+    gain, post = big[n_y:, :n_y], big[n_y:, n_y:]
+    return big[:n_y, :n_y], gain, post, post, tria(big[n_y:])
 
 
-def _predict_condition_many(spread: Any, chol_N: Any, h_m: Any, noise: Any) -> tuple[Any, Any, Any, Any]:
-    """``(L_S, G, square posterior factor, its triangular form)``: predict, then the first reflections."""
+def _predict_condition_many(spread: Any, chol_N: Any, h_m: Any, noise: Any) -> tuple[Any, ...]:
+    """``(L_S, G, square posterior factor, its triangular form, predicted factor)``: predict, reflect."""
     n_y, n_x = h_m.shape
     c_pred = tria(jnp.concatenate([spread, chol_N], axis=1))
     joint = jnp.concatenate(
@@ -254,9 +260,9 @@ def _predict_condition_many(spread: Any, chol_N: Any, h_m: Any, noise: Any) -> t
     )
     if n_y + n_x > HOUSEHOLDER_MAX:
         chol_s, gain, post = _blocks_by_tria(joint, n_y)
-        return chol_s, gain, post, post
+        return chol_s, gain, post, post, c_pred
     chol_s, gain, square = _blocks_by_rows(joint, n_y, triangular=False)
-    return chol_s, gain, square, tria(square)
+    return chol_s, gain, square, tria(square), c_pred
 
 
 _predict_condition_blocks = by_batching(_predict_condition_one, _predict_condition_many)
