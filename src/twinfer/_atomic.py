@@ -22,6 +22,8 @@ import os
 import socket
 import stat
 import tempfile
+import zipfile
+import zlib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -87,9 +89,6 @@ def write_npz(path: str | Path, arrays: Mapping[str, Any]) -> Path:
     (``twinfer run chain4``'s 7.8 MB of arrays: 0.37 s compressed, 0.01 s stored). ``numpy.load`` reads
     either member the same way.
     """
-    import zipfile
-    import zlib
-
     buffer = io.BytesIO()
     with zipfile.ZipFile(buffer, "w", allowZip64=True) as archive:
         for name, value in arrays.items():

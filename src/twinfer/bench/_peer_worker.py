@@ -117,37 +117,23 @@ def twinfer_filter(p: dict[str, Any], kernel: str) -> Callable[[Any], Any]:
     from twinfer.infer.filters import gaussian_filter
     from twinfer.infer.gaussian import UnscentedWeights, linear, taylor, unscented
 
-    lin = {"kf": linear, "ekf": taylor, "ukf": unscented(UnscentedWeights.merwe(*MERWE))}[p["kind"]]
     f, h = p["f"], p["h"]
-    options: dict[str, Any] = {} if kernel == "qr" else {"kernel": kernel}  # a baseline may predate kernels
-
+    scan: Callable[..., Any]
     if p["kind"] == "ukf" and kernel == "qr":
         from twinfer.infer.filters import ukf_scan
 
-        def run_ukf(ys):
-            # twinfer's UKF with the sigma points redrawn for the measurement, as dynamax's and cuthbert's
-            # (the square-root form of the same moments as the unscented linearisation, one QR a half step)
-            us = jnp.zeros((ys.shape[0], 0), ys.dtype)
-            out = ukf_scan(
-                lambda x, u: f(x),
-                lambda x, u: h(x),
-                p["m0"],
-                p["chol_P0"],
-                p["chol_Q"],
-                p["chol_R"],
-                us,
-                ys,
-                jnp.ones(ys.shape[-2:], bool),
-                weights=UnscentedWeights.merwe(*MERWE),
-                redraw=True,
-            )
-            return out.means, out.loglik
-
-        return run_ukf
+        # sigma points redrawn for the measurement, as dynamax's and cuthbert's (the square-root form of
+        # the unscented linearisation's moments, one QR a half step)
+        scan, options = ukf_scan, {"weights": UnscentedWeights.merwe(*MERWE), "redraw": True}
+    else:
+        lin = {"kf": linear, "ekf": taylor, "ukf": unscented(UnscentedWeights.merwe(*MERWE))}[p["kind"]]
+        scan, options = gaussian_filter, {"linearisation": lin}
+        if kernel != "qr":  # a baseline may predate kernels
+            options["kernel"] = kernel
 
     def run(ys):
         us = jnp.zeros((ys.shape[0], 0), ys.dtype)
-        out = gaussian_filter(
+        out = scan(
             lambda x, u: f(x),
             lambda x, u: h(x),
             p["m0"],
@@ -157,7 +143,6 @@ def twinfer_filter(p: dict[str, Any], kernel: str) -> Callable[[Any], Any]:
             us,
             ys,
             jnp.ones(ys.shape[-2:], bool),  # every entry observed, as dynamax assumes: not batched
-            linearisation=lin,
             **options,
         )
         return out.means, out.loglik

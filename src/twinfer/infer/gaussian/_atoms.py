@@ -218,13 +218,12 @@ def predict_condition(
         drops them where they are not read), :class:`UpdateInfo`.
 
     """
-    m_pred = A @ mean + b
-    spread = A @ chol_P
-    n_y = y.shape[0]
-    if n_y == 0:  # nothing measured: the prediction
-        c_pred = tria(jnp.concatenate([spread, chol_N], axis=1))
+    if y.shape[0] == 0:  # nothing measured: the prediction
+        m_pred, c_pred = predict(mean, chol_P, A, b, chol_N)
         zero = jnp.zeros((), mean.dtype)
         return m_pred, c_pred, c_pred, c_pred, UpdateInfo(zero, y, jnp.zeros((0, 0), mean.dtype), zero)
+    m_pred = A @ mean + b
+    spread = A @ chol_P
     h_m = H * mask.astype(mean.dtype)[:, None]
     noise = noise_factor(chol_R, mask, square=False)
     chol_s, gain, carry, chol_post, chol_pred = _predict_condition_blocks(spread, chol_N, h_m, noise)
